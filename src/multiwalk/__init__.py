@@ -1,0 +1,29 @@
+"""multiwalk: massively parallel optimisation, equation solving and Bayesian fitting in JAX.
+
+The user writes the objective for ONE point in ``jax.numpy``; every solver advances a batch
+of walkers in lockstep with one jitted step, on the CPU or on GPUs.
+
+>>> import multiwalk as mw
+>>> problem = mw.Problem(objective=f, lower=lo, upper=hi)
+>>> result = mw.solve(problem, mw.ReplicaExchange(nbeta=32, nseq=14), seed=0)
+"""
+
+from .problem import Problem
+from .result import Result, Status
+from .solve import solve
+from .solvers.base import Phase, Solver
+from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Problem",
+    "Result",
+    "Status",
+    "solve",
+    "Solver",
+    "Phase",
+    "ReplicaExchange",
+    "ReplicaExchangeResult",
+    "__version__",
+]

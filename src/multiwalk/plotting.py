@@ -1,0 +1,55 @@
+"""Matplotlib figures from results.  Imported lazily, so matplotlib loads only when plotting."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .solvers.replica_exchange import ReplicaExchangeResult
+
+
+def plot_replica_exchange(result: ReplicaExchangeResult, path: str | None = None, bins: int = 50):
+    """Marginal histogram of every free parameter (coldest chains) and the chi2 trace.
+
+    Returns the matplotlib Figure; writes it to ``path`` when given (format from the suffix).
+    """
+    import matplotlib
+
+    if path is not None:
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    free = list(result.free_index)
+    n_panels = len(free) + 1
+    ncols = min(n_panels, 3)
+    nrows = int(np.ceil(n_panels / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows), squeeze=False)
+    axes = axes.ravel()
+    flat = result.flat_samples
+    for ax, i in zip(axes, free):
+        ax.hist(flat[:, i], bins=bins, range=(result.lower[i], result.upper[i]), color="tab:blue")
+        ax.axvline(result.x[i], color="tab:red", ls="--", lw=1, label="best")
+        ax.set_xlabel(result.names[i])
+        ax.set_ylabel("samples")
+        ax.grid(alpha=0.3)
+    ax = axes[len(free)]
+    if result.chi2.size:
+        it = np.arange(result.chi2.shape[0])
+        ax.plot(it, np.min(result.chi2, axis=1), lw=1, label="min over sequences")
+        ax.plot(it, np.median(result.chi2, axis=1), lw=1, label="median")
+        if np.all(result.chi2 > 0):
+            ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("sampling iteration")
+    ax.set_ylabel("chi2 (coldest chains)")
+    ax.grid(alpha=0.3)
+    for extra in axes[n_panels:]:
+        extra.set_visible(False)
+    fig.suptitle(f"ReplicaExchange: best chi2 = {result.fun:.4g}")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return fig

@@ -1,0 +1,383 @@
+"""`Problem`: what to minimise or sample, for ONE point, plus its box, fixed and periodic parts.
+
+Two ways to state a problem:
+
+* ``Problem(objective=f, ...)`` with ``f(x, args) -> scalar`` (or ``f(x)``): the value is
+  treated as chi2, so samplers target ``exp(-beta * f / 2)``.
+* ``Problem(model=g, data=y, sigma=s, ...)`` with ``g(x, args) -> array like y``:
+  ``chi2 = sum(|(g(x) - y) / s|^2)``, residuals marked in ``angular_data`` wrapped to [-pi, pi).
+
+Everything is validated here, at construction, before anything is compiled.  Solvers see the
+problem through a few pure functions on the *free* parameters (the ones not in ``fixed``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Problem"]
+
+
+def _float_dtype() -> np.dtype:
+    """The floating dtype JAX computes in: float64 with ``jax_enable_x64``, else float32."""
+    return np.dtype(jnp.result_type(float))
+
+
+def _as_vector(name: str, value: Any, n: int | None) -> np.ndarray:
+    """A 1-D float vector, broadcast from a scalar when ``n`` is known."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a number or a sequence of numbers, got {value!r}") from err
+    if arr.ndim == 0:
+        if n is None:
+            raise ValueError(
+                f"{name}={value!r} is a scalar but the number of parameters is unknown: "
+                "give it as a vector, or pass x0 or names so the dimension is known"
+            )
+        arr = np.full(n, float(arr))
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one entry per parameter), got shape {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise ValueError(
+            f"{name} has {arr.shape[0]} entries but the problem has {n} parameters "
+            f"(from the other arguments); give one entry per parameter"
+        )
+    return arr
+
+
+def _accepts_args(fn: Callable) -> bool:
+    """Whether ``fn`` takes a second positional argument (``args``)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True
+    positional = [
+        p
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
+
+
+class Problem:
+    """A problem for ONE point ``x`` of ``n`` parameters; solvers batch it over walkers.
+
+    Parameters
+    ----------
+    objective : ``f(x, args) -> scalar`` (or ``f(x)``), in ``jax.numpy``; treated as chi2.
+    model, data, sigma : ``g(x, args) -> array`` of ``data``'s shape; chi2 is
+        ``sum(|(g - data) / sigma|^2)``.  ``sigma`` (default 1) is a scalar or an array
+        broadcastable to ``data``; complex data and models are allowed.
+    lower, upper : the box (the uniform prior of the samplers), shape ``(n,)`` or scalars.
+    x0 : a starting point, shape ``(n,)`` (used by local solvers).
+    fixed : ``{index or name: value}`` parameters held constant and not sampled.
+    periodic : indices or names (or a boolean mask) of parameters wrapped into
+        ``[lower, upper)`` instead of rejected when a step leaves the box (angles).
+    angular_data : boolean mask of ``data``'s shape; those residuals are wrapped to
+        [-pi, pi) before squaring (phases, closure phases).
+    args : any pytree passed to the function as its second argument.
+    names : one name per parameter, for results, plots and ``fixed`` / ``periodic`` keys.
+    """
+
+    def __init__(
+        self,
+        objective: Callable | None = None,
+        *,
+        model: Callable | None = None,
+        data: Any = None,
+        sigma: Any = None,
+        lower: Any = None,
+        upper: Any = None,
+        x0: Any = None,
+        fixed: Mapping[int | str, float] | None = None,
+        periodic: Sequence[int | str] | np.ndarray | None = None,
+        angular_data: Any = None,
+        args: Any = None,
+        names: Sequence[str] | None = None,
+    ) -> None:
+        if (objective is None) == (model is None):
+            raise TypeError(
+                "Problem needs exactly one of objective=f (f(x, args) -> scalar) or "
+                "model=g with data=y (chi2 = sum(((g(x, args) - y) / sigma)^2)); "
+                f"got objective={'set' if objective is not None else 'None'}, "
+                f"model={'set' if model is not None else 'None'}"
+            )
+        fn = objective if objective is not None else model
+        if not callable(fn):
+            which = "objective" if objective is not None else "model"
+            raise TypeError(f"{which} must be a function of one point, got {fn!r}")
+        if objective is not None:
+            for arg_name, val in (("data", data), ("sigma", sigma), ("angular_data", angular_data)):
+                if val is not None:
+                    raise TypeError(
+                        f"{arg_name} is only used with model=...; with objective=f the value "
+                        f"of f is the chi2 itself. Drop {arg_name}, or pass model= instead"
+                    )
+        if model is not None and data is None:
+            raise TypeError("model=g needs data=y: the observations the model is fitted to")
+
+        self.dtype = _float_dtype()
+        self.args = args
+        self._user_fn = fn
+        self._takes_args = _accepts_args(fn)
+        self.is_model = model is not None
+
+        # --- the dimension n, from whatever gives it -----------------------------------
+        n = None
+        for source in (x0, lower, upper):
+            if source is not None and np.ndim(source) == 1:
+                n = len(source)
+                break
+        if n is None and names is not None:
+            n = len(names)
+        if n is None:
+            raise ValueError(
+                "the number of parameters is unknown: give lower/upper as vectors, x0, or names"
+            )
+        if n < 1:
+            raise ValueError(f"the problem must have at least one parameter, got n={n}")
+        self.n = int(n)
+
+        if names is not None:
+            names = [str(s) for s in names]
+            if len(names) != self.n:
+                raise ValueError(f"names has {len(names)} entries but the problem has {self.n} parameters")
+            if len(set(names)) != len(names):
+                raise ValueError(f"names must be distinct, got {names}")
+        self.names = list(names) if names is not None else [f"x{i}" for i in range(self.n)]
+
+        # --- bounds --------------------------------------------------------------------
+        self.lower = None if lower is None else _as_vector("lower", lower, self.n)
+        self.upper = None if upper is None else _as_vector("upper", upper, self.n)
+        if (self.lower is None) != (self.upper is None):
+            given = "lower" if self.lower is not None else "upper"
+            missing = "upper" if given == "lower" else "lower"
+            raise ValueError(f"{given} is given but {missing} is not: give both bounds or neither")
+        if self.lower is not None:
+            for i in range(self.n):
+                lo, hi = self.lower[i], self.upper[i]
+                if not (np.isfinite(lo) and np.isfinite(hi)):
+                    raise ValueError(
+                        f"bounds of parameter {i} ({self.names[i]}) must be finite, got "
+                        f"lower[{i}]={lo}, upper[{i}]={hi}: the samplers draw uniformly inside them"
+                    )
+                if lo >= hi:
+                    raise ValueError(
+                        f"lower[{i}]={lo} is not below upper[{i}]={hi} ({self.names[i]}): "
+                        "each lower bound must be strictly below its upper bound"
+                    )
+
+        self.x0 = None if x0 is None else _as_vector("x0", x0, self.n)
+        if self.x0 is not None and not np.all(np.isfinite(self.x0)):
+            bad = int(np.flatnonzero(~np.isfinite(self.x0))[0])
+            raise ValueError(f"x0[{bad}]={self.x0[bad]} is not finite")
+
+        # --- fixed parameters ----------------------------------------------------------
+        self.fixed: dict[int, float] = {}
+        for key, value in (fixed or {}).items():
+            i = self._index("fixed", key)
+            try:
+                v = float(value)
+            except (TypeError, ValueError) as err:
+                raise TypeError(f"fixed[{key!r}] must be a number, got {value!r}") from err
+            if not np.isfinite(v):
+                raise ValueError(f"fixed[{key!r}]={v} is not finite")
+            if self.lower is not None and not (self.lower[i] <= v <= self.upper[i]):
+                raise ValueError(
+                    f"fixed[{key!r}]={v} is outside its bounds [{self.lower[i]}, {self.upper[i]}]: "
+                    "move the value inside the box or widen the bounds"
+                )
+            self.fixed[i] = v
+        self.free_index = np.array([i for i in range(self.n) if i not in self.fixed], dtype=np.int64)
+        if self.free_index.size == 0:
+            raise ValueError("every parameter is fixed: leave at least one free to optimise")
+
+        # --- periodic parameters -------------------------------------------------------
+        mask = np.zeros(self.n, dtype=bool)
+        if periodic is not None:
+            per = np.asarray(periodic)
+            if per.dtype == bool:
+                if per.shape != (self.n,):
+                    raise ValueError(f"periodic as a mask must have shape ({self.n},), got {per.shape}")
+                mask = per.copy()
+            else:
+                for key in list(periodic):
+                    mask[self._index("periodic", key)] = True
+        if mask.any() and self.lower is None:
+            raise ValueError("periodic parameters need lower and upper: the period is upper - lower")
+        self.periodic = mask
+
+        # --- data, sigma, angular residuals --------------------------------------------
+        self.data = None
+        self.sigma = None
+        self.angular_data = None
+        if self.is_model:
+            y = np.asarray(data)
+            if not (np.issubdtype(y.dtype, np.floating) or np.issubdtype(y.dtype, np.integer)
+                    or np.issubdtype(y.dtype, np.complexfloating)):
+                raise TypeError(f"data must be numeric, got dtype {y.dtype}")
+            if y.size == 0:
+                raise ValueError("data is empty: give at least one datum")
+            if not np.all(np.isfinite(y)):
+                bad = np.argwhere(~np.isfinite(y))[0]
+                raise ValueError(f"data{list(bad)} is not finite: remove or flag that datum")
+            s = np.ones(1) if sigma is None else np.asarray(sigma, dtype=np.float64)
+            try:
+                s = np.broadcast_to(s, y.shape)
+            except ValueError as err:
+                raise ValueError(
+                    f"sigma has shape {np.shape(sigma)} but data has shape {y.shape}: "
+                    "give one sigma per datum, or a scalar"
+                ) from err
+            if not np.all(np.isfinite(s) & (s > 0)):
+                bad = np.argwhere(~(np.isfinite(s) & (s > 0)))[0]
+                raise ValueError(
+                    f"sigma{list(bad)}={s[tuple(bad)]} must be positive and finite: "
+                    "sigma is the standard deviation of each datum"
+                )
+            complex_data = np.iscomplexobj(y)
+            self.data = y.astype(np.result_type(self.dtype, np.complex64) if complex_data else self.dtype)
+            self.sigma = np.array(s, dtype=self.dtype)
+            if angular_data is not None:
+                ang = np.asarray(angular_data)
+                if ang.dtype != bool:
+                    raise TypeError(f"angular_data must be a boolean mask, got dtype {ang.dtype}")
+                if ang.shape != y.shape:
+                    raise ValueError(
+                        f"angular_data has shape {ang.shape} but data has shape {y.shape}: "
+                        "give one True/False per datum"
+                    )
+                if complex_data and ang.any():
+                    raise ValueError("angular_data applies to real phases, not to complex data")
+                self.angular_data = ang
+
+        self._check_function()
+
+    # ------------------------------------------------------------------ helpers
+    def _index(self, what: str, key: int | str) -> int:
+        if isinstance(key, str):
+            if key not in self.names:
+                raise KeyError(f"{what} names parameter {key!r}, which is not in names={self.names}")
+            return self.names.index(key)
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            if not -self.n <= key < self.n:
+                raise IndexError(f"{what} index {key} is out of range for {self.n} parameters")
+            return int(key) % self.n
+        raise TypeError(f"{what} keys must be parameter indices or names, got {key!r}")
+
+    def _call(self, x: jax.Array) -> jax.Array:
+        return self._user_fn(x, self.args) if self._takes_args else self._user_fn(x)
+
+    def _probe_point(self) -> np.ndarray:
+        if self.x0 is not None:
+            x = self.x0.copy()
+        elif self.lower is not None:
+            x = 0.5 * (self.lower + self.upper)
+        else:
+            x = np.zeros(self.n)
+        for i, v in self.fixed.items():
+            x[i] = v
+        return x.astype(self.dtype)
+
+    def _check_function(self) -> None:
+        """Trace the function once (no compilation) to check what it returns."""
+        which = "model" if self.is_model else "objective"
+        probe = jax.ShapeDtypeStruct((self.n,), self.dtype)
+        try:
+            out = jax.eval_shape(self._call, probe)
+        except Exception as err:  # the user's function failed to trace: say which and why
+            raise TypeError(
+                f"calling {which}(x{', args' if self._takes_args else ''}) with x of shape "
+                f"({self.n},) failed: {type(err).__name__}: {err}. The function must take ONE "
+                "point and be written in jax.numpy (no numpy calls or Python branches on x)"
+            ) from err
+        if not hasattr(out, "shape"):
+            raise TypeError(f"{which} must return an array, got {type(out).__name__}")
+        if not (jnp.issubdtype(out.dtype, jnp.floating) or jnp.issubdtype(out.dtype, jnp.complexfloating)):
+            raise TypeError(f"{which} must return floating-point values, got dtype {out.dtype}")
+        if self.is_model:
+            if out.shape != self.data.shape:
+                raise ValueError(
+                    f"model returns shape {out.shape} but data has shape {self.data.shape}: "
+                    "the model must return one value per datum for ONE point"
+                )
+            if jnp.issubdtype(out.dtype, jnp.complexfloating) and self.angular_data is not None \
+                    and self.angular_data.any():
+                raise ValueError("angular_data applies to real phases, but the model returns complex values")
+        else:
+            if out.shape != ():
+                raise ValueError(
+                    f"objective returns shape {out.shape}, not a scalar: it must return one "
+                    "number for ONE point x of shape (n,) (use .sum() or model=/data= for vectors)"
+                )
+            if jnp.issubdtype(out.dtype, jnp.complexfloating):
+                raise TypeError("objective must return a real scalar, got a complex one")
+
+    # ------------------------------------------------------------------ pure functions for solvers
+    @property
+    def n_free(self) -> int:
+        """Number of free (not fixed) parameters."""
+        return int(self.free_index.size)
+
+    def expand(self, theta: jax.Array) -> jax.Array:
+        """Free parameters ``(..., n_free)`` -> full vectors ``(..., n)`` with fixed values filled in."""
+        theta = jnp.asarray(theta)
+        if not self.fixed:
+            return theta
+        full = jnp.broadcast_to(jnp.asarray(self._probe_point(), theta.dtype), theta.shape[:-1] + (self.n,))
+        return full.at[..., self.free_index].set(theta)
+
+    def chi2_full(self, x: jax.Array) -> jax.Array:
+        """chi2 of ONE full point ``x`` of shape ``(n,)``; a real scalar."""
+        out = self._call(x)
+        if not self.is_model:
+            return jnp.asarray(out).astype(self.dtype)
+        resid = out - self.data
+        if self.angular_data is not None:
+            wrapped = jnp.mod(resid + jnp.pi, 2 * jnp.pi) - jnp.pi
+            resid = jnp.where(self.angular_data, wrapped, resid)
+        r = resid / self.sigma
+        return jnp.sum(jnp.real(r * jnp.conj(r))).astype(self.dtype)
+
+    def chi2_free(self, theta: jax.Array) -> jax.Array:
+        """chi2 of ONE point given by its free parameters ``(n_free,)``."""
+        return self.chi2_full(self.expand(theta))
+
+    def free_bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(lower, upper, periodic)`` of the free parameters; raises if there is no box."""
+        if self.lower is None:
+            raise ValueError("this solver needs a box: pass lower= and upper= to Problem")
+        idx = self.free_index
+        return self.lower[idx], self.upper[idx], self.periodic[idx]
+
+    # ------------------------------------------------------------------ batch evaluation
+    def _points(self, X: Any) -> jax.Array:
+        X = jnp.asarray(X, dtype=self.dtype)
+        if X.ndim == 1:
+            X = X[None, :]
+        if X.ndim != 2 or X.shape[1] != self.n:
+            raise ValueError(f"X must have shape (m, {self.n}) (one full parameter set a row), got {X.shape}")
+        return X
+
+    def evaluate(self, X: Any) -> np.ndarray:
+        """Model outputs (or objective values) for many parameter sets ``X`` of shape ``(m, n)``.
+
+        Returns ``(m, *data.shape)`` for a model, ``(m,)`` for an objective (the seed's calcmodel).
+        """
+        return np.asarray(jax.jit(jax.vmap(self._call))(self._points(X)))
+
+    def chi2(self, X: Any) -> np.ndarray:
+        """chi2 for many full parameter sets ``X`` of shape ``(m, n)`` -> ``(m,)`` (calcmodchi2)."""
+        return np.asarray(jax.jit(jax.vmap(self.chi2_full))(self._points(X)))
+
+    def __repr__(self) -> str:
+        kind = "model" if self.is_model else "objective"
+        box = "" if self.lower is None else ", with box"
+        return f"Problem({kind}, n={self.n}, free={self.n_free}{box})"

@@ -1,0 +1,285 @@
+"""The one driver: ``solve(problem, solver)`` runs every solver.
+
+It compiles one loop per phase (``lax.while_loop`` over ``solver.step`` with a dynamic trip
+count, so chunks of any length reuse the same executable), then calls it in chunks of about
+``chunk_seconds`` of work.  Between chunks it updates the progress bar, writes the checkpoint,
+and checks the clock; Ctrl-C or the time limit end the run with the last finished chunk's
+state, so nothing computed is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .problem import Problem
+from .result import Result, Status
+from .solvers.base import Solver
+
+__all__ = ["solve"]
+
+CHECKPOINT_VERSION = 1
+
+
+def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every) -> None:
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a multiwalk.Problem, got {type(problem).__name__}")
+    if not isinstance(solver, Solver):
+        raise TypeError(
+            f"solver must be a multiwalk solver such as mw.ReplicaExchange(...), got {type(solver).__name__}"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
+        raise ValueError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
+    if not (isinstance(chunk_seconds, (int, float)) and chunk_seconds > 0):
+        raise ValueError(f"chunk_seconds must be a positive number, got {chunk_seconds!r}")
+    if not (isinstance(checkpoint_every, (int, float)) and checkpoint_every >= 0):
+        raise ValueError(f"checkpoint_every must be a non-negative number of seconds, got {checkpoint_every!r}")
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def _write_checkpoint(path: Path, state: Any, meta: dict[str, Any]) -> None:
+    """Write the state atomically: a crash while writing leaves the previous file intact."""
+    leaves = jax.tree_util.tree_leaves(state)
+    arrays = {f"leaf_{i:04d}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
+    os.replace(tmp, path)
+
+
+def _read_checkpoint(path: Path) -> tuple[dict[str, Any], list[np.ndarray]]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            meta = json.loads(str(npz["__meta__"]))
+            leaves = [npz[f"leaf_{i:04d}"] for i in range(meta["n_leaves"])]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"resume={str(path)!r}: no such checkpoint file") from None
+    except (KeyError, ValueError, OSError) as err:
+        raise ValueError(f"resume={str(path)!r} is not a multiwalk checkpoint: {err}") from err
+    return meta, leaves
+
+
+def _restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: list[np.ndarray], path: Path) -> Any:
+    """Put the checkpoint's arrays into a state shaped for ``solver``.
+
+    Buffers that grew because a resumable option grew (``niter``) keep their saved prefix.
+    """
+    if meta.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"{path}: checkpoint version {meta.get('version')} is not {CHECKPOINT_VERSION}")
+    if meta["solver"] != type(solver).__name__:
+        raise ValueError(f"{path} holds a {meta['solver']} run, not a {type(solver).__name__} run")
+    now = solver.options()
+    for name, saved in meta["options"].items():
+        if name in solver.resumable_options:
+            if now[name] < saved:
+                raise ValueError(f"{path}: {name}={now[name]} is below the checkpoint's {name}={saved}; it may only grow")
+            continue
+        if now.get(name) != saved:
+            raise ValueError(
+                f"{path} was written with {name}={saved!r} but the solver now has {name}={now.get(name)!r}: "
+                f"resume with the same options (only {', '.join(solver.resumable_options) or 'none'} may change)"
+            )
+    fresh_leaves, treedef = jax.tree_util.tree_flatten(fresh_state)
+    if len(fresh_leaves) != len(leaves):
+        raise ValueError(f"{path}: the checkpoint does not match this problem and solver")
+    out = []
+    for new, old in zip(fresh_leaves, leaves):
+        new = np.asarray(new)
+        if new.shape == old.shape:
+            out.append(jnp.asarray(old, dtype=new.dtype))
+        elif new.shape[1:] == old.shape[1:] and new.shape[0] >= old.shape[0]:
+            grown = new.copy()
+            grown[: old.shape[0]] = old
+            out.append(jnp.asarray(grown))
+        else:
+            raise ValueError(
+                f"{path}: saved array of shape {old.shape} does not fit the state's {new.shape}; "
+                "was it written for another problem?"
+            )
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+# ---------------------------------------------------------------------------- progress
+class _Progress:
+    """A tqdm bar over all iterations of all phases; silent when disabled."""
+
+    def __init__(self, enabled: bool, total: int, initial: int) -> None:
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit="it", dynamic_ncols=True, leave=True)
+
+    def update(self, n: int, phase: str, info: dict[str, float]) -> None:
+        if self.bar is None:
+            return
+        self.bar.set_description(phase)
+        self.bar.set_postfix({k: f"{v:.4g}" for k, v in info.items()}, refresh=False)
+        self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# ---------------------------------------------------------------------------- the driver
+def solve(
+    problem: Problem,
+    solver: Solver,
+    *,
+    seed: int = 0,
+    progress: bool | None = None,
+    time_limit: float | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    resume: str | os.PathLike | None = None,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    chunk_seconds: float = 1.0,
+    checkpoint_every: float = 0.0,
+) -> Result:
+    """Run ``solver`` on ``problem`` and return its result.
+
+    Parameters
+    ----------
+    seed : the random seed; the same seed gives the same result.
+    progress : show a progress bar (phase, iteration, best value, ...); ``None`` shows one
+        when standard error is a terminal.
+    time_limit : seconds of run time (compilation not counted); at the limit the run stops
+        after the current chunk with ``status=Status.TIME_LIMIT`` and a partial result.
+    checkpoint : path of a file the state is written to after each chunk (at most every
+        ``checkpoint_every`` seconds) and at the end, interrupted or not.
+    resume : path of a checkpoint to continue from.  Options must match those of the saved
+        run, except the ones in ``solver.resumable_options`` (e.g. ``niter``), which may grow.
+    callback : called after each chunk with a dict (phase, iteration, elapsed, summary);
+        raising KeyboardInterrupt from it stops the run like Ctrl-C.
+    chunk_seconds : target wall time of one jitted chunk (progress and clock granularity).
+
+    Ctrl-C (KeyboardInterrupt) stops the run cleanly: the result holds everything computed up
+    to the last finished chunk and has ``status=Status.INTERRUPTED``.
+    """
+    _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every)
+    solver.check(problem)
+    phases = solver.phases(problem)
+    checkpoint_path = Path(checkpoint) if checkpoint is not None else None
+    if checkpoint_path is not None and not checkpoint_path.parent.exists():
+        raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: folder {str(checkpoint_path.parent)!r} does not exist")
+
+    key = jax.random.PRNGKey(int(seed))
+    state = jax.jit(lambda k: solver.init(problem, k))(key)
+    done = [0] * len(phases)
+    phase_index = 0
+    if resume is not None:
+        resume_path = Path(resume)
+        meta, leaves = _read_checkpoint(resume_path)
+        if meta["seed"] != int(seed):
+            raise ValueError(f"{resume_path} was written with seed={meta['seed']}, not seed={seed}")
+        state = _restore(solver, state, meta, leaves, resume_path)
+        done = list(meta["done"]) + [0] * (len(phases) - len(meta["done"]))
+        phase_index = int(meta["phase_index"])
+        # A run that finished its last phase and is resumed with a longer one goes on there.
+        if phase_index >= len(phases):
+            phase_index = len(phases) - 1
+
+    def meta_now() -> dict[str, Any]:
+        return {
+            "version": CHECKPOINT_VERSION,
+            "solver": type(solver).__name__,
+            "options": solver.options(),
+            "seed": int(seed),
+            "done": done,
+            "phase_index": phase_index,
+            "n_leaves": len(jax.tree_util.tree_leaves(state)),
+        }
+
+    summary_fn = jax.jit(lambda s: solver.summary(problem, s))
+    show = sys.stderr.isatty() if progress is None else bool(progress)
+    bar = _Progress(show, sum(p.length for p in phases), sum(done))
+    stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0}
+    status = Status.SUCCESS
+    t_run = 0.0  # seconds spent running chunks (compilation excluded)
+    last_checkpoint = time.perf_counter()
+
+    try:
+        while phase_index < len(phases):
+            phase = phases[phase_index]
+            remaining = phase.length - done[phase_index]
+            if remaining <= 0:
+                phase_index += 1
+                continue
+
+            def run_chunk(st: Any, n: jax.Array, _p: int = phase_index) -> tuple[Any, jax.Array]:
+                def cond(carry):
+                    i, s = carry
+                    return (i < n) & ~solver.done(problem, s, _p)
+
+                def body(carry):
+                    i, s = carry
+                    return i + 1, solver.step(problem, s, _p)
+
+                n_run, st = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), st))
+                return st, n_run
+
+            t0 = time.perf_counter()
+            compiled = jax.jit(run_chunk).lower(state, jnp.asarray(1, jnp.int32)).compile()
+            stats["compile_seconds"] += time.perf_counter() - t0
+
+            n_next = 1  # the first chunk of a phase is one iteration: it times a step
+            converged = False
+            while remaining > 0 and not converged:
+                if time_limit is not None:
+                    left = time_limit - t_run
+                    if left <= 0:
+                        status = Status.TIME_LIMIT
+                        break
+                n = int(min(n_next, remaining))
+                t0 = time.perf_counter()
+                new_state, n_run = compiled(state, jnp.asarray(n, jnp.int32))
+                jax.block_until_ready(new_state)
+                dt = time.perf_counter() - t0
+                n_run = int(n_run)
+                state = new_state
+                t_run += dt
+                done[phase_index] += n_run
+                remaining -= n_run
+                stats["chunks"] += 1
+                converged = n_run < n
+                info = {k: float(v) for k, v in summary_fn(state).items()}
+                bar.update(n_run, phase.name, info)
+                if checkpoint_path is not None and time.perf_counter() - last_checkpoint >= checkpoint_every:
+                    _write_checkpoint(checkpoint_path, state, meta_now())
+                    last_checkpoint = time.perf_counter()
+                if callback is not None:
+                    callback({"phase": phase.name, "done": list(done), "elapsed": t_run, **info})
+                # Next chunk: about chunk_seconds of work, and not past the time limit.
+                per_step = max(dt / max(n_run, 1), 1e-9)
+                target = chunk_seconds
+                if time_limit is not None:
+                    target = min(target, max(time_limit - t_run, 0.0))
+                n_next = max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30))
+                if time_limit is not None and t_run + per_step > time_limit:
+                    status = Status.TIME_LIMIT
+                    break
+            if status != Status.SUCCESS:
+                break
+            phase_index += 1
+    except KeyboardInterrupt:
+        status = Status.INTERRUPTED
+    finally:
+        bar.close()
+
+    stats["run_seconds"] = t_run
+    stats["iterations"] = {p.name: d for p, d in zip(phases, done)}
+    if checkpoint_path is not None:
+        _write_checkpoint(checkpoint_path, state, meta_now())
+    return solver.result(problem, state, list(done), status, stats)
+

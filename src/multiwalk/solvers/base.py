@@ -1,0 +1,74 @@
+"""The contract between a solver and the one driver, :func:`multiwalk.solve`.
+
+A solver is a small immutable object whose fields define the algorithm.  It works on a state
+pytree (a NamedTuple of arrays) with pure functions; the driver owns the loop, the clock,
+progress, checkpoints and Ctrl-C.  A run is a list of *phases* (burn-in, sampling, ...), each a
+bounded number of iterations of ``step``; ``done`` may end a phase early (convergence).
+
+Randomness: ``init`` gets one key; ``step`` derives its keys from that key and the global
+iteration counter kept in the state, so the results do not depend on how the driver chunks
+the loop, on a checkpoint/resume in between, or on the number of devices.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+
+from ..problem import Problem
+from ..result import Result, Status
+
+
+class Phase(NamedTuple):
+    """One stretch of iterations with the same ``step`` code: a name and a length."""
+
+    name: str
+    length: int
+
+
+class Solver(abc.ABC):
+    """Base class: subclasses are frozen dataclasses and implement the methods below."""
+
+    #: option names whose value may differ when resuming a checkpoint (they only lengthen
+    #: the last phase, e.g. ``niter`` of a sampler).
+    resumable_options: tuple[str, ...] = ()
+
+    def check(self, problem: Problem) -> None:
+        """Raise ValueError/TypeError if this solver cannot run ``problem`` (before compiling)."""
+
+    @abc.abstractmethod
+    def phases(self, problem: Problem) -> list[Phase]:
+        """The phases of a run, in order."""
+
+    @abc.abstractmethod
+    def init(self, problem: Problem, key: jax.Array) -> Any:
+        """The initial state pytree."""
+
+    @abc.abstractmethod
+    def step(self, problem: Problem, state: Any, phase: int) -> Any:
+        """One iteration of phase ``phase`` (static); returns the new state."""
+
+    def done(self, problem: Problem, state: Any, phase: int) -> jax.Array:
+        """Whether the phase has converged and can stop early (a traced bool)."""
+        return jax.numpy.asarray(False)
+
+    def summary(self, problem: Problem, state: Any) -> dict[str, jax.Array]:
+        """A few scalars for the progress bar (best value, acceptance, ...)."""
+        return {}
+
+    @abc.abstractmethod
+    def result(
+        self, problem: Problem, state: Any, done: list[int], status: Status, stats: dict[str, Any]
+    ) -> Result:
+        """Build the result from the final state; ``done[i]`` iterations of phase i were run."""
+
+    def options(self) -> dict[str, Any]:
+        """The fields that define the algorithm, as plain Python values (for saving)."""
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            out[f.name] = v.tolist() if hasattr(v, "tolist") else v
+        return out

@@ -1,0 +1,453 @@
+"""Metropolis-Hastings MCMC with replica exchange: the cuda_mcmc algorithm (Benkevitch & Akiyama).
+
+``nseq`` independent sequences, each of ``nbeta`` chains at inverse temperatures
+``beta_i = beta1 * (betan / beta1) ** (i / (nbeta - 1))``, all advanced in lockstep.  One
+iteration, for every chain at once:
+
+1. ``n_free`` times: pick a free parameter uniformly at random, add a Gaussian step of that
+   parameter's current width, wrap it if periodic, reject it if it leaves the box, else accept
+   it with probability ``min(1, exp(-beta/2 * (chi2_new - chi2_old)))``.  A NaN or inf chi2 is
+   a rejection (and is counted).  During burn-in each trial updates that parameter's step:
+   divided by 1.01 when the acceptance over its last ``nadj`` trials is below 30 %, else
+   multiplied by 1.01 (the rule of cuda_mcmc's code).
+2. ``nbeta`` exchange attempts per sequence between random adjacent temperatures ``k, k+1``,
+   accepted with probability ``min(1, exp(-1/2 (beta_{k+1} - beta_k)(chi2_k - chi2_{k+1})))``.
+3. In the sampling phase, the coldest chain of each sequence is recorded.
+
+Arrays in the state are laid out ``(nseq, nbeta, ...)``; results use the seed's layouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..problem import Problem
+from ..result import Result, Status
+from .base import Phase, Solver
+
+__all__ = ["ReplicaExchange", "ReplicaExchangeResult"]
+
+_ADAPT_TARGET = 0.30  # acceptance below which a step shrinks (cuda_mcmc's adjust_steps)
+_ADAPT_FACTOR = 1.01
+_INIT_STREAM = 0x7FFFFFFF  # key stream of the start points; iterations use 0, 1, 2, ...
+
+
+class ReplicaExchangeState(NamedTuple):
+    key: jax.Array  # (2,) uint32, the run's key; each iteration folds in `iteration`
+    iteration: jax.Array  # () int32, iterations done, burn-in included
+    x: jax.Array  # (nseq, nbeta, n_free) current points
+    chi2: jax.Array  # (nseq, nbeta)
+    step: jax.Array  # (nseq, nbeta, n_free) proposal widths, stay with the temperature
+    label: jax.Array  # (nseq, nbeta) int32 replica that sits at each temperature (seed's tcur)
+    n_count: jax.Array  # (nseq, nbeta, n_free) int32 burn-in trials per parameter
+    history: jax.Array  # (nseq, nbeta, n_free, nadj) int8 accept (1) / reject (0), ring buffer
+    history_sum: jax.Array  # (nseq, nbeta, n_free) int32 sum of `history` over its last axis
+    n_trials: jax.Array  # (nseq, nbeta, n_free) int32 sampling-phase trials per parameter
+    n_accepted: jax.Array  # (nseq, nbeta, n_free) int32 sampling-phase acceptances
+    n_swap_tries: jax.Array  # (nseq, max(nbeta-1,1)) int32 sampling-phase exchange attempts per pair
+    n_swaps: jax.Array  # (nseq, max(nbeta-1,1)) int32 accepted exchanges per pair
+    n_nonfinite: jax.Array  # (nseq, nbeta) int32 in-box proposals whose chi2 was NaN or inf
+    best_x: jax.Array  # (nseq, n_free) best point seen in each sequence (any temperature)
+    best_chi2: jax.Array  # (nseq,)
+    samples: jax.Array  # (niter, nseq, n_free) coldest chain after each sampling iteration
+    samples_chi2: jax.Array  # (niter, nseq)
+
+
+def _take(a: jax.Array, idx: jax.Array) -> jax.Array:
+    """``a[s, b, idx[s, b]]`` for ``a`` of shape (nseq, nbeta, m) and ``idx`` (nseq, nbeta)."""
+    return jnp.take_along_axis(a, idx[..., None], axis=-1)[..., 0]
+
+
+@dataclass(frozen=True)
+class ReplicaExchange(Solver):
+    """Replica-exchange Metropolis-Hastings MCMC (cuda_mcmc's MCMC-RE), all chains in parallel.
+
+    Parameters
+    ----------
+    nbeta : temperatures per sequence (the seed's threads per block).
+    nseq : independent sequences (the seed's blocks); chains = nbeta * nseq.
+    nburn : burn-in iterations, during which the steps adapt; nothing is recorded.
+    niter : sampling iterations; each records the coldest chain of every sequence.
+    beta1, betan : the coldest and the hottest inverse temperature (geometric ladder).
+    betas : an explicit ladder of nbeta decreasing values in (0, 1] instead of beta1..betan.
+    nadj : number of latest trials of a parameter whose acceptance rate steers its step.
+    step0 : initial step width as a fraction of (upper - lower); the seed uses 1/50.
+    exchange_unroll : how many of the nbeta sequential exchange attempts are unrolled in the
+        compiled loop (a speed/compile-time trade-off; results do not depend on it).
+    """
+
+    nbeta: int = 32
+    nseq: int = 14
+    nburn: int = 300
+    niter: int = 500
+    beta1: float = 1.0
+    betan: float = 1e-4
+    betas: tuple[float, ...] | None = None
+    nadj: int = 100
+    step0: float = field(default=1.0 / 50.0)
+    exchange_unroll: int = 1
+
+    resumable_options = ("niter",)
+
+    def __post_init__(self) -> None:
+        for name in ("nbeta", "nseq", "nadj"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("nburn", "niter"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+        if self.betas is not None:
+            b = np.asarray(self.betas, dtype=np.float64)
+            if b.ndim != 1 or b.size != self.nbeta:
+                raise ValueError(f"betas must have nbeta={self.nbeta} values, got shape {b.shape}")
+            if not np.all((b > 0) & (b <= 1) & np.isfinite(b)):
+                raise ValueError(f"betas must lie in (0, 1], got {b.tolist()}")
+            if np.any(np.diff(b) >= 0):
+                raise ValueError(f"betas must be strictly decreasing (coldest first), got {b.tolist()}")
+            object.__setattr__(self, "betas", tuple(float(v) for v in b))
+        else:
+            if not (0 < self.beta1 <= 1):
+                raise ValueError(f"beta1 must lie in (0, 1], got {self.beta1!r}")
+            if not (0 < self.betan <= self.beta1):
+                raise ValueError(f"betan must lie in (0, beta1={self.beta1}], got {self.betan!r}")
+        if isinstance(self.exchange_unroll, bool) or not isinstance(self.exchange_unroll, int) \
+                or self.exchange_unroll < 1:
+            raise ValueError(f"exchange_unroll must be a positive integer, got {self.exchange_unroll!r}")
+        if not (0 < self.step0 <= 1):
+            raise ValueError(f"step0 must be a fraction of the box in (0, 1], got {self.step0!r}")
+
+    # ----------------------------------------------------------------- set-up
+    def ladder(self) -> np.ndarray:
+        """The inverse temperatures, coldest first, shape (nbeta,)."""
+        if self.betas is not None:
+            return np.asarray(self.betas)
+        if self.nbeta == 1:
+            return np.array([self.beta1])
+        i = np.arange(self.nbeta)
+        return self.beta1 * (self.betan / self.beta1) ** (i / (self.nbeta - 1))
+
+    def check(self, problem: Problem) -> None:
+        if problem.lower is None:
+            raise ValueError(
+                "ReplicaExchange needs a box: pass lower= and upper= to Problem "
+                "(they are the uniform prior the chains start in and never leave)"
+            )
+
+    def phases(self, problem: Problem) -> list[Phase]:
+        return [Phase("burn-in", self.nburn), Phase("sampling", self.niter)]
+
+    def init(self, problem: Problem, key: jax.Array) -> ReplicaExchangeState:
+        lo, hi, _ = problem.free_bounds()
+        dt = problem.dtype
+        nf, ns, nb = problem.n_free, self.nseq, self.nbeta
+        lo_j, hi_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt)
+        u = jax.random.uniform(jax.random.fold_in(key, _INIT_STREAM), (ns, nb, nf), dtype=dt)
+        x = lo_j + (hi_j - lo_j) * u
+        chi2 = self._chi2(problem, x)
+        chi2 = jnp.where(jnp.isfinite(chi2), chi2, jnp.inf)
+        i32 = jnp.int32
+        best = jnp.argmin(chi2, axis=1)
+        return ReplicaExchangeState(
+            key=key,
+            iteration=jnp.asarray(0, i32),
+            x=x,
+            chi2=chi2,
+            step=jnp.broadcast_to(jnp.asarray((hi - lo) * self.step0, dt), (ns, nb, nf)),
+            label=jnp.broadcast_to(jnp.arange(nb, dtype=i32), (ns, nb)),
+            n_count=jnp.zeros((ns, nb, nf), i32),
+            history=jnp.zeros((ns, nb, nf, self.nadj), jnp.int8),
+            history_sum=jnp.zeros((ns, nb, nf), i32),
+            n_trials=jnp.zeros((ns, nb, nf), i32),
+            n_accepted=jnp.zeros((ns, nb, nf), i32),
+            n_swap_tries=jnp.zeros((ns, max(nb - 1, 1)), i32),
+            n_swaps=jnp.zeros((ns, max(nb - 1, 1)), i32),
+            n_nonfinite=jnp.zeros((ns, nb), i32),
+            best_x=jnp.take_along_axis(x, best[:, None, None], axis=1)[:, 0],
+            best_chi2=jnp.min(chi2, axis=1),
+            samples=jnp.zeros((self.niter, ns, nf), dt),
+            samples_chi2=jnp.zeros((self.niter, ns), dt),
+        )
+
+    @staticmethod
+    def _chi2(problem: Problem, x: jax.Array) -> jax.Array:
+        """chi2 of points ``(nseq, nbeta, n_free)`` -> ``(nseq, nbeta)``."""
+        flat = x.reshape(-1, x.shape[-1])
+        return jax.vmap(problem.chi2_free)(flat).reshape(x.shape[:-1])
+
+    # ----------------------------------------------------------------- one iteration
+    def step(self, problem: Problem, state: ReplicaExchangeState, phase: int) -> ReplicaExchangeState:
+        burn = phase == 0
+        lo, hi, per = problem.free_bounds()
+        dt = problem.dtype
+        nf, ns, nb = problem.n_free, self.nseq, self.nbeta
+        lo_j, hi_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt)
+        width = hi_j - lo_j
+        beta = jnp.asarray(self.ladder(), dt)
+        key = jax.random.fold_in(state.key, state.iteration)
+        params = jnp.arange(nf)
+
+        def metropolis(s: int, st: ReplicaExchangeState) -> ReplicaExchangeState:
+            k_choice, k_step, k_accept = jax.random.split(jax.random.fold_in(key, s), 3)
+            j = jax.random.randint(k_choice, (ns, nb), 0, nf)
+            onehot = params == j[..., None]  # (ns, nb, nf)
+            proposal = _take(st.x, j) + _take(st.step, j) * jax.random.normal(k_step, (ns, nb), dt)
+            lo_s, hi_s = lo_j[j], hi_j[j]
+            if per.any():
+                wrapped = lo_s + jnp.mod(proposal - lo_s, width[j])
+                proposal = jnp.where(jnp.asarray(per)[j], wrapped, proposal)
+            inside = (proposal >= lo_s) & (proposal <= hi_s)
+            x_new = jnp.where(onehot, proposal[..., None], st.x)
+            chi2_new = self._chi2(problem, x_new)
+            finite = jnp.isfinite(chi2_new)
+            log_u = jnp.log(jax.random.uniform(k_accept, (ns, nb), dt))
+            accept = inside & finite & (log_u <= -0.5 * beta * (chi2_new - st.chi2))
+            acc_i = accept.astype(jnp.int32)
+            st = st._replace(
+                x=jnp.where(accept[..., None], x_new, st.x),
+                chi2=jnp.where(accept, chi2_new, st.chi2),
+                n_nonfinite=st.n_nonfinite + (inside & ~finite),
+            )
+            if burn:
+                # Ring buffer of the chosen parameter's last nadj outcomes -> its step width.
+                count = _take(st.n_count, j)
+                flat_idx = j * self.nadj + count % self.nadj
+                hist = st.history.reshape(ns, nb, nf * self.nadj)
+                old = _take(hist, flat_idx).astype(jnp.int32)
+                hist = jnp.put_along_axis(
+                    hist, flat_idx[..., None], accept[..., None].astype(jnp.int8), axis=-1, inplace=False
+                )
+                hsum = st.history_sum + onehot * (acc_i - old)[..., None]
+                rate = _take(hsum, j) / jnp.minimum(self.nadj, count + 1)
+                factor = jnp.where(rate < _ADAPT_TARGET, 1.0 / _ADAPT_FACTOR, _ADAPT_FACTOR).astype(dt)
+                st = st._replace(
+                    step=jnp.where(onehot, st.step * factor[..., None], st.step),
+                    n_count=st.n_count + onehot,
+                    history=hist.reshape(ns, nb, nf, self.nadj),
+                    history_sum=hsum,
+                )
+            else:
+                st = st._replace(
+                    n_trials=st.n_trials + onehot,
+                    n_accepted=st.n_accepted + onehot * acc_i[..., None],
+                )
+            return st
+
+        state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=min(nf, 8))
+        if nb > 1:
+            state = self._exchange(state, jax.random.fold_in(key, nf), beta, record=not burn)
+
+        # Best point seen so far in each sequence.
+        ib = jnp.argmin(state.chi2, axis=1)
+        cand = jnp.min(state.chi2, axis=1)
+        better = cand < state.best_chi2
+        cand_x = jnp.take_along_axis(state.x, ib[:, None, None], axis=1)[:, 0]
+        state = state._replace(
+            best_x=jnp.where(better[:, None], cand_x, state.best_x),
+            best_chi2=jnp.where(better, cand, state.best_chi2),
+        )
+        if not burn:
+            row = state.iteration - self.nburn
+            state = state._replace(
+                samples=jax.lax.dynamic_update_index_in_dim(state.samples, state.x[:, 0, :], row, 0),
+                samples_chi2=jax.lax.dynamic_update_index_in_dim(state.samples_chi2, state.chi2[:, 0], row, 0),
+            )
+        return state._replace(iteration=state.iteration + 1)
+
+    def _exchange(
+        self, state: ReplicaExchangeState, key: jax.Array, beta: jax.Array, record: bool
+    ) -> ReplicaExchangeState:
+        """nbeta sequential swap attempts per sequence, on a permutation; the points move once."""
+        ns, nb = self.nseq, self.nbeta
+        k_pair, k_u = jax.random.split(key)
+        pairs = jax.random.randint(k_pair, (nb, ns, 1), 0, nb - 1)
+        log_u = jnp.log(jax.random.uniform(k_u, (nb, ns, 1), state.chi2.dtype))
+        cols = jnp.arange(nb)
+        pair_cols = jnp.arange(nb - 1)
+
+        def attempt(a: int, carry: tuple) -> tuple:
+            # Each attempt depends on the previous one, so they run in a loop, vectorised
+            # over sequences; only the chi2 values and a permutation move here.
+            chi2, perm, tries, swaps = carry
+            k = pairs[a]
+            c_k = jnp.take_along_axis(chi2, k, axis=1)
+            c_k1 = jnp.take_along_axis(chi2, k + 1, axis=1)
+            swap = log_u[a] <= -0.5 * (beta[k + 1] - beta[k]) * (c_k - c_k1)  # NaN never swaps
+            at_k = (cols == k) & swap
+            at_k1 = (cols == k + 1) & swap
+            chi2 = jnp.where(at_k, c_k1, jnp.where(at_k1, c_k, chi2))
+            p_k = jnp.take_along_axis(perm, k, axis=1)
+            p_k1 = jnp.take_along_axis(perm, k + 1, axis=1)
+            perm = jnp.where(at_k, p_k1, jnp.where(at_k1, p_k, perm))
+            hit = pair_cols == k
+            return chi2, perm, tries + hit, swaps + (hit & swap)
+
+        init = (
+            state.chi2,
+            jnp.broadcast_to(cols, (ns, nb)),
+            jnp.zeros((ns, nb - 1), jnp.int32),
+            jnp.zeros((ns, nb - 1), jnp.int32),
+        )
+        chi2, perm, tries, swaps = jax.lax.fori_loop(0, nb, attempt, init, unroll=self.exchange_unroll)
+        state = state._replace(
+            x=jnp.take_along_axis(state.x, perm[..., None], axis=1),
+            chi2=chi2,
+            label=jnp.take_along_axis(state.label, perm, axis=1),
+        )
+        if record:
+            state = state._replace(n_swap_tries=state.n_swap_tries + tries, n_swaps=state.n_swaps + swaps)
+        return state
+
+    # ----------------------------------------------------------------- reporting
+    def summary(self, problem: Problem, state: ReplicaExchangeState) -> dict[str, jax.Array]:
+        trials = jnp.maximum(jnp.sum(state.n_trials), 1)
+        return {
+            "best": jnp.min(state.best_chi2),
+            "accept": jnp.sum(state.n_accepted) / trials,
+        }
+
+    def result(
+        self, problem: Problem, state: ReplicaExchangeState, done: list[int], status: Status, stats: dict[str, Any]
+    ) -> ReplicaExchangeResult:
+        st = jax.tree_util.tree_map(np.asarray, state)
+        n_rec = done[1]
+        samples_free = st.samples[:n_rec]
+        samples = np.asarray(problem.expand(samples_free)) if samples_free.size else np.zeros(
+            (0, self.nseq, problem.n), problem.dtype
+        )
+        i_best = int(np.argmin(st.best_chi2))
+        x_best = np.asarray(problem.expand(st.best_x[i_best]))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            acceptance = np.where(st.n_trials > 0, st.n_accepted / np.maximum(st.n_trials, 1), np.nan)
+            exch = np.where(st.n_swap_tries > 0, st.n_swaps / np.maximum(st.n_swap_tries, 1), np.nan)
+        stats = dict(stats)
+        stats["nonfinite"] = int(st.n_nonfinite.sum())
+        stats["chains"] = self.nseq * self.nbeta
+        stats["updates"] = int(sum(done)) * self.nseq * self.nbeta * problem.n_free
+        message = status.describe()
+        if status == Status.SUCCESS:
+            message = f"ran {done[0]} burn-in and {done[1]} sampling iterations"
+        return ReplicaExchangeResult(
+            x=x_best,
+            fun=float(st.best_chi2[i_best]),
+            status=status,
+            message=message,
+            stats=stats,
+            samples=samples,
+            chi2=st.samples_chi2[:n_rec],
+            acceptance=np.transpose(acceptance, (2, 1, 0)),
+            exchange_rate=exch.T if self.nbeta > 1 else np.zeros((0, self.nseq)),
+            steps=np.transpose(st.step, (2, 1, 0)),
+            betas=self.ladder(),
+            n_accepted=np.transpose(st.n_accepted, (2, 1, 0)),
+            n_trials=np.transpose(st.n_trials, (2, 1, 0)),
+            n_swaps=st.n_swaps.T if self.nbeta > 1 else np.zeros((0, self.nseq), np.int32),
+            labels=st.label.T,
+            names=list(problem.names),
+            free_index=problem.free_index.copy(),
+            lower=problem.lower.copy(),
+            upper=problem.upper.copy(),
+            options=self.options(),
+        )
+
+
+@dataclass(repr=False)
+class ReplicaExchangeResult(Result):
+    """Result of :class:`ReplicaExchange`.
+
+    ``samples`` (niter, nseq, n): the coldest chain of every sequence after each iteration
+    (the seed's pout, full parameter vectors).  ``chi2`` (niter, nseq): their chi2.
+    ``acceptance`` (n_free, nbeta, nseq): sampling-phase acceptance per parameter.
+    ``exchange_rate`` (nbeta - 1, nseq): accepted / attempted swaps of pair (k, k+1).
+    ``steps`` (n_free, nbeta, nseq): the adapted proposal widths.  ``betas`` (nbeta,).
+    ``labels`` (nbeta, nseq): which replica sits at each temperature (the seed's tcur).
+    """
+
+    samples: np.ndarray = None  # type: ignore[assignment]
+    chi2: np.ndarray = None  # type: ignore[assignment]
+    acceptance: np.ndarray = None  # type: ignore[assignment]
+    exchange_rate: np.ndarray = None  # type: ignore[assignment]
+    steps: np.ndarray = None  # type: ignore[assignment]
+    betas: np.ndarray = None  # type: ignore[assignment]
+    n_accepted: np.ndarray = None  # type: ignore[assignment]
+    n_trials: np.ndarray = None  # type: ignore[assignment]
+    n_swaps: np.ndarray = None  # type: ignore[assignment]
+    labels: np.ndarray = None  # type: ignore[assignment]
+    names: list[str] = field(default_factory=list)
+    free_index: np.ndarray = None  # type: ignore[assignment]
+    lower: np.ndarray = None  # type: ignore[assignment]
+    upper: np.ndarray = None  # type: ignore[assignment]
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def flat_samples(self) -> np.ndarray:
+        """All recorded samples as ``(niter * nseq, n)``."""
+        return self.samples.reshape(-1, self.samples.shape[-1])
+
+    def roots(self, tol: float, radius: float = 0.01) -> np.ndarray:
+        """Distinct points with chi2 <= ``tol``: all roots of an equation system.
+
+        Samples under ``tol`` are taken best first; each starts a group that absorbs every
+        sample within ``radius`` of it, measured per coordinate in units of the box width
+        (max |dx_i| / (upper_i - lower_i)).  Returns the best point of each group,
+        shape ``(k, n)``, sorted by chi2.
+        """
+        if not (tol >= 0):
+            raise ValueError(f"tol must be a non-negative chi2 value, got {tol!r}")
+        if not (radius > 0):
+            raise ValueError(f"radius must be positive (a fraction of the box width), got {radius!r}")
+        pts = self.flat_samples
+        c2 = self.chi2.reshape(-1)
+        keep = np.flatnonzero(c2 <= tol)
+        keep = keep[np.argsort(c2[keep], kind="stable")]
+        scale = self.upper - self.lower
+        roots: list[np.ndarray] = []
+        for i in keep:
+            p = pts[i]
+            if all(np.max(np.abs(p - r) / scale) > radius for r in roots):
+                roots.append(p)
+        return np.array(roots).reshape(-1, pts.shape[-1])
+
+    def marginals(self, bins: int = 50) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Histogram ``(counts, edges)`` of every free parameter's samples, over its bounds."""
+        out = []
+        flat = self.flat_samples
+        for i in self.free_index:
+            out.append(np.histogram(flat[:, i], bins=bins, range=(self.lower[i], self.upper[i])))
+        return out
+
+    def plot(self, path: str | None = None, bins: int = 50):
+        """Marginal histograms of the free parameters and the chi2 trace; saved if ``path``."""
+        from ..plotting import plot_replica_exchange
+
+        return plot_replica_exchange(self, path=path, bins=bins)
+
+    def save(self, path: str) -> None:
+        """Write the result, with the options used, to an ``.npz`` file."""
+        import json
+
+        np.savez(
+            path,
+            x=self.x,
+            fun=self.fun,
+            status=int(self.status),
+            message=self.message,
+            samples=self.samples,
+            chi2=self.chi2,
+            acceptance=self.acceptance,
+            exchange_rate=self.exchange_rate,
+            steps=self.steps,
+            betas=self.betas,
+            labels=self.labels,
+            names=np.array(self.names),
+            lower=self.lower,
+            upper=self.upper,
+            options=json.dumps(self.options),
+            stats=json.dumps(self.stats, default=str),
+        )
