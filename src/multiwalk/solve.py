@@ -82,8 +82,6 @@ def _restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: lis
     now = solver.options()
     for name, saved in meta["options"].items():
         if name in solver.resumable_options:
-            if now[name] < saved:
-                raise ValueError(f"{path}: {name}={now[name]} is below the checkpoint's {name}={saved}; it may only grow")
             continue
         if now.get(name) != saved:
             raise ValueError(
@@ -185,6 +183,12 @@ def solve(
             raise ValueError(f"{resume_path} was written with seed={meta['seed']}, not seed={seed}")
         state = _restore(solver, state, meta, leaves, resume_path)
         done = list(meta["done"]) + [0] * (len(phases) - len(meta["done"]))
+        for ph, d in zip(phases, done):
+            if d > ph.length:
+                raise ValueError(
+                    f"{resume_path} has {d} {ph.name} iterations done, more than the {ph.length} asked for now: "
+                    "a resumed run may only be longer"
+                )
         phase_index = int(meta["phase_index"])
         # A run that finished its last phase and is resumed with a longer one goes on there.
         if phase_index >= len(phases):

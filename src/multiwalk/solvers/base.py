@@ -32,8 +32,9 @@ class Phase(NamedTuple):
 class Solver(abc.ABC):
     """Base class: subclasses are frozen dataclasses and implement the methods below."""
 
-    #: option names whose value may differ when resuming a checkpoint (they only lengthen
-    #: the last phase, e.g. ``niter`` of a sampler).
+    #: option names whose value may differ when resuming a checkpoint: ones that lengthen the
+    #: last phase (``niter`` of a sampler; the driver checks no phase gets shorter than what
+    #: was done) and ones that do not change results (loop unrolling).
     resumable_options: tuple[str, ...] = ()
 
     def check(self, problem: Problem) -> None:

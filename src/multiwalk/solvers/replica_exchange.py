@@ -78,7 +78,9 @@ class ReplicaExchange(Solver):
     nadj : number of latest trials of a parameter whose acceptance rate steers its step.
     step0 : initial step width as a fraction of (upper - lower); the seed uses 1/50.
     exchange_unroll : how many of the nbeta sequential exchange attempts are unrolled in the
-        compiled loop (a speed/compile-time trade-off; results do not depend on it).
+        compiled loop; results do not depend on it.  ``None``: 8 on GPUs (fewer loop
+        round-trips: 3x faster for small runs, measured on an H200) and 1 on CPUs (where
+        unrolling only lengthens compilation, 2 s -> 8 s).
     """
 
     nbeta: int = 32
@@ -90,9 +92,9 @@ class ReplicaExchange(Solver):
     betas: tuple[float, ...] | None = None
     nadj: int = 100
     step0: float = field(default=1.0 / 50.0)
-    exchange_unroll: int = 1
+    exchange_unroll: int | None = None
 
-    resumable_options = ("niter",)
+    resumable_options = ("niter", "exchange_unroll")
 
     def __post_init__(self) -> None:
         for name in ("nbeta", "nseq", "nadj"):
@@ -117,8 +119,8 @@ class ReplicaExchange(Solver):
                 raise ValueError(f"beta1 must lie in (0, 1], got {self.beta1!r}")
             if not (0 < self.betan <= self.beta1):
                 raise ValueError(f"betan must lie in (0, beta1={self.beta1}], got {self.betan!r}")
-        if isinstance(self.exchange_unroll, bool) or not isinstance(self.exchange_unroll, int) \
-                or self.exchange_unroll < 1:
+        unroll = self.exchange_unroll
+        if unroll is not None and (isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1):
             raise ValueError(f"exchange_unroll must be a positive integer, got {self.exchange_unroll!r}")
         if not (0 < self.step0 <= 1):
             raise ValueError(f"step0 must be a fraction of the box in (0, 1], got {self.step0!r}")
@@ -294,7 +296,8 @@ class ReplicaExchange(Solver):
             jnp.zeros((ns, nb - 1), jnp.int32),
             jnp.zeros((ns, nb - 1), jnp.int32),
         )
-        chi2, perm, tries, swaps = jax.lax.fori_loop(0, nb, attempt, init, unroll=self.exchange_unroll)
+        unroll = self.exchange_unroll or (8 if jax.default_backend() == "gpu" else 1)
+        chi2, perm, tries, swaps = jax.lax.fori_loop(0, nb, attempt, init, unroll=min(unroll, nb))
         state = state._replace(
             x=jnp.take_along_axis(state.x, perm[..., None], axis=1),
             chi2=chi2,

@@ -1,0 +1,379 @@
+"""cuda_mcmc's ``imgpu.Mcgpu`` (seed 000, sections 4.3 and 5.4) as a thin wrapper over the modern API.
+
+Old scripts keep their shape::
+
+    from multiwalk.compat.imgpu import Mcgpu
+    solver = Mcgpu(pdescr=pdescr1, pmint=pmint1, pmaxt=pmaxt1, model=model)
+    solver.burnin_and_search()
+    best = solver.pout[:, solver.chi2.argmin()]
+
+Everything algorithmic is :class:`multiwalk.Problem` + :class:`multiwalk.ReplicaExchange` +
+:func:`multiwalk.solve`; this module only translates names and array layouts.  The same
+``seed`` and options give exactly the samples of ``mw.solve(mc.problem, mc.solver, seed=mc.seed)``.
+
+Differences from the CUDA original, all deliberate:
+
+* ``model.cuh`` becomes a JAX function ``model(p, coor, icoor, dat, idat, imodel) -> datm`` for
+  ONE full parameter vector ``p`` (length ``nptot``, fixed values filled in) returning all
+  ``ndat`` model values at once (``datm`` has ``dat``'s shape).
+* ``npass`` is accepted and ignored: the model computes every datum in one call, so several
+  passes (amplitudes, then closure phases from them) are just lines of the same function.
+* The model's return code 2 ("this datum is an angle") becomes the ``angular_data=`` mask
+  (one bool per datum): those residuals are wrapped to [-pi, pi) before squaring.
+* Angular parameters (``pdescr == 2``) are periodic with period ``pmaxt - pmint``: a step that
+  leaves ``[pmint, pmaxt)`` is wrapped back into it.  The seed wraps angles into [-pi, pi) with
+  ``atan2`` and then rejects values outside the prior; the two agree for the usual
+  ``pmint=-pi, pmaxt=pi`` (or any full 2*pi range).
+* Only the coldest chain is recorded, so ``pout_4d`` has shape ``[nprm, 1, nseq, niter]``: the
+  seed's ``pout_4d[:, 0, :, :]`` works unchanged, other temperatures are not stored.
+* ``pmint`` / ``pmaxt`` of fixed parameters (``pdescr == 0``) are ignored, as in the seed.
+* ``reset_gpu()`` is a no-op: JAX manages device memory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..problem import Problem
+from ..solve import solve
+from ..solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
+
+__all__ = ["Mcgpu"]
+
+_PDESCR_VALUES = (0, 1, 2)
+
+
+def _vector(name: str, value: Any, n: int, what: str = "nptot") -> np.ndarray:
+    """A finite float vector of ``n`` entries; errors name the argument."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a sequence of numbers, got {value!r}") from err
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"{name} has shape {arr.shape} but pdescr gives {what}={n}: give one value per parameter")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise ValueError(f"{name}[{bad}]={arr[bad]} is not finite")
+    return arr
+
+
+def _int_option(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _aux_array(name: str, value: Any, integer: bool) -> np.ndarray:
+    """``coor`` / ``icoor`` / ``idat``: any shape, default one zero like the seed."""
+    if value is None:
+        return np.zeros(1, np.int32 if integer else np.float64)
+    arr = np.asarray(value)
+    if integer and not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must hold integers (the seed's np.int32 array), got dtype {arr.dtype}")
+    if not integer and not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    return arr.astype(np.int32) if integer else arr.astype(np.float64)
+
+
+def _time_seed() -> int:
+    """A 32-bit seed from the clock and the process id, like the seed's time-based default."""
+    return (time.time_ns() ^ (os.getpid() << 16)) & 0xFFFFFFFF
+
+
+class Mcgpu:
+    """Replica-exchange MCMC with cuda_mcmc's ``imgpu.Mcgpu`` names, run by :func:`multiwalk.solve`.
+
+    Parameters (the seed's names and meanings; see section 4.3 of the seed document)
+    ----------
+    coor, icoor, idat : float / integer / integer arrays handed to ``model`` (default ``[0]``).
+    dat : the data ``[ndat]`` the model is compared with (default ``[0.]``: minimise the model).
+    std2r : ``1 / sigma^2`` per datum (default ones); becomes ``Problem(sigma=1 / sqrt(std2r))``.
+    pdescr : ``[nptot]`` descriptors: 0 fixed (value from ``ptotal``), 1 normal, 2 angular
+        (periodic with period ``pmaxt - pmint``).  Required.
+    ptotal : ``[nptot]`` parameter values; only the fixed ones (``pdescr == 0``) are used.
+    pmint, pmaxt : ``[nptot]`` the box (uniform prior) of the search.  Required.
+    beta : explicit inverse temperatures, decreasing from the coldest; ``nbeta = len(beta)``.
+    beta1, betan : coldest and hottest beta of the geometric ladder (defaults 1 and 1e-4).
+    seed : random seed; ``None`` picks one from the clock, stored in ``self.seed``.  Seeds up to
+        ``2**32 - 1`` go to :func:`multiwalk.solve` unchanged; larger 64-bit seeds are folded to
+        32 bits (xor of the halves), since JAX's default 32-bit keys would drop the high bits.
+    imodel : an integer passed to ``model`` (e.g. to choose between several models).
+    npass : accepted for old scripts and ignored (must be >= 1): the model computes every
+        datum in one call.
+    nadj, nbeta, nseq, nburn, niter : as :class:`multiwalk.ReplicaExchange`.
+    model : ``model(p, coor, icoor, dat, idat, imodel) -> datm``, written in ``jax.numpy`` for
+        ONE full parameter vector ``p`` of length ``nptot``; replaces ``model.cuh``.  Required.
+    angular_data : optional bool mask of ``dat``'s shape (an extension): the data that the
+        seed's ``model()`` flags with return code 2 (angles); their residuals are wrapped to
+        [-pi, pi) before squaring.
+
+    After :meth:`burnin_and_search`: ``pout [nprm, nseq*niter]``, ``chi2 [nseq*niter]``,
+    ``pout_4d [nprm, 1, nseq, niter]`` (coldest chain only), ``chi2_2d [nseq, niter]``,
+    ``n_acpt`` and ``n_cnt [nprm, nbeta, nseq]`` (accepted / tried moves in the main stage),
+    ``n_exch [nbeta, nseq]`` (accepted exchanges of pair (k, k+1) in row k; last row zero),
+    ``tcur [nbeta, nseq]`` (replica label at each temperature), ``pstp [nprm, nbeta, nseq]``
+    (adapted steps) and ``result`` (the :class:`multiwalk.ReplicaExchangeResult`).
+    """
+
+    def __init__(
+        self,
+        coor: Any = None,
+        dat: Any = None,
+        std2r: Any = None,
+        icoor: Any = None,
+        idat: Any = None,
+        pdescr: Any = None,
+        ptotal: Any = None,
+        pmint: Any = None,
+        pmaxt: Any = None,
+        beta: Any = None,
+        beta1: float | None = None,
+        betan: float | None = None,
+        seed: int | None = None,
+        imodel: int = 0,
+        npass: int = 1,
+        nadj: int = 100,
+        nbeta: int = 32,
+        nseq: int = 14,
+        nburn: int = 300,
+        niter: int = 500,
+        model: Callable[..., Any] | None = None,
+        *,
+        angular_data: Any = None,
+    ) -> None:
+        # --- parameters: pdescr, ptotal, pmint, pmaxt -----------------------------------
+        if pdescr is None:
+            raise TypeError(
+                "Mcgpu needs pdescr=[...]: one descriptor per parameter, "
+                "0 fixed (value from ptotal), 1 normal, 2 angular"
+            )
+        pd = np.asarray(pdescr)
+        if pd.ndim != 1 or pd.size == 0:
+            raise ValueError(f"pdescr must be a non-empty 1-D sequence of 0/1/2, got shape {pd.shape}")
+        if not (np.issubdtype(pd.dtype, np.integer) or np.issubdtype(pd.dtype, np.floating)) \
+                or np.any(pd != np.round(pd)):
+            raise TypeError(f"pdescr must hold the integers 0, 1 or 2, got {pdescr!r}")
+        pd = pd.astype(np.int32)
+        for i, v in enumerate(pd):
+            if v not in _PDESCR_VALUES:
+                raise ValueError(f"pdescr[{i}]={v} is not 0 (fixed), 1 (normal) or 2 (angular)")
+        nptot = int(pd.size)
+        if not np.any(pd != 0):
+            raise ValueError("pdescr is all zeros: every parameter is fixed; mark at least one with 1 or 2")
+        if pmint is None or pmaxt is None:
+            missing = " and ".join(n for n, v in (("pmint", pmint), ("pmaxt", pmaxt)) if v is None)
+            raise TypeError(f"Mcgpu needs {missing}: the lower and upper limits of every parameter (length {nptot})")
+        lo = _vector("pmint", pmint, nptot)
+        hi = _vector("pmaxt", pmaxt, nptot)
+        pt = np.zeros(nptot) if ptotal is None else _vector("ptotal", ptotal, nptot)
+        for i in np.flatnonzero(pd != 0):
+            if not lo[i] < hi[i]:
+                raise ValueError(
+                    f"pmint[{i}]={lo[i]} is not below pmaxt[{i}]={hi[i]}: each lower limit must be "
+                    "strictly below its upper limit"
+                )
+
+        # --- the model and its inputs ----------------------------------------------------
+        if model is None:
+            raise TypeError(
+                "Mcgpu needs model=f with f(p, coor, icoor, dat, idat, imodel) -> datm, written in "
+                "jax.numpy for ONE parameter vector p of length nptot (it replaces model.cuh)"
+            )
+        if not callable(model):
+            raise TypeError(f"model must be a function f(p, coor, icoor, dat, idat, imodel), got {model!r}")
+        d = np.atleast_1d(np.asarray(np.zeros(1) if dat is None else dat))
+        if not (np.issubdtype(d.dtype, np.floating) or np.issubdtype(d.dtype, np.integer)):
+            raise TypeError(f"dat must hold real numbers, got dtype {d.dtype}")
+        d = d.astype(np.float64)
+        if std2r is None:
+            s2r = np.ones(d.shape)
+        else:
+            try:
+                s2r = np.broadcast_to(np.asarray(std2r, dtype=np.float64), d.shape).copy()
+            except ValueError as err:
+                raise ValueError(
+                    f"std2r has shape {np.shape(std2r)} but dat has shape {d.shape}: give one 1/sigma^2 per datum"
+                ) from err
+            ok = np.isfinite(s2r) & (s2r > 0)
+            if not np.all(ok):
+                bad = tuple(np.argwhere(~ok)[0])
+                raise ValueError(
+                    f"std2r{list(bad)}={s2r[bad]} must be positive and finite: it is 1/sigma^2 of that datum "
+                    "(drop a datum instead of giving it zero weight)"
+                )
+        coor_a = _aux_array("coor", coor, integer=False)
+        icoor_a = _aux_array("icoor", icoor, integer=True)
+        idat_a = _aux_array("idat", idat, integer=True)
+        imodel = _int_option("imodel", imodel, -(2**31))
+        npass = _int_option("npass", npass, 1)
+
+        # --- temperatures and seed -------------------------------------------------------
+        betas: tuple[float, ...] | None = None
+        if beta is not None:
+            b = np.asarray(beta, dtype=np.float64)
+            if b.ndim != 1 or b.size == 0:
+                raise ValueError(f"beta must be a non-empty 1-D sequence of inverse temperatures, got shape {b.shape}")
+            if not np.all(np.isfinite(b) & (b > 0) & (b <= 1)):
+                raise ValueError(f"beta values must lie in (0, 1], got {b.tolist()}")
+            if np.any(np.diff(b) >= 0):
+                raise ValueError(f"beta must be strictly decreasing (coldest, beta=1, first), got {b.tolist()}")
+            betas = tuple(float(v) for v in b)
+            nbeta = len(betas)
+        beta1 = 1.0 if beta1 is None else float(beta1)
+        betan = 1e-4 if betan is None else float(betan)
+        if seed is None:
+            seed = _time_seed()
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**64:
+            raise ValueError(f"seed must be an integer in [0, 2**64) (the seed's np.uint64) or None, got {seed!r}")
+        seed = int(seed)
+
+        # --- the modern objects ------------------------------------------------------------
+        fixed_mask = pd == 0
+        lo_p, hi_p = lo.copy(), hi.copy()
+        for i in np.flatnonzero(fixed_mask):  # bounds of fixed parameters are unused: make them hold the value
+            lo_p[i] = min(lo[i], pt[i])
+            hi_p[i] = max(hi[i], pt[i])
+            if not lo_p[i] < hi_p[i]:
+                lo_p[i], hi_p[i] = pt[i] - 0.5, pt[i] + 0.5
+        shape = d.shape
+        im = imodel
+
+        def _model(p: jax.Array, args: tuple[jax.Array, ...]) -> jax.Array:
+            c, ic, dd, idd = args
+            out = jnp.asarray(model(p, c, ic, dd, idd, im))
+            return out.reshape(shape) if out.size == d.size and out.shape != shape else out
+
+        dt = jnp.result_type(float)
+        args = (jnp.asarray(coor_a, dt), jnp.asarray(icoor_a), jnp.asarray(d, dt), jnp.asarray(idat_a))
+        self.problem = Problem(
+            model=_model,
+            data=d,
+            sigma=1.0 / np.sqrt(s2r),
+            lower=lo_p,
+            upper=hi_p,
+            fixed={int(i): float(pt[i]) for i in np.flatnonzero(fixed_mask)},
+            periodic=pd == 2,
+            angular_data=angular_data,
+            args=args,
+            names=[f"p{i}" for i in range(nptot)],
+        )
+        self.solver = ReplicaExchange(
+            nbeta=nbeta, nseq=nseq, nburn=nburn, niter=niter, beta1=beta1, betan=betan, betas=betas, nadj=nadj
+        )
+
+        # --- the seed's attributes ---------------------------------------------------------
+        self.model = model
+        self.coor, self.icoor, self.dat, self.idat = coor_a, icoor_a, d, idat_a
+        self.std2r = s2r
+        self.pdescr, self.ptotal, self.pmint, self.pmaxt = pd, pt, lo, hi
+        self.angular_data = None if angular_data is None else np.asarray(angular_data)
+        self.beta = self.solver.ladder()
+        self.beta1, self.betan = beta1, betan
+        self.seed = seed
+        self.imodel, self.npass = imodel, npass
+        self.nadj, self.nbeta, self.nseq = self.solver.nadj, self.solver.nbeta, self.solver.nseq
+        self.nburn, self.niter = self.solver.nburn, self.solver.niter
+        self.nptot = nptot
+        self.ivar = np.flatnonzero(~fixed_mask).astype(np.int32)
+        self.nprm = int(self.ivar.size)
+        self.invar = np.full(nptot, -1, np.int32)
+        self.invar[self.ivar] = np.arange(self.nprm, dtype=np.int32)
+        self.ndat, self.ncoor, self.nicoor, self.nidat = d.size, coor_a.size, icoor_a.size, idat_a.size
+        # outputs, filled by burnin_and_search()
+        self.result: ReplicaExchangeResult | None = None
+        self.pout: np.ndarray | None = None
+        self.chi2: np.ndarray | None = None
+        self.pout_4d: np.ndarray | None = None
+        self.chi2_2d: np.ndarray | None = None
+        self.n_acpt: np.ndarray | None = None
+        self.n_cnt: np.ndarray | None = None
+        self.n_exch: np.ndarray | None = None
+        self.tcur: np.ndarray | None = None
+        self.pstp: np.ndarray | None = None
+
+    @property
+    def solve_seed(self) -> int:
+        """The seed handed to :func:`multiwalk.solve` (``seed`` itself when below 2**32)."""
+        s = self.seed
+        return s if s < 2**32 else (s ^ (s >> 32)) & 0xFFFFFFFF
+
+    def burnin_and_search(
+        self,
+        *,
+        progress: bool | None = None,
+        time_limit: float | None = None,
+        checkpoint: str | os.PathLike | None = None,
+        resume: str | os.PathLike | None = None,
+        callback: Callable[[dict[str, Any]], None] | None = None,
+        chunk_seconds: float = 1.0,
+        checkpoint_every: float = 0.0,
+    ) -> ReplicaExchangeResult:
+        """Run burn-in and the main stage with :func:`multiwalk.solve`; fill the seed's output attributes.
+
+        The keywords are those of :func:`multiwalk.solve`.  Returns the modern result (also in
+        ``self.result``).  After a time limit or Ctrl-C the ``niter`` axes hold the iterations done.
+        """
+        res = solve(
+            self.problem,
+            self.solver,
+            seed=self.solve_seed,
+            progress=progress,
+            time_limit=time_limit,
+            checkpoint=checkpoint,
+            resume=resume,
+            callback=callback,
+            chunk_seconds=chunk_seconds,
+            checkpoint_every=checkpoint_every,
+        )
+        # samples (niter, nseq, nptot) -> pout_4d (nprm, 1, nseq, niter), coldest chain only
+        free = np.asarray(res.samples)[:, :, self.ivar]
+        self.pout_4d = np.ascontiguousarray(np.transpose(free, (2, 1, 0))[:, None])
+        n_rec = self.pout_4d.shape[-1]
+        self.pout = self.pout_4d[:, 0].reshape(self.nprm, self.nseq * n_rec)
+        self.chi2_2d = np.ascontiguousarray(np.asarray(res.chi2).T)
+        self.chi2 = self.chi2_2d.flatten()
+        self.n_acpt = np.asarray(res.n_accepted)
+        self.n_cnt = np.asarray(res.n_trials)
+        n_exch = np.zeros((self.nbeta, self.nseq), np.int32)
+        n_exch[: self.nbeta - 1] = res.n_swaps
+        self.n_exch = n_exch
+        self.tcur = np.asarray(res.labels)
+        self.pstp = np.asarray(res.steps)
+        self.result = res
+        return res
+
+    # ------------------------------------------------------------------ model evaluation
+    def _full_sets(self, pars: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+        p = np.asarray(pars, dtype=np.float64)
+        if p.ndim == 0 or p.shape[-1] != self.nptot:
+            raise ValueError(
+                f"pars must have shape [..., nptot={self.nptot}] (full parameter sets, fixed ones included), got {p.shape}"
+            )
+        return p.reshape(-1, self.nptot), p.shape[:-1]
+
+    def calcmodel(self, pars: Any) -> np.ndarray:
+        """Model outputs ``datm [..., *dat.shape]`` for full parameter sets ``pars [..., nptot]``."""
+        flat, lead = self._full_sets(pars)
+        return self.problem.evaluate(flat).reshape(lead + self.dat.shape)
+
+    def calcmodchi2(self, pars: Any) -> np.ndarray:
+        """chi2 ``[...]`` for full parameter sets ``pars [..., nptot]`` (angular data wrapped)."""
+        flat, lead = self._full_sets(pars)
+        return self.problem.chi2(flat).reshape(lead)
+
+    def reset_gpu(self) -> None:
+        """Kept for old scripts; does nothing (JAX manages device memory)."""
+
+    def __repr__(self) -> str:
+        ran = "not run" if self.result is None else f"best chi2={self.result.fun:.4g}"
+        return (
+            f"Mcgpu(nptot={self.nptot}, nprm={self.nprm}, ndat={self.ndat}, nbeta={self.nbeta}, "
+            f"nseq={self.nseq}, nburn={self.nburn}, niter={self.niter}, seed={self.seed}; {ran})"
+        )

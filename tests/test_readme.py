@@ -1,0 +1,29 @@
+"""The README's tour runs as written (with its output files redirected to a temporary folder)."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_tour_runs_and_finds_what_it_promises(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.chdir(tmp_path)
+    code = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[0]
+    scope: dict = {}
+    exec(compile(code, str(README), "exec"), scope)
+    # The tour's last result is the equation system; its two roots (exact values below).
+    roots = scope["result"].roots(tol=2e-4)
+    exact = np.array([[(-4 - np.sqrt(832)) / 34, 0.0], [(-4 + np.sqrt(832)) / 34, 0.0]])
+    exact[:, 1] = np.sqrt(1 - exact[:, 0] ** 2)
+    assert roots.shape == (2, 2)
+    # chi2 <= 2e-4 bounds each residual by ~0.014, which moves a root by at most ~0.02.
+    for e in exact:
+        assert np.min(np.max(np.abs(roots - e), axis=1)) < 0.02
+    assert (tmp_path / "fit.png").stat().st_size > 0
+    with np.load(tmp_path / "fit.npz") as saved:
+        assert np.array_equal(saved["samples"], scope["result"].samples)
