@@ -131,6 +131,27 @@ class _Progress:
             self.bar.close()
 
 
+def _chunk_runner(problem: Problem, solver: Solver, phase: int) -> Callable:
+    """``(state, n) -> (state, n_run)``: up to ``n`` steps of ``phase``, fewer if ``solver.done``.
+
+    The trip count is dynamic, so one executable serves chunks of every length.
+    """
+
+    def run_chunk(state: Any, n: jax.Array) -> tuple[Any, jax.Array]:
+        def cond(carry):
+            i, s = carry
+            return (i < n) & ~solver.done(problem, s, phase)
+
+        def body(carry):
+            i, s = carry
+            return i + 1, solver.step(problem, s, phase)
+
+        n_run, state = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), state))
+        return state, n_run
+
+    return run_chunk
+
+
 # ---------------------------------------------------------------------------- the driver
 def solve(
     problem: Problem,
@@ -206,9 +227,17 @@ def solve(
         }
 
     summary_fn = jax.jit(lambda s: solver.summary(problem, s))
+    stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0}
+    # Compile every phase still to run before the clock and the progress bar start.
+    t0 = time.perf_counter()
+    executables = {
+        i: jax.jit(_chunk_runner(problem, solver, i)).lower(state, jnp.asarray(1, jnp.int32)).compile()
+        for i in range(phase_index, len(phases))
+        if done[i] < phases[i].length
+    }
+    stats["compile_seconds"] = time.perf_counter() - t0
     show = sys.stderr.isatty() if progress is None else bool(progress)
     bar = _Progress(show, sum(p.length for p in phases), sum(done))
-    stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0}
     status = Status.SUCCESS
     t_run = 0.0  # seconds spent running chunks (compilation excluded)
     last_checkpoint = time.perf_counter()
@@ -221,22 +250,7 @@ def solve(
                 phase_index += 1
                 continue
 
-            def run_chunk(st: Any, n: jax.Array, _p: int = phase_index) -> tuple[Any, jax.Array]:
-                def cond(carry):
-                    i, s = carry
-                    return (i < n) & ~solver.done(problem, s, _p)
-
-                def body(carry):
-                    i, s = carry
-                    return i + 1, solver.step(problem, s, _p)
-
-                n_run, st = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), st))
-                return st, n_run
-
-            t0 = time.perf_counter()
-            compiled = jax.jit(run_chunk).lower(state, jnp.asarray(1, jnp.int32)).compile()
-            stats["compile_seconds"] += time.perf_counter() - t0
-
+            compiled = executables[phase_index]
             n_next = 1  # the first chunk of a phase is one iteration: it times a step
             converged = False
             while remaining > 0 and not converged:
@@ -278,6 +292,11 @@ def solve(
             phase_index += 1
     except KeyboardInterrupt:
         status = Status.INTERRUPTED
+    except BaseException:
+        # Any other failure (out of memory, a bug): keep the last finished chunk on disk.
+        if checkpoint_path is not None:
+            _write_checkpoint(checkpoint_path, state, meta_now())
+        raise
     finally:
         bar.close()
 

@@ -309,11 +309,12 @@ class ReplicaExchange(Solver):
 
     # ----------------------------------------------------------------- reporting
     def summary(self, problem: Problem, state: ReplicaExchangeState) -> dict[str, jax.Array]:
-        trials = jnp.maximum(jnp.sum(state.n_trials), 1)
-        return {
-            "best": jnp.min(state.best_chi2),
-            "accept": jnp.sum(state.n_accepted) / trials,
-        }
+        trials = jnp.sum(state.n_trials)
+        sampling_rate = jnp.sum(state.n_accepted) / jnp.maximum(trials, 1)
+        # During burn-in: the acceptance over the adaptation window of every parameter.
+        window = jnp.sum(jnp.minimum(state.n_count, self.nadj))
+        burn_rate = jnp.sum(state.history_sum) / jnp.maximum(window, 1)
+        return {"best": jnp.min(state.best_chi2), "accept": jnp.where(trials > 0, sampling_rate, burn_rate)}
 
     def result(
         self, problem: Problem, state: ReplicaExchangeState, done: list[int], status: Status, stats: dict[str, Any]
