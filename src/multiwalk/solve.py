@@ -229,21 +229,25 @@ def solve(
     summary_fn = jax.jit(lambda s: solver.summary(problem, s))
     stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0}
     # Compile every phase still to run before the clock and the progress bar start.
+    # Ctrl-C while compiling returns the (possibly resumed) state as it is.
+    status = Status.SUCCESS
     t0 = time.perf_counter()
-    executables = {
-        i: jax.jit(_chunk_runner(problem, solver, i)).lower(state, jnp.asarray(1, jnp.int32)).compile()
-        for i in range(phase_index, len(phases))
-        if done[i] < phases[i].length
-    }
+    executables = {}
+    try:
+        for i in range(phase_index, len(phases)):
+            if done[i] < phases[i].length:
+                runner = jax.jit(_chunk_runner(problem, solver, i))
+                executables[i] = runner.lower(state, jnp.asarray(1, jnp.int32)).compile()
+    except KeyboardInterrupt:
+        status = Status.INTERRUPTED
     stats["compile_seconds"] = time.perf_counter() - t0
     show = sys.stderr.isatty() if progress is None else bool(progress)
-    bar = _Progress(show, sum(p.length for p in phases), sum(done))
-    status = Status.SUCCESS
+    bar = _Progress(show and status == Status.SUCCESS, sum(p.length for p in phases), sum(done))
     t_run = 0.0  # seconds spent running chunks (compilation excluded)
     last_checkpoint = time.perf_counter()
 
     try:
-        while phase_index < len(phases):
+        while status == Status.SUCCESS and phase_index < len(phases):
             phase = phases[phase_index]
             remaining = phase.length - done[phase_index]
             if remaining <= 0:
