@@ -29,7 +29,7 @@ def _float_dtype() -> np.dtype:
     return np.dtype(jnp.result_type(float))
 
 
-def _as_vector(name: str, value: Any, n: int | None) -> np.ndarray:
+def _as_vector(name: str, value: Any, n: int | None, source: str = "the problem") -> np.ndarray:
     """A 1-D float vector, broadcast from a scalar when ``n`` is known."""
     try:
         arr = np.asarray(value, dtype=np.float64)
@@ -46,24 +46,34 @@ def _as_vector(name: str, value: Any, n: int | None) -> np.ndarray:
         raise ValueError(f"{name} must be 1-D (one entry per parameter), got shape {arr.shape}")
     if n is not None and arr.shape[0] != n:
         raise ValueError(
-            f"{name} has {arr.shape[0]} entries but the problem has {n} parameters "
-            f"(from the other arguments); give one entry per parameter"
+            f"{name} has {arr.shape[0]} entries but {source} has {n}: give one entry per parameter"
         )
     return arr
 
 
-def _accepts_args(fn: Callable) -> bool:
-    """Whether ``fn`` takes a second positional argument (``args``)."""
+def _where(mask: np.ndarray) -> str:
+    """``[i, j]`` of the first True entry of ``mask``, for messages."""
+    return "[" + ", ".join(str(int(i)) for i in np.argwhere(mask)[0]) + "]"
+
+
+def _takes_args(fn: Callable, args_given: bool) -> bool:
+    """Whether to call ``fn(x, args)`` rather than ``fn(x)``.
+
+    With ``args`` given, always (``fn`` must accept it).  Without, only when ``fn`` has a
+    second positional parameter with no default (``f(x, a=1.0)`` is called as ``f(x)``).
+    """
+    if args_given:
+        return True
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        return True
-    positional = [
+        return False
+    required = [
         p
         for p in sig.parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
-    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
+    return len(required) >= 2
 
 
 class Problem:
@@ -126,14 +136,18 @@ class Problem:
         self.dtype = _float_dtype()
         self.args = args
         self._user_fn = fn
-        self._takes_args = _accepts_args(fn)
+        self._takes_args = _takes_args(fn, args is not None)
         self.is_model = model is not None
 
         # --- the dimension n, from whatever gives it -----------------------------------
         n = None
-        for source in (x0, lower, upper):
+        self._n_source = "names"
+        for label, source in (("x0", x0), ("lower", lower), ("upper", upper)):
+            if source is not None and np.ndim(source) > 1:
+                raise ValueError(f"{label} must be 1-D (one entry per parameter), got shape {np.shape(source)}")
             if source is not None and np.ndim(source) == 1:
                 n = len(source)
+                self._n_source = label
                 break
         if n is None and names is not None:
             n = len(names)
@@ -154,8 +168,8 @@ class Problem:
         self.names = list(names) if names is not None else [f"x{i}" for i in range(self.n)]
 
         # --- bounds --------------------------------------------------------------------
-        self.lower = None if lower is None else _as_vector("lower", lower, self.n)
-        self.upper = None if upper is None else _as_vector("upper", upper, self.n)
+        self.lower = None if lower is None else _as_vector("lower", lower, self.n, self._n_source)
+        self.upper = None if upper is None else _as_vector("upper", upper, self.n, self._n_source)
         if (self.lower is None) != (self.upper is None):
             given = "lower" if self.lower is not None else "upper"
             missing = "upper" if given == "lower" else "lower"
@@ -174,10 +188,18 @@ class Problem:
                         "each lower bound must be strictly below its upper bound"
                     )
 
-        self.x0 = None if x0 is None else _as_vector("x0", x0, self.n)
+        self.x0 = None if x0 is None else _as_vector("x0", x0, self.n, self._n_source)
         if self.x0 is not None and not np.all(np.isfinite(self.x0)):
             bad = int(np.flatnonzero(~np.isfinite(self.x0))[0])
             raise ValueError(f"x0[{bad}]={self.x0[bad]} is not finite")
+        if self.x0 is not None and self.lower is not None:
+            outside = np.flatnonzero((self.x0 < self.lower) | (self.x0 > self.upper))
+            if outside.size:
+                i = int(outside[0])
+                raise ValueError(
+                    f"x0[{i}]={self.x0[i]} is outside its bounds [{self.lower[i]}, {self.upper[i]}]: "
+                    "start inside the box"
+                )
 
         # --- fixed parameters ----------------------------------------------------------
         self.fixed: dict[int, float] = {}
@@ -202,7 +224,14 @@ class Problem:
         # --- periodic parameters -------------------------------------------------------
         mask = np.zeros(self.n, dtype=bool)
         if periodic is not None:
-            per = np.asarray(periodic)
+            if isinstance(periodic, (str, int, np.integer)):
+                periodic = [periodic]
+            try:
+                per = np.asarray(periodic)
+            except ValueError as err:
+                raise TypeError(f"periodic must be indices, names or a boolean mask, got {periodic!r}") from err
+            if per.ndim != 1:
+                raise TypeError(f"periodic must be indices, names or a boolean mask, got {periodic!r}")
             if per.dtype == bool:
                 if per.shape != (self.n,):
                     raise ValueError(f"periodic as a mask must have shape ({self.n},), got {per.shape}")
@@ -211,7 +240,8 @@ class Problem:
                 for key in list(periodic):
                     mask[self._index("periodic", key)] = True
         if mask.any() and self.lower is None:
-            raise ValueError("periodic parameters need lower and upper: the period is upper - lower")
+            which = [self.names[i] for i in np.flatnonzero(mask)]
+            raise ValueError(f"periodic parameters {which} need lower and upper: the period is upper - lower")
         self.periodic = mask
 
         # --- data, sigma, angular residuals --------------------------------------------
@@ -226,9 +256,11 @@ class Problem:
             if y.size == 0:
                 raise ValueError("data is empty: give at least one datum")
             if not np.all(np.isfinite(y)):
-                bad = np.argwhere(~np.isfinite(y))[0]
-                raise ValueError(f"data{list(bad)} is not finite: remove or flag that datum")
-            s = np.ones(1) if sigma is None else np.asarray(sigma, dtype=np.float64)
+                raise ValueError(f"data{_where(~np.isfinite(y))} is not finite: remove or flag that datum")
+            try:
+                s = np.ones(1) if sigma is None else np.asarray(sigma, dtype=np.float64)
+            except (TypeError, ValueError) as err:
+                raise TypeError(f"sigma must be a positive number or an array of them, got {sigma!r}") from err
             try:
                 s = np.broadcast_to(s, y.shape)
             except ValueError as err:
@@ -236,11 +268,12 @@ class Problem:
                     f"sigma has shape {np.shape(sigma)} but data has shape {y.shape}: "
                     "give one sigma per datum, or a scalar"
                 ) from err
-            if not np.all(np.isfinite(s) & (s > 0)):
-                bad = np.argwhere(~(np.isfinite(s) & (s > 0)))[0]
+            bad_sigma = ~(np.isfinite(s) & (s > 0))
+            if bad_sigma.any():
+                where = _where(bad_sigma) if np.ndim(sigma) > 0 else ""
+                value = s[tuple(np.argwhere(bad_sigma)[0])]
                 raise ValueError(
-                    f"sigma{list(bad)}={s[tuple(bad)]} must be positive and finite: "
-                    "sigma is the standard deviation of each datum"
+                    f"sigma{where}={value} must be positive and finite: sigma is the standard deviation of each datum"
                 )
             complex_data = np.iscomplexobj(y)
             self.data = y.astype(np.result_type(self.dtype, np.complex64) if complex_data else self.dtype)
@@ -264,11 +297,11 @@ class Problem:
     def _index(self, what: str, key: int | str) -> int:
         if isinstance(key, str):
             if key not in self.names:
-                raise KeyError(f"{what} names parameter {key!r}, which is not in names={self.names}")
+                raise ValueError(f"{what} names parameter {key!r}, which is not in names={self.names}")
             return self.names.index(key)
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             if not -self.n <= key < self.n:
-                raise IndexError(f"{what} index {key} is out of range for {self.n} parameters")
+                raise ValueError(f"{what} index {key} is out of range for {self.n} parameters")
             return int(key) % self.n
         raise TypeError(f"{what} keys must be parameter indices or names, got {key!r}")
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,8 +39,8 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
         raise TypeError(
             f"solver must be a multiwalk solver such as mw.ReplicaExchange(...), got {type(solver).__name__}"
         )
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
     if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise ValueError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
     if not (isinstance(chunk_seconds, (int, float)) and chunk_seconds > 0):
@@ -152,6 +154,39 @@ def _chunk_runner(problem: Problem, solver: Solver, phase: int) -> Callable:
     return run_chunk
 
 
+def _key(seed: int) -> jax.Array:
+    """The run's key from a 64-bit seed: both halves count (PRNGKey alone keeps 32 bits)."""
+    key = jax.random.PRNGKey(seed & 0xFFFFFFFF)
+    return jax.random.fold_in(key, seed >> 32) if seed >> 32 else key
+
+
+class _CtrlC:
+    """While a run is on: the first SIGINT sets ``pressed``, a second raises KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self.forced = False
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.pressed:
+            self.forced = True
+            raise KeyboardInterrupt
+        self.pressed = True
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+
+def _deleted(state: Any) -> bool:
+    """Whether any array of ``state`` was donated away (a run aborted inside a chunk)."""
+    return any(getattr(leaf, "is_deleted", lambda: False)() for leaf in jax.tree_util.tree_leaves(state))
+
+
 # ---------------------------------------------------------------------------- the driver
 def solve(
     problem: Problem,
@@ -193,7 +228,7 @@ def solve(
     if checkpoint_path is not None and not checkpoint_path.parent.exists():
         raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: folder {str(checkpoint_path.parent)!r} does not exist")
 
-    key = jax.random.PRNGKey(int(seed))
+    key = _key(int(seed))
     state = jax.jit(lambda k: solver.init(problem, k))(key)
     done = [0] * len(phases)
     phase_index = 0
@@ -229,18 +264,21 @@ def solve(
     summary_fn = jax.jit(lambda s: solver.summary(problem, s))
     stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0}
     # Compile every phase still to run before the clock and the progress bar start.
-    # Ctrl-C while compiling returns the (possibly resumed) state as it is.
-    status = Status.SUCCESS
+    # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
+    # compiling), returning what was done; a second Ctrl-C aborts at once.
+    ctrl_c = _CtrlC()
     t0 = time.perf_counter()
     executables = {}
     try:
         for i in range(phase_index, len(phases)):
             if done[i] < phases[i].length:
-                runner = jax.jit(_chunk_runner(problem, solver, i))
+                runner = jax.jit(_chunk_runner(problem, solver, i), donate_argnums=0)
                 executables[i] = runner.lower(state, jnp.asarray(1, jnp.int32)).compile()
-    except KeyboardInterrupt:
-        status = Status.INTERRUPTED
+    except BaseException:
+        ctrl_c.restore()
+        raise
     stats["compile_seconds"] = time.perf_counter() - t0
+    status = Status.INTERRUPTED if ctrl_c.pressed else Status.SUCCESS
     show = sys.stderr.isatty() if progress is None else bool(progress)
     bar = _Progress(show and status == Status.SUCCESS, sum(p.length for p in phases), sum(done))
     t_run = 0.0  # seconds spent running chunks (compilation excluded)
@@ -265,11 +303,12 @@ def solve(
                         break
                 n = int(min(n_next, remaining))
                 t0 = time.perf_counter()
-                new_state, n_run = compiled(state, jnp.asarray(n, jnp.int32))
-                jax.block_until_ready(new_state)
+                # The state is donated (updated in place), so it is replaced in one statement;
+                # Ctrl-C only sets a flag (see _CtrlC), so nothing interrupts this.
+                state, n_run = compiled(state, jnp.asarray(n, jnp.int32))
+                jax.block_until_ready(state)
                 dt = time.perf_counter() - t0
                 n_run = int(n_run)
-                state = new_state
                 t_run += dt
                 done[phase_index] += n_run
                 remaining -= n_run
@@ -288,21 +327,28 @@ def solve(
                 if time_limit is not None:
                     target = min(target, max(time_limit - t_run, 0.0))
                 n_next = max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30))
-                if time_limit is not None and t_run + per_step > time_limit:
+                if ctrl_c.pressed:
+                    status = Status.INTERRUPTED
+                    break
+                work_left = remaining > 0 or any(done[j] < phases[j].length for j in range(phase_index + 1, len(phases)))
+                if work_left and time_limit is not None and t_run + per_step > time_limit:
                     status = Status.TIME_LIMIT
                     break
             if status != Status.SUCCESS:
                 break
             phase_index += 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # raised by the callback, or a second Ctrl-C
+        if ctrl_c.forced:
+            raise
         status = Status.INTERRUPTED
     except BaseException:
         # Any other failure (out of memory, a bug): keep the last finished chunk on disk.
-        if checkpoint_path is not None:
+        if checkpoint_path is not None and not _deleted(state):
             _write_checkpoint(checkpoint_path, state, meta_now())
         raise
     finally:
         bar.close()
+        ctrl_c.restore()
 
     stats["run_seconds"] = t_run
     stats["iterations"] = {p.name: d for p, d in zip(phases, done)}

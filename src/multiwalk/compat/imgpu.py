@@ -50,14 +50,14 @@ __all__ = ["Mcgpu"]
 _PDESCR_VALUES = (0, 1, 2)
 
 
-def _vector(name: str, value: Any, n: int, what: str = "nptot") -> np.ndarray:
+def _vector(name: str, value: Any, n: int) -> np.ndarray:
     """A finite float vector of ``n`` entries; errors name the argument."""
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as err:
         raise TypeError(f"{name} must be a sequence of numbers, got {value!r}") from err
     if arr.ndim != 1 or arr.shape[0] != n:
-        raise ValueError(f"{name} has shape {arr.shape} but pdescr gives {what}={n}: give one value per parameter")
+        raise ValueError(f"{name} has shape {arr.shape} but pdescr gives nptot={n}: give one value per parameter")
     if not np.all(np.isfinite(arr)):
         bad = int(np.flatnonzero(~np.isfinite(arr))[0])
         raise ValueError(f"{name}[{bad}]={arr[bad]} is not finite")
@@ -104,7 +104,8 @@ class Mcgpu:
     seed : random seed; ``None`` picks one from the clock, stored in ``self.seed``.  Seeds up to
         ``2**32 - 1`` go to :func:`multiwalk.solve` unchanged; larger 64-bit seeds are folded to
         32 bits (xor of the halves), since JAX's default 32-bit keys would drop the high bits.
-    imodel : an integer passed to ``model`` (e.g. to choose between several models).
+    imodel : an integer passed to ``model`` (e.g. to choose between several models); it is a
+        plain Python int, so the model may branch on it with ``if``.
     npass : accepted for old scripts and ignored (must be >= 1): the model computes every
         datum in one call.
     nadj, nbeta, nseq, nburn, niter : as :class:`multiwalk.ReplicaExchange`.
@@ -203,7 +204,7 @@ class Mcgpu:
                 ) from err
             ok = np.isfinite(s2r) & (s2r > 0)
             if not np.all(ok):
-                bad = tuple(np.argwhere(~ok)[0])
+                bad = tuple(int(i) for i in np.argwhere(~ok)[0])
                 raise ValueError(
                     f"std2r{list(bad)}={s2r[bad]} must be positive and finite: it is 1/sigma^2 of that datum "
                     "(drop a datum instead of giving it zero weight)"

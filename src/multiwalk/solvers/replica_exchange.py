@@ -203,6 +203,7 @@ class ReplicaExchange(Solver):
             lo_s, hi_s = lo_j[j], hi_j[j]
             if per.any():
                 wrapped = lo_s + jnp.mod(proposal - lo_s, width[j])
+                wrapped = jnp.where(wrapped >= hi_s, lo_s, wrapped)  # rounding can land on upper
                 proposal = jnp.where(jnp.asarray(per)[j], wrapped, proposal)
             inside = (proposal >= lo_s) & (proposal <= hi_s)
             x_new = jnp.where(onehot, proposal[..., None], st.x)

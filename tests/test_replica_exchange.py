@@ -1,0 +1,417 @@
+"""Statistical and behavioural tests of ``mw.ReplicaExchange`` (cuda_mcmc's replica-exchange Metropolis).
+
+Conventions used below: an objective value is chi2, so the target density at inverse temperature
+beta is ``exp(-beta * f / 2)``; ``result.samples`` (niter, nseq, n) holds the coldest chain
+(beta = 1) of every sequence.
+
+How Monte-Carlo errors are estimated: samples within one chain are autocorrelated, so the
+iid formula ``sd / sqrt(N)`` would be far too optimistic.  The ``nseq`` sequences, however,
+are statistically independent (they never interact), so every statistic is computed once per
+sequence and its standard error is the spread of those per-sequence values over
+``sqrt(nseq)`` (batch means with one batch per sequence).  Assertions allow 5 standard errors
+(a false alarm has probability ~6e-7 for a normal estimate) plus an absolute sanity bound, so
+a test fails both when the sampler is biased and when its own error bar explodes.
+
+Every run uses a fixed seed, so the file is deterministic; sizes are chosen so that each
+``mw.solve`` is dominated by its compilation (~2-5 s on a 2-core CPU).
+"""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import special
+
+import multiwalk as mw
+
+N_SIGMA = 5.0  # allowed deviation in standard errors for every statistical assertion
+
+
+def _run(problem: mw.Problem, seed: int = 0, **options) -> mw.ReplicaExchangeResult:
+    result = mw.solve(problem, mw.ReplicaExchange(**options), seed=seed, progress=False)
+    assert result.success, result.message
+    return result
+
+
+def _mean_and_se(per_sequence: np.ndarray) -> tuple[float, float]:
+    """Mean of per-sequence estimates and its standard error (sequences are independent)."""
+    v = np.asarray(per_sequence, dtype=np.float64)
+    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(v.size))
+
+
+# ----------------------------------------------------------------------------- 1. correlated Gaussian
+GAUSS_MU = np.array([1.0, -2.0])
+GAUSS_SD = np.array([1.0, 2.0])
+GAUSS_RHO = 0.7
+GAUSS_COV = np.array(
+    [
+        [GAUSS_SD[0] ** 2, GAUSS_RHO * GAUSS_SD[0] * GAUSS_SD[1]],
+        [GAUSS_RHO * GAUSS_SD[0] * GAUSS_SD[1], GAUSS_SD[1] ** 2],
+    ]
+)
+GAUSS_PREC = np.linalg.inv(GAUSS_COV)
+GAUSS_OPTS = dict(nbeta=8, nseq=48, nburn=500, niter=2000, betan=1e-2)
+
+
+def _gauss_chi2(x):
+    d = x - jnp.asarray(GAUSS_MU, x.dtype)
+    return d @ jnp.asarray(GAUSS_PREC, x.dtype) @ d  # chi2 of N(mu, C): the target is exactly N(mu, C)
+
+
+@pytest.fixture(scope="module")
+def gauss_result() -> mw.ReplicaExchangeResult:
+    # Box mu +- 10 sd: the truncation removes a negligible (~1e-23) part of the mass.
+    problem = mw.Problem(objective=_gauss_chi2, lower=GAUSS_MU - 10 * GAUSS_SD, upper=GAUSS_MU + 10 * GAUSS_SD)
+    return _run(problem, seed=1, **GAUSS_OPTS)
+
+
+def test_gaussian_moments_match_truth(gauss_result):
+    r = gauss_result
+    nseq, niter = GAUSS_OPTS["nseq"], GAUSS_OPTS["niter"]
+    assert r.samples.shape == (niter, nseq, 2)
+    assert r.chi2.shape == (niter, nseq)
+    s = r.samples.astype(np.float64)
+    # The recorded chi2 is the objective at the recorded point.
+    d = s - GAUSS_MU
+    chi2_direct = np.einsum("tsi,ij,tsj->ts", d, GAUSS_PREC, d)
+    np.testing.assert_allclose(r.chi2, chi2_direct, rtol=1e-4, atol=1e-4)  # float32 round-off only
+
+    # Means: per-sequence sample mean; SE from the spread over the 48 independent sequences.
+    for i in range(2):
+        m, se = _mean_and_se(s[:, :, i].mean(axis=0))
+        assert abs(m - GAUSS_MU[i]) < N_SIGMA * se, (i, m, se)
+        assert abs(m - GAUSS_MU[i]) < 0.1 * GAUSS_SD[i], (i, m)  # sanity: the error bar itself is small
+        assert se < 0.03 * GAUSS_SD[i], (i, se)
+
+    # Second moments about the TRUE mean (unbiased for every chain length; the variance about
+    # a chain's own mean is biased low by ~1/N_eff, a few % here).
+    cov = np.einsum("tsi,tsj->sij", d, d) / niter  # (nseq, 2, 2)
+    for i, j in ((0, 0), (1, 1), (0, 1)):
+        c, se = _mean_and_se(cov[:, i, j])
+        assert abs(c - GAUSS_COV[i, j]) < N_SIGMA * se, ((i, j), c, se)
+        assert abs(c - GAUSS_COV[i, j]) < 0.1 * np.sqrt(GAUSS_COV[i, i] * GAUSS_COV[j, j]), ((i, j), c)
+
+    # Correlation from the pooled covariance; SE by the jackknife over sequences.
+    def corr(c):
+        return c[0, 1] / np.sqrt(c[0, 0] * c[1, 1])
+
+    rho = corr(cov.mean(axis=0))
+    jack = np.array([corr(np.delete(cov, k, axis=0).mean(axis=0)) for k in range(nseq)])
+    se_rho = np.sqrt((nseq - 1) / nseq * np.sum((jack - jack.mean()) ** 2))
+    assert abs(rho - GAUSS_RHO) < N_SIGMA * se_rho, (rho, se_rho)
+    assert abs(rho - GAUSS_RHO) < 0.03, rho  # sanity bound (observed se ~0.003)
+
+
+# ----------------------------------------------------------------------------- 3. acceptance / exchange
+def test_exchange_and_acceptance_rates(gauss_result):
+    r = gauss_result
+    nbeta, nseq = GAUSS_OPTS["nbeta"], GAUSS_OPTS["nseq"]
+    assert r.exchange_rate.shape == (nbeta - 1, nseq)
+    assert r.acceptance.shape == (2, nbeta, nseq)  # (n_free, nbeta, nseq)
+    np.testing.assert_allclose(r.betas, np.geomspace(1.0, 1e-2, nbeta), rtol=1e-12)
+    # ~2300 swap attempts per pair and sequence: a rate of exactly 0 or 1 would mean swaps
+    # are never or always accepted, i.e. a broken exchange step (observed 0.64-0.87).
+    assert np.all(np.isfinite(r.exchange_rate))
+    assert np.all((r.exchange_rate > 0) & (r.exchange_rate < 1)), r.exchange_rate
+    assert np.all(np.isfinite(r.acceptance))
+    assert np.all((r.acceptance >= 0) & (r.acceptance <= 1))
+
+    # cuda_mcmc's rule steers each step towards 30 % acceptance during burn-in (shrink by 1.01
+    # when the rate over the last 100 trials is below 30 %, else grow).  The rate over 100
+    # trials has a binomial noise of sqrt(0.3*0.7/100) ~ 0.05 and the step keeps oscillating
+    # around its set point, so a single chain's final step gives anything from ~15 % to ~55 %
+    # (observed sd 0.09); the mean over 2 x 48 chains is stable to ~0.01.  Tolerances:
+    # mean within 0.05 of 0.30 (observed 0.276-0.292 over three seeds), each chain in [0.05, 0.7].
+    acc1 = r.acceptance[:, 0, :]
+    assert abs(acc1.mean() - 0.30) < 0.05, acc1.mean()
+    assert np.all((acc1 > 0.05) & (acc1 < 0.7)), acc1
+
+
+# ----------------------------------------------------------------------------- 2. bimodal mixture
+# 0.3 N(-5, 0.2^2) + 0.7 N(5, 0.2^2).  The modes are 50 sd apart on purpose: the 30 % acceptance
+# rule makes a 1-D step about 4 sd wide, so with modes only 16 sd apart (N(+-4, 0.5^2)) a lone
+# chain at beta=1 hops between them now and then by a single long step, and the "no exchange"
+# control would not be stuck.  50 sd apart, such a hop needs a >10 sigma proposal.
+BIMODAL_W = 0.7
+BIMODAL_SD = 0.2
+
+
+def _bimodal_chi2(x):
+    left = jnp.log(1.0 - BIMODAL_W) - (x[0] + 5.0) ** 2 / (2 * BIMODAL_SD**2)
+    right = jnp.log(BIMODAL_W) - (x[0] - 5.0) ** 2 / (2 * BIMODAL_SD**2)
+    return -2.0 * jnp.logaddexp(left, right)  # chi2 = -2 log(density), so exp(-chi2/2) is the mixture
+
+
+@pytest.fixture(scope="module")
+def bimodal_problem() -> mw.Problem:
+    return mw.Problem(objective=_bimodal_chi2, lower=[-10.0], upper=[10.0])
+
+
+def test_bimodal_weights_with_exchange(bimodal_problem):
+    # The barrier at x=0 is chi2 ~ 1250 above the modes; the hottest chain (beta=1e-3) sees
+    # it as ~0.6, so it crosses freely and the exchanges carry the crossings down to beta=1.
+    nseq = 32
+    r = _run(bimodal_problem, seed=2, nbeta=16, betan=1e-3, nseq=nseq, nburn=300, niter=2000)
+    frac = (r.samples[..., 0] > 0).mean(axis=0)  # per sequence fraction in the right (weight 0.7) mode
+    m, se = _mean_and_se(frac)
+    # Observed: 0.697 with se 0.008 (per-sequence sd 0.044, i.e. ~20 samples per independent draw).
+    assert abs(m - BIMODAL_W) < N_SIGMA * se, (m, se)
+    assert abs(m - BIMODAL_W) < 0.05, m
+    # Every single sequence sees both modes in about the right proportion: 0.25 is > 5 times
+    # the observed per-sequence sd.
+    assert np.all(np.abs(frac - BIMODAL_W) < 0.25), frac
+    assert np.all(np.abs(np.abs(r.samples[..., 0]) - 5.0) < 10 * BIMODAL_SD)  # always in a mode
+
+
+def test_bimodal_without_exchange_is_stuck(bimodal_problem):
+    # Control: one temperature, no exchange.  Each chain falls into the mode on its side of 0
+    # and never leaves it, so a sequence's fraction is 0 or 1, never 0.7: the test above can
+    # tell a sampler that mixes between modes from one that does not.
+    nseq = 32
+    r = _run(bimodal_problem, seed=2, nbeta=1, nseq=nseq, nburn=300, niter=2000)
+    assert r.exchange_rate.shape == (0, nseq)
+    assert r.acceptance.shape == (1, 1, nseq)
+    frac = (r.samples[..., 0] > 0).mean(axis=0)
+    assert np.all((frac < 0.01) | (frac > 0.99)), frac
+    assert np.all(np.abs(frac - BIMODAL_W) > 0.25), frac  # the criterion the exchange test passes
+    assert 0 < np.mean(frac > 0.5) < 1  # uniform starts put sequences on both sides
+
+
+# ----------------------------------------------------------------------------- 4. roots of a system
+def test_roots_of_equation_system():
+    # x^2 + y^2 = 1, -0.25 x + y = 0.5 (cuda_mcmc's solvsys example): x = (-4 +- sqrt(832)) / 34.
+    xr = (-4.0 + np.array([-1.0, 1.0]) * np.sqrt(832.0)) / 34.0
+    exact = np.stack([xr, np.sqrt(1.0 - xr**2)], axis=1)
+    np.testing.assert_allclose(exact, [[-0.966012, 0.258497], [0.730718, 0.682679]], atol=1e-6)
+
+    # sigma = 1e-3 sharpens exp(-chi2/2) to a ~1e-3-wide peak at each root; both roots have the
+    # same |det J| = 1.80, so the posterior gives them equal mass.  The ladder has to reach
+    # beta ~ 1e-7 for the hot chains to roam a box whose chi2 reaches ~1e9.
+    sigma, tol = 1e-3, 1.0
+    problem = mw.Problem(
+        model=lambda p: jnp.array([p[0] ** 2 + p[1] ** 2, -0.25 * p[0] + p[1]]),
+        data=[1.0, 0.5],
+        sigma=sigma,
+        lower=[-5.0, -5.0],
+        upper=[5.0, 5.0],
+    )
+    r = _run(problem, seed=3, nbeta=16, nseq=16, nburn=300, niter=300, betan=1e-7)
+    roots = r.roots(tol)
+    # Two roots ~1.7 apart, grouping radius 0.01 of the box (0.1): exactly two groups.
+    assert roots.shape == (2, 2), roots
+    # Error bound: chi2 <= tol means |residual| <= sqrt(tol) * sigma, so to first order the point
+    # is within ||J^-1||_2 * sqrt(tol) * sigma of the root (~0.8e-3 here); x1.5 for the
+    # curvature and float32 round-off.  Observed errors ~1e-4.
+    for root in exact:
+        jac = np.array([[2 * root[0], 2 * root[1]], [-0.25, 1.0]])
+        bound = 1.5 * np.linalg.norm(np.linalg.inv(jac), 2) * np.sqrt(tol) * sigma
+        dist = np.max(np.abs(roots - root), axis=1)
+        assert dist.min() < bound, (root, roots, bound)
+    assert r.fun <= tol
+    assert np.min(np.max(np.abs(exact - r.x), axis=1)) < 2e-3
+
+
+# ----------------------------------------------------------------------------- 5. periodic parameters
+VM_KAPPA = 8.0
+
+
+def _von_mises_chi2(x):
+    return -2.0 * VM_KAPPA * jnp.cos(x[0] - jnp.pi)  # density exp(kappa cos(x - pi)): a peak at +-pi
+
+
+def _vm_problem(periodic) -> mw.Problem:
+    return mw.Problem(objective=_von_mises_chi2, lower=[-np.pi], upper=[np.pi], periodic=periodic)
+
+
+def test_periodic_parameter_wraps_across_the_boundary():
+    nseq = 32
+    r = _run(_vm_problem([0]), seed=4, nbeta=1, nseq=nseq, nburn=300, niter=1000)
+    s = r.samples[..., 0]
+    lo, hi = np.asarray(r.lower[0], s.dtype), np.asarray(r.upper[0], s.dtype)  # the bounds as the sampler sees them
+    assert np.all(s >= lo) and np.all(s < hi), (s.min(), s.max())
+    # Every sequence sits on both sides of the +-pi seam (by symmetry half the mass is on each
+    # side; observed per-sequence fractions 0.42-0.58, so 0.2 is a loose floor).
+    assert np.all((s > np.pi / 2).mean(axis=0) > 0.2)
+    assert np.all((s < -np.pi / 2).mean(axis=0) > 0.2)
+    # Circular moments of the von Mises distribution around pi:
+    # E[cos x] = -I1(kappa)/I0(kappa) = -0.9352, E[sin x] = 0.  5 standard errors over sequences.
+    cos_m, cos_se = _mean_and_se(np.cos(s).mean(axis=0))
+    sin_m, sin_se = _mean_and_se(np.sin(s).mean(axis=0))
+    truth = -special.i1e(VM_KAPPA) / special.i0e(VM_KAPPA)
+    assert abs(cos_m - truth) < N_SIGMA * cos_se and abs(cos_m - truth) < 0.02, (cos_m, cos_se, truth)
+    assert abs(sin_m) < N_SIGMA * sin_se and abs(sin_m) < 0.05, (sin_m, sin_se)
+    direction = np.angle(np.mean(np.exp(1j * s)))
+    assert abs(np.angle(np.exp(1j * (direction - np.pi)))) < 0.05, direction  # circular mean at pi
+
+
+def test_non_periodic_parameter_cannot_wrap():
+    # Same target without periodic=: a chain must cross the low-density middle (density ratio
+    # exp(-16)) to reach the other side, so every sequence stays on the side it started on.
+    nseq = 32
+    r = _run(_vm_problem(None), seed=4, nbeta=1, nseq=nseq, nburn=300, niter=1000)
+    s = r.samples[..., 0]
+    assert np.all(s >= r.lower[0]) and np.all(s <= r.upper[0])
+    frac = (s > 0).mean(axis=0)
+    assert np.all((frac < 0.01) | (frac > 0.99)), frac
+    assert 0 < np.mean(frac > 0.5) < 1
+
+
+def test_periodic_wrap_never_returns_upper():
+    # Stress the seam: a target a few hundredths of an ulp(1) wide at 0 on the circle [0, 1).
+    # The steps adapt down to that scale, so proposals land just below 0 all the time; a
+    # correct wrap maps them below 1, never onto 1.
+    scale = float(np.finfo(mw.Problem(objective=lambda x: x[0], lower=[0.0], upper=[1.0]).dtype).eps) * 1e-2
+
+    def chi2(x):
+        d = jnp.minimum(x[0], 1.0 - x[0])  # distance to 0 on the circle
+        return (d / scale) ** 2
+
+    problem = mw.Problem(objective=chi2, lower=[0.0], upper=[1.0], periodic=[0])
+    r = _run(problem, seed=0, nbeta=1, nseq=16, nburn=4000, niter=500)
+    s = r.samples[..., 0]
+    assert np.all(s >= 0.0)
+    assert np.all(s < 1.0), f"{np.sum(s >= 1.0)} of {s.size} samples equal upper=1.0"
+
+
+# ----------------------------------------------------------------------------- 6. fixed parameters
+FIXED_VALUE = 0.3
+
+
+def _fixed_chi2(x):
+    # x0 ~ N(x1, 0.5^2), x2 ~ N(-x1, 0.5^2): with x1 fixed at 0.3 the free means are +-0.3,
+    # which also checks that the objective receives the fixed value.
+    return ((x[0] - x[1]) / 0.5) ** 2 + ((x[2] + x[1]) / 0.5) ** 2
+
+
+@pytest.fixture(scope="module")
+def fixed_result() -> mw.ReplicaExchangeResult:
+    problem = mw.Problem(objective=_fixed_chi2, lower=[-3.0] * 3, upper=[3.0] * 3, fixed={1: FIXED_VALUE}, names=["a", "b", "c"])
+    # One temperature: exchange plays no part here, and it halves the compile time.
+    return _run(problem, seed=5, nbeta=1, nseq=16, nburn=300, niter=500)
+
+
+def test_fixed_parameter_stays_fixed(fixed_result):
+    r = fixed_result
+    s = r.samples
+    assert s.shape == (500, 16, 3)
+    fixed_in_dtype = np.asarray(FIXED_VALUE, dtype=s.dtype)  # exact in the problem's float type
+    assert np.all(s[..., 1] == fixed_in_dtype)
+    assert r.x[1] == fixed_in_dtype
+    assert r.acceptance.shape == (2, 1, 16) and r.steps.shape == (2, 1, 16)  # free parameters only
+    np.testing.assert_array_equal(r.free_index, [0, 2])
+    for i, mean in ((0, FIXED_VALUE), (2, -FIXED_VALUE)):
+        per_seq = s[:, :, i].mean(axis=0)
+        assert np.all(s[:, :, i].std(axis=0) > 0.2)  # moves in every sequence (target sd 0.5)
+        m, se = _mean_and_se(per_seq)
+        assert abs(m - mean) < N_SIGMA * se and abs(m - mean) < 0.1, (i, m, se)
+        sd = s[:, :, i].std()
+        assert abs(sd - 0.5) < 0.05, (i, sd)  # pooled sd, 8000 samples: ~0.01 error
+
+
+# ----------------------------------------------------------------------------- 7/8. non-finite objective
+def test_nan_objective_is_rejected_and_counted():
+    problem = mw.Problem(
+        objective=lambda x: jnp.where(x[0] > 0, jnp.nan, x[0] ** 2 + x[1] ** 2), lower=[-5.0, -5.0], upper=[5.0, 5.0]
+    )
+    # Half the chains start where the objective is NaN (chi2 set to inf at the start).  A chain
+    # there accepts any finite proposal, and an exchange always moves an inf chi2 to the hotter
+    # temperature, so the coldest chain is finite unless all 16 chains of a sequence started in
+    # the NaN half (probability 2^-16 per sequence).
+    r = _run(problem, seed=6, nbeta=16, nseq=8, nburn=200, niter=300, betan=1e-2)
+    assert np.all(np.isfinite(r.chi2))
+    assert np.all(r.samples[..., 0] <= 0.0)
+    assert r.stats["nonfinite"] > 0  # chains near x0=0 propose into the NaN half all the time
+    assert np.isfinite(r.fun) and r.x[0] <= 0.0
+    assert np.std(r.samples[..., 0]) > 0.1  # they still sample the finite half
+
+
+def test_non_finite_start_points_recover():
+    # +inf and -inf on 60 % of the box: -inf must count as "worse than anything", not as a
+    # chi2 below every finite value (which would trap the chains there).
+    def chi2(x):
+        bad = jnp.where(x[1] > 0, jnp.inf, -jnp.inf)
+        return jnp.where(x[0] > -1.0, bad, (x[0] + 3.0) ** 2 + x[1] ** 2)
+
+    problem = mw.Problem(objective=chi2, lower=[-5.0, -5.0], upper=[5.0, 5.0])
+    solver = mw.ReplicaExchange(nbeta=16, nseq=8, nburn=200, niter=300, betan=1e-2)
+    start = solver.init(problem, jax.random.PRNGKey(7))
+    frac_bad = float(np.mean(~np.isfinite(np.asarray(start.chi2))))
+    assert 0.4 < frac_bad < 0.8, frac_bad  # the test really starts many chains on non-finite values
+    r = mw.solve(problem, solver, seed=7, progress=False)
+    assert r.success, r.message
+    # All 16 chains of a sequence start in the bad region with probability 0.6^16 = 3e-4.
+    assert np.all(np.isfinite(r.chi2))
+    assert np.all(r.samples[..., 0] <= -1.0)
+    assert np.isfinite(r.fun) and r.x[0] <= -1.0
+    assert r.stats["nonfinite"] > 0
+    # The coldest chains sample N((-3, 0), I) truncated at x0 <= -1 (2 sd away): mean of x1 is 0.
+    m, se = _mean_and_se(r.samples[:, :, 1].mean(axis=0))
+    assert abs(m) < N_SIGMA * se and abs(m) < 0.3, (m, se)
+
+
+# ----------------------------------------------------------------------------- 9. result helpers
+def test_marginals(fixed_result):
+    r = fixed_result
+    out = r.marginals(bins=20)
+    assert len(out) == 2  # one per FREE parameter (the fixed one has none)
+    n_samples = r.samples.shape[0] * r.samples.shape[1]
+    for (counts, edges), i in zip(out, (0, 2)):
+        assert counts.shape == (20,) and edges.shape == (21,)
+        assert counts.sum() == n_samples
+        assert edges[0] == r.lower[i] and edges[-1] == r.upper[i]
+        np.testing.assert_array_equal(counts, np.histogram(r.samples[:, :, i], bins=20, range=(-3.0, 3.0))[0])
+
+
+def test_plot_writes_png(fixed_result, tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = tmp_path / "re.png"
+    fixed_result.plot(str(path), bins=20)
+    assert path.stat().st_size > 1000
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plt.close("all")
+
+
+def test_save_roundtrip(fixed_result, tmp_path):
+    r = fixed_result
+    path = tmp_path / "re.npz"
+    r.save(str(path))
+    with np.load(path, allow_pickle=False) as npz:
+        for name in ("x", "samples", "chi2", "acceptance", "exchange_rate", "steps", "betas", "labels", "lower", "upper"):
+            np.testing.assert_array_equal(npz[name], getattr(r, name), err_msg=name)
+            assert npz[name].dtype == np.asarray(getattr(r, name)).dtype, name
+        assert float(npz["fun"]) == r.fun
+        assert int(npz["status"]) == int(r.status)
+        assert str(npz["message"]) == r.message
+        assert list(npz["names"]) == r.names == ["a", "b", "c"]
+        assert json.loads(str(npz["options"])) == r.options
+        assert json.loads(str(npz["stats"]))["nonfinite"] == r.stats["nonfinite"]
+
+
+# ----------------------------------------------------------------------------- 10. bad options
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (dict(nbeta=0), r"nbeta must be a positive integer, got 0"),
+        (dict(nseq=-1), r"nseq must be a positive integer, got -1"),
+        (dict(niter=-1), r"niter must be a non-negative integer, got -1"),
+        (dict(beta1=0.5, betan=0.9), r"betan must lie in \(0, beta1=0.5\], got 0.9"),
+        (dict(nbeta=3, betas=(1.0, 0.5, 0.7)), r"betas must be strictly decreasing"),
+        (dict(nbeta=3, betas=(1.0, 0.5)), r"betas must have nbeta=3 values"),
+    ],
+)
+def test_bad_options_raise(options, match):
+    with pytest.raises(ValueError, match=match):
+        mw.ReplicaExchange(**options)
+
+
+def test_missing_bounds_raise_before_compiling():
+    problem = mw.Problem(objective=lambda x: jnp.sum(x**2), x0=[0.0, 0.0])
+    with pytest.raises(ValueError, match=r"lower.*upper"):
+        mw.solve(problem, mw.ReplicaExchange(), progress=False)

@@ -1,0 +1,353 @@
+"""Tests of the one driver `mw.solve`: determinism, checkpoint / resume, time limit, Ctrl-C, bad options.
+
+Every `mw.solve` compiles its loop (seconds on a 2-core CPU), so the runs are module-scoped fixtures
+shared by the tests.  All runs use the same small replica-exchange sampler on a 3-D sphere in [-5, 5]^3.
+Equality of samples between runs is asserted bit for bit: the solver draws its random numbers from
+the run's key and the global iteration counter, so chunking, checkpoints and resumes must not change
+a single value.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pytest
+
+import multiwalk as mw
+
+NSEQ, NBETA, NBURN, NITER = 4, 8, 20, 40
+
+
+def sphere(x):
+    return (x**2).sum()
+
+
+def solver(**overrides) -> mw.ReplicaExchange:
+    opts = {"nseq": NSEQ, "nbeta": NBETA, "nburn": NBURN, "niter": NITER}
+    opts.update(overrides)
+    return mw.ReplicaExchange(**opts)
+
+
+@pytest.fixture(scope="module")
+def problem() -> mw.Problem:
+    return mw.Problem(objective=sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("solve")
+
+
+@pytest.fixture(scope="module")
+def full(problem):
+    """The reference: an uninterrupted run with seed 0."""
+    return mw.solve(problem, solver(), seed=0, progress=False)
+
+
+@pytest.fixture(scope="module")
+def other_seed(problem):
+    return mw.solve(problem, solver(), seed=1, progress=False)
+
+
+@pytest.fixture(scope="module")
+def half(problem, workdir):
+    """niter=20 with a checkpoint; returns (result, checkpoint path)."""
+    ck = workdir / "ck.npz"
+    res = mw.solve(problem, solver(niter=NITER // 2), seed=0, progress=False, checkpoint=ck)
+    return res, ck
+
+
+@pytest.fixture(scope="module")
+def resumed(problem, half, workdir):
+    """The niter=20 checkpoint resumed to niter=40 (from a copy, so `half`'s file stays as written)."""
+    _, ck = half
+    copy = workdir / "ck_copy.npz"
+    copy.write_bytes(ck.read_bytes())
+    infos: list[dict] = []
+    res = mw.solve(problem, solver(), seed=0, progress=False, resume=copy, checkpoint=copy, callback=infos.append)
+    return res, infos
+
+
+# ------------------------------------------------------------------------------------------- result fields
+def test_result_fields(full, problem):
+    assert isinstance(full, mw.Result)
+    assert full.x.shape == (3,)
+    assert isinstance(full.fun, float)
+    assert full.success is True
+    assert full.status == mw.Status.SUCCESS
+    assert isinstance(full.message, str) and full.message
+    assert f"{NBURN} burn-in and {NITER} sampling" in full.message
+    for key in ("nonfinite", "run_seconds", "compile_seconds"):
+        assert key in full.stats, key
+    assert full.stats["nonfinite"] == 0  # the sphere is finite everywhere in the box
+    assert full.stats["run_seconds"] > 0 and full.stats["compile_seconds"] > 0
+    assert full.stats["iterations"] == {"burn-in": NBURN, "sampling": NITER}
+
+
+def test_result_values_are_consistent(full, problem):
+    assert full.samples.shape == (NITER, NSEQ, 3)
+    assert full.chi2.shape == (NITER, NSEQ)
+    assert np.all((full.samples >= -5.0) & (full.samples <= 5.0))
+    # Recorded chi2 is the objective at the recorded point.  Tolerance: chi2 <= 75 is a 3-term
+    # float32 sum, error a few ulp of 75 (~1e-5); rtol 1e-5 + atol 1e-5 bounds it.
+    np.testing.assert_allclose(full.chi2, (full.samples.astype(np.float64) ** 2).sum(-1), rtol=1e-5, atol=1e-5)
+    # fun is the objective at x (same tolerance) and is the best seen, so no recorded sample beats it (exact).
+    np.testing.assert_allclose(full.fun, sphere(full.x.astype(np.float64)), rtol=1e-5, atol=1e-5)
+    assert full.fun <= full.chi2.min()
+
+
+# ------------------------------------------------------------------------------------------- determinism
+# A second seed-0 run of the same length would cost another compilation (~8 s here); the seed-0 runs
+# that exist anyway are independent solve() calls and serve instead: `half` below (niter=20, its own
+# compilation), and the resumed runs further down, which must equal `full` in every value.
+def test_same_seed_same_samples(full, half):
+    res, _ = half
+    assert res.status == mw.Status.SUCCESS
+    assert res.samples.shape == (NITER // 2, NSEQ, 3)
+    assert np.array_equal(res.samples, full.samples[: NITER // 2])
+    assert np.array_equal(res.chi2, full.chi2[: NITER // 2])
+
+
+def test_different_seed_different_samples(full, other_seed):
+    assert other_seed.status == mw.Status.SUCCESS
+    assert full.samples.shape == other_seed.samples.shape
+    assert not np.array_equal(full.samples, other_seed.samples)
+    assert not np.array_equal(full.chi2, other_seed.chi2)
+
+
+# ------------------------------------------------------------------------------------------- checkpoint / resume
+def test_checkpoint_file_is_written(half):
+    _, ck = half
+    assert ck.is_file()
+    with np.load(ck, allow_pickle=False) as npz:
+        assert "__meta__" in npz.files
+
+
+def test_resume_equals_uninterrupted_run(full, resumed):
+    resumed, infos = resumed
+    # It really went on from the checkpoint (a fresh run would give the same values, so check this):
+    # the first chunk it ran was in the sampling phase, after the 20 saved sampling iterations.
+    assert infos[0]["phase"] == "sampling" and infos[0]["done"][0] == NBURN and infos[0]["done"][1] > NITER // 2
+    assert resumed.status == mw.Status.SUCCESS
+    assert resumed.stats["iterations"] == {"burn-in": NBURN, "sampling": NITER}
+    assert np.array_equal(resumed.samples, full.samples)
+    assert np.array_equal(resumed.chi2, full.chi2)
+    assert np.array_equal(resumed.x, full.x) and resumed.fun == full.fun
+
+
+def test_resume_with_changed_option_names_it(problem, half):
+    _, ck = half
+    with pytest.raises(ValueError, match=r"was written with nbeta=8 but the solver now has nbeta=16") as err:
+        mw.solve(problem, solver(nbeta=16), seed=0, progress=False, resume=ck)
+    assert str(ck) in str(err.value)  # the message names the file
+
+
+def test_resume_shorter_than_checkpoint_is_refused(problem, half):
+    _, ck = half
+    with pytest.raises(ValueError, match=re.escape(str(ck))) as err:
+        mw.solve(problem, solver(niter=10), seed=0, progress=False, resume=ck)
+    msg = str(err.value)
+    assert "10" in msg and "20" in msg  # what was asked for and what the checkpoint has
+
+
+def test_resume_with_other_seed_is_refused(problem, half):
+    _, ck = half
+    with pytest.raises(ValueError, match=r"written with seed=0, not seed=1"):
+        mw.solve(problem, solver(), seed=1, progress=False, resume=ck)
+
+
+def test_resume_for_another_problem_is_refused(half):
+    _, ck = half
+    other = mw.Problem(objective=sphere, lower=-5.0 * np.ones(2), upper=5.0 * np.ones(2))
+    with pytest.raises(ValueError, match=re.escape(str(ck))):
+        mw.solve(other, solver(), seed=0, progress=False, resume=ck)
+
+
+def test_resume_missing_file(problem, workdir):
+    missing = workdir / "nothing_here.npz"
+    with pytest.raises(FileNotFoundError, match=re.escape(str(missing))):
+        mw.solve(problem, solver(), seed=0, progress=False, resume=missing)
+
+
+def test_resume_from_text_file(problem, workdir):
+    junk = workdir / "junk.txt"
+    junk.write_text("this is not a checkpoint\n")
+    with pytest.raises(ValueError, match=re.escape(str(junk)) + r".*is not a multiwalk checkpoint"):
+        mw.solve(problem, solver(), seed=0, progress=False, resume=junk)
+
+
+def test_resume_from_foreign_npz(problem, workdir):
+    foreign = workdir / "foreign.npz"
+    np.savez(foreign, a=np.arange(3))
+    with pytest.raises(ValueError, match=re.escape(str(foreign)) + r".*is not a multiwalk checkpoint"):
+        mw.solve(problem, solver(), seed=0, progress=False, resume=foreign)
+
+
+# ------------------------------------------------------------------------------------------- time limit
+# niter=3*10**5 rather than 10**7: the sample buffer is allocated up front and the driver copies the
+# whole state on every chunk (10**7 would be 480 MB; even 10**6 costs ~70 ms a chunk here, which can
+# eat the whole 1 s limit during burn-in on a loaded machine).  3*10**5 iterations still take far
+# longer than 1 s on a CPU (~100-250 us each here), so only the time limit can end this run.
+HUGE = 3 * 10**5
+TIME_LIMIT = 1.0
+
+
+@pytest.fixture(scope="module")
+def time_limited(problem):
+    t0 = time.perf_counter()
+    res = mw.solve(problem, solver(niter=HUGE), seed=0, progress=False, time_limit=TIME_LIMIT)
+    return res, time.perf_counter() - t0
+
+
+def test_time_limit_stops_with_a_partial_result(time_limited, full):
+    res, wall = time_limited
+    assert res.status == mw.Status.TIME_LIMIT
+    assert res.success is False
+    assert "time limit" in res.message
+    k = res.samples.shape[0]
+    assert 0 < k < HUGE
+    assert res.stats["iterations"] == {"burn-in": NBURN, "sampling": k}
+    # Run time (compilation excluded) stays near the limit: the driver sizes chunks to end by it.
+    # Tolerance: 5 s of slack for a loaded 2-core machine; the full run would take minutes.
+    assert res.stats["run_seconds"] < TIME_LIMIT + 5.0
+    assert wall < res.stats["compile_seconds"] + TIME_LIMIT + 30.0  # same slack, plus set-up and transfers
+
+
+def test_time_limited_samples_are_a_prefix_of_the_full_run(time_limited, full):
+    res, _ = time_limited
+    k = min(res.samples.shape[0], NITER)
+    assert np.array_equal(res.samples[:k], full.samples[:k])
+    assert np.array_equal(res.chi2[:k], full.chi2[:k])
+    # Every returned row was really computed (not the zero-filled buffer): chi2 matches the point.
+    # Tolerance as in test_result_values_are_consistent (float32 3-term sum of values <= 25).
+    np.testing.assert_allclose(res.chi2, (res.samples.astype(np.float64) ** 2).sum(-1), rtol=1e-5, atol=1e-5)
+    assert not np.any(np.all(res.samples == 0.0, axis=-1))
+
+
+def test_run_that_finishes_at_the_time_limit_is_a_success(problem):
+    # One sampling iteration and a limit shorter than one step: the single chunk runs (the limit is
+    # checked before a chunk starts), completes the run, and then the limit is seen.
+    res = mw.solve(problem, solver(nburn=0, niter=1), seed=0, progress=False, time_limit=1e-9)
+    assert res.stats["iterations"] == {"burn-in": 0, "sampling": 1}  # all requested work was done
+    assert res.status == mw.Status.SUCCESS
+
+
+# ------------------------------------------------------------------------------------------- interrupt
+class InterruptAfter:
+    """A callback that presses Ctrl-C on its 3rd call in the sampling phase.
+
+    Counting sampling-phase calls (not all calls) makes sure some samples were recorded: the burn-in
+    chunks alone take the first few calls.
+    """
+
+    def __init__(self, n: int = 3) -> None:
+        self.n = n
+        self.infos: list[dict] = []
+
+    def __call__(self, info: dict) -> None:
+        self.infos.append(dict(info))
+        if sum(i["phase"] == "sampling" for i in self.infos) >= self.n:
+            raise KeyboardInterrupt
+
+
+@pytest.fixture(scope="module")
+def interrupted(problem, workdir):
+    ck = workdir / "interrupted.npz"
+    cb = InterruptAfter(3)
+    try:
+        res = mw.solve(problem, solver(), seed=0, progress=False, callback=cb, checkpoint=ck)
+    except KeyboardInterrupt:  # must not end the test session if solve() lets it through
+        pytest.fail("solve() let the KeyboardInterrupt raised by the callback escape")
+    return res, cb, ck
+
+
+def test_interrupt_returns_a_consistent_partial_result(interrupted, full):
+    res, cb, _ = interrupted
+    assert res.status == mw.Status.INTERRUPTED
+    assert res.success is False
+    assert sum(i["phase"] == "sampling" for i in cb.infos) == 3  # no chunk ran after the interrupt
+    k = res.samples.shape[0]
+    assert 0 < k < NITER
+    assert cb.infos[-1]["done"] == [NBURN, k]  # what the callback saw last is what was returned
+    assert res.stats["iterations"] == {"burn-in": NBURN, "sampling": k}
+    assert np.array_equal(res.samples, full.samples[:k])
+    assert np.array_equal(res.chi2, full.chi2[:k])
+
+
+def test_callback_info_has_progress_fields(interrupted):
+    _, cb, _ = interrupted
+    first = cb.infos[0]
+    assert first["phase"] == "burn-in"
+    for key in ("done", "elapsed", "best", "accept"):
+        assert key in first, key
+    done_totals = [sum(i["done"]) for i in cb.infos]
+    assert done_totals == sorted(done_totals) and done_totals[0] >= 1  # progress only moves forward
+
+
+def test_checkpoint_written_on_interrupt_resumes_to_the_full_run(problem, interrupted, full):
+    _, _, ck = interrupted
+    assert ck.is_file()
+    infos: list[dict] = []
+    res = mw.solve(problem, solver(), seed=0, progress=False, resume=ck, callback=infos.append)
+    # It went on from the interrupted state (k sampling iterations done), not from scratch.
+    k = interrupted[0].samples.shape[0]
+    assert infos[0]["phase"] == "sampling" and infos[0]["done"][0] == NBURN and infos[0]["done"][1] > k
+    assert res.status == mw.Status.SUCCESS
+    assert np.array_equal(res.samples, full.samples)
+    assert np.array_equal(res.chi2, full.chi2)
+    assert np.array_equal(res.x, full.x) and res.fun == full.fun
+
+
+# ------------------------------------------------------------------------------------------- bad run options
+@pytest.mark.parametrize(
+    "kwargs, exc, pattern",
+    [
+        ({"seed": -1}, ValueError, r"seed must be an integer in \[0, 2\*\*64\), got -1"),
+        ({"seed": 1.5}, ValueError, r"seed must be an integer in \[0, 2\*\*64\), got 1\.5"),
+        ({"seed": True}, ValueError, r"seed must be an integer in \[0, 2\*\*64\), got True"),
+        ({"time_limit": 0}, ValueError, r"time_limit must be a positive number of seconds or None, got 0"),
+        ({"time_limit": -2.5}, ValueError, r"time_limit must be a positive number of seconds or None, got -2\.5"),
+        ({"chunk_seconds": 0}, ValueError, r"chunk_seconds must be a positive number, got 0"),
+        ({"checkpoint_every": -1}, ValueError, r"checkpoint_every must be a non-negative number of seconds, got -1"),
+    ],
+    ids=["seed-negative", "seed-float", "seed-bool", "time-limit-zero", "time-limit-negative",
+         "chunk-seconds-zero", "checkpoint-every-negative"],
+)
+def test_bad_run_option(problem, kwargs, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        mw.solve(problem, solver(), progress=False, **kwargs)
+
+
+def test_problem_must_be_a_problem():
+    with pytest.raises(TypeError, match=r"problem must be a multiwalk\.Problem, got function"):
+        mw.solve(sphere, solver(), progress=False)
+
+
+def test_solver_must_be_a_solver(problem):
+    with pytest.raises(TypeError, match=r"solver must be a multiwalk solver .*got dict"):
+        mw.solve(problem, {"nbeta": 8}, progress=False)
+
+
+def test_checkpoint_in_missing_folder(problem, workdir):
+    target = workdir / "no_such_folder" / "ck.npz"
+    with pytest.raises(FileNotFoundError, match=re.escape(str(target.parent)) + r".*does not exist"):
+        mw.solve(problem, solver(), progress=False, checkpoint=target)
+    assert not target.parent.exists()
+
+
+def test_replica_exchange_needs_a_box():
+    no_box = mw.Problem(objective=sphere, x0=np.zeros(3))
+    with pytest.raises(ValueError, match=r"ReplicaExchange needs a box: pass lower= and upper="):
+        mw.solve(no_box, solver(), progress=False)
+
+
+def test_64_bit_seeds_keep_their_high_half():
+    # jax.random.PRNGKey keeps only 32 bits without x64; the driver folds the high half in.
+    from multiwalk.solve import _key
+
+    low = np.asarray(_key(5))
+    assert not np.array_equal(low, np.asarray(_key(2**32 + 5)))
+    assert not np.array_equal(np.asarray(_key(2**32 + 5)), np.asarray(_key(2**33 + 5)))
+    assert np.array_equal(low, np.asarray(_key(5)))
