@@ -194,12 +194,16 @@ class ReplicaExchange(Solver):
         beta = jnp.asarray(self.ladder(), dt)
         key = jax.random.fold_in(state.key, state.iteration)
         params = jnp.arange(nf)
+        # All random numbers of the iteration's n_free trials at once (fewer, larger draws).
+        k_choice, k_step, k_accept, k_exchange = jax.random.split(key, 4)
+        choices = jax.random.randint(k_choice, (nf, ns, nb), 0, nf)
+        normals = jax.random.normal(k_step, (nf, ns, nb), dt)
+        log_us = jnp.log(jax.random.uniform(k_accept, (nf, ns, nb), dt))
 
         def metropolis(s: int, st: ReplicaExchangeState) -> ReplicaExchangeState:
-            k_choice, k_step, k_accept = jax.random.split(jax.random.fold_in(key, s), 3)
-            j = jax.random.randint(k_choice, (ns, nb), 0, nf)
+            j = choices[s]
             onehot = params == j[..., None]  # (ns, nb, nf)
-            proposal = _take(st.x, j) + _take(st.step, j) * jax.random.normal(k_step, (ns, nb), dt)
+            proposal = _take(st.x, j) + _take(st.step, j) * normals[s]
             lo_s, hi_s = lo_j[j], hi_j[j]
             if per.any():
                 wrapped = lo_s + jnp.mod(proposal - lo_s, width[j])
@@ -209,8 +213,7 @@ class ReplicaExchange(Solver):
             x_new = jnp.where(onehot, proposal[..., None], st.x)
             chi2_new = self._chi2(problem, x_new)
             finite = jnp.isfinite(chi2_new)
-            log_u = jnp.log(jax.random.uniform(k_accept, (ns, nb), dt))
-            accept = inside & finite & (log_u <= -0.5 * beta * (chi2_new - st.chi2))
+            accept = inside & finite & (log_us[s] <= -0.5 * beta * (chi2_new - st.chi2))
             acc_i = accept.astype(jnp.int32)
             st = st._replace(
                 x=jnp.where(accept[..., None], x_new, st.x),
@@ -244,7 +247,7 @@ class ReplicaExchange(Solver):
 
         state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=min(nf, 8))
         if nb > 1:
-            state = self._exchange(state, jax.random.fold_in(key, nf), beta, record=not burn)
+            state = self._exchange(state, k_exchange, beta, record=not burn)
 
         # Best point seen so far in each sequence.
         ib = jnp.argmin(state.chi2, axis=1)
@@ -297,7 +300,7 @@ class ReplicaExchange(Solver):
             jnp.zeros((ns, nb - 1), jnp.int32),
             jnp.zeros((ns, nb - 1), jnp.int32),
         )
-        unroll = self.exchange_unroll or (8 if jax.default_backend() == "gpu" else 1)
+        unroll = self.exchange_unroll or (1 if jax.default_backend() == "cpu" else 8)
         chi2, perm, tries, swaps = jax.lax.fori_loop(0, nb, attempt, init, unroll=min(unroll, nb))
         state = state._replace(
             x=jnp.take_along_axis(state.x, perm[..., None], axis=1),
