@@ -12,6 +12,7 @@ from .problem import Problem
 from .result import Result, Status
 from .solve import solve
 from .solvers.base import Phase, Solver
+from .solvers.pattern_search import PatternSearch, PatternSearchResult
 from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
 
 __version__ = "0.1.0"
@@ -25,5 +26,7 @@ __all__ = [
     "Phase",
     "ReplicaExchange",
     "ReplicaExchangeResult",
+    "PatternSearch",
+    "PatternSearchResult",
     "__version__",
 ]

@@ -25,7 +25,7 @@ import numpy as np
 
 from .problem import Problem
 from .result import Result, Status
-from .solvers.base import Solver
+from .solvers.base import Phase, Solver
 
 __all__ = ["solve"]
 
@@ -114,7 +114,7 @@ def _restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: lis
 class _Progress:
     """A tqdm bar over all iterations of all phases; silent when disabled."""
 
-    def __init__(self, enabled: bool, total: int, initial: int) -> None:
+    def __init__(self, enabled: bool, total: int | None, initial: int) -> None:
         self.bar = None
         if enabled:
             from tqdm.auto import tqdm
@@ -224,6 +224,12 @@ def solve(
     _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every)
     solver.check(problem)
     phases = solver.phases(problem)
+    # Solvers that work in rounds (PatternSearch) keep starting rounds until the time limit:
+    # their last phase is then unbounded and reaching the limit is their natural end.
+    until_time_limit = time_limit is not None and solver.until_time_limit
+    if until_time_limit:
+        longest = 2**31 - 2 - sum(p.length for p in phases[:-1])  # the iteration counter is int32
+        phases[-1] = Phase(phases[-1].name, longest)
     checkpoint_path = Path(checkpoint) if checkpoint is not None else None
     if checkpoint_path is not None and not checkpoint_path.parent.exists():
         raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: folder {str(checkpoint_path.parent)!r} does not exist")
@@ -280,7 +286,8 @@ def solve(
     stats["compile_seconds"] = time.perf_counter() - t0
     status = Status.INTERRUPTED if ctrl_c.pressed else Status.SUCCESS
     show = sys.stderr.isatty() if progress is None else bool(progress)
-    bar = _Progress(show and status == Status.SUCCESS, sum(p.length for p in phases), sum(done))
+    total = None if until_time_limit else sum(p.length for p in phases)
+    bar = _Progress(show and status == Status.SUCCESS, total, sum(done))
     t_run = 0.0  # seconds spent running chunks (compilation excluded)
     last_checkpoint = time.perf_counter()
 
@@ -350,6 +357,9 @@ def solve(
         bar.close()
         ctrl_c.restore()
 
+    if until_time_limit and status == Status.TIME_LIMIT:
+        status = Status.SUCCESS
+        stats["ended_by_time_limit"] = True
     stats["run_seconds"] = t_run
     stats["iterations"] = {p.name: d for p, d in zip(phases, done)}
     if checkpoint_path is not None:

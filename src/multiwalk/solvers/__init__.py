@@ -1,6 +1,7 @@
 """One file per algorithm: pure ``init`` / ``step`` / ``done`` / ``result`` on a state pytree."""
 
 from .base import Phase, Solver
+from .pattern_search import PatternSearch, PatternSearchResult
 from .replica_exchange import ReplicaExchange, ReplicaExchangeResult
 
-__all__ = ["Phase", "Solver", "ReplicaExchange", "ReplicaExchangeResult"]
+__all__ = ["Phase", "Solver", "PatternSearch", "PatternSearchResult", "ReplicaExchange", "ReplicaExchangeResult"]

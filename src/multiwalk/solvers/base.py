@@ -37,6 +37,12 @@ class Solver(abc.ABC):
     #: was done) and ones that do not change results (loop unrolling).
     resumable_options: tuple[str, ...] = ()
 
+    @property
+    def until_time_limit(self) -> bool:
+        """True if, given ``solve(..., time_limit=T)``, the solver keeps working in fresh rounds
+        until T (its last phase becomes unbounded and reaching T is success)."""
+        return False
+
     def check(self, problem: Problem) -> None:
         """Raise ValueError/TypeError if this solver cannot run ``problem`` (before compiling)."""
 

@@ -1,0 +1,293 @@
+"""Multi-walk parallel pattern search: SIMT-PS (Zhu & Curry), every walker at once.
+
+Each walker is an independent coordinate search in the box (the paper's Fig. 1):
+
+a) start uniform in the box with step ``delta = delta0`` (per coordinate; default
+   ``(upper - lower) / 20``);
+per iteration, for each coordinate ``j`` in turn:
+b) if ``f(x + delta_j e_j) <= f(x)`` and ``<= f(x - delta_j e_j)``, move to ``x + delta_j e_j``;
+c) else if ``f(x - delta_j e_j) <= f(x)`` and ``<= f(x + delta_j e_j)``, move to ``x - delta_j e_j``;
+d) if no coordinate lowered ``f`` during the iteration, halve ``delta``; when it reaches
+   ``delta_tol`` (default ``delta0 / 2^16``) reset it to ``delta0``.
+e) the best walker is the answer.
+
+Moves that would leave the box are not taken, and NaN or inf values never win (they count as
++inf).  A *round* is ``iterations`` iterations from fresh points; ``rounds`` rounds are run, or,
+with ``solve(..., time_limit=T)`` and ``rounds=None``, as many as fit in T (the paper's Table 5
+mode).  The best point over all rounds is returned.
+
+``restart="best"`` (not in the paper) starts rounds after the first from the best point found
+so far instead of from uniform points: half of the walkers perturb a few random coordinates of
+it at a random scale between the box and ``delta_tol`` and search from there with the step at
+that scale, the other half restart uniformly.  It turns the multi-start search into a
+multi-scale local refinement that reaches the optimum of functions the plain rounds only
+approach (see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..problem import Problem
+from ..result import Result, Status
+from .base import Phase, Solver
+
+__all__ = ["PatternSearch", "PatternSearchResult"]
+
+_RESTARTS = ("random", "best")
+
+
+class PatternSearchState(NamedTuple):
+    key: jax.Array  # (2,) uint32
+    iteration: jax.Array  # () int32, iterations done over all rounds
+    x: jax.Array  # (n_walkers, n_free) current points
+    fx: jax.Array  # (n_walkers,) their values (+inf where NaN/inf)
+    scale: jax.Array  # (n_walkers,) step = scale * delta0 (1 after a reset, halved on failure)
+    best_x: jax.Array  # (n_free,) best point of all rounds so far
+    best_f: jax.Array  # ()
+    n_halvings: jax.Array  # (n_walkers,) int32 halvings in the current round
+    n_resets: jax.Array  # (n_walkers,) int32 resets to delta0 in the current round
+
+
+def _vector_option(name: str, value: Any) -> tuple[float, ...] | float | None:
+    """A scalar or per-coordinate positive option, stored hashable."""
+    if value is None:
+        return None
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim > 1 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"{name} must be a positive number or one positive number per parameter, got {value!r}")
+    return float(arr) if arr.ndim == 0 else tuple(float(v) for v in arr)
+
+
+@dataclass(frozen=True)
+class PatternSearch(Solver):
+    """SIMT-PS: ``n_walkers`` independent coordinate pattern searches in the box, in lockstep.
+
+    Parameters
+    ----------
+    n_walkers : number of independent searches (the paper's threads; 15360 in its tables).
+    iterations : iterations per round (each sweeps every free coordinate once).
+    delta0 : initial step, absolute, a scalar or one per parameter; default (upper - lower)/20.
+    delta_tol : step at which the search resets to delta0; default delta0 / 2**16.
+    reset : reset the step to delta0 at delta_tol (the paper); False keeps halving.
+    rounds : rounds from fresh points; ``None`` means one, or as many as fit in
+        ``solve(..., time_limit=T)`` when a time limit is given.
+    restart : ``"random"`` (the paper: every round from uniform points) or ``"best"`` (rounds
+        after the first refine the best point so far at random scales; see the module doc).
+    """
+
+    n_walkers: int = 15360
+    iterations: int = 20
+    delta0: Any = None
+    delta_tol: Any = None
+    reset: bool = True
+    rounds: int | None = None
+    restart: str = "random"
+
+    def __post_init__(self) -> None:
+        for name in ("n_walkers", "iterations"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.rounds is not None and (
+            isinstance(self.rounds, bool) or not isinstance(self.rounds, (int, np.integer)) or self.rounds < 1
+        ):
+            raise ValueError(f"rounds must be a positive integer or None, got {self.rounds!r}")
+        object.__setattr__(self, "delta0", _vector_option("delta0", self.delta0))
+        object.__setattr__(self, "delta_tol", _vector_option("delta_tol", self.delta_tol))
+        if not isinstance(self.reset, bool):
+            raise TypeError(f"reset must be True or False, got {self.reset!r}")
+        if self.restart not in _RESTARTS:
+            raise ValueError(f"restart must be one of {_RESTARTS}, got {self.restart!r}")
+
+    # ----------------------------------------------------------------- set-up
+    @property
+    def until_time_limit(self) -> bool:
+        return self.rounds is None
+
+    def steps(self, problem: Problem) -> tuple[np.ndarray, float]:
+        """``(delta0 per free coordinate, smallest scale before a reset)`` for ``problem``."""
+        lo, hi, _ = problem.free_bounds()
+        idx = problem.free_index
+        d0 = (hi - lo) / 20.0 if self.delta0 is None else np.broadcast_to(np.asarray(self.delta0), (problem.n,))[idx]
+        if self.delta_tol is None:
+            tol_scale = 2.0**-16
+        else:
+            tol = np.broadcast_to(np.asarray(self.delta_tol), (problem.n,))[idx]
+            tol_scale = float(np.min(tol / d0))
+        return np.asarray(d0, dtype=np.float64), tol_scale
+
+    def check(self, problem: Problem) -> None:
+        if problem.lower is None:
+            raise ValueError(
+                "PatternSearch needs a box: pass lower= and upper= to Problem (walkers start uniform in it and never leave)"
+            )
+        for name in ("delta0", "delta_tol"):
+            v = getattr(self, name)
+            if isinstance(v, tuple) and len(v) != problem.n:
+                raise ValueError(f"{name} has {len(v)} entries but the problem has {problem.n} parameters")
+        d0, tol_scale = self.steps(problem)
+        if tol_scale >= 1.0:
+            raise ValueError(f"delta_tol must be below delta0 (delta0={self.delta0!r}, delta_tol={self.delta_tol!r})")
+
+    def phases(self, problem: Problem) -> list[Phase]:
+        return [Phase("search", self.iterations * (self.rounds or 1))]
+
+    def _evaluate(self, problem: Problem, x: jax.Array) -> jax.Array:
+        f = jax.vmap(problem.chi2_free)(x)
+        return jnp.where(jnp.isnan(f), jnp.inf, f)  # NaN never wins; -inf would, and is kept
+
+    def _uniform(self, problem: Problem, key: jax.Array) -> jax.Array:
+        lo, hi, _ = problem.free_bounds()
+        dt = problem.dtype
+        u = jax.random.uniform(key, (self.n_walkers, problem.n_free), dt)
+        return jnp.asarray(lo, dt) + jnp.asarray(hi - lo, dt) * u
+
+    def init(self, problem: Problem, key: jax.Array) -> PatternSearchState:
+        x = self._uniform(problem, jax.random.fold_in(key, 0))
+        fx = self._evaluate(problem, x)
+        i = jnp.argmin(fx)
+        w, dt = self.n_walkers, problem.dtype
+        return PatternSearchState(
+            key=key,
+            iteration=jnp.asarray(0, jnp.int32),
+            x=x,
+            fx=fx,
+            scale=jnp.ones(w, dt),
+            best_x=x[i],
+            best_f=fx[i],
+            n_halvings=jnp.zeros(w, jnp.int32),
+            n_resets=jnp.zeros(w, jnp.int32),
+        )
+
+    # ----------------------------------------------------------------- one iteration
+    def _new_round(self, problem: Problem, state: PatternSearchState) -> PatternSearchState:
+        """Fresh walkers for round number ``iteration // iterations`` (keys never repeat)."""
+        round_index = state.iteration // self.iterations
+        key = jax.random.fold_in(jax.random.fold_in(state.key, 1), round_index)
+        k_uniform, k_which, k_mask, k_scale, k_noise = jax.random.split(key, 5)
+        x = self._uniform(problem, k_uniform)
+        scale = jnp.ones(self.n_walkers, problem.dtype)
+        if self.restart == "best":
+            lo, hi, _ = problem.free_bounds()
+            dt = problem.dtype
+            w, d = self.n_walkers, problem.n_free
+            _, tol_scale = self.steps(problem)
+            # Scale s log-uniform in [tol, 1] (in units of the box); a few coordinates
+            # (each with probability 2/d, at least one) move by up to s times the box width.
+            log_s = jax.random.uniform(k_scale, (w,), dt) * np.log(tol_scale)
+            s = jnp.exp(log_s)
+            pick = jax.random.uniform(k_mask, (w, d), dt) < min(1.0, 2.0 / d)
+            pick = pick.at[jnp.arange(w), jax.random.randint(k_which, (w,), 0, d)].set(True)
+            noise = (2 * jax.random.uniform(k_noise, (w, d), dt) - 1) * jnp.asarray(hi - lo, dt) * s[:, None]
+            near = jnp.clip(state.best_x + jnp.where(pick, noise, 0), jnp.asarray(lo, dt), jnp.asarray(hi, dt))
+            local = jnp.arange(w) < w // 2  # half refine, half explore
+            x = jnp.where(local[:, None], near, x)
+            scale = jnp.where(local, jnp.minimum(1.0, 20.0 * s), scale)  # step ~ the perturbation
+        fx = self._evaluate(problem, x)
+        zeros = jnp.zeros(self.n_walkers, jnp.int32)
+        return state._replace(x=x, fx=fx, scale=scale, n_halvings=zeros, n_resets=zeros)
+
+    def step(self, problem: Problem, state: PatternSearchState, phase: int) -> PatternSearchState:
+        lo, hi, _ = problem.free_bounds()
+        dt = problem.dtype
+        d0, tol_scale = self.steps(problem)
+        lo_j, hi_j, d0_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt), jnp.asarray(d0, dt)
+        d = problem.n_free
+
+        starts_round = (state.iteration % self.iterations == 0) & (state.iteration > 0)
+        state = jax.lax.cond(starts_round, lambda s: self._new_round(problem, s), lambda s: s, state)
+
+        def coordinate(j: int, carry: tuple) -> tuple:
+            x, fx, improved = carry
+            delta = state.scale * d0_j[j]  # (W,)
+            xj = x[:, j]
+            plus, minus = xj + delta, xj - delta
+            x_plus = x.at[:, j].set(plus)
+            x_minus = x.at[:, j].set(minus)
+            f_both = self._evaluate(problem, jnp.concatenate([x_plus, x_minus]))
+            f_plus = jnp.where(plus <= hi_j[j], f_both[: self.n_walkers], jnp.inf)  # never leave the box
+            f_minus = jnp.where(minus >= lo_j[j], f_both[self.n_walkers :], jnp.inf)
+            go_plus = (f_plus <= fx) & (f_plus <= f_minus)  # rule b)
+            go_minus = ~go_plus & (f_minus <= fx) & (f_minus <= f_plus)  # rule c)
+            f_new = jnp.where(go_plus, f_plus, jnp.where(go_minus, f_minus, fx))
+            improved = improved | (f_new < fx)
+            x = x.at[:, j].set(jnp.where(go_plus, plus, jnp.where(go_minus, minus, xj)))
+            return x, f_new, improved
+
+        x, fx, improved = jax.lax.fori_loop(
+            0, d, coordinate, (state.x, state.fx, jnp.zeros(self.n_walkers, bool)), unroll=min(d, 8)
+        )
+        scale = jnp.where(improved, state.scale, state.scale / 2)  # rule d)
+        halved = ~improved
+        was_reset = jnp.zeros_like(halved)
+        if self.reset:
+            was_reset = scale <= tol_scale * (1 + 1e-6)
+            scale = jnp.where(was_reset, jnp.ones_like(scale), scale)
+        i = jnp.argmin(fx)
+        better = fx[i] < state.best_f
+        return state._replace(
+            iteration=state.iteration + 1,
+            x=x,
+            fx=fx,
+            scale=scale,
+            best_x=jnp.where(better, x[i], state.best_x),
+            best_f=jnp.where(better, fx[i], state.best_f),
+            n_halvings=state.n_halvings + halved,
+            n_resets=state.n_resets + was_reset,
+        )
+
+    # ----------------------------------------------------------------- reporting
+    def summary(self, problem: Problem, state: PatternSearchState) -> dict[str, jax.Array]:
+        return {"best": state.best_f, "round": (state.iteration - 1) // self.iterations + 1}
+
+    def result(
+        self, problem: Problem, state: PatternSearchState, done: list[int], status: Status, stats: dict[str, Any]
+    ) -> PatternSearchResult:
+        st = jax.tree_util.tree_map(np.asarray, state)
+        iters = int(done[0])
+        rounds = max(1, -(-iters // self.iterations)) if iters else 1
+        stats = dict(stats)
+        stats["rounds"] = rounds
+        # Evaluations: one per walker per round start, two per walker per coordinate per iteration.
+        stats["evaluations"] = self.n_walkers * (rounds + 2 * problem.n_free * iters)
+        stats["walkers"] = self.n_walkers
+        message = status.describe()
+        if status == Status.SUCCESS:
+            message = f"ran {rounds} round(s) of {self.iterations} iterations ({iters} in all)"
+        return PatternSearchResult(
+            x=np.asarray(problem.expand(st.best_x)),
+            fun=float(st.best_f),
+            status=status,
+            message=message,
+            stats=stats,
+            walkers=np.asarray(problem.expand(st.x)),
+            values=st.fx,
+            steps=st.scale[:, None] * self.steps(problem)[0][None, :],
+            evaluations=stats["evaluations"],
+            halvings=st.n_halvings,
+            resets=st.n_resets,
+        )
+
+
+@dataclass(repr=False)
+class PatternSearchResult(Result):
+    """Result of :class:`PatternSearch`.
+
+    ``x``, ``fun``: best point of all rounds.  ``walkers`` (n_walkers, n): the final points of
+    the last round, ``values`` (n_walkers,) their objective values, ``steps`` (n_walkers, n_free)
+    their current steps.  ``evaluations``: objective evaluations in all.  ``halvings`` and
+    ``resets`` (n_walkers,): step halvings and resets to delta0 during the last round.
+    """
+
+    walkers: np.ndarray = None  # type: ignore[assignment]
+    values: np.ndarray = None  # type: ignore[assignment]
+    steps: np.ndarray = None  # type: ignore[assignment]
+    evaluations: int = 0
+    halvings: np.ndarray = None  # type: ignore[assignment]
+    resets: np.ndarray = None  # type: ignore[assignment]
