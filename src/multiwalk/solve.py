@@ -210,6 +210,8 @@ def solve(
         when standard error is a terminal.
     time_limit : seconds of run time (compilation not counted); at the limit the run stops
         after the current chunk with ``status=Status.TIME_LIMIT`` and a partial result.
+        Solvers that work in rounds (``PatternSearch(rounds=None)``) instead keep starting
+        rounds until the limit, which is then their normal end (``Status.SUCCESS``).
     checkpoint : path of a file the state is written to after each chunk (at most every
         ``checkpoint_every`` seconds) and at the end, interrupted or not.
     resume : path of a checkpoint to continue from.  Options must match those of the saved

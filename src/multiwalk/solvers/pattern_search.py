@@ -40,6 +40,7 @@ from .base import Phase, Solver
 __all__ = ["PatternSearch", "PatternSearchResult"]
 
 _RESTARTS = ("random", "best")
+_COORDINATE_UNROLL = 8  # coordinates unrolled per loop trip: fewer GPU loop round-trips, longer compile
 
 
 class PatternSearchState(NamedTuple):
@@ -203,25 +204,27 @@ class PatternSearch(Solver):
         starts_round = (state.iteration % self.iterations == 0) & (state.iteration > 0)
         state = jax.lax.cond(starts_round, lambda s: self._new_round(problem, s), lambda s: s, state)
 
+        cols = jnp.arange(d)
+
         def coordinate(j: int, carry: tuple) -> tuple:
             x, fx, improved = carry
+            on_j = cols == j  # (d,): masks instead of scatters keep each trial point a fused expression
             delta = state.scale * d0_j[j]  # (W,)
             xj = x[:, j]
             plus, minus = xj + delta, xj - delta
-            x_plus = x.at[:, j].set(plus)
-            x_minus = x.at[:, j].set(minus)
-            f_both = self._evaluate(problem, jnp.concatenate([x_plus, x_minus]))
-            f_plus = jnp.where(plus <= hi_j[j], f_both[: self.n_walkers], jnp.inf)  # never leave the box
-            f_minus = jnp.where(minus >= lo_j[j], f_both[self.n_walkers :], jnp.inf)
+            trial = jnp.where(on_j, jnp.stack([plus, minus])[..., None], x[None])  # (2, W, d)
+            f_plus, f_minus = self._evaluate(problem, trial.reshape(-1, d)).reshape(2, -1)
+            f_plus = jnp.where(plus <= hi_j[j], f_plus, jnp.inf)  # never leave the box
+            f_minus = jnp.where(minus >= lo_j[j], f_minus, jnp.inf)
             go_plus = (f_plus <= fx) & (f_plus <= f_minus)  # rule b)
             go_minus = ~go_plus & (f_minus <= fx) & (f_minus <= f_plus)  # rule c)
             f_new = jnp.where(go_plus, f_plus, jnp.where(go_minus, f_minus, fx))
             improved = improved | (f_new < fx)
-            x = x.at[:, j].set(jnp.where(go_plus, plus, jnp.where(go_minus, minus, xj)))
-            return x, f_new, improved
+            x_new_j = jnp.where(go_plus, plus, jnp.where(go_minus, minus, xj))
+            return jnp.where(on_j, x_new_j[:, None], x), f_new, improved
 
         x, fx, improved = jax.lax.fori_loop(
-            0, d, coordinate, (state.x, state.fx, jnp.zeros(self.n_walkers, bool)), unroll=min(d, 8)
+            0, d, coordinate, (state.x, state.fx, jnp.zeros(self.n_walkers, bool)), unroll=min(d, _COORDINATE_UNROLL)
         )
         scale = jnp.where(improved, state.scale, state.scale / 2)  # rule d)
         halved = ~improved
