@@ -53,6 +53,7 @@ class PatternSearchState(NamedTuple):
     best_f: jax.Array  # ()
     n_halvings: jax.Array  # (n_walkers,) int32 halvings in the current round
     n_resets: jax.Array  # (n_walkers,) int32 resets to delta0 in the current round
+    n_nonfinite: jax.Array  # (n_walkers,) int32 evaluations that gave NaN or +-inf, all rounds
 
 
 def _vector_option(name: str, value: Any) -> tuple[float, ...] | float | None:
@@ -132,16 +133,26 @@ class PatternSearch(Solver):
             v = getattr(self, name)
             if isinstance(v, tuple) and len(v) != problem.n:
                 raise ValueError(f"{name} has {len(v)} entries but the problem has {problem.n} parameters")
-        d0, tol_scale = self.steps(problem)
-        if tol_scale >= 1.0:
-            raise ValueError(f"delta_tol must be below delta0 (delta0={self.delta0!r}, delta_tol={self.delta_tol!r})")
+        d0, _ = self.steps(problem)
+        if self.delta_tol is not None:
+            tol = np.broadcast_to(np.asarray(self.delta_tol), (problem.n,))[problem.free_index]
+            bad = np.flatnonzero(tol >= d0)
+            if bad.size:
+                j = int(problem.free_index[bad[0]])
+                raise ValueError(
+                    f"delta_tol must be below delta0 in every coordinate: for parameter {j} "
+                    f"delta_tol={tol[bad[0]]} >= delta0={d0[bad[0]]}"
+                )
 
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("search", self.iterations * (self.rounds or 1))]
 
-    def _evaluate(self, problem: Problem, x: jax.Array) -> jax.Array:
+    def _evaluate(self, problem: Problem, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Values at points ``(m, n_free)``, NaN and +-inf replaced by +inf (they never win),
+        and the mask of those replaced."""
         f = jax.vmap(problem.chi2_free)(x)
-        return jnp.where(jnp.isnan(f), jnp.inf, f)  # NaN never wins; -inf would, and is kept
+        bad = ~jnp.isfinite(f)
+        return jnp.where(bad, jnp.inf, f), bad
 
     def _uniform(self, problem: Problem, key: jax.Array) -> jax.Array:
         lo, hi, _ = problem.free_bounds()
@@ -151,7 +162,7 @@ class PatternSearch(Solver):
 
     def init(self, problem: Problem, key: jax.Array) -> PatternSearchState:
         x = self._uniform(problem, jax.random.fold_in(key, 0))
-        fx = self._evaluate(problem, x)
+        fx, bad = self._evaluate(problem, x)
         i = jnp.argmin(fx)
         w, dt = self.n_walkers, problem.dtype
         return PatternSearchState(
@@ -164,6 +175,7 @@ class PatternSearch(Solver):
             best_f=fx[i],
             n_halvings=jnp.zeros(w, jnp.int32),
             n_resets=jnp.zeros(w, jnp.int32),
+            n_nonfinite=bad.astype(jnp.int32),
         )
 
     # ----------------------------------------------------------------- one iteration
@@ -190,9 +202,11 @@ class PatternSearch(Solver):
             local = jnp.arange(w) < w // 2  # half refine, half explore
             x = jnp.where(local[:, None], near, x)
             scale = jnp.where(local, jnp.minimum(1.0, 20.0 * s), scale)  # step ~ the perturbation
-        fx = self._evaluate(problem, x)
+        fx, bad = self._evaluate(problem, x)
         zeros = jnp.zeros(self.n_walkers, jnp.int32)
-        return state._replace(x=x, fx=fx, scale=scale, n_halvings=zeros, n_resets=zeros)
+        return state._replace(
+            x=x, fx=fx, scale=scale, n_halvings=zeros, n_resets=zeros, n_nonfinite=state.n_nonfinite + bad
+        )
 
     def step(self, problem: Problem, state: PatternSearchState, phase: int) -> PatternSearchState:
         lo, hi, _ = problem.free_bounds()
@@ -201,30 +215,38 @@ class PatternSearch(Solver):
         lo_j, hi_j, d0_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt), jnp.asarray(d0, dt)
         d = problem.n_free
 
-        starts_round = (state.iteration % self.iterations == 0) & (state.iteration > 0)
-        state = jax.lax.cond(starts_round, lambda s: self._new_round(problem, s), lambda s: s, state)
+        if self.rounds != 1:  # rounds=1 never restarts: no conditional in the loop (it costs on GPUs)
+            starts_round = (state.iteration % self.iterations == 0) & (state.iteration > 0)
+            state = jax.lax.cond(starts_round, lambda s: self._new_round(problem, s), lambda s: s, state)
 
         cols = jnp.arange(d)
 
         def coordinate(j: int, carry: tuple) -> tuple:
-            x, fx, improved = carry
-            on_j = cols == j  # (d,): masks instead of scatters keep each trial point a fused expression
+            x, fx, improved, n_bad = carry
+            # Trial points as x + step * one-hot: elementwise expressions XLA fuses into the
+            # objective (no scatters, no copies of x); adding 0.0 leaves other coordinates exact.
+            on_j = (cols == j).astype(x.dtype)  # (d,)
             delta = state.scale * d0_j[j]  # (W,)
             xj = x[:, j]
             plus, minus = xj + delta, xj - delta
-            trial = jnp.where(on_j, jnp.stack([plus, minus])[..., None], x[None])  # (2, W, d)
-            f_plus, f_minus = self._evaluate(problem, trial.reshape(-1, d)).reshape(2, -1)
-            f_plus = jnp.where(plus <= hi_j[j], f_plus, jnp.inf)  # never leave the box
-            f_minus = jnp.where(minus >= lo_j[j], f_minus, jnp.inf)
-            go_plus = (f_plus <= fx) & (f_plus <= f_minus)  # rule b)
-            go_minus = ~go_plus & (f_minus <= fx) & (f_minus <= f_plus)  # rule c)
+            f_plus, bad_plus = self._evaluate(problem, x + delta[:, None] * on_j)
+            f_minus, bad_minus = self._evaluate(problem, x - delta[:, None] * on_j)
+            in_plus, in_minus = plus <= hi_j[j], minus >= lo_j[j]
+            n_bad = n_bad + (in_plus & bad_plus) + (in_minus & bad_minus)  # out-of-box values are not used
+            # Rules b) and c); a move out of the box is never taken, even from a walker at +inf.
+            go_plus = in_plus & (f_plus <= fx) & (f_plus <= jnp.where(in_minus, f_minus, jnp.inf))
+            go_minus = ~go_plus & in_minus & (f_minus <= fx) & (f_minus <= jnp.where(in_plus, f_plus, jnp.inf))
             f_new = jnp.where(go_plus, f_plus, jnp.where(go_minus, f_minus, fx))
             improved = improved | (f_new < fx)
-            x_new_j = jnp.where(go_plus, plus, jnp.where(go_minus, minus, xj))
-            return jnp.where(on_j, x_new_j[:, None], x), f_new, improved
+            step_j = jnp.where(go_plus, delta, jnp.where(go_minus, -delta, 0.0))
+            return x + step_j[:, None] * on_j, f_new, improved, n_bad
 
-        x, fx, improved = jax.lax.fori_loop(
-            0, d, coordinate, (state.x, state.fx, jnp.zeros(self.n_walkers, bool)), unroll=min(d, _COORDINATE_UNROLL)
+        x, fx, improved, n_nonfinite = jax.lax.fori_loop(
+            0,
+            d,
+            coordinate,
+            (state.x, state.fx, jnp.zeros(self.n_walkers, bool), state.n_nonfinite),
+            unroll=min(d, _COORDINATE_UNROLL),
         )
         scale = jnp.where(improved, state.scale, state.scale / 2)  # rule d)
         halved = ~improved
@@ -243,6 +265,7 @@ class PatternSearch(Solver):
             best_f=jnp.where(better, fx[i], state.best_f),
             n_halvings=state.n_halvings + halved,
             n_resets=state.n_resets + was_reset,
+            n_nonfinite=n_nonfinite,
         )
 
     # ----------------------------------------------------------------- reporting
@@ -260,9 +283,13 @@ class PatternSearch(Solver):
         # Evaluations: one per walker per round start, two per walker per coordinate per iteration.
         stats["evaluations"] = self.n_walkers * (rounds + 2 * problem.n_free * iters)
         stats["walkers"] = self.n_walkers
+        stats["nonfinite"] = int(st.n_nonfinite.sum())
         message = status.describe()
         if status == Status.SUCCESS:
             message = f"ran {rounds} round(s) of {self.iterations} iterations ({iters} in all)"
+        if not np.isfinite(st.best_f):
+            status = Status.FAILED
+            message = f"no finite objective value in {stats['evaluations']} evaluations (all NaN or inf)"
         return PatternSearchResult(
             x=np.asarray(problem.expand(st.best_x)),
             fun=float(st.best_f),

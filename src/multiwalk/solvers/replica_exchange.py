@@ -341,6 +341,9 @@ class ReplicaExchange(Solver):
         message = status.describe()
         if status == Status.SUCCESS:
             message = f"ran {done[0]} burn-in and {done[1]} sampling iterations"
+        if not np.isfinite(st.best_chi2[i_best]):
+            status = Status.FAILED
+            message = "no chain ever had a finite chi2 (all NaN or inf): check the objective inside the box"
         return ReplicaExchangeResult(
             x=x_best,
             fun=float(st.best_chi2[i_best]),
