@@ -183,7 +183,7 @@ def _model(p, *_):
         (dict(model=_model), ValueError, "model returns shape"),
         (dict(std2r=[1.0, 0.0]), ValueError, r"std2r\[1\]=0.0 must be positive"),
         (dict(std2r=[1.0, 1.0, 1.0]), ValueError, "std2r has shape"),
-        (dict(npass=0), ValueError, "npass must be an integer >= 1"),
+        (dict(npass=0), ValueError, "npass must be a positive integer"),
         (dict(beta=[0.1, 1.0]), ValueError, "beta must be strictly decreasing"),
         (dict(beta=[1.0, 0.0]), ValueError, r"beta values must lie in \(0, 1\]"),
         (dict(seed=-1), ValueError, "seed must be an integer"),

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..problem import Problem
 from ..solve import solve
+from ..solvers.base import check_int_option
 from ..solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
 
 __all__ = ["Mcgpu"]
@@ -65,8 +66,7 @@ def _vector(name: str, value: Any, n: int) -> np.ndarray:
 
 
 def _int_option(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    check_int_option(name, value, minimum)
     return int(value)
 
 

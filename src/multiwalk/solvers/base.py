@@ -17,9 +17,17 @@ import dataclasses
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 
 from ..problem import Problem
 from ..result import Result, Status
+
+
+def check_int_option(name: str, value: Any, minimum: int) -> None:
+    """Raise ValueError unless ``value`` is an integer (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
+        raise ValueError(f"{name} must be {what}, got {value!r}")
 
 
 class Phase(NamedTuple):

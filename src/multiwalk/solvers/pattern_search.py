@@ -35,7 +35,7 @@ import numpy as np
 
 from ..problem import Problem
 from ..result import Result, Status
-from .base import Phase, Solver
+from .base import Phase, Solver, check_int_option
 
 __all__ = ["PatternSearch", "PatternSearchResult"]
 
@@ -93,13 +93,9 @@ class PatternSearch(Solver):
 
     def __post_init__(self) -> None:
         for name in ("n_walkers", "iterations"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.rounds is not None and (
-            isinstance(self.rounds, bool) or not isinstance(self.rounds, (int, np.integer)) or self.rounds < 1
-        ):
-            raise ValueError(f"rounds must be a positive integer or None, got {self.rounds!r}")
+            check_int_option(name, getattr(self, name), 1)
+        if self.rounds is not None:
+            check_int_option("rounds", self.rounds, 1)
         object.__setattr__(self, "delta0", _vector_option("delta0", self.delta0))
         object.__setattr__(self, "delta_tol", _vector_option("delta_tol", self.delta_tol))
         if not isinstance(self.reset, bool):

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..problem import Problem
 from ..result import Result, Status
-from .base import Phase, Solver
+from .base import Phase, Solver, check_int_option
 
 __all__ = ["ReplicaExchange", "ReplicaExchangeResult"]
 
@@ -98,13 +98,9 @@ class ReplicaExchange(Solver):
 
     def __post_init__(self) -> None:
         for name in ("nbeta", "nseq", "nadj"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+            check_int_option(name, getattr(self, name), 1)
         for name in ("nburn", "niter"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+            check_int_option(name, getattr(self, name), 0)
         if self.betas is not None:
             b = np.asarray(self.betas, dtype=np.float64)
             if b.ndim != 1 or b.size != self.nbeta:
