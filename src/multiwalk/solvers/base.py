@@ -23,11 +23,13 @@ from ..problem import Problem
 from ..result import Result, Status
 
 
-def check_int_option(name: str, value: Any, minimum: int) -> None:
-    """Raise ValueError unless ``value`` is an integer (not a bool) >= ``minimum``."""
+def check_int_option(name: str, value: Any, minimum: int, none_ok: bool = False) -> None:
+    """Raise ValueError unless ``value`` is an integer (not a bool) >= ``minimum`` (or None if allowed)."""
+    if none_ok and value is None:
+        return
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
-        raise ValueError(f"{name} must be {what}, got {value!r}")
+        raise ValueError(f"{name} must be {what}{' or None' if none_ok else ''}, got {value!r}")
 
 
 class Phase(NamedTuple):

@@ -94,8 +94,7 @@ class PatternSearch(Solver):
     def __post_init__(self) -> None:
         for name in ("n_walkers", "iterations"):
             check_int_option(name, getattr(self, name), 1)
-        if self.rounds is not None:
-            check_int_option("rounds", self.rounds, 1)
+        check_int_option("rounds", self.rounds, 1, none_ok=True)
         object.__setattr__(self, "delta0", _vector_option("delta0", self.delta0))
         object.__setattr__(self, "delta_tol", _vector_option("delta_tol", self.delta_tol))
         if not isinstance(self.reset, bool):
