@@ -32,10 +32,7 @@ What is measured, in one run on one device (the paper: GTX 280 GPU and one core 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -48,7 +45,9 @@ from typing import Any
 
 import numpy as np
 
-TRANSCENDENTAL_OPS = 20  # lane instructions assumed per exp / log / sin / cos / sqrt (range reduction + polynomial)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, however this script is started
+import common  # noqa: E402
+
 ALGO_OPS = 12  # per trial point: x +- delta, box test, NaN test, two comparisons, selects, improvement flag
 
 # ---------------------------------------------------------------------------- the paper's figures
@@ -109,95 +108,13 @@ def numpy_function(name: str, noisy: bool = True) -> Callable[[np.ndarray], np.n
     return ref.FUNCTIONS[name]
 
 
-def objective_cost(problem: Any) -> dict[str, float]:
-    """XLA's own operation count of one objective evaluation (on this backend)."""
-    import jax
-
-    x = jax.ShapeDtypeStruct((problem.n_free,), problem.dtype)
-    cost = jax.jit(problem.chi2_free).lower(x).compile().cost_analysis()
-    if isinstance(cost, (list, tuple)):
-        cost = cost[0] if cost else {}
-    cost = cost or {}
-    return {"flops": float(cost.get("flops", 0.0) or 0.0), "transcendentals": float(cost.get("transcendentals", 0.0) or 0.0)}
-
-
 def ackley_ops_by_hand(d: int) -> int:
     """Lane operations of one Ackley evaluation in multiwalk's form, counted by hand.
 
     Per coordinate: x^2, +=, pi*x, sin, ^2, += (5 arithmetic + 1 transcendental).  Then /n, *-0.2,
     sqrt, expm1, *-20, *-2/n, expm1, *e, - (6 arithmetic + 3 transcendentals).
     """
-    return d * (5 + TRANSCENDENTAL_OPS) + 6 + 3 * TRANSCENDENTAL_OPS
-
-
-# ============================================================================ ceilings (as in replica_exchange.py)
-def _median_calls(fn: Callable[[Any], Any], state: Any, min_reps: int, min_seconds: float,
-                  max_reps: int = 200) -> tuple[Any, list[float]]:
-    import jax
-
-    times: list[float] = []
-    t_start = time.perf_counter()
-    while len(times) < max_reps and (len(times) < min_reps or time.perf_counter() - t_start < min_seconds):
-        t0 = time.perf_counter()
-        state = fn(state)
-        jax.block_until_ready(state)
-        times.append(time.perf_counter() - t0)
-    return state, times
-
-
-def measure_bandwidth(nbytes: int, reps: int) -> dict[str, Any]:
-    """Device-to-device streaming rate of y = x + 1 on float32: bytes read + bytes written over time."""
-    import jax
-    import jax.numpy as jnp
-
-    n = nbytes // 4
-    x = jax.random.uniform(jax.random.PRNGKey(1), (n,), jnp.float32)
-    f = jax.jit(lambda a: a + 1.0)
-    y = f(x)
-    jax.block_until_ready(y)
-    ok = bool(jnp.allclose(y[:1000], x[:1000] + 1.0))
-    del x
-    y, times = _median_calls(f, y, reps, 0.0, reps)  # each call reads the previous output: no cache reuse
-    del y
-    t = statistics.median(times)
-    return {"bytes": 2 * 4 * n, "seconds": t, "bytes_per_s": 2 * 4 * n / t, "check": ok}
-
-
-def measure_fp32(n: int, chain: int, reps: int) -> dict[str, Any]:
-    """FP32 lane rate from one fused kernel: ``chain`` dependent x = x*a + b per element (2 flops each)."""
-    import jax
-    import jax.numpy as jnp
-
-    def body(x, a, b):
-        for _ in range(chain):
-            x = x * a + b
-        return x
-
-    f = jax.jit(body)
-    x = jax.random.uniform(jax.random.PRNGKey(2), (n,), jnp.float32)
-    a, b = jnp.float32(0.999), jnp.float32(1e-3)
-    y = f(x, a, b)
-    jax.block_until_ready(y)
-    ok = bool(jnp.all(jnp.isfinite(y)))
-    _, times = _median_calls(lambda s: f(x, a, b), None, reps, 0.0, reps)
-    t = statistics.median(times)
-    flops = 2.0 * chain * n
-    return {"flops": flops, "seconds": t, "flops_per_s": flops / t, "check": ok, "elements": n, "chain": chain}
-
-
-def measure_matmul(n: int, reps: int) -> dict[str, Any]:
-    """float32 matrix product at precision HIGHEST (no TF32): the other FP32 rate (XLA's FMA chain runs below peak)."""
-    import jax
-    import jax.numpy as jnp
-
-    k1, k2 = jax.random.split(jax.random.PRNGKey(3))
-    a = jax.random.normal(k1, (n, n), jnp.float32)
-    b = jax.random.normal(k2, (n, n), jnp.float32)
-    f = jax.jit(lambda p, q: jnp.matmul(p, q, precision=jax.lax.Precision.HIGHEST))
-    jax.block_until_ready(f(a, b))
-    _, times = _median_calls(lambda s: f(a, b), None, reps, 0.0, reps)
-    t = statistics.median(times)
-    return {"n": n, "seconds": t, "flops_per_s": 2.0 * n**3 / t}
+    return d * (5 + common.TRANSCENDENTAL_OPS) + 6 + 3 * common.TRANSCENDENTAL_OPS
 
 
 # ============================================================================ our search
@@ -232,7 +149,7 @@ def prepare_loop(mw: Any, problem: Any, walkers: int, iterations: int, n_starts:
     t0 = time.perf_counter()
     compiled = jax.jit(loop).lower(starts[0]).compile()
     return {"init": init, "starts": starts, "compiled": compiled, "compile_seconds": time.perf_counter() - t0,
-            "cost": objective_cost(problem)}
+            "cost": common.xla_cost(problem)}
 
 
 def time_ours(prep: dict[str, Any], iterations: int, min_reps: int, min_seconds: float, with_init: bool) -> dict[str, Any]:
@@ -366,7 +283,8 @@ def floor(problem: Any, walkers: int, iterations: int, cost: dict[str, float], b
     """
     d = problem.n_free
     evals = walkers * (1 + 2 * d * iterations)
-    per_eval = (ops_per_eval if ops_per_eval is not None else cost["flops"] + TRANSCENDENTAL_OPS * cost["transcendentals"])
+    per_eval = (ops_per_eval if ops_per_eval is not None
+                else cost["flops"] + common.TRANSCENDENTAL_OPS * cost["transcendentals"])
     ops = evals * (per_eval + ALGO_OPS)
     nbytes = walkers * (4 * d + 17) * d * iterations
     t_ops, t_mem = ops / lane_ops, nbytes / bw
@@ -491,7 +409,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", f"Floor at {big['walkers']} walkers: {f_['evaluations']:.4g} evaluations × "
                   f"{f_['ops_per_evaluation']:.0f} lane ops (Ackley {report['ackley_ops_by_hand']} by hand, XLA "
                   f"{big['cost']['flops']:.0f} flops + {big['cost']['transcendentals']:.0f} transcendentals × "
-                  f"{TRANSCENDENTAL_OPS}; + {ALGO_OPS} for the trial and comparisons) = {f_['ops']:.3g} ops → "
+                  f"{common.TRANSCENDENTAL_OPS}; + {ALGO_OPS} for the trial and comparisons) = {f_['ops']:.3g} ops → "
                   f"{_ms(f_['seconds_ops'])} ms; {f_['bytes'] / 1e6:.4g} MB for a kernel per coordinate sub-step → "
                   f"{_ms(f_['seconds_memory'])} ms; {f_['bound']}-bound."]
         small = t1[0]
@@ -552,9 +470,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", f"Solved (best < {SOLVED:g}): restart='random' {counts['random']} of {n}, restart='best' "
                   f"{counts['best']} of {n}; the paper's SIMT-PS (10 s): "
                   f"{sum(1 for k in t5 if PAPER_T5_GPU[k][0] < SOLVED)} of {n} (values printed to 3 decimals)."]
-    for note in report.get("notes", []):
-        lines += ["", f"Note: {note}"]
-    return "\n".join(lines) + "\n"
+    return common.finish_markdown(lines, report.get("notes", []))
 
 
 def _jsonable(obj: Any) -> Any:
@@ -569,25 +485,13 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
-
-
 # ============================================================================ main
 def _ints(text: str) -> list[int]:
     return [int(float(v)) for v in text.split(",") if v.strip()]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto",
-                   help="cpu: JAX_PLATFORMS=cpu; gpu: JAX_PLATFORMS=cuda (fails if none); auto: JAX's choice")
+    p = common.new_parser(__doc__)
     p.add_argument("--quick", action="store_true", help="tiny sizes, for a CPU smoke run (under 2 minutes)")
     p.add_argument("--tables", default="1,4,5", help="which tables to run, e.g. 1,4 (default 1,4,5)")
     p.add_argument("--walkers", type=_ints, default=None,
@@ -612,20 +516,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-compile-cache", action="store_true",
                    help="do not use a temporary JAX persistent compilation cache (it lets Table 5's repeated mw.solve "
                         "calls of one function reuse the first compilation)")
-    p.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results",
-                   help="folder for pattern_search.json and .md (default $OUT, else benchmarks/results)")
+    common.add_out_option(p, "pattern_search")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.device == "cpu":
-        os.environ["JAX_PLATFORMS"] = "cpu"
-    elif args.device == "gpu":
-        os.environ["JAX_PLATFORMS"] = "cuda"
-    src = Path(__file__).resolve().parents[1] / "src"
-    if (src / "multiwalk").is_dir() and str(src) not in sys.path:
-        sys.path.insert(0, str(src))  # benchmark the checkout, not some installed copy
+    common.select_platform(args.device)
 
     import jax
 
@@ -633,15 +530,10 @@ def main(argv: list[str] | None = None) -> int:
     from multiwalk.functions import yao
 
     t_all = time.perf_counter()
-    try:
-        dev = jax.devices()[0]
-    except RuntimeError as err:
-        print(f"error: no JAX device for --device {args.device}: {err}", file=sys.stderr)
+    found = common.first_device(args.device)
+    if found is None:
         return 2
-    on_gpu = dev.platform not in ("cpu",)
-    if args.device == "gpu" and not on_gpu:
-        print(f"error: --device gpu but JAX runs on {dev.platform}", file=sys.stderr)
-        return 2
+    dev, on_gpu = found
 
     cache_dir = None
     if not args.no_compile_cache:
@@ -682,13 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     d_t1 = d_t4 = 20
     d_t5 = 30
 
-    device_name = f"{dev.device_kind}" if on_gpu else f"CPU: {cpu_name()}"
-    env = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "device": device_name, "platform": dev.platform, "n_devices": jax.device_count(),
-        "jax": jax.__version__, "multiwalk": getattr(mw, "__version__", "?"), "numpy": np.__version__,
-        "python": platform.python_version(), "cpu": cpu_name(), "quick": quick,
-    }
+    env = common.environment(dev, on_gpu, mw, quick)
+    device_name = env["device"]
     notes: list[str] = [
         "Ackley on [-30, 30] as in the paper's appendix (Yao et al. and multiwalk.functions.yao use [-32, 32]); "
         "delta0 = (upper - lower)/20, delta_tol = delta0/2^16 as in the paper.",
@@ -698,8 +585,7 @@ def main(argv: list[str] | None = None) -> int:
                      "(function, restart) in Table 5 reuse the first compilation (their compile_seconds is tracing "
                      "and cache loading).")
 
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t_all:7.1f} s] {msg}", flush=True)
+    log = common.make_log(t_all)
 
     # The plan, before anything long starts.
     n5 = len(functions_t5) * 2 * t5_runs
@@ -727,20 +613,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def save() -> None:
         report["total_seconds"] = time.perf_counter() - t_all
-        (out / "pattern_search.json").write_text(json.dumps(_jsonable(report), indent=1, default=str))
-        (out / "pattern_search.md").write_text(markdown(report))
+        common.write_report(out, "pattern_search", _jsonable(report), markdown(report))
 
     # ---------------------------------------------------------------- ceilings
-    bw = measure_bandwidth((1 << 30) if on_gpu else (64 << 20), reps=10 if on_gpu else 5)
-    fp = measure_fp32((1 << 26) if on_gpu else (1 << 18), chain=512 if on_gpu else 64, reps=10 if on_gpu else 3)
-    mm = measure_matmul(8192 if on_gpu else 512, reps=10 if on_gpu else 3)
-    # The faster of the two FP32 rates (a floor needs an upper bound on the rate); an FMA is 2 flops in one lane op.
-    lane_ops = max(fp["flops_per_s"], mm["flops_per_s"]) / 2.0
-    report["ceilings"] = {"bandwidth": bw, "fp32": fp, "matmul": mm, "lane_ops_per_s": lane_ops,
-                          "assumptions": {"transcendental_ops": TRANSCENDENTAL_OPS, "algo_ops": ALGO_OPS,
-                                          "model": floor.__doc__}}
-    log(f"bandwidth {bw['bytes_per_s'] / 1e9:.3g} GB/s; FP32 FMA chain {fp['flops_per_s'] / 1e12:.3g} TFLOP/s; "
-        f"matmul HIGHEST {mm['flops_per_s'] / 1e12:.3g} TFLOP/s")
+    ceilings = common.measure_ceilings(on_gpu, 64 << 20, 512, log)
+    bw, lane_ops = ceilings["bandwidth"], ceilings["lane_ops_per_s"]
+    report["ceilings"] = {**ceilings, "assumptions": {"transcendental_ops": common.TRANSCENDENTAL_OPS, "algo_ops": ALGO_OPS,
+                                                      "model": floor.__doc__}}
 
     # ---------------------------------------------------------------- compile everything first, in parallel
     # XLA compiles with the GIL released, so a thread pool compiles several programs at once.  Nothing is timed
@@ -832,9 +711,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
         if cache_dir:
             shutil.rmtree(cache_dir, ignore_errors=True)
-    log(f"wrote {out / 'pattern_search.json'} and {out / 'pattern_search.md'}; total {time.perf_counter() - t_all:.1f} s")
-    print()
-    print(markdown(report))
+    common.print_done(log, out, "pattern_search", t_all, markdown(report))
     return 0
 
 

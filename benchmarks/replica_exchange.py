@@ -33,10 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
-import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -47,7 +43,9 @@ from typing import Any
 
 import numpy as np
 
-TRANSCENDENTAL_OPS = 20  # lane instructions assumed per exp / log / sin / cos (range reduction + polynomial)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, however this script is started
+import common  # noqa: E402
+
 RNG_WORD_OPS = 38  # threefry2x32, 20 rounds: ~75 integer ops per two 32-bit words
 NORMAL_OPS = 30  # uniform -> normal (erfinv polynomial)
 PTEMCEE_WHEEL_HINT = "PYTHONPATH=src:$(ls .whl/ptemcee-*.whl)"
@@ -141,83 +139,13 @@ def build_cases(mw: Any) -> dict[str, Case]:
 
 
 # ============================================================================ timing helpers
-def _median_calls(fn: Callable[[Any], Any], state: Any, min_reps: int, min_seconds: float,
-                  max_reps: int = 200) -> tuple[Any, list[float]]:
-    """Call ``state = fn(state)`` until min_reps calls and min_seconds have passed; host clock per call."""
-    import jax
-
-    times: list[float] = []
-    t_start = time.perf_counter()
-    while len(times) < max_reps and (len(times) < min_reps or time.perf_counter() - t_start < min_seconds):
-        t0 = time.perf_counter()
-        state = fn(state)
-        jax.block_until_ready(state)
-        times.append(time.perf_counter() - t0)
-    return state, times
-
-
-def measure_bandwidth(nbytes: int, reps: int) -> dict[str, Any]:
-    """Device-to-device streaming rate of y = x + 1 on float32: bytes read + bytes written over time."""
-    import jax
-    import jax.numpy as jnp
-
-    n = nbytes // 4
-    x = jax.random.uniform(jax.random.PRNGKey(1), (n,), jnp.float32)
-    f = jax.jit(lambda a: a + 1.0)
-    y = f(x)
-    jax.block_until_ready(y)
-    ok = bool(jnp.allclose(y[:1000], x[:1000] + 1.0))
-    del x
-    y, times = _median_calls(f, y, reps, 0.0, reps)  # each call reads the previous output: no cache reuse
-    del y
-    t = statistics.median(times)
-    return {"bytes": 2 * 4 * n, "seconds": t, "bytes_per_s": 2 * 4 * n / t, "check": ok}
-
-
-def measure_fp32(n: int, chain: int, reps: int) -> dict[str, Any]:
-    """FP32 lane rate from one fused kernel: ``chain`` dependent x = x*a + b per element (2 flops each)."""
-    import jax
-    import jax.numpy as jnp
-
-    def body(x, a, b):
-        for _ in range(chain):
-            x = x * a + b
-        return x
-
-    f = jax.jit(body)
-    x = jax.random.uniform(jax.random.PRNGKey(2), (n,), jnp.float32)
-    a, b = jnp.float32(0.999), jnp.float32(1e-3)
-    y = f(x, a, b)
-    jax.block_until_ready(y)
-    ok = bool(jnp.all(jnp.isfinite(y)))
-    _, times = _median_calls(lambda s: f(x, a, b), None, reps, 0.0, reps)
-    t = statistics.median(times)
-    flops = 2.0 * chain * n
-    return {"flops": flops, "seconds": t, "flops_per_s": flops / t, "check": ok, "elements": n, "chain": chain}
-
-
-def measure_matmul(n: int, reps: int) -> dict[str, Any]:
-    """float32 matrix product at precision HIGHEST (no TF32), for reference."""
-    import jax
-    import jax.numpy as jnp
-
-    k1, k2 = jax.random.split(jax.random.PRNGKey(3))
-    a = jax.random.normal(k1, (n, n), jnp.float32)
-    b = jax.random.normal(k2, (n, n), jnp.float32)
-    f = jax.jit(lambda p, q: jnp.matmul(p, q, precision=jax.lax.Precision.HIGHEST))
-    jax.block_until_ready(f(a, b))
-    _, times = _median_calls(lambda s: f(a, b), None, reps, 0.0, reps)
-    t = statistics.median(times)
-    return {"n": n, "seconds": t, "flops_per_s": 2.0 * n**3 / t}
-
-
 def _solver(mw: Any, nbeta: int, nseq: int, nburn: int = 0, niter: int = 500, cls: Any = None) -> Any:
     cls = cls or mw.ReplicaExchange
     return cls(nbeta=nbeta, nseq=nseq, nburn=nburn, niter=niter)
 
 
 def _interleaved(items: list[list[Any]], min_reps: int, min_seconds: float, max_reps: int = 200) -> list[list[float]]:
-    """Like :func:`_median_calls` for several ``[fn, state]`` pairs called in turn, so drifts hit all alike."""
+    """Like :func:`common.median_calls` for several ``[fn, state]`` pairs called in turn, so drifts hit all alike."""
     import jax
 
     times: list[list[float]] = [[] for _ in items]
@@ -260,7 +188,7 @@ def time_loop(solver: Any, problem: Any, phase: int, iters: int, min_reps: int, 
     compiled, st, t_compile = prepare_loop(solver, problem, phase, iters, seed)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
-        st, times = _median_calls(compiled, st, min_reps, min_seconds)
+        st, times = common.median_calls(compiled, st, min_reps, min_seconds)
     chains = solver.nbeta * solver.nseq
     updates = iters * chains * problem.n_free
     t = statistics.median(times)
@@ -330,12 +258,7 @@ def time_default_run(mw: Any, problem: Any, nbeta: int, nseq: int, nburn: int, n
     samp = jax.jit(loop(1, niter)).lower(st0).compile()
     t_compile = time.perf_counter() - t0
     jax.block_until_ready(samp(burn(st0)))  # warm-up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        st = samp(burn(st0))
-        jax.block_until_ready(st)
-        times.append(time.perf_counter() - t0)
+    st, times = common.median_calls(lambda s: samp(burn(st0)), None, reps, 0.0, reps)
     updates = (nburn + niter) * nbeta * nseq * problem.n_free
     t = statistics.median(times)
     samples = np.asarray(st.samples)
@@ -404,18 +327,6 @@ def breakdown(mw: Any, problem: Any, nbeta: int, nseq: int, iters: int, min_reps
 
 
 # ============================================================================ floor
-def chi2_cost(problem: Any) -> dict[str, float]:
-    """XLA's own operation count of one chi2 evaluation."""
-    import jax
-
-    x = jax.ShapeDtypeStruct((problem.n_free,), problem.dtype)
-    cost = jax.jit(problem.chi2_free).lower(x).compile().cost_analysis()
-    if isinstance(cost, (list, tuple)):
-        cost = cost[0] if cost else {}
-    cost = cost or {}
-    return {"flops": float(cost.get("flops", 0.0)), "transcendentals": float(cost.get("transcendentals", 0.0))}
-
-
 def floor_per_update(n_free: int, nbeta: int, phase: int, chi2_ops: dict[str, float]) -> dict[str, Any]:
     """Fewest bytes and lane operations of one single-parameter update (a one-pass-per-trial kernel).
 
@@ -432,10 +343,10 @@ def floor_per_update(n_free: int, nbeta: int, phase: int, chi2_ops: dict[str, fl
     state_b = 4 * n_free + 4 + 4 + 4 + 4
     counters_b = 16 if phase == 1 else 8 + 8 + 2 + 4
     exch_b = (8 + 8 + 8 * n_free) / n_free if nbeta > 1 else 0.0
-    rng_ops = 3 * RNG_WORD_OPS + NORMAL_OPS + TRANSCENDENTAL_OPS + 5
+    rng_ops = 3 * RNG_WORD_OPS + NORMAL_OPS + common.TRANSCENDENTAL_OPS + 5
     metro_ops = 10 + (0 if phase == 1 else 10)
-    obj_ops = chi2_ops["flops"] + TRANSCENDENTAL_OPS * chi2_ops["transcendentals"]
-    exch_ops = (2 * RNG_WORD_OPS + TRANSCENDENTAL_OPS + 10) / n_free if nbeta > 1 else 0.0
+    obj_ops = chi2_ops["flops"] + common.TRANSCENDENTAL_OPS * chi2_ops["transcendentals"]
+    exch_ops = (2 * RNG_WORD_OPS + common.TRANSCENDENTAL_OPS + 10) / n_free if nbeta > 1 else 0.0
     return {
         "bytes": state_b + counters_b + exch_b,
         "ops": rng_ops + metro_ops + obj_ops + exch_ops,
@@ -619,26 +530,12 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{s['objective_only']:.3g} ({b['share']['objective']:.0%}) | "
                 f"{s['rest (rng, proposal, bookkeeping)']:.3g} ({b['share']['rest']:.0%}) |"
             )
-    for note in report.get("notes", []):
-        lines += ["", f"Note: {note}"]
-    return "\n".join(lines) + "\n"
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+    return common.finish_markdown(lines, report.get("notes", []))
 
 
 # ============================================================================ main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto",
-                   help="cpu: JAX_PLATFORMS=cpu; gpu: JAX_PLATFORMS=cuda (fails if none); auto: JAX's choice")
+    p = common.new_parser(__doc__)
     p.add_argument("--chains", default=None,
                    help="case A chain counts, comma-separated (default 100000,1000000 on a GPU; 10000,100000 on a CPU)")
     p.add_argument("--chains-b", type=int, default=None, help="case B chains (default 65536 on a GPU, 512 on a CPU)")
@@ -646,8 +543,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=None, help="iterations K per compiled call (default 20; 5 with --quick)")
     p.add_argument("--min-seconds", type=float, default=None, help="time each measurement at least this long (default 1)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, for a CPU smoke run (about a minute)")
-    p.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results",
-                   help="folder for replica_exchange.json and .md (default $OUT, else benchmarks/results)")
+    common.add_out_option(p, "replica_exchange")
     p.add_argument("--no-peer", action="store_true", help="skip ptemcee")
     p.add_argument("--peer-seconds", type=float, default=None, help="timed seconds of each ptemcee run (default 3)")
     p.add_argument("--no-solve", action="store_true", help="skip the end-to-end mw.solve timings of cases A and B")
@@ -662,27 +558,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.device == "cpu":
-        os.environ["JAX_PLATFORMS"] = "cpu"
-    elif args.device == "gpu":
-        os.environ["JAX_PLATFORMS"] = "cuda"
-    src = Path(__file__).resolve().parents[1] / "src"
-    if (src / "multiwalk").is_dir() and str(src) not in sys.path:
-        sys.path.insert(0, str(src))  # benchmark the checkout, not some installed copy
+    common.select_platform(args.device)
 
     import jax
 
     import multiwalk as mw
 
-    try:
-        dev = jax.devices()[0]
-    except RuntimeError as err:
-        print(f"error: no JAX device for --device {args.device}: {err}", file=sys.stderr)
+    found = common.first_device(args.device)
+    if found is None:
         return 2
-    on_gpu = dev.platform not in ("cpu",)
-    if args.device == "gpu" and not on_gpu:
-        print(f"error: --device gpu but JAX runs on {dev.platform}", file=sys.stderr)
-        return 2
+    dev, on_gpu = found
 
     quick = args.quick
     if args.chains:
@@ -701,33 +586,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: chains={c} is not a multiple of nbeta={nbeta}", file=sys.stderr)
             return 2
 
-    device_name = f"{dev.device_kind}" if on_gpu else f"CPU: {cpu_name()}"
-    env = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "device": device_name, "platform": dev.platform, "n_devices": jax.device_count(),
-        "jax": jax.__version__, "multiwalk": getattr(mw, "__version__", "?"), "numpy": np.__version__,
-        "python": platform.python_version(), "cpu": cpu_name(), "quick": quick,
-    }
+    env = common.environment(dev, on_gpu, mw, quick)
+    device_name = env["device"]
     notes: list[str] = []
     t_all = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t_all:7.1f} s] {msg}", flush=True)
-
+    log = common.make_log(t_all)
     log(f"device {device_name} ({dev.platform}), JAX {jax.__version__}; case A chains {chains_a}, "
         f"case B chains {chains_b}, K={iters}")
 
     # ---------------------------------------------------------------- ceilings
-    bw = measure_bandwidth((1 << 30) if on_gpu else (64 << 20 if quick else 256 << 20), reps=10 if on_gpu else 5)
-    fp = measure_fp32((1 << 26) if on_gpu else (1 << 18), chain=512 if on_gpu else 64, reps=10 if on_gpu else 3)
-    mm = measure_matmul(8192 if on_gpu else (512 if quick else 2048), reps=10 if on_gpu else 3)
-    # The faster of the two FP32 rates (an upper bound is what a floor needs); an FMA is 2 flops in one lane op.
-    lane_ops = max(fp["flops_per_s"], mm["flops_per_s"]) / 2.0
-    log(f"bandwidth {bw['bytes_per_s'] / 1e9:.3g} GB/s; FP32 FMA chain {fp['flops_per_s'] / 1e12:.3g} TFLOP/s; "
-        f"matmul HIGHEST {mm['flops_per_s'] / 1e12:.3g} TFLOP/s")
+    ceilings = common.measure_ceilings(on_gpu, 64 << 20 if quick else 256 << 20, 512 if quick else 2048, log)
+    bw, lane_ops = ceilings["bandwidth"], ceilings["lane_ops_per_s"]
 
     cases = build_cases(mw)
-    costs = {k: chi2_cost(c.problem) for k, c in cases.items()}
+    costs = {k: common.xla_cost(c.problem) for k, c in cases.items()}
 
     # ---------------------------------------------------------------- peer
     ptemcee, why = (None, "--no-peer given") if args.no_peer else import_ptemcee()
@@ -832,8 +704,8 @@ def main(argv: list[str] | None = None) -> int:
                      "min_reps": min_reps, "min_seconds": min_seconds, "solve_iters": solve_iters,
                      "peer_seconds": peer_seconds, "argv": sys.argv[1:]},
         "cases": {k: {"title": c.title, "n_free": c.n_free, "chi2_cost": costs[k]} for k, c in cases.items()},
-        "floor": {"bandwidth": bw, "fp32": fp, "matmul": mm, "lane_ops_per_s": lane_ops, "per_update": floors,
-                  "assumptions": {"transcendental_ops": TRANSCENDENTAL_OPS, "rng_word_ops": RNG_WORD_OPS,
+        "floor": {**ceilings, "per_update": floors,
+                  "assumptions": {"transcendental_ops": common.TRANSCENDENTAL_OPS, "rng_word_ops": RNG_WORD_OPS,
                                   "normal_ops": NORMAL_OPS, "model": floor_per_update.__doc__}},
         "rows": rows,
         "measurements": raw,
@@ -845,18 +717,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     md = markdown(report)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "replica_exchange.json").write_text(json.dumps(report, indent=1, default=str))
-    (out / "replica_exchange.md").write_text(md)
+    common.write_report(out, "replica_exchange", report, md)
     for k in ("A", "B"):
         for pname in ("burn-in", "sampling"):
             f = floors[f"{k}/{pname}"]
             log(f"floor {k} {pname}: {f['bytes']:.0f} B/update -> {f['seconds_memory'] * 1e12:.3g} ps; "
                 f"{f['ops']:.0f} ops/update -> {f['seconds_ops'] * 1e12:.3g} ps; "
                 f"floor {f['updates_per_s']:.3g} updates/s ({f['bound']}-bound)")
-    log(f"wrote {out / 'replica_exchange.json'} and {out / 'replica_exchange.md'}; total {time.perf_counter() - t_all:.1f} s")
-    print()
-    print(md)
+    common.print_done(log, out, "replica_exchange", t_all, md)
     return 0
 
 

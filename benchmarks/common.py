@@ -1,0 +1,221 @@
+"""Helpers shared by the benchmark scripts: device and environment, hardware ceilings, timing, output.
+
+The scripts import this module as ``common`` (they put their own folder on ``sys.path``).  JAX is
+imported inside the functions, so that a script can set ``JAX_PLATFORMS`` (:func:`select_platform`)
+before JAX starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TRANSCENDENTAL_OPS = 20  # lane instructions assumed per exp / log / sin / cos / sqrt (range reduction + polynomial)
+
+
+# ============================================================================ device and environment
+def select_platform(device: str) -> None:
+    """Set ``JAX_PLATFORMS`` for ``--device cpu|gpu`` (before JAX is imported) and put the checkout's ``src/`` first."""
+    if device == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    elif device == "gpu":
+        os.environ["JAX_PLATFORMS"] = "cuda"
+    src = Path(__file__).resolve().parents[1] / "src"
+    if (src / "multiwalk").is_dir() and str(src) not in sys.path:
+        sys.path.insert(0, str(src))  # benchmark the checkout, not some installed copy
+
+
+def first_device(device: str) -> tuple[Any, bool] | None:
+    """JAX's first device and whether it is an accelerator; None (after an error message) if ``--device`` cannot be met."""
+    import jax
+
+    try:
+        dev = jax.devices()[0]
+    except RuntimeError as err:
+        print(f"error: no JAX device for --device {device}: {err}", file=sys.stderr)
+        return None
+    on_gpu = dev.platform not in ("cpu",)
+    if device == "gpu" and not on_gpu:
+        print(f"error: --device gpu but JAX runs on {dev.platform}", file=sys.stderr)
+        return None
+    return dev, on_gpu
+
+
+def cpu_name() -> str:
+    """The host CPU's model name and core count."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+
+def environment(dev: Any, on_gpu: bool, mw: Any, quick: bool) -> dict[str, Any]:
+    """Date, device and versions, for the report's "environment" (``["device"]`` is the name the tables show)."""
+    import jax
+
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": f"{dev.device_kind}" if on_gpu else f"CPU: {cpu_name()}",
+        "platform": dev.platform, "n_devices": jax.device_count(),
+        "jax": jax.__version__, "multiwalk": getattr(mw, "__version__", "?"), "numpy": np.__version__,
+        "python": platform.python_version(), "cpu": cpu_name(), "quick": quick,
+    }
+
+
+def make_log(t_start: float) -> Callable[[str], None]:
+    """A ``log(msg)`` that prints ``msg`` after the seconds elapsed since ``t_start`` (a ``time.perf_counter()``)."""
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t_start:7.1f} s] {msg}", flush=True)
+
+    return log
+
+
+# ============================================================================ timing
+def median_calls(fn: Callable[[Any], Any], state: Any, min_reps: int, min_seconds: float,
+                 max_reps: int = 200) -> tuple[Any, list[float]]:
+    """Call ``state = fn(state)`` until min_reps calls and min_seconds have passed; host clock per call."""
+    import jax
+
+    times: list[float] = []
+    t_start = time.perf_counter()
+    while len(times) < max_reps and (len(times) < min_reps or time.perf_counter() - t_start < min_seconds):
+        t0 = time.perf_counter()
+        state = fn(state)
+        jax.block_until_ready(state)
+        times.append(time.perf_counter() - t0)
+    return state, times
+
+
+def xla_cost(problem: Any) -> dict[str, float]:
+    """XLA's own operation count of one objective (chi2) evaluation, on this backend."""
+    import jax
+
+    x = jax.ShapeDtypeStruct((problem.n_free,), problem.dtype)
+    cost = jax.jit(problem.chi2_free).lower(x).compile().cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    cost = cost or {}
+    return {"flops": float(cost.get("flops", 0.0) or 0.0), "transcendentals": float(cost.get("transcendentals", 0.0) or 0.0)}
+
+
+# ============================================================================ ceilings
+def measure_bandwidth(nbytes: int, reps: int) -> dict[str, Any]:
+    """Device-to-device streaming rate of y = x + 1 on float32: bytes read + bytes written over time."""
+    import jax
+    import jax.numpy as jnp
+
+    n = nbytes // 4
+    x = jax.random.uniform(jax.random.PRNGKey(1), (n,), jnp.float32)
+    f = jax.jit(lambda a: a + 1.0)
+    y = f(x)
+    jax.block_until_ready(y)
+    ok = bool(jnp.allclose(y[:1000], x[:1000] + 1.0))
+    del x
+    y, times = median_calls(f, y, reps, 0.0, reps)  # each call reads the previous output: no cache reuse
+    del y
+    t = statistics.median(times)
+    return {"bytes": 2 * 4 * n, "seconds": t, "bytes_per_s": 2 * 4 * n / t, "check": ok}
+
+
+def measure_fp32(n: int, chain: int, reps: int) -> dict[str, Any]:
+    """FP32 lane rate from one fused kernel: ``chain`` dependent x = x*a + b per element (2 flops each)."""
+    import jax
+    import jax.numpy as jnp
+
+    def body(x, a, b):
+        for _ in range(chain):
+            x = x * a + b
+        return x
+
+    f = jax.jit(body)
+    x = jax.random.uniform(jax.random.PRNGKey(2), (n,), jnp.float32)
+    a, b = jnp.float32(0.999), jnp.float32(1e-3)
+    y = f(x, a, b)
+    jax.block_until_ready(y)
+    ok = bool(jnp.all(jnp.isfinite(y)))
+    _, times = median_calls(lambda s: f(x, a, b), None, reps, 0.0, reps)
+    t = statistics.median(times)
+    flops = 2.0 * chain * n
+    return {"flops": flops, "seconds": t, "flops_per_s": flops / t, "check": ok, "elements": n, "chain": chain}
+
+
+def measure_matmul(n: int, reps: int) -> dict[str, Any]:
+    """float32 matrix product at precision HIGHEST (no TF32): the other FP32 rate (XLA's FMA chain runs below peak)."""
+    import jax
+    import jax.numpy as jnp
+
+    k1, k2 = jax.random.split(jax.random.PRNGKey(3))
+    a = jax.random.normal(k1, (n, n), jnp.float32)
+    b = jax.random.normal(k2, (n, n), jnp.float32)
+    f = jax.jit(lambda p, q: jnp.matmul(p, q, precision=jax.lax.Precision.HIGHEST))
+    jax.block_until_ready(f(a, b))
+    _, times = median_calls(lambda s: f(a, b), None, reps, 0.0, reps)
+    t = statistics.median(times)
+    return {"n": n, "seconds": t, "flops_per_s": 2.0 * n**3 / t}
+
+
+def measure_ceilings(on_gpu: bool, cpu_bandwidth_bytes: int, cpu_matmul_n: int,
+                     log: Callable[[str], None]) -> dict[str, Any]:
+    """Copy bandwidth, FMA-chain and matmul FP32 rates (GPU sizes, or the given CPU ones), and the lane rate; logged.
+
+    The lane rate is the faster of the two FP32 rates (a floor needs an upper bound on the rate) / 2:
+    an FMA is 2 flops in one lane operation.
+    """
+    bw = measure_bandwidth((1 << 30) if on_gpu else cpu_bandwidth_bytes, reps=10 if on_gpu else 5)
+    fp = measure_fp32((1 << 26) if on_gpu else (1 << 18), chain=512 if on_gpu else 64, reps=10 if on_gpu else 3)
+    mm = measure_matmul(8192 if on_gpu else cpu_matmul_n, reps=10 if on_gpu else 3)
+    lane_ops = max(fp["flops_per_s"], mm["flops_per_s"]) / 2.0
+    log(f"bandwidth {bw['bytes_per_s'] / 1e9:.3g} GB/s; FP32 FMA chain {fp['flops_per_s'] / 1e12:.3g} TFLOP/s; "
+        f"matmul HIGHEST {mm['flops_per_s'] / 1e12:.3g} TFLOP/s")
+    return {"bandwidth": bw, "fp32": fp, "matmul": mm, "lane_ops_per_s": lane_ops}
+
+
+# ============================================================================ options and output
+def new_parser(doc: str) -> argparse.ArgumentParser:
+    """An argument parser described by the first paragraph of ``doc``, with the ``--device`` option."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto",
+                   help="cpu: JAX_PLATFORMS=cpu; gpu: JAX_PLATFORMS=cuda (fails if none); auto: JAX's choice")
+    return p
+
+
+def add_out_option(p: argparse.ArgumentParser, name: str) -> None:
+    """``--out DIR``: the folder for ``name``.json and .md (default $OUT, else benchmarks/results)."""
+    p.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results",
+                   help=f"folder for {name}.json and .md (default $OUT, else benchmarks/results)")
+
+
+def finish_markdown(lines: list[str], notes: list[str]) -> str:
+    """The Markdown text: ``lines``, then a paragraph "Note: ..." per note."""
+    for note in notes:
+        lines += ["", f"Note: {note}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out: Path, name: str, report: dict[str, Any], md: str) -> None:
+    """Write ``out/name.json`` (``report``, indented, non-JSON values as strings) and ``out/name.md``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / f"{name}.md").write_text(md)
+
+
+def print_done(log: Callable[[str], None], out: Path, name: str, t_start: float, md: str) -> None:
+    """Log where the report went and the total time, then print the Markdown."""
+    log(f"wrote {out / f'{name}.json'} and {out / f'{name}.md'}; total {time.perf_counter() - t_start:.1f} s")
+    print()
+    print(md)
