@@ -537,7 +537,7 @@ def markdown(report: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = common.new_parser(__doc__)
     p.add_argument("--chains", default=None,
-                   help="case A chain counts, comma-separated (default 100000,1000000 on a GPU; 10000,100000 on a CPU)")
+                   help="case A chain counts, comma-separated (default 100000,1000000 on a GPU; 10240,102400 on a CPU)")
     p.add_argument("--chains-b", type=int, default=None, help="case B chains (default 65536 on a GPU, 512 on a CPU)")
     p.add_argument("--nbeta", type=int, default=32, help="temperatures per sequence (nseq = chains / nbeta)")
     p.add_argument("--iters", type=int, default=None, help="iterations K per compiled call (default 20; 5 with --quick)")
@@ -573,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.chains:
         chains_a = [int(float(c)) for c in args.chains.split(",") if c.strip()]
     else:
-        chains_a = [1024] if quick else ([100_000, 1_000_000] if on_gpu else [10_000, 100_000])
+        chains_a = [1024] if quick else ([100_000, 1_000_000] if on_gpu else [10_240, 102_400])
     chains_b = args.chains_b or (64 if quick else (65_536 if on_gpu else 512))
     nbeta = args.nbeta
     iters = args.iters or (5 if quick else 20)
