@@ -305,11 +305,9 @@ def solve(
             n_next = 1  # the first chunk of a phase is one iteration: it times a step
             converged = False
             while remaining > 0 and not converged:
-                if time_limit is not None:
-                    left = time_limit - t_run
-                    if left <= 0:
-                        status = Status.TIME_LIMIT
-                        break
+                if time_limit is not None and t_run >= time_limit:
+                    status = Status.TIME_LIMIT
+                    break
                 n = int(min(n_next, remaining))
                 t0 = time.perf_counter()
                 # The state is donated (updated in place), so it is replaced in one statement;
