@@ -1,5 +1,5 @@
 """Test functions in plain jax.numpy, each ``f(x) -> scalar`` for ONE point."""
 
-from . import yao
+from . import cute, yao
 
-__all__ = ["yao"]
+__all__ = ["cute", "yao"]
