@@ -351,3 +351,20 @@ def test_64_bit_seeds_keep_their_high_half():
     assert not np.array_equal(low, np.asarray(_key(2**32 + 5)))
     assert not np.array_equal(np.asarray(_key(2**32 + 5)), np.asarray(_key(2**33 + 5)))
     assert np.array_equal(low, np.asarray(_key(5)))
+
+
+def test_a_second_solve_reuses_the_compiled_loop_and_a_changed_problem_does_not():
+    # The first solve compiles (seconds); a second on the same problem and solver reuses the
+    # executables (compile_seconds is then only a cache look-up, far under the first) and gives
+    # the same samples.  Changing args in place changes the fingerprint: compiled anew, new answer.
+    problem = mw.Problem(objective=lambda x, a: ((x - a) ** 2).sum(), lower=[-5.0] * 2, upper=[5.0] * 2,
+                         args=np.array([1.0, -1.0]))
+    solver = mw.ReplicaExchange(nseq=2, nbeta=4, nburn=5, niter=10)
+    first = mw.solve(problem, solver, seed=0, progress=False)
+    second = mw.solve(problem, solver, seed=0, progress=False)
+    assert second.stats["compile_seconds"] < 0.2 * first.stats["compile_seconds"]
+    assert np.array_equal(first.samples, second.samples)
+    problem.args[:] = [3.0, 3.0]
+    moved = mw.solve(problem, solver, seed=0, progress=False)
+    assert moved.stats["compile_seconds"] > 0.2 * first.stats["compile_seconds"]
+    assert not np.array_equal(first.samples, moved.samples)
