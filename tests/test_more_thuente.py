@@ -6,9 +6,14 @@ steps 1e-3, 1e-1, 1e1, 1e3.  The authoritative comparison is against scipy's MIN
 ``scipy.optimize._dcsrch.DCSRCH`` run in the test on the same float64 functions: the same number of
 evaluations (exactly) and the same final step and phi' (rtol 1e-10 / 1e-8 - only the order of
 floating-point operations differs).  Both flavours (Nocedal's MCSRCH, the default, and MINPACK-2
-dcsrch) agree with it on all 24 cases.  ``PAPER`` holds the published nfev and the final step to
-two significant digits as recalled from the paper's Tables (the PDF was not at hand when this was
-written; every entry agrees with DCSRCH, which is the check that matters); they are checked as well.
+dcsrch) agree with it on all 24 cases.
+
+``PAPER`` holds the published Tables 1-6 (nfev, final step, phi' at the final step, as printed).
+They were not read off the paper itself but taken from two public test suites that quote them (see
+the comment at ``PAPER``).  We agree with every published nfev, and with every printed step and phi'
+to the digits printed, except in three entries listed in ``PAPER_DIFFERS`` (a step printed as 0.08
+that is exactly 0.085, and two phi' of Table 2 near 1e-9 to 1e-10); those differences are asserted
+as they are, so that a change either way is noticed.
 """
 
 import jax
@@ -64,18 +69,47 @@ def _yok(b1, b2):
 
 
 FUNCS = [_f1, _f2, _f3, _yok(0.001, 0.001), _yok(0.01, 0.001), _yok(0.001, 0.01)]
-TOLS = [(1e-3, 0.1), (1e-3, 0.1), (0.1, 0.1), (1e-3, 1e-3), (1e-3, 1e-3), (1e-3, 1e-3)]  # (ftol, gtol)
+# (ftol, gtol) per function, as in the paper: function 2 uses ftol = gtol = 0.1, as in both test suites
+# cited below (with ftol = 1e-3 all four searches of function 2 come out the same)
+TOLS = [(1e-3, 0.1), (0.1, 0.1), (0.1, 0.1), (1e-3, 1e-3), (1e-3, 1e-3), (1e-3, 1e-3)]
 STARTS = [1e-3, 1e-1, 1e1, 1e3]
-# Moré & Thuente (1994), Tables 1-6: (nfev, final step to 2 significant digits) per starting step.
+# Moré & Thuente (1994), Tables 1-6: (nfev, final step, phi'(step)) per starting step, as printed
+# in the paper (strings, so that the printed number of digits is kept).  Source: the published
+# values quoted in patperry/r-mbest, tests/testthat/test-linesearch.R ("Reproduce More and Thuente
+# Table I-VI"; its expected rows with the "reported ..." comments applied), cross-checked with
+# jlmelville/mize, tests/testthat/test_more_thuente.R, whose comments give the same three paper
+# values we differ from (Table 2: phi' 7.1e-9 and 10e-10; Table 4: step 0.08) and whose expected
+# values (from O'Leary's Matlab port of MCSRCH) equal ours: nfev exactly, step and phi' to the 5
+# digits it lists (relative differences below 4e-5).
+# Tolerance: nfev exactly; step and phi' rounded to the number of significant digits printed must
+# equal the printed value (the table's own precision, e.g. 2 digits for "0.075" or "-6.9e-5").
 PAPER = {
-    1: [(6, 1.4), (3, 1.4), (1, 10.0), (4, 37.0)],
-    2: [(12, 1.6), (8, 1.6), (8, 1.6), (11, 1.6)],
-    3: [(12, 1.0), (12, 1.0), (10, 1.0), (13, 1.0)],
-    4: [(4, 0.085), (1, 0.10), (3, 0.35), (4, 0.83)],
-    5: [(6, 0.075), (3, 0.078), (7, 0.073), (8, 0.076)],
-    6: [(13, 0.93), (11, 0.93), (8, 0.92), (11, 0.92)],
+    1: [("6", "1.4", "-9.2e-3"), ("3", "1.4", "4.7e-3"), ("1", "10", "9.4e-3"), ("4", "37", "7.3e-4")],
+    2: [("12", "1.6", "7.1e-9"), ("8", "1.6", "10e-10"), ("8", "1.6", "-5.0e-9"), ("11", "1.6", "-2.3e-8")],
+    3: [("12", "1.0", "-5.1e-5"), ("12", "1.0", "-1.9e-4"), ("10", "1.0", "-2.0e-6"), ("13", "1.0", "-1.6e-5")],
+    4: [("4", "0.08", "-6.9e-5"), ("1", "0.10", "-4.9e-5"), ("3", "0.35", "-2.9e-6"), ("4", "0.83", "1.6e-5")],
+    5: [("6", "0.075", "1.9e-4"), ("3", "0.078", "7.4e-4"), ("7", "0.073", "-2.6e-4"), ("8", "0.076", "4.5e-4")],
+    6: [("13", "0.93", "5.2e-4"), ("11", "0.93", "8.4e-5"), ("8", "0.92", "-2.4e-4"), ("11", "0.92", "-3.2e-4")],
+}
+# Entries where we (and scipy's DCSRCH, and O'Leary's port via mize) differ from the printed table:
+# (function, start, column) -> our value, written to the printed number of significant digits.
+PAPER_DIFFERS = {
+    (2, 1e-3, "dphi"): "3.8e-9",  # printed 7.1e-9; |phi'| ~ 1e-9 is rounding-level here (phi'' ~ 20)
+    (2, 1e-1, "dphi"): "1.0e-10",  # printed "10e-10", presumably a misprint of 1.0e-10
+    (4, 1e-3, "stp"): "0.085",  # printed 0.08; the step is 0.085 = 0.001 + 4 (0.001 + 0.004 + 0.016), the
+    # third extrapolation stp + 4 (stp - stx) - to the one printed digit it would read 0.09
 }
 CASES = [(k, a0) for k in range(1, 7) for a0 in STARTS]
+
+
+def _significant(printed):
+    """Number of significant digits of a printed number such as "0.075", "10e-10" or "1.0"."""
+    mantissa = printed.lstrip("-").split("e")[0].replace(".", "")
+    return len(mantissa.lstrip("0"))
+
+
+def _agrees_as_printed(value, printed):
+    return float(f"{value:.{_significant(printed)}g}") == float(printed)
 
 
 def _phi(k, a):
@@ -124,9 +158,12 @@ def test_paper_functions_match_scipy_dcsrch_and_tables(x64, minpack2):
         assert int(nfev) == ref_nfev, label
         np.testing.assert_allclose(float(stp), ref_stp, rtol=1e-10, err_msg=label)
         np.testing.assert_allclose(float(g), ref_g, rtol=1e-8, atol=1e-14, err_msg=label)
-        paper_nfev, paper_stp = PAPER[k][STARTS.index(a0)]
-        assert int(nfev) == paper_nfev, label
-        assert float(f"{float(stp):.2g}") == paper_stp, label
+        paper_nfev, paper_stp, paper_dphi = PAPER[k][STARTS.index(a0)]
+        assert int(nfev) == int(paper_nfev), label
+        for column, value, printed in [("stp", stp, paper_stp), ("dphi", g, paper_dphi)]:
+            expected = PAPER_DIFFERS.get((k, a0, column), printed)
+            assert _agrees_as_printed(float(value), expected), f"{label}, {column}={float(value)!r}"
+            assert _agrees_as_printed(float(value), printed) == (expected == printed), label
         # strong Wolfe conditions at the returned step
         f0, g0 = _vg(k, 0.0)
         assert float(f) <= float(f0) + ftol * float(stp) * float(g0), label
