@@ -8,10 +8,12 @@ of walkers in lockstep with one jitted step, on the CPU or on GPUs.
 >>> result = mw.solve(problem, mw.ReplicaExchange(nbeta=32, nseq=14), seed=0)
 """
 
+from . import lbfgs
 from .problem import Problem
 from .result import Result, Status
 from .solve import solve
 from .solvers.base import Phase, Solver
+from .solvers.lbfgs import LBFGS, LBFGSResult, LBFGSStatus
 from .solvers.pattern_search import PatternSearch, PatternSearchResult
 from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
 
@@ -28,5 +30,9 @@ __all__ = [
     "ReplicaExchangeResult",
     "PatternSearch",
     "PatternSearchResult",
+    "LBFGS",
+    "LBFGSResult",
+    "LBFGSStatus",
+    "lbfgs",
     "__version__",
 ]

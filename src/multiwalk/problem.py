@@ -51,6 +51,50 @@ def _as_vector(name: str, value: Any, n: int | None, source: str = "the problem"
     return arr
 
 
+def _resolve_dtype(dtype: Any) -> np.dtype:
+    """The problem's floating dtype: the given one, or JAX's default."""
+    if dtype is None:
+        return _float_dtype()
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as err:
+        raise TypeError(f"dtype must be 'float32' or 'float64', got {dtype!r}") from err
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    if dt == np.float64 and _float_dtype() != np.float64:
+        raise ValueError(
+            "dtype='float64' needs 64-bit JAX: call jax.config.update('jax_enable_x64', True) "
+            "at the start of the program (or set JAX_ENABLE_X64=1), or use dtype='float32'"
+        )
+    return dt
+
+
+def _as_starts(value: Any, n: int, source: str) -> np.ndarray:
+    """x0 as ``(n,)`` or ``(K, n)`` float64."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"x0 must be a vector (n,) or an array (K, n) of numbers, got {value!r}") from err
+    if arr.ndim == 2:
+        if arr.shape[1] != n:
+            raise ValueError(f"x0 has shape {arr.shape}: each of its rows must have {n} entries")
+        return arr
+    return _as_vector("x0", arr, n, source)
+
+
+def _first_output(vg: Callable) -> Callable:
+    """The objective of a ``value_and_grad`` function: its first output, same signature."""
+
+    def objective(*a):
+        return vg(*a)[0]
+
+    try:
+        objective.__signature__ = inspect.signature(vg)  # so _takes_args sees vg's parameters
+    except (TypeError, ValueError):
+        pass
+    return objective
+
+
 def _where(mask: np.ndarray) -> str:
     """``[i, j]`` of the first True entry of ``mask``, for messages."""
     return "[" + ", ".join(str(int(i)) for i in np.argwhere(mask)[0]) + "]"
@@ -86,7 +130,8 @@ class Problem:
         ``sum(|(g - data) / sigma|^2)``.  ``sigma`` (default 1) is a scalar or an array
         broadcastable to ``data``; complex data and models are allowed.
     lower, upper : the box (the uniform prior of the samplers), shape ``(n,)`` or scalars.
-    x0 : a starting point, shape ``(n,)`` (used by local solvers).
+    x0 : a starting point, shape ``(n,)``, or ``K`` of them, shape ``(K, n)`` (local solvers
+        such as L-BFGS run one independent problem per row).
     fixed : ``{index or name: value}`` parameters held constant and not sampled.
     periodic : indices or names (or a boolean mask) of parameters wrapped into
         ``[lower, upper)`` instead of rejected when a step leaves the box (angles).
@@ -94,6 +139,12 @@ class Problem:
         [-pi, pi) before squaring (phases, closure phases).
     args : any pytree passed to the function as its second argument.
     names : one name per parameter, for results, plots and ``fixed`` / ``periodic`` keys.
+    value_and_grad : ``vg(x, args) -> (f, g)`` (or ``vg(x)``), the objective and its gradient
+        of shape ``(n,)`` written by hand (the seed's ``eval_fg``); gradient solvers then use
+        it instead of ``jax.grad``.  May be given alone (the objective is its first output)
+        or together with ``objective``.
+    dtype : ``"float32"`` or ``"float64"``; default: float64 when ``jax_enable_x64`` is on,
+        else float32.  float64 needs ``jax.config.update("jax_enable_x64", True)``.
     """
 
     def __init__(
@@ -111,7 +162,19 @@ class Problem:
         angular_data: Any = None,
         args: Any = None,
         names: Sequence[str] | None = None,
+        value_and_grad: Callable | None = None,
+        dtype: Any = None,
     ) -> None:
+        if value_and_grad is not None and not callable(value_and_grad):
+            raise TypeError(f"value_and_grad must be a function vg(x) -> (f, grad), got {value_and_grad!r}")
+        if value_and_grad is not None and model is not None:
+            raise TypeError(
+                "value_and_grad= goes with objective=f (or alone), not with model=: the gradient of a "
+                "model's chi2 comes from jax.grad"
+            )
+        self._user_vg = value_and_grad
+        if objective is None and model is None and value_and_grad is not None:
+            objective = _first_output(value_and_grad)
         if (objective is None) == (model is None):
             raise TypeError(
                 "Problem needs exactly one of objective=f (f(x, args) -> scalar) or "
@@ -133,7 +196,7 @@ class Problem:
         if model is not None and data is None:
             raise TypeError("model=g needs data=y: the observations the model is fitted to")
 
-        self.dtype = _float_dtype()
+        self.dtype = _resolve_dtype(dtype)
         self.args = args
         self._user_fn = fn
         self._takes_args = _takes_args(fn, args is not None)
@@ -143,6 +206,12 @@ class Problem:
         n = None
         self._n_source = "names"
         for label, source in (("x0", x0), ("lower", lower), ("upper", upper)):
+            if label == "x0" and source is not None and np.ndim(source) == 2:
+                if np.shape(source)[0] < 1 or np.shape(source)[1] < 1:
+                    raise ValueError(f"x0 of shape {np.shape(source)} holds no point: give (n,) or (K, n) with K, n >= 1")
+                n = np.shape(source)[1]
+                self._n_source = "x0"
+                break
             if source is not None and np.ndim(source) > 1:
                 raise ValueError(f"{label} must be 1-D (one entry per parameter), got shape {np.shape(source)}")
             if source is not None and np.ndim(source) == 1:
@@ -175,7 +244,8 @@ class Problem:
             missing = "upper" if given == "lower" else "lower"
             raise ValueError(f"{given} is given but {missing} is not: give both bounds or neither")
         if self.lower is not None:
-            for i in range(self.n):
+            bad = ~(np.isfinite(self.lower) & np.isfinite(self.upper) & (self.lower < self.upper))
+            for i in np.flatnonzero(bad)[:1]:  # report the first bad pair (vectorised: n may be 1e7)
                 lo, hi = self.lower[i], self.upper[i]
                 if not (np.isfinite(lo) and np.isfinite(hi)):
                     raise ValueError(
@@ -188,16 +258,17 @@ class Problem:
                         "each lower bound must be strictly below its upper bound"
                     )
 
-        self.x0 = None if x0 is None else _as_vector("x0", x0, self.n, self._n_source)
+        self.x0 = None if x0 is None else _as_starts(x0, self.n, self._n_source)
         if self.x0 is not None and not np.all(np.isfinite(self.x0)):
-            bad = int(np.flatnonzero(~np.isfinite(self.x0))[0])
-            raise ValueError(f"x0[{bad}]={self.x0[bad]} is not finite")
+            bad = np.argwhere(~np.isfinite(self.x0))[0]
+            raise ValueError(f"x0{list(bad) if self.x0.ndim == 2 else [int(bad[0])]}={self.x0[tuple(bad)]} is not finite")
         if self.x0 is not None and self.lower is not None:
-            outside = np.flatnonzero((self.x0 < self.lower) | (self.x0 > self.upper))
+            outside = np.argwhere((self.x0 < self.lower) | (self.x0 > self.upper))
             if outside.size:
-                i = int(outside[0])
+                where = tuple(int(i) for i in outside[0])
+                i = where[-1]
                 raise ValueError(
-                    f"x0[{i}]={self.x0[i]} is outside its bounds [{self.lower[i]}, {self.upper[i]}]: "
+                    f"x0{list(where)}={self.x0[where]} is outside its bounds [{self.lower[i]}, {self.upper[i]}]: "
                     "start inside the box"
                 )
 
@@ -308,9 +379,12 @@ class Problem:
     def _call(self, x: jax.Array) -> jax.Array:
         return self._user_fn(x, self.args) if self._takes_args else self._user_fn(x)
 
+    def _call_vg(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return self._user_vg(x, self.args) if self._takes_args else self._user_vg(x)
+
     def _probe_point(self) -> np.ndarray:
         if self.x0 is not None:
-            x = self.x0.copy()
+            x = (self.x0[0] if self.x0.ndim == 2 else self.x0).copy()
         elif self.lower is not None:
             x = 0.5 * (self.lower + self.upper)
         else:
@@ -352,6 +426,26 @@ class Problem:
                 )
             if jnp.issubdtype(out.dtype, jnp.complexfloating):
                 raise TypeError("objective must return a real scalar, got a complex one")
+        if self._user_vg is not None:
+            self._check_value_and_grad(probe)
+
+    def _check_value_and_grad(self, probe: jax.ShapeDtypeStruct) -> None:
+        try:
+            out = jax.eval_shape(self._call_vg, probe)
+        except Exception as err:
+            raise TypeError(
+                f"calling value_and_grad(x{', args' if self._takes_args else ''}) with x of shape ({self.n},) "
+                f"failed: {type(err).__name__}: {err}"
+            ) from err
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError(f"value_and_grad must return a pair (f, grad), got {out!r}")
+        f, g = out
+        if getattr(f, "shape", None) != ():
+            raise ValueError(f"value_and_grad must return a scalar f first, got shape {getattr(f, 'shape', None)}")
+        if getattr(g, "shape", None) != (self.n,):
+            raise ValueError(
+                f"value_and_grad must return the gradient of shape ({self.n},) second, got shape {getattr(g, 'shape', None)}"
+            )
 
     # ------------------------------------------------------------------ pure functions for solvers
     @property
@@ -382,6 +476,26 @@ class Problem:
     def chi2_free(self, theta: jax.Array) -> jax.Array:
         """chi2 of ONE point given by its free parameters ``(n_free,)``."""
         return self.chi2_full(self.expand(theta))
+
+    @property
+    def has_value_and_grad(self) -> bool:
+        """Whether the user gave ``value_and_grad=`` (else gradients come from ``jax.grad``)."""
+        return self._user_vg is not None
+
+    def value_and_grad_free(self, theta: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``(chi2, gradient)`` of ONE point given by its free parameters ``(n_free,)``.
+
+        Uses the user's ``value_and_grad`` when given (its gradient restricted to the free
+        parameters), else ``jax.value_and_grad``; both in the problem's dtype.
+        """
+        if self._user_vg is None:
+            f, g = jax.value_and_grad(self.chi2_free)(theta)
+            return f, g
+        f, g = self._call_vg(self.expand(theta))
+        g = jnp.asarray(g).astype(self.dtype)
+        if self.fixed:
+            g = g[self.free_index]
+        return jnp.asarray(f).astype(self.dtype), g
 
     def free_bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(lower, upper, periodic)`` of the free parameters; raises if there is no box."""

@@ -283,7 +283,7 @@ def solve(
         raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: folder {str(checkpoint_path.parent)!r} does not exist")
 
     key = _key(int(seed))
-    state = jax.jit(lambda k: solver.init(problem, k))(key)
+    state = solver.initial_state(problem, key)
     done = [0] * len(phases)
     phase_index = 0
     if resume is not None:
@@ -362,6 +362,7 @@ def solve(
                 dt = time.perf_counter() - t0
                 n_run = int(n_run)
                 t_run += dt
+                solver.on_chunk(problem, state, done[phase_index], done[phase_index] + n_run)
                 done[phase_index] += n_run
                 remaining -= n_run
                 stats["chunks"] += 1

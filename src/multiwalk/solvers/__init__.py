@@ -1,7 +1,18 @@
 """One file per algorithm: pure ``init`` / ``step`` / ``done`` / ``result`` on a state pytree."""
 
 from .base import Phase, Solver
+from .lbfgs import LBFGS, LBFGSResult, LBFGSStatus
 from .pattern_search import PatternSearch, PatternSearchResult
 from .replica_exchange import ReplicaExchange, ReplicaExchangeResult
 
-__all__ = ["Phase", "Solver", "PatternSearch", "PatternSearchResult", "ReplicaExchange", "ReplicaExchangeResult"]
+__all__ = [
+    "Phase",
+    "Solver",
+    "LBFGS",
+    "LBFGSResult",
+    "LBFGSStatus",
+    "PatternSearch",
+    "PatternSearchResult",
+    "ReplicaExchange",
+    "ReplicaExchangeResult",
+]

@@ -64,6 +64,17 @@ class Solver(abc.ABC):
     def init(self, problem: Problem, key: jax.Array) -> Any:
         """The initial state pytree."""
 
+    def initial_state(self, problem: Problem, key: jax.Array) -> Any:
+        """The initial state, computed on the device (the driver calls this, not ``init``).
+
+        Solvers whose start needs large arrays (an ``x0`` of 1e7 values) override it to pass
+        them as arguments rather than compile them into the program as constants."""
+        return jax.jit(lambda k: self.init(problem, k))(key)
+
+    def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
+        """Called by the driver after each chunk that ran iterations ``first+1 .. last`` of the
+        current phase (for printing as it goes); the default does nothing."""
+
     @abc.abstractmethod
     def step(self, problem: Problem, state: Any, phase: int) -> Any:
         """One iteration of phase ``phase`` (static); returns the new state."""

@@ -1,0 +1,828 @@
+"""Limited-memory BFGS (Liu & Nocedal 1989) with the Moré-Thuente line search, for huge n.
+
+This is the algorithm of Nocedal's ``lbfgs.f`` (Harwell VA15), the routine the CUDA L-BFGS of
+the seeds ports, step for step:
+
+* the first direction is ``d = -H0 g`` with ``H0 = I`` (or the user's ``diag``) and the first
+  trial step ``1 / ||g||``; later trial steps are 1;
+* ``H0 = gamma I`` with ``gamma = s'y / y'y`` of the newest pair (or the user's diagonal);
+* the step satisfies the strong Wolfe conditions (``ftol``, ``gtol``), found by ``MCSRCH`` /
+  ``MCSTEP`` (:mod:`multiwalk.solvers.more_thuente`) with at most ``maxfev`` evaluations;
+* the run stops when ``||g|| < eps * max(1, ||x||)`` (Euclidean norms), after
+  ``max_iterations`` iterations, or when the line search fails (a named status).
+
+What differs is how ``-H g`` is computed.  With the default ``H0 = gamma I`` it uses the compact
+representation of Byrd, Nocedal and Schnabel (1994)::
+
+    H = gamma I + [S  gamma Y] [[R^-T (D + gamma Y'Y) R^-1, -R^-T], [-R^-1, 0]] [S'; gamma Y']
+
+where ``S``, ``Y`` hold the last ``m`` pairs, ``R`` is the upper triangle of ``S'Y`` and ``D`` its
+diagonal.  Per iteration the ``2m`` stored vectors are read in two passes of one matrix product
+each (``[S Y]' [g, y]`` for the small matrices, ``[S Y] w`` for the direction) instead of the
+``4m`` dot products and ``2m`` updates of the two-loop recursion, which also re-reads and rewrites
+its work vector ``2m`` times: the iteration is memory-bound for large n, and this is about 2.4x
+less memory traffic.  The small ``m x m`` matrices are updated from those products (no other pass
+over the pairs).  With a user ``diag`` (the seed's ``diagco``) the two-loop recursion is used.
+
+Many independent problems (``x0`` of shape ``(K, n)``, or ``starts=K``) run in lockstep, each with
+its own line search and status; the driver stops when all have finished.  The same pure functions
+drive :class:`AskTell`, the reverse-communication interface for objectives that are not JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.scipy.linalg import solve_triangular
+
+from ..problem import Problem
+from ..result import Result, Status
+from .base import Phase, Solver, check_int_option
+from .more_thuente import INFO_MESSAGES, LineSearchParams, LineSearchState, line_search_init, line_search_update
+
+__all__ = ["LBFGS", "LBFGSResult", "LBFGSStatus", "AskTell"]
+
+_RUNNING = -1
+_HISTORY_STARTS = 64  # per-iteration history is kept for the first this-many starts
+
+
+class LBFGSStatus(enum.IntEnum):
+    """Why one L-BFGS problem ended.  0-3 coincide with :class:`multiwalk.Status`.
+
+    The seed's codes: ``istate=-1`` with line-search ``info`` 0, 2-6 are the ``LINE_SEARCH_*``
+    members, ``istate=-2`` is ``DIAG_NOT_POSITIVE``; ``istate=-3`` (n or m not positive) is a
+    ``ValueError`` raised before anything runs.
+    """
+
+    SUCCESS = 0  #: ||g|| < eps * max(1, ||x||)
+    MAX_STEPS = 1  #: max_iterations iterations without convergence
+    TIME_LIMIT = 2
+    INTERRUPTED = 3
+    LINE_SEARCH_BAD_INPUT = 10  #: MCSRCH info 0: not a descent direction, or non-finite f / g'd
+    LINE_SEARCH_XTOL = 12  #: info 2: interval of uncertainty below xtol
+    LINE_SEARCH_MAXFEV = 13  #: info 3: maxfev evaluations in one line search
+    LINE_SEARCH_STPMIN = 14  #: info 4: the step is at stpmin
+    LINE_SEARCH_STPMAX = 15  #: info 5: the step is at stpmax
+    LINE_SEARCH_ROUNDING = 16  #: info 6: rounding errors prevent progress
+    DIAG_NOT_POSITIVE = 20  #: the user's diag has an entry <= 0 (seed istate=-2)
+    NONFINITE_START = 21  #: f or its gradient is NaN or inf at the starting point
+
+    @property
+    def success(self) -> bool:
+        return self == LBFGSStatus.SUCCESS
+
+
+_ADVICE = {
+    LBFGSStatus.SUCCESS: "The minimization terminated without detecting errors.",
+    LBFGSStatus.MAX_STEPS: (
+        "the iteration limit max_iterations={max_iterations} was reached before ||g|| < eps*max(1,||x||) "
+        "(eps={eps}): raise max_iterations, or loosen eps"
+    ),
+    LBFGSStatus.TIME_LIMIT: "stopped at the time limit; x is the last iterate",
+    LBFGSStatus.INTERRUPTED: "interrupted (Ctrl-C); x is the last iterate",
+    LBFGSStatus.LINE_SEARCH_BAD_INPUT: (
+        "line search failed (info=0, improper input): the search direction is not a descent direction or "
+        "f / g'd is not finite; check the gradient (value_and_grad), and ftol, gtol, stpmin, stpmax"
+    ),
+    LBFGSStatus.LINE_SEARCH_XTOL: (
+        "line search failed (info=2): the interval of uncertainty is below xtol; x is likely as good as this "
+        "precision allows - loosen eps, or use float64; an inaccurate gradient also causes this"
+    ),
+    LBFGSStatus.LINE_SEARCH_MAXFEV: (
+        "line search failed (info=3): more than maxfev={maxfev} evaluations in one iteration; raise maxfev, "
+        "or increase eps or m (the seed's advice for extended Powell)"
+    ),
+    LBFGSStatus.LINE_SEARCH_STPMIN: (
+        "line search failed (info=4): the step is at stpmin={stpmin}; the problem may be badly scaled - "
+        "lower stpmin or rescale x"
+    ),
+    LBFGSStatus.LINE_SEARCH_STPMAX: (
+        "line search failed (info=5): the step is at stpmax={stpmax}; f may be unbounded below, or raise stpmax"
+    ),
+    LBFGSStatus.LINE_SEARCH_ROUNDING: (
+        "line search failed (info=6): rounding errors prevent further progress; x is likely as good as this "
+        "precision allows - loosen eps, or use float64"
+    ),
+    LBFGSStatus.DIAG_NOT_POSITIVE: (
+        "the diagonal H0 given by diag has an entry <= 0 (or not finite) at the current x; diag must be positive"
+    ),
+    LBFGSStatus.NONFINITE_START: (
+        "f or its gradient is NaN or inf at the starting point; start where both are finite"
+    ),
+}
+
+_INFO_TO_STATUS = np.array([10, 0, 12, 13, 14, 15, 16], np.int32)  # MCSRCH info 0..6 -> status
+
+
+# --------------------------------------------------------------------------------------------------
+# state of one problem (the solver vmaps it over K starts)
+# --------------------------------------------------------------------------------------------------
+
+
+class LBFGSState(NamedTuple):
+    """One L-BFGS problem.  ``n``: free parameters, ``m``: stored pairs.
+
+    ``P`` holds the pairs in a ring: rows ``0..m-1`` the steps ``s``, rows ``m..2m-1`` the gradient
+    changes ``y``; ``head`` is the slot the next pair goes to, ``count`` the number stored.
+    ``SY[i, j] = s_i'y_j`` (kept for slot i not newer than slot j), ``YY[i, j] = y_i'y_j``;
+    ``a = S'g``, ``b = Y'g`` for the current gradient.
+    """
+
+    x: jax.Array  # (n,)
+    f: jax.Array  # ()
+    g: jax.Array  # (n,)
+    d: jax.Array  # (n,) search direction of the current iteration
+    P: jax.Array  # (2m, n)
+    SY: jax.Array  # (m, m)
+    YY: jax.Array  # (m, m)
+    a: jax.Array  # (m,)
+    b: jax.Array  # (m,)
+    gamma: jax.Array  # () scale of H0
+    gg: jax.Array  # () g'g
+    head: jax.Array  # () int32
+    count: jax.Array  # () int32
+    ls: LineSearchState  # the line search of the current iteration
+    iteration: jax.Array  # () int32, completed iterations
+    nfev: jax.Array  # () int32, evaluations of f and g (the first one included)
+    gnorm: jax.Array  # () ||g||
+    xnorm: jax.Array  # () ||x||
+    stp: jax.Array  # () step of the last iteration
+    status: jax.Array  # () int32: _RUNNING or an LBFGSStatus value
+
+
+class History(NamedTuple):
+    """Per-iteration record of the first starts: row i is after iteration i (row 0: the start)."""
+
+    f: jax.Array  # (max_iterations + 1, k)
+    gnorm: jax.Array
+    stp: jax.Array
+    nfev: jax.Array  # int32
+
+
+class LBFGSRun(NamedTuple):
+    starts: LBFGSState  # every leaf has a leading axis K
+    history: History
+    h0: jax.Array  # (n,) the user's constant diag, or () when unused
+
+
+# --------------------------------------------------------------------------------------------------
+# the direction -H g
+# --------------------------------------------------------------------------------------------------
+
+
+def _chronological(head: jax.Array, count: jax.Array, m: int) -> tuple[jax.Array, jax.Array]:
+    """Slots oldest to newest (first ``count`` entries), then the unused slots: a permutation."""
+    i = jnp.arange(m)
+    return (head - count + i) % m, i < count
+
+
+def compact_direction(st: LBFGSState, m: int) -> tuple[jax.Array, jax.Array]:
+    """``(d, g'd)`` with ``d = -H g`` by the compact representation (H0 = gamma I)."""
+    order, valid = _chronological(st.head, st.count, m)
+    both = valid[:, None] & valid[None, :]
+    SY = st.SY[order][:, order]
+    R = jnp.where(both & (jnp.arange(m)[:, None] <= jnp.arange(m)[None, :]), SY, 0.0)
+    R = R + jnp.diag(jnp.where(valid, 0.0, 1.0)).astype(R.dtype)  # identity on unused slots
+    D = jnp.where(valid, jnp.diagonal(SY), 0.0)
+    YY = jnp.where(both, st.YY[order][:, order], 0.0)
+    a = jnp.where(valid, st.a[order], 0.0)
+    b = jnp.where(valid, st.b[order], 0.0)
+    gamma = st.gamma
+    u = solve_triangular(R, a, lower=False)  # R^-1 S'g
+    p = solve_triangular(R, D * u + gamma * (YY @ u) - gamma * b, trans="T", lower=False)
+    # d = -gamma g - S p + gamma Y u, the coefficients put back in ring order
+    w = jnp.zeros(2 * m, st.g.dtype).at[order].set(-p).at[m + order].set(gamma * u)
+    d = -gamma * st.g + w @ st.P
+    gd = -gamma * st.gg - a @ p + gamma * (b @ u)
+    return d, gd
+
+
+def two_loop_direction(st: LBFGSState, m: int, h0: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(d, g'd)`` with ``d = -H g`` by Nocedal's two-loop recursion, ``H0 = h0`` (vector or scalar)."""
+    order, valid = _chronological(st.head, st.count, m)
+    rho = jnp.where(valid, 1.0 / jnp.where(valid, jnp.diagonal(st.SY)[order], 1.0), 0.0)
+    S, Y = st.P[:m], st.P[m:]
+
+    def newest_first(q, k):  # k = m-1 .. 0 over chronological positions
+        slot = order[k]
+        alpha = rho[k] * (S[slot] @ q)
+        return q - alpha * Y[slot], alpha
+
+    q, alphas = lax.scan(newest_first, st.g, jnp.arange(m - 1, -1, -1))
+    alphas = alphas[::-1]
+    r = h0 * q
+
+    def oldest_first(r, k):
+        slot = order[k]
+        beta = rho[k] * (Y[slot] @ r)
+        return r + (alphas[k] - beta) * S[slot], None
+
+    r, _ = lax.scan(oldest_first, r, jnp.arange(m))
+    d = -r
+    return d, st.g @ d
+
+
+# --------------------------------------------------------------------------------------------------
+# the pieces of one problem's run (pure; shared by the solver and AskTell)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Config:
+    """What the pure functions need of the options (hashable, static under jit)."""
+
+    m: int
+    eps: float
+    params: LineSearchParams
+    diag_fn: Callable | None  # diag(x) -> (n,) each iteration, or None
+    use_h0: bool  # a constant user diagonal is passed as h0
+
+
+def _diag_now(cfg: _Config, x: jax.Array, h0: jax.Array) -> jax.Array | None:
+    if cfg.diag_fn is not None:
+        return jnp.asarray(cfg.diag_fn(x), x.dtype)
+    if cfg.use_h0:
+        return h0
+    return None
+
+
+def _direction(cfg: _Config, st: LBFGSState, h0: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(d, g'd, diag_ok)`` for the current state."""
+    diag = _diag_now(cfg, st.x, h0)
+    if diag is None:
+        d, gd = compact_direction(st, cfg.m)
+        return d, gd, jnp.asarray(True)
+    ok = jnp.all(jnp.isfinite(diag) & (diag > 0))
+    d, gd = two_loop_direction(st, cfg.m, diag)
+    return d, gd, ok
+
+
+def start(cfg: _Config, x: jax.Array, f: jax.Array, g: jax.Array, h0: jax.Array) -> LBFGSState:
+    """The state after the first evaluation ``f, g`` at ``x``: first direction and line search."""
+    n, m, dt = x.shape[0], cfg.m, x.dtype
+    f = jnp.asarray(f, dt)
+    g = jnp.asarray(g, dt)
+    gg = g @ g
+    gnorm, xnorm = jnp.sqrt(gg), jnp.sqrt(x @ x)
+    st = LBFGSState(
+        x=x, f=f, g=g, d=jnp.zeros_like(x), P=jnp.zeros((2 * m, n), dt),
+        SY=jnp.zeros((m, m), dt), YY=jnp.zeros((m, m), dt), a=jnp.zeros(m, dt), b=jnp.zeros(m, dt),
+        gamma=jnp.ones((), dt), gg=gg, head=jnp.zeros((), jnp.int32), count=jnp.zeros((), jnp.int32),
+        ls=line_search_init(f, -1.0, 1.0, cfg.params), iteration=jnp.zeros((), jnp.int32),
+        nfev=jnp.ones((), jnp.int32), gnorm=gnorm, xnorm=xnorm, stp=jnp.zeros((), dt),
+        status=jnp.full((), _RUNNING, jnp.int32),
+    )
+    d, gd, diag_ok = _direction(cfg, st, h0)
+    finite = jnp.isfinite(f) & jnp.isfinite(gg)
+    status = jnp.where(~finite, LBFGSStatus.NONFINITE_START, _RUNNING)
+    status = jnp.where((status == _RUNNING) & ~diag_ok, LBFGSStatus.DIAG_NOT_POSITIVE, status)
+    status = jnp.where((status == _RUNNING) & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), LBFGSStatus.SUCCESS, status)
+    # lbfgs.f: STP1 = 1/||g|| for the first iteration (H0 g has unit length when H0 = I).
+    stp0 = jnp.where(gnorm > 0, 1.0 / gnorm, 1.0).astype(dt)
+    return st._replace(d=d, ls=line_search_init(f, gd, stp0, cfg.params), status=status.astype(jnp.int32))
+
+
+def trial_point(st: LBFGSState) -> jax.Array:
+    """Where the line search asks for the next evaluation."""
+    return st.x + st.ls.stp * st.d
+
+
+def finish_iteration(
+    cfg: _Config, st: LBFGSState, ls: LineSearchState, xt: jax.Array, ft: jax.Array, gt: jax.Array,
+    dgt: jax.Array, h0: jax.Array, masked: bool,
+) -> LBFGSState:
+    """End the iteration whose line search ``ls`` is done; ``xt, ft, gt`` is its last evaluation
+    (the best point found: MCSRCH evaluates its best step last on every unusual ending).
+
+    Stores the pair, tests convergence, and sets up the next direction and line search.
+    ``masked``: leave finished problems unchanged (several problems in one batch).
+    """
+    m, dt = cfg.m, st.x.dtype
+    running = st.status == _RUNNING
+    ok = ls.info == 1
+    stp = ls.stp
+    s = stp * st.d  # lbfgs.f: S = STP * D, Y = G_new - G_old
+    y = gt - st.g
+    # One pass over the pairs for every product the small matrices need.
+    prods = st.P @ jnp.stack([gt, y], axis=1)  # (2m, 2): [S'gt, S'y; Y'gt, Y'y]
+    sy, yy, yg = s @ y, y @ y, y @ gt
+    slot = st.head
+    store = ok & running if masked else ok
+    new_s = jnp.where(store, s, st.P[slot]) if masked else s
+    new_y = jnp.where(store, y, st.P[m + slot]) if masked else y
+    zero = jnp.zeros((), jnp.int32)
+    P = lax.dynamic_update_slice(st.P, new_s[None], (slot, zero))
+    P = lax.dynamic_update_slice(P, new_y[None], (m + slot, zero))
+    col_sy = prods[:m, 1].at[slot].set(sy)
+    col_yy = prods[m:, 1].at[slot].set(yy)
+    SY = st.SY.at[:, slot].set(col_sy).at[slot, :].set(0.0).at[slot, slot].set(sy)
+    YY = st.YY.at[:, slot].set(col_yy).at[slot, :].set(col_yy)
+    a = prods[:m, 0].at[slot].set(stp * dgt)
+    b = prods[m:, 0].at[slot].set(yg)
+    gg = gt @ gt
+    xnorm = jnp.sqrt(xt @ xt)
+    new = st._replace(
+        x=xt, f=ft, g=gt, P=P,
+        SY=jnp.where(store, SY, st.SY), YY=jnp.where(store, YY, st.YY), a=jnp.where(store, a, st.a),
+        b=jnp.where(store, b, st.b), gamma=jnp.where(store, sy / yy, st.gamma).astype(dt), gg=gg,
+        head=jnp.where(store, (slot + 1) % m, slot).astype(jnp.int32),
+        count=jnp.where(store, jnp.minimum(st.count + 1, m), st.count).astype(jnp.int32),
+        iteration=st.iteration + 1, nfev=st.nfev + ls.nfev, gnorm=jnp.sqrt(gg), xnorm=xnorm, stp=stp,
+    )
+    d, gd, diag_ok = _direction(cfg, new, h0)
+    status = jnp.where(ok, _RUNNING, jnp.asarray(_INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
+    status = jnp.where(ok & (new.gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), LBFGSStatus.SUCCESS, status)
+    status = jnp.where((status == _RUNNING) & ~diag_ok, LBFGSStatus.DIAG_NOT_POSITIVE, status)
+    new = new._replace(d=d, ls=line_search_init(ft, gd, 1.0, cfg.params), status=status.astype(jnp.int32))
+    if not masked:
+        return new
+    # P's written rows are already masked: a select over all of P would double its traffic.
+    kept = jax.tree.map(lambda a_, b_: jnp.where(running, a_, b_), new._replace(P=st.P), st)
+    return kept._replace(P=P)
+
+
+def iterate(cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array, masked: bool) -> LBFGSState:
+    """One whole iteration of one problem: the line search (an inner loop), then the update."""
+
+    def evaluate(carry):
+        ls, _, _, _, _ = carry
+        xt = trial_point(st._replace(ls=ls))
+        ft, gt = vg(xt)
+        dgt = gt @ st.d
+        ls, _, _, _ = line_search_update(ls, ft, dgt)
+        return ls, xt, ft, gt, dgt
+
+    carry = (st.ls, st.x, st.f, st.g, st.ls.dginit)
+    ls, xt, ft, gt, dgt = lax.while_loop(lambda c: ~c[0].done, evaluate, carry)
+    return finish_iteration(cfg, st, ls, xt, ft, gt, dgt, h0, masked)
+
+
+# --------------------------------------------------------------------------------------------------
+# the solver
+# --------------------------------------------------------------------------------------------------
+
+
+def _positive(name: str, value: Any, allow_zero: bool = False) -> float:
+    ok_type = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not ok_type or not np.isfinite(value) or (value < 0 if allow_zero else value <= 0):
+        what = "a non-negative" if allow_zero else "a positive"
+        raise ValueError(f"{name} must be {what} finite number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, eq=False)
+class LBFGS(Solver):
+    """Liu & Nocedal's L-BFGS with the Moré-Thuente line search (the seed's ``lbfgs``).
+
+    Parameters
+    ----------
+    m : number of stored correction pairs (3 <= m <= 7 recommended; memory is ``2 m n`` values).
+    eps : stop when ``||g|| < eps * max(1, ||x||)``.
+    max_iterations : iteration limit (the seed's ``icall``); reaching it is ``MAX_STEPS``.
+    maxfev : evaluations allowed in one line search.
+    gtol, ftol : the strong Wolfe constants: ``|phi'(stp)| <= gtol |phi'(0)|``,
+        ``phi(stp) <= phi(0) + ftol stp phi'(0)``.  Constraint ``ftol < gtol < 1``.
+    xtol : relative width of the line search's interval of uncertainty at which it gives up;
+        default the machine epsilon of the problem's dtype.
+    stpmin, stpmax : bounds of the step.
+    diag : the diagonal ``H0`` instead of ``gamma I``: a positive array ``(n,)`` or a JAX
+        function ``diag(x) -> (n,)`` called at each iteration (the seed's ``diagco``).
+    print_every : print the seed's table (I, NFN, FUNC, GNORM, STEPLENGTH) of the first start
+        every this many iterations (0: first and last only); ``None`` prints nothing.
+    starts : draw this many starting points uniformly in the problem's box (needs lower/upper)
+        instead of using ``x0``; each runs as an independent problem.
+    line_search : ``"mcsrch"`` (Nocedal's, as in the seed) or ``"dcsrch"`` (MINPACK-2, as in
+        scipy's L-BFGS-B).
+
+    The problem's ``lower``/``upper`` are only used to draw ``starts``: L-BFGS is unconstrained.
+    """
+
+    m: int = 7
+    eps: float = 1e-5
+    max_iterations: int = 2000
+    maxfev: int = 20
+    gtol: float = 0.9
+    ftol: float = 1e-4
+    xtol: float | None = None
+    stpmin: float = 1e-20
+    stpmax: float = 1e20
+    diag: Any = None
+    print_every: int | None = None
+    starts: int | None = None
+    line_search: str = "mcsrch"
+
+    def __post_init__(self) -> None:
+        check_int_option("m", self.m, 1)
+        check_int_option("max_iterations", self.max_iterations, 1)
+        check_int_option("maxfev", self.maxfev, 1)
+        check_int_option("print_every", self.print_every, 0, none_ok=True)
+        check_int_option("starts", self.starts, 1, none_ok=True)
+        object.__setattr__(self, "eps", _positive("eps", self.eps, allow_zero=True))
+        object.__setattr__(self, "ftol", _positive("ftol", self.ftol))
+        object.__setattr__(self, "gtol", _positive("gtol", self.gtol))
+        if self.xtol is not None:
+            object.__setattr__(self, "xtol", _positive("xtol", self.xtol, allow_zero=True))
+        object.__setattr__(self, "stpmin", _positive("stpmin", self.stpmin, allow_zero=True))
+        object.__setattr__(self, "stpmax", _positive("stpmax", self.stpmax))
+        if not self.ftol < 1:
+            raise ValueError(f"ftol={self.ftol} must be below 1 (sufficient decrease; default 1e-4)")
+        if not self.gtol < 1:
+            raise ValueError(f"gtol={self.gtol} must be below 1 (curvature condition; default 0.9)")
+        if not self.ftol < self.gtol:
+            raise ValueError(
+                f"ftol={self.ftol} must be below gtol={self.gtol}: the strong Wolfe conditions need 0 < ftol < gtol < 1"
+            )
+        if not self.stpmin < self.stpmax:
+            raise ValueError(f"stpmin={self.stpmin} must be below stpmax={self.stpmax}")
+        if self.line_search not in ("mcsrch", "dcsrch"):
+            raise ValueError(f"line_search must be 'mcsrch' (the seed's) or 'dcsrch' (scipy's), got {self.line_search!r}")
+        if self.diag is not None and not callable(self.diag):
+            arr = np.asarray(self.diag)
+            if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.number):
+                raise ValueError(f"diag must be a vector (n,) of positive numbers or a function diag(x), got shape {arr.shape}")
+            bad = np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(f"diag[{i}]={arr[i]} is not positive: H0 = diag must be positive (seed istate=-2)")
+            object.__setattr__(self, "diag", arr)
+
+    # Equality and hashing by option values (a diag array by its digest): compiled loops are
+    # cached per solver, and a frozen dataclass cannot hash an array.
+    def _key(self) -> tuple:
+        out = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, np.ndarray):
+                v = (v.shape, str(v.dtype), hashlib.blake2b(v.tobytes(), digest_size=16).hexdigest())
+            out.append(v)
+        return tuple(out)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def options(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if isinstance(self.diag, np.ndarray):  # a digest, not 1e7 numbers, in checkpoints
+            out["diag"] = "sha:" + hashlib.blake2b(self.diag.tobytes(), digest_size=16).hexdigest()
+        elif callable(self.diag):
+            out["diag"] = getattr(self.diag, "__qualname__", repr(self.diag))
+        return out
+
+    # ----------------------------------------------------------------- set-up
+    def _config(self, dtype: Any) -> _Config:
+        params = LineSearchParams(
+            ftol=self.ftol, gtol=self.gtol, xtol=self.xtol, stpmin=self.stpmin, stpmax=self.stpmax,
+            maxfev=self.maxfev, minpack2=self.line_search == "dcsrch",
+        )
+        return _Config(
+            m=self.m, eps=self.eps, params=params,
+            diag_fn=self.diag if callable(self.diag) else None, use_h0=isinstance(self.diag, np.ndarray),
+        )
+
+    def n_starts(self, problem: Problem) -> int:
+        if self.starts is not None:
+            return self.starts
+        return problem.x0.shape[0] if problem.x0 is not None and problem.x0.ndim == 2 else 1
+
+    def check(self, problem: Problem) -> None:
+        if self.starts is None and problem.x0 is None:
+            raise ValueError(
+                "LBFGS needs a starting point: give Problem(x0=...) (shape (n,) or (K, n) for K starts), "
+                "or LBFGS(starts=K) with lower/upper to draw K starts uniformly"
+            )
+        if self.starts is not None and problem.lower is None:
+            raise ValueError(f"LBFGS(starts={self.starts}) draws starts uniformly in the box: give Problem lower= and upper=")
+        if self.starts is not None and problem.x0 is not None and problem.x0.ndim == 2:
+            raise ValueError(
+                f"give the starts either as x0 of shape {problem.x0.shape} or as LBFGS(starts={self.starts}), not both"
+            )
+        if isinstance(self.diag, np.ndarray) and self.diag.shape != (problem.n_free,):
+            raise ValueError(
+                f"diag has {self.diag.shape[0]} entries but the problem has {problem.n_free} free parameters"
+            )
+        if callable(self.diag):
+            probe = jax.ShapeDtypeStruct((problem.n_free,), problem.dtype)
+            try:
+                out = jax.eval_shape(self.diag, probe)
+            except Exception as err:
+                raise TypeError(f"calling diag(x) with x of shape ({problem.n_free},) failed: {err}") from err
+            if getattr(out, "shape", None) != (problem.n_free,):
+                raise ValueError(f"diag(x) must return shape ({problem.n_free},), got {getattr(out, 'shape', None)}")
+
+    def phases(self, problem: Problem) -> list[Phase]:
+        return [Phase("lbfgs", self.max_iterations)]
+
+    def _x0(self, problem: Problem, key: jax.Array) -> jax.Array:
+        dt = problem.dtype
+        if self.starts is not None:
+            lo, hi, _ = problem.free_bounds()
+            u = jax.random.uniform(key, (self.starts, problem.n_free), dt)
+            return jnp.asarray(lo, dt) + jnp.asarray(hi - lo, dt) * u
+        x0 = problem.x0 if problem.x0.ndim == 2 else problem.x0[None]
+        return jnp.asarray(x0[:, problem.free_index], dt)
+
+    def initial_state(self, problem: Problem, key: jax.Array) -> LBFGSRun:
+        # x0 and diag go in as arguments: as constants they would be compiled into the program.
+        x0 = None if self.starts is not None else self._x0(problem, key)
+        h0 = jnp.asarray(self.diag, problem.dtype) if isinstance(self.diag, np.ndarray) else jnp.zeros((), problem.dtype)
+        return jax.jit(lambda k, x, h: self.init(problem, k, x, h))(key, x0, h0)
+
+    def init(self, problem: Problem, key: jax.Array, x0: Any = None, h0: Any = None) -> LBFGSRun:
+        cfg = self._config(problem.dtype)
+        x0 = self._x0(problem, key) if x0 is None else x0
+        h0 = jnp.zeros((), problem.dtype) if h0 is None else h0
+        f, g = jax.vmap(problem.value_and_grad_free)(x0)
+        starts = jax.vmap(lambda x, f, g: start(cfg, x, f, g, h0))(x0, f, g)
+        K = x0.shape[0]
+        kh = min(K, _HISTORY_STARTS)
+        rows = self.max_iterations + 1
+        dt = problem.dtype
+        hist = History(
+            f=jnp.zeros((rows, kh), dt).at[0].set(starts.f[:kh]),
+            gnorm=jnp.zeros((rows, kh), dt).at[0].set(starts.gnorm[:kh]),
+            stp=jnp.zeros((rows, kh), dt),
+            nfev=jnp.zeros((rows, kh), jnp.int32).at[0].set(starts.nfev[:kh]),
+        )
+        return LBFGSRun(starts=starts, history=hist, h0=h0)
+
+    def step(self, problem: Problem, state: LBFGSRun, phase: int) -> LBFGSRun:
+        cfg = self._config(problem.dtype)
+        vg = problem.value_and_grad_free
+        K = state.starts.x.shape[0]
+        before = state.starts
+        if K == 1:  # no batch: no masking selects over n-vectors (the loop stops when it is done)
+            one = jax.tree.map(lambda a: a[0], before)
+            after = jax.tree.map(lambda a: a[None], iterate(cfg, vg, one, state.h0, masked=False))
+        else:
+            after = jax.vmap(lambda s: iterate(cfg, vg, s, state.h0, masked=True))(before)
+        kh = state.history.f.shape[1]
+        moved = before.status[:kh] == _RUNNING
+        rows = jnp.where(moved, after.iteration[:kh], state.history.f.shape[0])  # out of range: dropped
+        cols = jnp.arange(kh)
+        h = state.history
+        hist = History(
+            f=h.f.at[rows, cols].set(after.f[:kh], mode="drop"),
+            gnorm=h.gnorm.at[rows, cols].set(after.gnorm[:kh], mode="drop"),
+            stp=h.stp.at[rows, cols].set(after.stp[:kh], mode="drop"),
+            nfev=h.nfev.at[rows, cols].set(after.nfev[:kh], mode="drop"),
+        )
+        return LBFGSRun(starts=after, history=hist, h0=state.h0)
+
+    def done(self, problem: Problem, state: LBFGSRun, phase: int) -> jax.Array:
+        return jnp.all(state.starts.status != _RUNNING)
+
+    def summary(self, problem: Problem, state: LBFGSRun) -> dict[str, jax.Array]:
+        st = state.starts
+        out = {"f": jnp.min(jnp.where(jnp.isnan(st.f), jnp.inf, st.f)), "gnorm": jnp.min(st.gnorm)}
+        if st.f.shape[0] > 1:
+            out["running"] = jnp.sum(st.status == _RUNNING)
+        return out
+
+    # ----------------------------------------------------------------- printing (the seed's table)
+    def on_chunk(self, problem: Problem, state: LBFGSRun, first: int, last: int) -> None:
+        """Print the table rows of iterations ``first+1 .. last`` of the first start."""
+        if self.print_every is None:
+            return
+        if first == 0:
+            h = state.history
+            print(f"Number of variables n = {problem.n_free};")
+            print(f"Number of corrections m = {self.m};")
+            print(f"f = {float(h.f[0, 0]):e};")
+            print(f"gnorm = {float(h.gnorm[0, 0]):e}")
+            print("*****")
+            print(f"{'I':>5}  {'NFN':>6}  {'FUNC':>14}  {'GNORM':>14}  {'STEPLENGTH':>14}")
+        if self.print_every == 0:
+            wanted = [1] if first == 0 else []
+        else:
+            wanted = [i for i in range(first + 1, last + 1) if i % self.print_every == 0 or i == 1]
+        own = int(state.starts.iteration[0])
+        wanted = [i for i in wanted if i <= own]
+        if wanted:
+            h = jax.tree.map(lambda a: np.asarray(a[:, 0]), state.history)
+            for i in wanted:
+                print(_row(i, h.nfev[i], h.f[i], h.gnorm[i], h.stp[i]))
+
+    # ----------------------------------------------------------------- the result
+    def result(
+        self, problem: Problem, state: LBFGSRun, done: list[int], status: Status, stats: dict[str, Any]
+    ) -> LBFGSResult:
+        st = jax.tree.map(np.asarray, state.starts)
+        codes = st.status.copy()
+        still = codes == _RUNNING
+        codes[still] = int(status) if status != Status.SUCCESS else int(LBFGSStatus.MAX_STEPS)
+        statuses = [LBFGSStatus(int(c)) for c in codes]
+        fun = np.where(np.isnan(st.f), np.inf, st.f)
+        best = int(np.argmin(fun))
+        values = {
+            "max_iterations": self.max_iterations, "eps": self.eps, "maxfev": self.maxfev,
+            "stpmin": self.stpmin, "stpmax": self.stpmax,
+        }
+        messages = [_ADVICE[s].format(**values) for s in statuses]
+        K = len(statuses)
+        message = messages[best]
+        if K > 1:
+            n_ok = sum(s.success for s in statuses)
+            message = f"{n_ok} of {K} starts converged; the best (start {best}): {message}"
+        kh = state.history.f.shape[1]
+        hist = {k: np.asarray(v) for k, v in state.history._asdict().items()}
+        hist_len = np.minimum(st.iteration[:kh], self.max_iterations) + 1
+        xs = np.asarray(problem.expand(st.x))
+        stats = dict(stats)
+        stats.update(
+            evaluations=int(st.nfev.sum()), starts=K, converged=int(sum(s.success for s in statuses)),
+        )
+        result = LBFGSResult(
+            x=xs[best], fun=float(st.f[best]), status=statuses[best], message=message, stats=stats,
+            gnorm=float(st.gnorm[best]), iterations=int(st.iteration[best]), nfev=int(st.nfev[best]),
+            xs=xs, funs=st.f, gnorms=st.gnorm, iterations_per_start=st.iteration, nfev_per_start=st.nfev,
+            statuses=statuses, messages=messages, best=best, history=hist, history_length=hist_len,
+        )
+        if self.print_every is not None:
+            i = int(st.iteration[0])
+            if i > 0 and (self.print_every == 0 or i % self.print_every != 0) and i != 1:
+                print(_row(i, hist["nfev"][i, 0], hist["f"][i, 0], hist["gnorm"][i, 0], hist["stp"][i, 0]))
+            print()
+            print(messages[0] if statuses[0].success else f"IFLAG = -1 ({statuses[0].name}): {messages[0]}")
+        return result
+
+
+def _row(i: int, nfev: Any, f: Any, gnorm: Any, stp: Any) -> str:
+    return f"{i:>5}  {int(nfev):>6}  {float(f):>14e}  {float(gnorm):>14e}  {float(stp):>14e}"
+
+
+@dataclass(repr=False)
+class LBFGSResult(Result):
+    """The L-BFGS result: the best start's ``x, fun, gnorm, iterations, nfev, status, message``,
+    and every start's (``xs (K, n)``, ``funs``, ``gnorms``, ``iterations_per_start``,
+    ``nfev_per_start``, ``statuses``, ``messages``).  ``history`` holds per-iteration ``f``,
+    ``gnorm``, ``stp``, ``nfev`` of the first (up to 64) starts, row i after iteration i."""
+
+    gnorm: float = float("nan")
+    iterations: int = 0
+    nfev: int = 0
+    xs: np.ndarray | None = None
+    funs: np.ndarray | None = None
+    gnorms: np.ndarray | None = None
+    iterations_per_start: np.ndarray | None = None
+    nfev_per_start: np.ndarray | None = None
+    statuses: list[LBFGSStatus] = dataclasses.field(default_factory=list)
+    messages: list[str] = dataclasses.field(default_factory=list)
+    best: int = 0
+    history: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    history_length: np.ndarray | None = None
+
+    def table(self, start: int = 0, every: int = 1) -> str:
+        """The seed's iteration table (I, NFN, FUNC, GNORM, STEPLENGTH) of one start."""
+        if self.history_length is None or start >= len(self.history_length):
+            raise ValueError(f"no history is kept for start {start} (only the first {_HISTORY_STARTS})")
+        h = self.history
+        lines = [f"{'I':>5}  {'NFN':>6}  {'FUNC':>14}  {'GNORM':>14}  {'STEPLENGTH':>14}"]
+        last = int(self.history_length[start]) - 1
+        for i in range(1, last + 1):
+            if i % every == 0 or i in (1, last):
+                lines.append(_row(i, h["nfev"][i, start], h["f"][i, start], h["gnorm"][i, start], h["stp"][i, start]))
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# reverse communication
+# --------------------------------------------------------------------------------------------------
+
+
+class AskTell:
+    """L-BFGS by reverse communication, for objectives that are not JAX (an external simulator).
+
+    >>> opt = AskTell(n, m=7, x0=x0)
+    >>> while opt.status == "evaluate":
+    ...     x = opt.ask()                 # numpy array (n,)
+    ...     opt.tell(f(x), grad(x))       # value and gradient there
+    >>> opt.x, opt.f, opt.status          # 'done', or the name of an error status
+
+    The first ``ask`` returns ``x0``.  The iterates are those of ``mw.solve(Problem(x0=x0), LBFGS(...))``
+    (the same functions compute them).  ``status`` is ``'evaluate'`` while an evaluation is wanted,
+    ``'done'`` on convergence, else the lower-case name of an :class:`LBFGSStatus` (for instance
+    ``'line_search_maxfev'``, ``'max_steps'``); ``message`` says what to change.
+    """
+
+    def __init__(self, n: int, m: int = 7, *, x0: Any, dtype: Any = None, **options: Any) -> None:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"n must be a positive integer (the number of variables; seed istate=-3), got {n!r}")
+        self.solver = LBFGS(m=m, **options)  # validates m and the options (istate=-3 for m)
+        if self.solver.starts is not None or self.solver.print_every is not None:
+            raise ValueError("AskTell runs one problem and prints nothing: starts and print_every do not apply")
+        if self.solver.diag is not None and callable(self.solver.diag):
+            raise ValueError("AskTell takes diag as an array (n,); a diag(x) function is for mw.solve")
+        self.dtype = np.dtype(jnp.result_type(float)) if dtype is None else np.dtype(dtype)
+        from ..problem import _resolve_dtype
+
+        self.dtype = _resolve_dtype(self.dtype)
+        x0 = np.asarray(x0, dtype=np.float64)
+        if x0.shape != (n,):
+            raise ValueError(f"x0 must have shape ({n},), got {x0.shape}")
+        if not np.all(np.isfinite(x0)):
+            raise ValueError(f"x0[{int(np.flatnonzero(~np.isfinite(x0))[0])}] is not finite")
+        if isinstance(self.solver.diag, np.ndarray) and self.solver.diag.shape != (n,):
+            raise ValueError(f"diag has {self.solver.diag.shape[0]} entries but n={n}")
+        self.n = int(n)
+        cfg = self.solver._config(self.dtype)
+        self._h0 = (
+            jnp.asarray(self.solver.diag, self.dtype) if isinstance(self.solver.diag, np.ndarray) else jnp.zeros((), self.dtype)
+        )
+        self._start = jax.jit(lambda x, f, g, h0: start(cfg, x, f, g, h0))
+        self._trial = jax.jit(trial_point)
+        self._update = jax.jit(lambda ls, f, g, d: line_search_update(ls, f, g @ d)[0])
+        self._finish = jax.jit(lambda st, ls, xt, ft, gt, h0: finish_iteration(cfg, st, ls, xt, ft, gt, gt @ st.d, h0, False))
+        self._x0 = jnp.asarray(x0, self.dtype)
+        self._state: LBFGSState | None = None
+        self._ls: LineSearchState | None = None
+        self._xt: jax.Array | None = None
+        self.status = "evaluate"
+
+    @property
+    def code(self) -> LBFGSStatus | None:
+        """The :class:`LBFGSStatus` once finished, else None."""
+        if self._state is None or int(self._state.status) == _RUNNING:
+            return None
+        return LBFGSStatus(int(self._state.status))
+
+    def ask(self) -> np.ndarray:
+        """The point to evaluate next, ``(n,)``."""
+        if self.status != "evaluate":
+            raise RuntimeError(f"nothing to evaluate: the run has ended with status {self.status!r}")
+        if self._state is None:
+            self._xt = self._x0
+        else:
+            self._xt = self._trial(self._state._replace(ls=self._ls))
+        return np.asarray(self._xt)
+
+    def tell(self, f: Any, g: Any) -> str:
+        """Give ``f`` and the gradient ``g`` at the last asked point; returns the new ``status``."""
+        if self._xt is None:
+            raise RuntimeError("call ask() before tell()")
+        g = np.asarray(g, dtype=np.float64)
+        if g.shape != (self.n,):
+            raise ValueError(f"g must have shape ({self.n},), got {g.shape}")
+        f = jnp.asarray(float(f), self.dtype)
+        g = jnp.asarray(g, self.dtype)
+        xt, self._xt = self._xt, None
+        if self._state is None:
+            self._state = self._start(xt, f, g, self._h0)
+            self._ls = self._state.ls
+        else:
+            self._ls = self._update(self._ls, f, g, self._state.d)
+            if bool(self._ls.done):
+                self._state = self._finish(self._state, self._ls, xt, f, g, self._h0)
+                self._ls = self._state.ls
+                if int(self._state.status) == _RUNNING and int(self._state.iteration) >= self.solver.max_iterations:
+                    self._state = self._state._replace(status=jnp.asarray(int(LBFGSStatus.MAX_STEPS), jnp.int32))
+        code = self.code
+        self.status = "evaluate" if code is None else ("done" if code.success else code.name.lower())
+        return self.status
+
+    @property
+    def x(self) -> np.ndarray:
+        """The current iterate (the best point so far)."""
+        return np.asarray(self._x0 if self._state is None else self._state.x)
+
+    @property
+    def f(self) -> float:
+        return float("nan") if self._state is None else float(self._state.f)
+
+    @property
+    def g(self) -> np.ndarray | None:
+        return None if self._state is None else np.asarray(self._state.g)
+
+    @property
+    def iterations(self) -> int:
+        return 0 if self._state is None else int(self._state.iteration)
+
+    @property
+    def nfev(self) -> int:
+        """Evaluations told so far."""
+        if self._state is None:
+            return 0
+        pending = 0 if self.code is not None else int(self._ls.nfev)
+        return int(self._state.nfev) + pending
+
+    @property
+    def message(self) -> str:
+        code = self.code
+        if code is None:
+            return "running: evaluate f and g at ask()"
+        s = self.solver
+        return _ADVICE[code].format(max_iterations=s.max_iterations, eps=s.eps, maxfev=s.maxfev, stpmin=s.stpmin, stpmax=s.stpmax)
+
+
+__all__ += ["INFO_MESSAGES"]
