@@ -219,13 +219,13 @@ def _compiled_chunk_runner(problem: Problem, solver: Solver, phase: int, state: 
             _COMPILED.pop(next(iter(_COMPILED)))
         _COMPILED[key] = compiled
         # Forget the entries of a problem once it is garbage (its id may be reused).
-        weakref.finalize(problem, _forget, id(problem))
+        weakref.finalize(problem, _forget, id(problem)).atexit = False  # nothing to free at exit
     return compiled
 
 
 def _forget(problem_id: int) -> None:
     for key in [k for k in _COMPILED if k[0] == problem_id]:
-        del _COMPILED[key]
+        _COMPILED.pop(key, None)
 
 
 # ---------------------------------------------------------------------------- the driver
@@ -283,7 +283,7 @@ def solve(
         raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: folder {str(checkpoint_path.parent)!r} does not exist")
 
     key = _key(int(seed))
-    state = solver.initial_state(problem, key)
+    state = solver.initial_state_fn(problem)(key)
     done = [0] * len(phases)
     phase_index = 0
     if resume is not None:

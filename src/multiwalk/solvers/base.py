@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -64,12 +65,12 @@ class Solver(abc.ABC):
     def init(self, problem: Problem, key: jax.Array) -> Any:
         """The initial state pytree."""
 
-    def initial_state(self, problem: Problem, key: jax.Array) -> Any:
-        """The initial state, computed on the device (the driver calls this, not ``init``).
+    def initial_state_fn(self, problem: Problem) -> Callable[[jax.Array], Any]:
+        """``key -> initial state``, jitted (the driver calls this, not ``init``, and reuses it).
 
         Solvers whose start needs large arrays (an ``x0`` of 1e7 values) override it to pass
         them as arguments rather than compile them into the program as constants."""
-        return jax.jit(lambda k: self.init(problem, k))(key)
+        return jax.jit(lambda k: self.init(problem, k))
 
     def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
         """Called by the driver after each chunk that ran iterations ``first+1 .. last`` of the

@@ -53,6 +53,9 @@ __all__ = ["LBFGS", "LBFGSResult", "LBFGSStatus", "AskTell"]
 
 _RUNNING = -1
 _HISTORY_STARTS = 64  # per-iteration history is kept for the first this-many starts
+# The products S'y, Y'y of the new y with the stored pairs: True reads the pairs for them
+# (exact); False takes them as P'g_new - P'g_old (one pass over the pairs fewer per iteration).
+_DIRECT_PRODUCTS = True
 
 
 class LBFGSStatus(enum.IntEnum):
@@ -185,8 +188,11 @@ def _chronological(head: jax.Array, count: jax.Array, m: int) -> tuple[jax.Array
     return (head - count + i) % m, i < count
 
 
-def compact_direction(st: LBFGSState, m: int) -> tuple[jax.Array, jax.Array]:
-    """``(d, g'd)`` with ``d = -H g`` by the compact representation (H0 = gamma I)."""
+def compact_coefficients(st: LBFGSState, m: int) -> tuple[jax.Array, jax.Array]:
+    """``(w, g'd)`` such that ``d = -H g = -gamma g + w @ P`` (compact representation, H0 = gamma I).
+
+    Only the small matrices are used: ``w`` has one coefficient per stored row of ``P`` (ring
+    order, zero on unused slots)."""
     order, valid = _chronological(st.head, st.count, m)
     both = valid[:, None] & valid[None, :]
     SY = st.SY[order][:, order]
@@ -201,9 +207,14 @@ def compact_direction(st: LBFGSState, m: int) -> tuple[jax.Array, jax.Array]:
     p = solve_triangular(R, D * u + gamma * (YY @ u) - gamma * b, trans="T", lower=False)
     # d = -gamma g - S p + gamma Y u, the coefficients put back in ring order
     w = jnp.zeros(2 * m, st.g.dtype).at[order].set(-p).at[m + order].set(gamma * u)
-    d = -gamma * st.g + w @ st.P
     gd = -gamma * st.gg - a @ p + gamma * (b @ u)
-    return d, gd
+    return w, gd
+
+
+def compact_direction(st: LBFGSState, m: int) -> tuple[jax.Array, jax.Array]:
+    """``(d, g'd)`` with ``d = -H g`` by the compact representation (H0 = gamma I)."""
+    w, gd = compact_coefficients(st, m)
+    return -st.gamma * st.g + w @ st.P, gd
 
 
 def two_loop_direction(st: LBFGSState, m: int, h0: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -312,33 +323,50 @@ def finish_iteration(
     stp = ls.stp
     s = stp * st.d  # lbfgs.f: S = STP * D, Y = G_new - G_old
     y = gt - st.g
-    # One pass over the pairs for every product the small matrices need.
-    prods = st.P @ jnp.stack([gt, y], axis=1)  # (2m, 2): [S'gt, S'y; Y'gt, Y'y]
+    # Every product the small matrices need, from the pairs as they are before this update.
+    g_prods = st.P @ gt  # (2m,): S'gt, Y'gt
+    if _DIRECT_PRODUCTS:
+        y_prods = st.P @ y  # S'y, Y'y
+    else:  # P'y = P'gt - P'g, with P'g = (a, b) from the last iteration: one pass fewer, but cancels
+        y_prods = g_prods - jnp.concatenate([st.a, st.b])
     sy, yy, yg = s @ y, y @ y, y @ gt
     slot = st.head
     store = ok & running if masked else ok
     new_s = jnp.where(store, s, st.P[slot]) if masked else s
     new_y = jnp.where(store, y, st.P[m + slot]) if masked else y
-    zero = jnp.zeros((), jnp.int32)
-    P = lax.dynamic_update_slice(st.P, new_s[None], (slot, zero))
-    P = lax.dynamic_update_slice(P, new_y[None], (m + slot, zero))
-    col_sy = prods[:m, 1].at[slot].set(sy)
-    col_yy = prods[m:, 1].at[slot].set(yy)
+    col_sy = y_prods[:m].at[slot].set(sy)
+    col_yy = y_prods[m:].at[slot].set(yy)
     SY = st.SY.at[:, slot].set(col_sy).at[slot, :].set(0.0).at[slot, slot].set(sy)
     YY = st.YY.at[:, slot].set(col_yy).at[slot, :].set(col_yy)
-    a = prods[:m, 0].at[slot].set(stp * dgt)
-    b = prods[m:, 0].at[slot].set(yg)
+    a = g_prods[:m].at[slot].set(stp * dgt)
+    b = g_prods[m:].at[slot].set(yg)
     gg = gt @ gt
     xnorm = jnp.sqrt(xt @ xt)
     new = st._replace(
-        x=xt, f=ft, g=gt, P=P,
+        x=xt, f=ft, g=gt,
         SY=jnp.where(store, SY, st.SY), YY=jnp.where(store, YY, st.YY), a=jnp.where(store, a, st.a),
         b=jnp.where(store, b, st.b), gamma=jnp.where(store, sy / yy, st.gamma).astype(dt), gg=gg,
         head=jnp.where(store, (slot + 1) % m, slot).astype(jnp.int32),
         count=jnp.where(store, jnp.minimum(st.count + 1, m), st.count).astype(jnp.int32),
         iteration=st.iteration + 1, nfev=st.nfev + ls.nfev, gnorm=jnp.sqrt(gg), xnorm=xnorm, stp=stp,
     )
-    d, gd, diag_ok = _direction(cfg, new, h0)
+    zero = jnp.zeros((), jnp.int32)
+    if cfg.diag_fn is None and not cfg.use_h0:
+        # The direction from the pairs as they were plus the new pair's vectors; the barrier
+        # makes every read of P come before the in-place write of the new pair (otherwise XLA
+        # may schedule a read after the write and copy all of P, 2m n values, to allow it).
+        w, gd = compact_coefficients(new, m)
+        in_p = w.at[slot].set(0.0).at[m + slot].set(0.0)
+        d = -new.gamma * gt + in_p @ st.P + w[slot] * new_s + w[m + slot] * new_y
+        d, P_old = lax.optimization_barrier((d, st.P))
+        P = lax.dynamic_update_slice(P_old, new_s[None], (slot, zero))
+        P = lax.dynamic_update_slice(P, new_y[None], (m + slot, zero))
+        diag_ok = jnp.asarray(True)
+    else:
+        P = lax.dynamic_update_slice(st.P, new_s[None], (slot, zero))
+        P = lax.dynamic_update_slice(P, new_y[None], (m + slot, zero))
+        d, gd, diag_ok = _direction(cfg, new._replace(P=P), h0)
+    new = new._replace(P=P)
     status = jnp.where(ok, _RUNNING, jnp.asarray(_INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
     status = jnp.where(ok & (new.gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), LBFGSStatus.SUCCESS, status)
     status = jnp.where((status == _RUNNING) & ~diag_ok, LBFGSStatus.DIAG_NOT_POSITIVE, status)
@@ -361,7 +389,10 @@ def iterate(cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array, masked: b
         ls, _, _, _ = line_search_update(ls, ft, dgt)
         return ls, xt, ft, gt, dgt
 
-    carry = (st.ls, st.x, st.f, st.g, st.ls.dginit)
+    # do-while: the first trial is always evaluated (a search that is already done - bad input -
+    # re-evaluates x itself, stp = 0, and counts nothing), so the loop's buffers start fresh
+    # rather than as copies of x and g.
+    carry = evaluate((st.ls, None, None, None, None))
     ls, xt, ft, gt, dgt = lax.while_loop(lambda c: ~c[0].done, evaluate, carry)
     return finish_iteration(cfg, st, ls, xt, ft, gt, dgt, h0, masked)
 
@@ -533,11 +564,16 @@ class LBFGS(Solver):
         x0 = problem.x0 if problem.x0.ndim == 2 else problem.x0[None]
         return jnp.asarray(x0[:, problem.free_index], dt)
 
-    def initial_state(self, problem: Problem, key: jax.Array) -> LBFGSRun:
+    def initial_state_fn(self, problem: Problem) -> Callable[[jax.Array], LBFGSRun]:
         # x0 and diag go in as arguments: as constants they would be compiled into the program.
-        x0 = None if self.starts is not None else self._x0(problem, key)
-        h0 = jnp.asarray(self.diag, problem.dtype) if isinstance(self.diag, np.ndarray) else jnp.zeros((), problem.dtype)
-        return jax.jit(lambda k, x, h: self.init(problem, k, x, h))(key, x0, h0)
+        init = jax.jit(lambda k, x, h: self.init(problem, k, x, h))
+
+        def initial_state(key: jax.Array) -> LBFGSRun:
+            x0 = None if self.starts is not None else self._x0(problem, key)
+            h0 = jnp.asarray(self.diag, problem.dtype) if isinstance(self.diag, np.ndarray) else jnp.zeros((), problem.dtype)
+            return init(key, x0, h0)
+
+        return initial_state
 
     def init(self, problem: Problem, key: jax.Array, x0: Any = None, h0: Any = None) -> LBFGSRun:
         cfg = self._config(problem.dtype)
@@ -563,8 +599,9 @@ class LBFGS(Solver):
         K = state.starts.x.shape[0]
         before = state.starts
         if K == 1:  # no batch: no masking selects over n-vectors (the loop stops when it is done)
-            one = jax.tree.map(lambda a: a[0], before)
-            after = jax.tree.map(lambda a: a[None], iterate(cfg, vg, one, state.h0, masked=False))
+            # squeeze / expand_dims are free reshapes (a[0] and a[None] would make XLA copy P)
+            one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), before)
+            after = jax.tree.map(lambda a: lax.expand_dims(a, (0,)), iterate(cfg, vg, one, state.h0, masked=False))
         else:
             after = jax.vmap(lambda s: iterate(cfg, vg, s, state.h0, masked=True))(before)
         kh = state.history.f.shape[1]
@@ -618,7 +655,9 @@ class LBFGS(Solver):
     def result(
         self, problem: Problem, state: LBFGSRun, done: list[int], status: Status, stats: dict[str, Any]
     ) -> LBFGSResult:
-        st = jax.tree.map(np.asarray, state.starts)
+        # only what the result needs comes to the host (not the 2m n stored pairs)
+        st = state.starts._replace(P=None, d=None, g=None, ls=None, SY=None, YY=None, a=None, b=None)
+        st = jax.tree.map(np.asarray, st)
         codes = st.status.copy()
         still = codes == _RUNNING
         codes[still] = int(status) if status != Status.SUCCESS else int(LBFGSStatus.MAX_STEPS)
