@@ -826,6 +826,12 @@ class AskTell:
                 self._ls = self._state.ls
                 if int(self._state.status) == _RUNNING and int(self._state.iteration) >= self.solver.max_iterations:
                     self._state = self._state._replace(status=jnp.asarray(int(LBFGSStatus.MAX_STEPS), jnp.int32))
+        # A line search that ended before its first trial (improper input: not a descent
+        # direction) needs no evaluation: end the iteration at once, as mw.solve does.
+        while self.code is None and bool(self._ls.done) and int(self._ls.nfev) == 0:
+            st = self._state
+            self._state = self._finish(st, self._ls, st.x, st.f, st.g, self._h0)
+            self._ls = self._state.ls
         code = self.code
         self.status = "evaluate" if code is None else ("done" if code.success else code.name.lower())
         return self.status
