@@ -101,7 +101,8 @@ _ADVICE = {
         "precision allows - loosen eps, or use float64; an inaccurate gradient also causes this"
     ),
     LBFGSStatus.LINE_SEARCH_MAXFEV: (
-        "line search failed (info=3): more than maxfev={maxfev} evaluations in one iteration; raise maxfev, "
+        "line search failed (info=3): maxfev={maxfev} evaluations in one iteration did not meet the Wolfe conditions; "
+        "raise maxfev, "
         "or increase eps or m (the seed's advice for extended Powell)"
     ),
     LBFGSStatus.LINE_SEARCH_STPMIN: (
@@ -311,8 +312,11 @@ def finish_iteration(
     cfg: _Config, st: LBFGSState, ls: LineSearchState, xt: jax.Array, ft: jax.Array, gt: jax.Array,
     dgt: jax.Array, h0: jax.Array, masked: bool,
 ) -> LBFGSState:
-    """End the iteration whose line search ``ls`` is done; ``xt, ft, gt`` is its last evaluation
-    (the best point found: MCSRCH evaluates its best step last on every unusual ending).
+    """End the iteration whose line search ``ls`` is done; ``xt, ft, gt`` is its last evaluation.
+
+    On most unusual endings MCSRCH evaluates its best step last, so x is the best point found;
+    as in Nocedal's lbfgs.f, a search cut short by ``maxfev=1`` or by ``stpmin`` can leave x at a
+    point worse than the start of the iteration (its status says the search failed).
 
     Stores the pair, tests convergence, and sets up the next direction and line search.
     ``masked``: leave finished problems unchanged (several problems in one batch).
@@ -838,7 +842,7 @@ class AskTell:
 
     @property
     def x(self) -> np.ndarray:
-        """The current iterate (the best point so far)."""
+        """The current iterate (after a failed line search: its last point, see finish_iteration)."""
         return np.asarray(self._x0 if self._state is None else self._state.x)
 
     @property
