@@ -44,23 +44,15 @@ rosen = cute.extended_rosenbrock
 @pytest.fixture(scope="module", autouse=True)
 def x64():
     """float64 for the whole module (the seed's precision); restored afterwards."""
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with jax.enable_x64(True):
         yield
-    finally:
-        jax.config.update("jax_enable_x64", old)
 
 
 @pytest.fixture
 def x32():
     """JAX's default precision (float32) for one test, inside the module's float64."""
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    try:
+    with jax.enable_x64(False):
         yield
-    finally:
-        jax.config.update("jax_enable_x64", old)
 
 
 def solve(problem: mw.Problem, solver: mw.LBFGS, **kwargs) -> mw.LBFGSResult:

@@ -33,12 +33,8 @@ from multiwalk.solvers.more_thuente import (
 
 @pytest.fixture
 def x64():
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with jax.enable_x64(True):
         yield
-    finally:
-        jax.config.update("jax_enable_x64", old)
 
 
 # --------------------------------------------------------------------------------------------------

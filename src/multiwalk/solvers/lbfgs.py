@@ -44,18 +44,16 @@ import numpy as np
 from jax import lax
 from jax.scipy.linalg import solve_triangular
 
-from ..problem import Problem
+from ..problem import Problem, _resolve_dtype
 from ..result import Result, Status
 from .base import Phase, Solver, check_int_option
-from .more_thuente import INFO_MESSAGES, LineSearchParams, LineSearchState, line_search_init, line_search_update
+from .more_thuente import LineSearchParams, LineSearchState, line_search_init, line_search_update
 
 __all__ = ["LBFGS", "LBFGSResult", "LBFGSStatus", "AskTell"]
 
 _RUNNING = -1
 _HISTORY_STARTS = 64  # per-iteration history is kept for the first this-many starts
-# The products S'y, Y'y of the new y with the stored pairs: True reads the pairs for them
-# (exact); False takes them as P'g_new - P'g_old (one pass over the pairs fewer per iteration).
-_DIRECT_PRODUCTS = True
+
 
 
 class LBFGSStatus(enum.IntEnum):
@@ -328,11 +326,9 @@ def finish_iteration(
     s = stp * st.d  # lbfgs.f: S = STP * D, Y = G_new - G_old
     y = gt - st.g
     # Every product the small matrices need, from the pairs as they are before this update.
+    # (XLA reads P once for both.  Taking P'y as P'gt - (a, b) would save nothing then, and cancels.)
     g_prods = st.P @ gt  # (2m,): S'gt, Y'gt
-    if _DIRECT_PRODUCTS:
-        y_prods = st.P @ y  # S'y, Y'y
-    else:  # P'y = P'gt - P'g, with P'g = (a, b) from the last iteration: one pass fewer, but cancels
-        y_prods = g_prods - jnp.concatenate([st.a, st.b])
+    y_prods = st.P @ y  # S'y, Y'y
     sy, yy, yg = s @ y, y @ y, y @ gt
     slot = st.head
     store = ok & running if masked else ok
@@ -404,6 +400,11 @@ def iterate(cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array, masked: b
 # --------------------------------------------------------------------------------------------------
 # the solver
 # --------------------------------------------------------------------------------------------------
+
+
+def _digest(arr: np.ndarray) -> str:
+    """A short digest of an array's bytes (a diag option in cache keys and checkpoints)."""
+    return hashlib.blake2b(arr.tobytes(), digest_size=16).hexdigest()
 
 
 def _positive(name: str, value: Any, allow_zero: bool = False) -> float:
@@ -497,7 +498,7 @@ class LBFGS(Solver):
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if isinstance(v, np.ndarray):
-                v = (v.shape, str(v.dtype), hashlib.blake2b(v.tobytes(), digest_size=16).hexdigest())
+                v = (v.shape, str(v.dtype), _digest(v))
             out.append(v)
         return tuple(out)
 
@@ -510,7 +511,7 @@ class LBFGS(Solver):
     def options(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         if isinstance(self.diag, np.ndarray):  # a digest, not 1e7 numbers, in checkpoints
-            out["diag"] = "sha:" + hashlib.blake2b(self.diag.tobytes(), digest_size=16).hexdigest()
+            out["diag"] = "sha:" + _digest(self.diag)
         elif callable(self.diag):
             out["diag"] = getattr(self.diag, "__qualname__", repr(self.diag))
         return out
@@ -767,10 +768,7 @@ class AskTell:
             raise ValueError("AskTell runs one problem and prints nothing: starts and print_every do not apply")
         if self.solver.diag is not None and callable(self.solver.diag):
             raise ValueError("AskTell takes diag as an array (n,); a diag(x) function is for mw.solve")
-        self.dtype = np.dtype(jnp.result_type(float)) if dtype is None else np.dtype(dtype)
-        from ..problem import _resolve_dtype
-
-        self.dtype = _resolve_dtype(self.dtype)
+        self.dtype = _resolve_dtype(dtype)
         x0 = np.asarray(x0, dtype=np.float64)
         if x0.shape != (n,):
             raise ValueError(f"x0 must have shape ({n},), got {x0.shape}")
@@ -873,5 +871,3 @@ class AskTell:
         s = self.solver
         return _ADVICE[code].format(max_iterations=s.max_iterations, eps=s.eps, maxfev=s.maxfev, stpmin=s.stpmin, stpmax=s.stpmax)
 
-
-__all__ += ["INFO_MESSAGES"]
