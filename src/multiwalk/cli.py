@@ -19,6 +19,7 @@ line-search failure, time limit, ...), 2 for bad options, 130 when interrupted b
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import sys
 import time
@@ -45,6 +46,12 @@ FUNCTIONS: dict[str, tuple[str, str]] = {
     "wood": ("extended_wood", "Wood"),
     "trigonometric": ("extended_trigonometric", "Trigonometric"),
 }
+
+#: Subcommands that live in modules of their own (``multiwalk.commands.<name>``); each module
+#: has ``add_parser(commands)``, which adds its subparser and sets ``handler`` and ``command_parser``
+#: like ``lbfgs`` below.  Those modules import their heavy dependencies inside the handler, so
+#: ``multiwalk --help`` stays fast.
+SUBCOMMAND_MODULES: tuple[str, ...] = ()
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -92,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_lbfgs_options(lbfgs)
     lbfgs.set_defaults(handler=_run_lbfgs, command_parser=lbfgs)
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(f".commands.{name}", __package__).add_parser(commands)
     return parser
 
 
