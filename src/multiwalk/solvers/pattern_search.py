@@ -22,6 +22,18 @@ it at a random scale between the box and ``delta_tol`` and search from there wit
 that scale, the other half restart uniformly.  It turns the multi-start search into a
 multi-scale local refinement that reaches the optimum of functions the plain rounds only
 approach (see docs/benchmarks.md).
+
+``kernel`` chooses how an iteration runs, not what it computes.  ``"xla"``: ``d`` dependent
+coordinate sub-steps, each a few XLA kernels over all walkers (on a GPU ~11 us each, whatever
+the walker count).  ``"pallas"``: one Pallas (Triton) kernel per iteration, one walker per
+lane kept in registers for the whole sweep, the objective evaluated through its scalarised
+graph (``multiwalk.scalarise``; a trial point recomputes only what depends on the moved
+coordinate) - see ``pattern_search_kernel``; off GPUs it runs in Pallas' interpret mode (for
+tests).  ``"auto"`` (default): the kernel on a GPU when the objective can be scalarised (plain
+``jax.numpy`` arithmetic, reductions, slicing, constant indexing; not random numbers, loops or
+data-dependent indexing), else XLA.  Both forms apply the same rules in the same order; values
+of ``f`` may differ by rounding (reduction order, libdevice vs XLA math).  Which form ran and
+why is in ``result.stats["kernel"]`` and ``["kernel_reason"]``.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ import numpy as np
 
 from ..problem import Problem
 from ..result import Result, Status
+from . import pattern_search_kernel
 from .base import Phase, Solver, check_int_option
 
 __all__ = ["PatternSearch", "PatternSearchResult"]
@@ -81,7 +94,14 @@ class PatternSearch(Solver):
         ``solve(..., time_limit=T)`` when a time limit is given.
     restart : ``"random"`` (the paper: every round from uniform points) or ``"best"`` (rounds
         after the first refine the best point so far at random scales; see the module doc).
+    kernel : ``"auto"`` (default), ``"xla"`` or ``"pallas"``: how an iteration runs (same rules;
+        ``"auto"`` = one Pallas kernel per iteration on a GPU when ``f`` can be scalarised,
+        else XLA; see the module doc).  ``result.stats["kernel"]`` says which ran and why.
+    kernel_block, kernel_warps : Pallas launch tuning, walkers per program (a power of two)
+        and warps per program; None = defaults.  They do not change results.
     """
+
+    resumable_options = ("kernel", "kernel_block", "kernel_warps")  # how, not what: a resume may change them
 
     n_walkers: int = 15360
     iterations: int = 20
@@ -90,6 +110,9 @@ class PatternSearch(Solver):
     reset: bool = True
     rounds: int | None = None
     restart: str = "random"
+    kernel: str = "auto"
+    kernel_block: int | None = None
+    kernel_warps: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_walkers", "iterations"):
@@ -101,6 +124,13 @@ class PatternSearch(Solver):
             raise TypeError(f"reset must be True or False, got {self.reset!r}")
         if self.restart not in _RESTARTS:
             raise ValueError(f"restart must be one of {_RESTARTS}, got {self.restart!r}")
+        if self.kernel not in pattern_search_kernel.KERNELS:
+            raise ValueError(f"kernel must be one of {pattern_search_kernel.KERNELS}, got {self.kernel!r}")
+        for name in ("kernel_block", "kernel_warps"):
+            v = getattr(self, name)
+            check_int_option(name, v, 1, none_ok=True)
+            if v is not None and v & (v - 1):
+                raise ValueError(f"{name} must be a power of two, got {v}")
 
     # ----------------------------------------------------------------- set-up
     @property
@@ -138,6 +168,10 @@ class PatternSearch(Solver):
                     f"delta_tol must be below delta0 in every coordinate: for parameter {j} "
                     f"delta_tol={tol[bad[0]]} >= delta0={d0[bad[0]]}"
                 )
+
+    def kernel_plan(self, problem: Problem) -> pattern_search_kernel.KernelPlan:
+        """Which form (Pallas kernel or XLA) runs an iteration on ``problem`` here, and why."""
+        return pattern_search_kernel.plan(problem, self.kernel)
 
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("search", self.iterations * (self.rounds or 1))]
@@ -208,12 +242,27 @@ class PatternSearch(Solver):
         dt = problem.dtype
         d0, tol_scale = self.steps(problem)
         lo_j, hi_j, d0_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt), jnp.asarray(d0, dt)
-        d = problem.n_free
 
         if self.rounds != 1:  # rounds=1 never restarts: no conditional in the loop (it costs on GPUs)
             starts_round = (state.iteration % self.iterations == 0) & (state.iteration > 0)
             state = jax.lax.cond(starts_round, lambda s: self._new_round(problem, s), lambda s: s, state)
 
+        plan = self.kernel_plan(problem)
+        if plan.use_pallas:
+            assert plan.graph is not None
+            x, fx, improved, n_nonfinite = pattern_search_kernel.sweep(
+                plan.graph, state.x, state.fx, state.scale, state.n_nonfinite, d0=d0, lower=lo, upper=hi,
+                block=self.kernel_block or pattern_search_kernel.DEFAULT_BLOCK,
+                num_warps=self.kernel_warps or pattern_search_kernel.DEFAULT_WARPS, interpret=plan.interpret,
+            )
+        else:
+            x, fx, improved, n_nonfinite = self._sweep_xla(problem, state, lo_j, hi_j, d0_j)
+        return self._end_iteration(state, x, fx, improved, n_nonfinite, tol_scale)
+
+    def _sweep_xla(self, problem: Problem, state: PatternSearchState, lo_j: jax.Array, hi_j: jax.Array,
+                   d0_j: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        """Rules b) and c) for each coordinate in turn, as XLA operations over all walkers."""
+        d = problem.n_free
         cols = jnp.arange(d)
 
         def coordinate(j: int, carry: tuple) -> tuple:
@@ -236,13 +285,17 @@ class PatternSearch(Solver):
             step_j = jnp.where(go_plus, delta, jnp.where(go_minus, -delta, 0.0))
             return x + step_j[:, None] * on_j, f_new, improved, n_bad
 
-        x, fx, improved, n_nonfinite = jax.lax.fori_loop(
+        return jax.lax.fori_loop(
             0,
             d,
             coordinate,
             (state.x, state.fx, jnp.zeros(self.n_walkers, bool), state.n_nonfinite),
             unroll=min(d, _COORDINATE_UNROLL),
         )
+
+    def _end_iteration(self, state: PatternSearchState, x: jax.Array, fx: jax.Array, improved: jax.Array,
+                       n_nonfinite: jax.Array, tol_scale: float) -> PatternSearchState:
+        """Rule d) (halve the step of walkers that did not improve, reset it at delta_tol) and the best so far."""
         scale = jnp.where(improved, state.scale, state.scale / 2)  # rule d)
         halved = ~improved
         was_reset = jnp.zeros_like(halved)
@@ -279,6 +332,8 @@ class PatternSearch(Solver):
         stats["evaluations"] = self.n_walkers * (rounds + 2 * problem.n_free * iters)
         stats["walkers"] = self.n_walkers
         stats["nonfinite"] = int(st.n_nonfinite.sum())
+        plan = self.kernel_plan(problem)
+        stats["kernel"], stats["kernel_reason"] = plan.name, plan.reason
         message = status.describe()
         if status == Status.SUCCESS:
             message = f"ran {rounds} round(s) of {self.iterations} iterations ({iters} in all)"

@@ -1,0 +1,216 @@
+"""One SIMT-PS iteration (the sweep over every coordinate) as ONE Pallas kernel, one walker per lane.
+
+The XLA form of :class:`~multiwalk.solvers.pattern_search.PatternSearch` runs the ``d``
+coordinate sub-steps of an iteration as dependent XLA kernels over all walkers, and on a GPU
+each costs ~11 us of launches and loop round-trips whatever the walker count.  Here each Pallas
+program owns ``block`` walkers, keeps them in registers as ``[block]`` vectors (one per
+coordinate), and runs the whole sweep without leaving the kernel - the paper's
+thread-per-walker design.
+
+The objective is the user's ``jax.numpy`` function of ONE point, so the kernel evaluates it
+through its :class:`~multiwalk.scalarise.ScalarGraph`: every value inside ``f`` is one
+``[block]`` vector (Triton accepts only power-of-two shapes), and a trial point
+``x +- delta e_j`` recomputes only the graph nodes that depend on ``x[j]``, reusing the others'
+values at ``x`` (the same floating-point values, so the same result as a full evaluation).
+
+The rules are those of the XLA form, in the same order and precision (rule b) before c),
+moves out of the box never taken, NaN/inf values count as +inf and are counted); only the
+rounding of ``f`` itself may differ (sums folded pairwise here, in XLA's order there; Triton's
+``sin``/``exp`` are libdevice's).  On a CPU the kernel runs in Pallas' interpret mode (for
+tests: correct, not fast).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..problem import Problem
+from ..scalarise import Node, ScalarGraph, Unsupported, scalarise
+
+__all__ = ["KERNELS", "KernelPlan", "plan", "sweep", "DEFAULT_BLOCK", "DEFAULT_WARPS"]
+
+log = logging.getLogger("multiwalk")
+
+KERNELS = ("auto", "xla", "pallas")
+DEFAULT_BLOCK = 128  # walkers per Pallas program (a power of two)
+DEFAULT_WARPS = 4  # warps per program: block / (32 * warps) walkers per thread
+MAX_FREE = 256  # more free parameters than this: the unrolled sweep would be too long to compile
+MAX_EMITTED = 60_000  # graph operations emitted per iteration (full evaluation + 2 partial per coordinate)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Which form runs a step, and why: ``use_pallas``, ``interpret`` (CPU), ``reason``, ``graph``."""
+
+    use_pallas: bool
+    interpret: bool
+    reason: str
+    graph: ScalarGraph | None = None
+
+    @property
+    def name(self) -> str:
+        return ("pallas (interpret mode)" if self.interpret else "pallas") if self.use_pallas else "xla"
+
+
+def _triton_lacks(graph: ScalarGraph) -> list[str]:
+    """Primitives of ``graph`` that the Pallas Triton lowering has no rule for ([] if unknown)."""
+    try:
+        from jax._src.pallas.triton.lowering import triton_lowering_rules
+    except Exception:  # noqa: BLE001 - a private module: if it moved, let compilation decide
+        return []
+    return sorted({p.name for p in graph.primitives if p not in triton_lowering_rules})
+
+
+def plan(problem: Problem, kernel: str) -> KernelPlan:
+    """Decide how ``PatternSearch(kernel=kernel)`` runs ``problem`` (traces ``f``, compiles nothing).
+
+    ``"xla"``: the XLA form.  ``"auto"``: the Pallas kernel on a GPU when ``f`` can be
+    scalarised, else the XLA form.  ``"pallas"``: the kernel (in interpret mode off GPUs), or
+    the XLA form with a warning when ``f`` cannot be scalarised.  Never raises.
+    """
+    if kernel == "xla":
+        return KernelPlan(False, False, "kernel='xla' was asked for")
+    backend = jax.default_backend()
+    on_gpu = backend in ("gpu", "cuda", "rocm")
+    if kernel == "auto" and not on_gpu:
+        return KernelPlan(False, False, f"kernel='auto' uses the Pallas kernel on GPUs only (backend: {backend})")
+    reason = None
+    graph = None
+    if problem.n_free > MAX_FREE:
+        reason = f"{problem.n_free} free parameters, more than the kernel's {MAX_FREE}"
+    else:
+        try:
+            graph = scalarise(problem.chi2_free, problem.n_free, problem.dtype)
+        except Unsupported as err:
+            reason = f"the objective cannot be scalarised: {err}"
+        except Exception as err:  # noqa: BLE001 - never fail a run over the faster form
+            reason = f"scalarising the objective failed: {type(err).__name__}: {err}"
+    if graph is not None:
+        emitted = len(graph.ops) + 2 * sum(len(dep) for dep in graph.dependents)
+        lacking = _triton_lacks(graph) if on_gpu else []
+        if emitted > MAX_EMITTED:
+            reason = f"the sweep would emit {emitted} scalar operations, more than {MAX_EMITTED}"
+        elif lacking:
+            reason = f"Pallas' Triton lowering has no rule for {', '.join(lacking)}"
+    if reason is not None:
+        reason += "; using the XLA form"
+        if kernel == "pallas":
+            warnings.warn(f"PatternSearch(kernel='pallas'): {reason}", RuntimeWarning, stacklevel=3)
+        else:
+            log.debug("PatternSearch kernel: %s", reason)
+        return KernelPlan(False, False, reason)
+    assert graph is not None
+    where = "on the GPU" if on_gpu else f"in interpret mode (backend: {backend}; for tests, slow)"
+    return KernelPlan(True, not on_gpu, f"kernel={kernel!r}: the Pallas kernel {where}", graph)
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def sweep(
+    graph: ScalarGraph,
+    x: jax.Array,
+    fx: jax.Array,
+    scale: jax.Array,
+    n_bad: jax.Array,
+    *,
+    d0: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    block: int = DEFAULT_BLOCK,
+    num_warps: int = DEFAULT_WARPS,
+    interpret: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """One iteration of every walker: rules b) and c) for each coordinate in turn.
+
+    ``x`` (W, d) points, ``fx`` (W,) their values (+inf where NaN/inf), ``scale`` (W,) step
+    scales (step = scale * d0), ``n_bad`` (W,) int32 non-finite evaluations so far; ``d0``,
+    ``lower``, ``upper`` (d,) per coordinate.  Returns the new ``x``, ``fx``, ``improved``
+    (W,) bool (some coordinate lowered f) and ``n_bad``.
+    """
+    from jax.experimental import pallas as pl
+
+    w, d = x.shape
+    dt = x.dtype
+    b = min(block, _next_power_of_two(w))
+    wp = -(-w // b) * b
+    if wp != w:  # pad with copies of the last walker: computed, then dropped
+        rows = ((0, wp - w),)
+        x = jnp.pad(x, rows + ((0, 0),), mode="edge")
+        fx, scale, n_bad = (jnp.pad(a, rows, mode="edge") for a in (fx, scale, n_bad))
+    d0_c, lo_c, hi_c = (np.asarray(v, dtype=dt) for v in (d0, lower, upper))
+
+    def kernel(x_ref, fx_ref, scale_ref, bad_ref, x_out, fx_out, improved_out, bad_out):  # noqa: ANN001
+        rows = pl.ds(pl.program_id(0) * b, b)
+        consts: dict[int, jax.Array] = {}
+
+        def const(node: Node) -> jax.Array:  # a constant of f as a [b] vector (Triton folds it)
+            key = id(node)
+            if key not in consts:
+                consts[key] = jnp.full((b,), node.value, node.dtype)
+            return consts[key]
+
+        def full(v: Any, dtype: Any = dt) -> jax.Array:
+            return jnp.full((b,), v, dtype)
+
+        xs = [x_ref[rows, j] for j in range(d)]
+        f_x = fx_ref[rows]
+        s = scale_ref[rows]
+        bad = bad_ref[rows]
+        vals = graph.evaluate(xs, const)  # every node at x: what the trial points reuse
+        inf = full(np.inf)
+        improved = full(False, jnp.bool_)
+        for j in range(d):
+            delta = s * full(d0_c[j])
+            plus, minus = xs[j] + delta, xs[j] - delta
+            at_plus = graph.reevaluate(vals, j, plus, const)
+            at_minus = graph.reevaluate(vals, j, minus, const)
+            f_plus = graph.value(at_plus, const, vals)
+            f_minus = graph.value(at_minus, const, vals)
+            bad_plus, bad_minus = ~jnp.isfinite(f_plus), ~jnp.isfinite(f_minus)
+            f_plus, f_minus = jnp.where(bad_plus, inf, f_plus), jnp.where(bad_minus, inf, f_minus)
+            in_plus, in_minus = plus <= full(hi_c[j]), minus >= full(lo_c[j])
+            # Out-of-box values are not used, so not counted (as in the XLA form).
+            bad = bad + (in_plus & bad_plus).astype(jnp.int32) + (in_minus & bad_minus).astype(jnp.int32)
+            go_plus = in_plus & (f_plus <= f_x) & (f_plus <= jnp.where(in_minus, f_minus, inf))
+            go_minus = ~go_plus & in_minus & (f_minus <= f_x) & (f_minus <= jnp.where(in_plus, f_plus, inf))
+            f_new = jnp.where(go_plus, f_plus, jnp.where(go_minus, f_minus, f_x))
+            improved = improved | (f_new < f_x)
+            xs[j] = xs[j] + jnp.where(go_plus, delta, jnp.where(go_minus, -delta, full(0.0)))
+            # The cached values follow the walker: x[j]'s dependents take the values at the point moved to.
+            for node_id, v_plus in at_plus.items():
+                vals[node_id] = xs[j] if node_id == j else jnp.where(
+                    go_plus, v_plus, jnp.where(go_minus, at_minus[node_id], vals[node_id]))
+            f_x = f_new
+        for j in range(d):
+            x_out[rows, j] = xs[j]
+        fx_out[rows] = f_x
+        improved_out[rows] = improved.astype(jnp.int32)
+        bad_out[rows] = bad
+
+    extra: dict[str, Any] = {}
+    if not interpret:
+        from jax.experimental.pallas import triton as plgpu
+
+        extra["compiler_params"] = plgpu.CompilerParams(num_warps=num_warps, num_stages=1)
+    out_shape = (
+        jax.ShapeDtypeStruct((wp, d), dt),
+        jax.ShapeDtypeStruct((wp,), dt),
+        jax.ShapeDtypeStruct((wp,), jnp.int32),
+        jax.ShapeDtypeStruct((wp,), jnp.int32),
+    )
+    x, fx, improved, n_bad = pl.pallas_call(
+        kernel, out_shape=out_shape, grid=(wp // b,), interpret=interpret, name="pattern_search_sweep", **extra
+    )(x, fx, scale, n_bad.astype(jnp.int32))
+    if wp != w:
+        x, fx, improved, n_bad = x[:w], fx[:w], improved[:w], n_bad[:w]
+    return x, fx, improved.astype(bool), n_bad
+
