@@ -8,7 +8,7 @@ of walkers in lockstep with one jitted step, on the CPU or on GPUs.
 >>> result = mw.solve(problem, mw.ReplicaExchange(nbeta=32, nseq=14), seed=0)
 """
 
-from . import lbfgs
+from . import deconv, lbfgs
 from .problem import Problem
 from .result import Result, Status
 from .solve import solve
@@ -34,5 +34,6 @@ __all__ = [
     "LBFGSResult",
     "LBFGSStatus",
     "lbfgs",
+    "deconv",
     "__version__",
 ]

@@ -35,11 +35,17 @@ CHECKPOINT_VERSION = 1
 
 
 def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every) -> None:
-    if not isinstance(problem, Problem):
-        raise TypeError(f"problem must be a multiwalk.Problem, got {type(problem).__name__}")
     if not isinstance(solver, Solver):
+        if not isinstance(problem, Problem) and not hasattr(problem, "fingerprint"):
+            raise TypeError(f"problem must be a multiwalk.Problem, got {type(problem).__name__}")
         raise TypeError(
             f"solver must be a multiwalk solver such as mw.ReplicaExchange(...), got {type(solver).__name__}"
+        )
+    kind = solver.problem_type
+    if not isinstance(problem, kind):
+        name = f"{kind.__module__.rsplit('.', 1)[0]}.{kind.__name__}"  # multiwalk.Problem, multiwalk.deconv.Deconvolution
+        raise TypeError(
+            f"problem must be a {name}, got {type(problem).__name__}: {type(solver).__name__} solves {name} problems"
         )
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
         raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
@@ -195,9 +201,14 @@ _COMPILED: dict[tuple, Any] = {}
 _COMPILED_MAX = 32
 
 
-def _fingerprint(problem: Problem) -> str:
+def _fingerprint(problem: Any) -> str:
     """A digest of everything of ``problem`` that is baked into compiled code as constants, so
-    a problem changed in place after construction is compiled anew rather than run stale."""
+    a problem changed in place after construction is compiled anew rather than run stale.
+
+    Problems other than :class:`Problem` (``multiwalk.deconv.Deconvolution``) say it themselves
+    with a ``fingerprint()`` method."""
+    if not isinstance(problem, Problem):
+        return str(problem.fingerprint())
     h = hashlib.blake2b(digest_size=16)
     for part in (problem.lower, problem.upper, problem.data, problem.sigma, problem.angular_data, problem.periodic):
         h.update(b"-" if part is None else np.ascontiguousarray(part).tobytes())
@@ -272,6 +283,7 @@ def solve(
     _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every)
     solver.check(problem)
     phases = solver.phases(problem)
+    max_chunk = solver.max_chunk(problem)  # None: chunks as long as chunk_seconds allows
     # Solvers that work in rounds (PatternSearch) keep starting rounds until the time limit:
     # their last phase is then unbounded and reaching the limit is their natural end.
     until_time_limit = time_limit is not None and solver.until_time_limit
@@ -379,7 +391,7 @@ def solve(
                 target = chunk_seconds
                 if time_limit is not None:
                     target = min(target, max(time_limit - t_run, 0.0))
-                n_next = max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30))
+                n_next = max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30, max_chunk or 1 << 30))
                 if ctrl_c.pressed:
                     status = Status.INTERRUPTED
                     break

@@ -48,6 +48,11 @@ class Solver(abc.ABC):
     #: was done) and ones that do not change results (loop unrolling).
     resumable_options: tuple[str, ...] = ()
 
+    #: the kind of problem the solver runs: :class:`Problem` for the walkers' solvers; image
+    #: solvers name theirs (``multiwalk.deconv.Deconvolution``), which the driver checks before
+    #: anything else and asks for a ``fingerprint()`` in place of Problem's digest.
+    problem_type: type = Problem
+
     @property
     def until_time_limit(self) -> bool:
         """True if, given ``solve(..., time_limit=T)``, the solver keeps working in fresh rounds
@@ -75,6 +80,14 @@ class Solver(abc.ABC):
     def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
         """Called by the driver after each chunk that ran iterations ``first+1 .. last`` of the
         current phase (for printing as it goes); the default does nothing."""
+
+    def max_chunk(self, problem: Problem) -> int | None:
+        """The most iterations one chunk may run, or None (no limit, the default).
+
+        For solvers whose ``on_chunk`` reads a buffer of the last iterations kept in the state
+        (``Exchange`` writing ODAT-SE's per-step files): a longer chunk would overwrite rows
+        not yet read.  Results never depend on it."""
+        return None
 
     @abc.abstractmethod
     def step(self, problem: Problem, state: Any, phase: int) -> Any:

@@ -1,0 +1,169 @@
+"""What the greedy minor-cycle solvers share (coordinate descent and Hogbom CLEAN).
+
+Both keep a map over the image (the gradient map, or the residual), pick the pixel with the
+largest score, change it, and subtract a shifted kernel (the PSF autocorrelation, or the PSF)
+from the map around it.  Done naively, picking the pixel reads the whole image every
+iteration.  Here the image is cut into B x B blocks whose best score and its pixel are kept:
+an iteration takes the argmax over the blocks, changes one pixel, subtracts the kernel window
+with ``lax.dynamic_update_slice`` and rescans only the blocks the window touched, so its cost
+follows the window's area, not the image's.  All of it is jitted device code, no host trips.
+
+Also here: the zero-padded convolution with the PSF and its adjoint by FFT, and the per-pixel
+Lipschitz constants from a summed-area table of PSF^2.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.fft
+
+__all__ = ["Geometry", "geometry", "lipschitz_map", "fft_size", "psf_fft", "convolve", "correlate"]
+
+
+# ---------------------------------------------------------------------------- FFT operators
+def fft_size(image_shape: tuple[int, int], p: int) -> tuple[int, int]:
+    """FFT size per axis with no wrap-around for the zero-padded convolution: >= N + P - 1."""
+    return tuple(scipy.fft.next_fast_len(n + p - 1, real=True) for n in image_shape)  # type: ignore[return-value]
+
+
+def psf_fft(psf: jax.Array, size: tuple[int, int]) -> jax.Array:
+    """rfft2 of the PSF zero-padded to ``size`` (complex, size[0] x size[1]//2+1)."""
+    return jnp.fft.rfft2(psf, s=size)
+
+
+def convolve(x: jax.Array, fp: jax.Array, size: tuple[int, int], centre: int) -> jax.Array:
+    """``(x * PSF)[i, j] = sum_kl x[k, l] PSF[i - k + c, j - l + c]`` over the image (the forward model)."""
+    n, m = x.shape
+    y = jnp.fft.irfft2(jnp.fft.rfft2(x, s=size) * fp, s=size)
+    return y[centre : centre + n, centre : centre + m].astype(x.dtype)
+
+
+def correlate(r: jax.Array, fp: jax.Array, size: tuple[int, int], centre: int) -> jax.Array:
+    """The adjoint of :func:`convolve`: ``sum_ij r[i, j] PSF[i - k + c, j - l + c]`` (the gradient map).
+
+    The circular correlation z[s] = sum_i r[i] PSF[(i - s) mod L] is wanted at s = k - c; with
+    L >= N + P - 1 (``fft_size``) no lag wraps onto the PSF's support."""
+    n, m = r.shape
+    z = jnp.fft.irfft2(jnp.fft.rfft2(r, s=size) * jnp.conj(fp), s=size)
+    return jnp.roll(z, (centre, centre), axis=(0, 1))[:n, :m].astype(r.dtype)
+
+
+def lipschitz_map(psf: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """Per-pixel Lipschitz constants ``L[k, l] = sum_{ij in image} PSF[i - k + c, j - l + c]^2`` (N x M).
+
+    The seed's summed-area table of PSF^2 (in float64 on the host, so the four-corner
+    differences do not cancel in float32): each constant is one rectangle of the table."""
+    p = psf.shape[0]
+    c = p // 2
+    sat = np.zeros((p + 1, p + 1))
+    sat[1:, 1:] = np.cumsum(np.cumsum(np.asarray(psf, np.float64) ** 2, axis=0), axis=1)
+
+    def bounds(n: int) -> tuple[np.ndarray, np.ndarray]:
+        k = np.arange(n)
+        return np.maximum(0, c - k), np.minimum(p - 1, c - k + n - 1) + 1  # [lo, hi) rows of the PSF inside
+
+    r0, r1 = bounds(shape[0])
+    c0, c1 = bounds(shape[1])
+    return sat[r1][:, c1] - sat[r0][:, c1] - sat[r1][:, c0] + sat[r0][:, c0]
+
+
+# ---------------------------------------------------------------------------- block search
+class Geometry(NamedTuple):
+    """Static sizes of the block search and the kernel window (all Python ints)."""
+
+    shape: tuple[int, int]  # image N, M
+    padded: tuple[int, int]  # N, M rounded up to whole blocks
+    block: int  # B
+    blocks: tuple[int, int]  # blocks per axis
+    window: tuple[int, int]  # S: rows/columns of the map one update touches (kernel clipped to the image)
+    centre: tuple[int, int]  # the kernel's centre (index of lag 0)
+    kernel_pad: tuple[int, int]  # zeros added before the kernel so every window slice stays inside
+    touched: tuple[int, int]  # blocks rescanned after an update, per axis
+
+
+def geometry(shape: tuple[int, int], kernel_shape: tuple[int, int], centre: tuple[int, int], block: int) -> Geometry:
+    """The block layout for an image ``shape`` and a kernel of ``kernel_shape`` centred at ``centre``."""
+    b = int(block)
+    padded = tuple(math.ceil(n / b) * b for n in shape)
+    blocks = tuple(n // b for n in padded)
+    window = tuple(min(k, n) for k, n in zip(kernel_shape, shape))
+    # The kernel row used for map row i after a change at p is i - p + c; the window start is
+    # clipped into the image, so the lags it reaches run from c + 1 - S to c + S - 1.
+    kernel_pad = tuple(max(0, s - 1 - c, c + s - k) for s, c, k in zip(window, centre, kernel_shape))
+    touched = tuple(min(math.ceil(s / b) + 1, nb) for s, nb in zip(window, blocks))
+    return Geometry(tuple(shape), padded, b, blocks, window, tuple(centre), kernel_pad, touched)  # type: ignore[arg-type]
+
+
+def pad_kernel(kernel: jax.Array, geo: Geometry) -> jax.Array:
+    """The kernel with ``kernel_pad`` zeros on every side (lags it does not reach are zero)."""
+    (a, b) = geo.kernel_pad
+    return jnp.pad(kernel, ((a, a), (b, b)))
+
+
+def pad_image(image: jax.Array, geo: Geometry, value: float = 0.0) -> jax.Array:
+    """``image`` (N x M) padded at the end to whole blocks."""
+    (n, m), (np_, mp) = geo.shape, geo.padded
+    return jnp.pad(image, ((0, np_ - n), (0, mp - m)), constant_values=value)
+
+
+def _block_best(scores: jax.Array, origin: tuple[Any, Any], geo: Geometry) -> tuple[jax.Array, jax.Array]:
+    """Per-block maximum score and the flat (padded) index of its pixel, for a region starting at ``origin``."""
+    b = geo.block
+    r, c = scores.shape
+    # Pixels outside the image (the padding up to whole blocks) are never picked.
+    rows = origin[0] + jnp.arange(r)[:, None]
+    cols = origin[1] + jnp.arange(c)[None, :]
+    scores = jnp.where((rows < geo.shape[0]) & (cols < geo.shape[1]), scores, -1.0)
+    tiles = scores.reshape(r // b, b, c // b, b).transpose(0, 2, 1, 3).reshape(r // b, c // b, b * b)
+    best = jnp.max(tiles, axis=-1)
+    local = jnp.argmax(tiles, axis=-1).astype(jnp.int32)
+    bi = jnp.arange(r // b, dtype=jnp.int32)[:, None]
+    bj = jnp.arange(c // b, dtype=jnp.int32)[None, :]
+    row = origin[0] + bi * b + local // b
+    col = origin[1] + bj * b + local % b
+    return best, row * geo.padded[1] + col
+
+
+def all_blocks(score_fn: Any, arrays: tuple[jax.Array, ...], geo: Geometry) -> tuple[jax.Array, jax.Array]:
+    """Block maxima and their pixels over the whole image."""
+    zero = jnp.asarray(0, jnp.int32)
+    return _block_best(score_fn(*arrays), (zero, zero), geo)
+
+
+def pick(block_best: jax.Array, block_pixel: jax.Array, geo: Geometry) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The best pixel (row, column) and its score: argmax over the blocks."""
+    k = jnp.argmax(block_best)
+    flat = block_pixel.reshape(-1)[k]
+    return flat // geo.padded[1], flat % geo.padded[1], block_best.reshape(-1)[k]
+
+
+def subtract_kernel(mapping: jax.Array, kernel: jax.Array, amount: jax.Array, i: jax.Array, j: jax.Array, geo: Geometry):
+    """``map[u, v] -= amount * kernel[u - i + c, v - j + c]`` over the image; returns (map, window start)."""
+    s1, s2 = geo.window
+    start = (jnp.clip(i - geo.centre[0], 0, geo.shape[0] - s1), jnp.clip(j - geo.centre[1], 0, geo.shape[1] - s2))
+    offset = (start[0] - i + geo.centre[0] + geo.kernel_pad[0], start[1] - j + geo.centre[1] + geo.kernel_pad[1])
+    window = jax.lax.dynamic_slice(mapping, start, (s1, s2))
+    patch = jax.lax.dynamic_slice(kernel, offset, (s1, s2))
+    return jax.lax.dynamic_update_slice(mapping, window - amount * patch, start), start
+
+
+def rescan(
+    score_fn: Any, arrays: tuple[jax.Array, ...], block_best: jax.Array, block_pixel: jax.Array,
+    start: tuple[jax.Array, jax.Array], geo: Geometry,
+) -> tuple[jax.Array, jax.Array]:
+    """Recompute the block maxima of the blocks that the window at ``start`` touched."""
+    b = geo.block
+    t1, t2 = geo.touched
+    first = (jnp.clip(start[0] // b, 0, geo.blocks[0] - t1), jnp.clip(start[1] // b, 0, geo.blocks[1] - t2))
+    origin = (first[0] * b, first[1] * b)
+    region = tuple(jax.lax.dynamic_slice(a, origin, (t1 * b, t2 * b)) for a in arrays)
+    best, pixel = _block_best(score_fn(*region), origin, geo)
+    return (
+        jax.lax.dynamic_update_slice(block_best, best, first),
+        jax.lax.dynamic_update_slice(block_pixel, pixel, first),
+    )

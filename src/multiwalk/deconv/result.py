@@ -1,0 +1,52 @@
+"""The result of a minor-cycle solver: model, residual, iteration history."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..result import Result
+from . import greedy
+from .problem import Deconvolution
+
+__all__ = ["DeconvolutionResult", "final_images"]
+
+
+@dataclass(repr=False)
+class DeconvolutionResult(Result):
+    """``x`` and ``model`` : the model image (N x M, Jy/pixel); ``fun`` : the objective at it.
+
+    ``residual`` : ``dirty - model * PSF`` (N x M), computed exactly by FFT at the end.
+    ``iterations`` : minor iterations run.
+    ``objective`` : (iterations,) the solver's objective after each iteration (coordinate
+    descent: the elastic-net objective; CLEAN: ``None``, it minimises none).
+    ``steps`` : (iterations,) size of each iteration's change: |pixel change| (coordinate
+    descent) or |residual peak| (CLEAN).
+    """
+
+    model: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    residual: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    iterations: int = 0
+    objective: np.ndarray | None = None
+    steps: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+@jax.jit
+def _residual(dirty: jax.Array, psf: jax.Array, change: jax.Array) -> jax.Array:
+    size = greedy.fft_size(dirty.shape, psf.shape[0])
+    return dirty - greedy.convolve(change, greedy.psf_fft(psf, size), size, psf.shape[0] // 2)
+
+
+def final_images(
+    problem: Deconvolution, model: np.ndarray, penalty: Callable[[jax.Array], jax.Array] | None
+) -> tuple[np.ndarray, float]:
+    """The exact residual ``dirty - (model - start) * PSF`` and the objective ``0.5 ||residual||^2 + penalty(model)``."""
+    residual = _residual(jnp.asarray(problem.dirty), jnp.asarray(problem.psf), jnp.asarray(model - problem.model))
+    value = 0.5 * jnp.sum(residual * residual)
+    if penalty is not None:
+        value = value + penalty(jnp.asarray(model))
+    return np.asarray(residual), float(value)
