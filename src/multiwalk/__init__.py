@@ -13,6 +13,7 @@ from .problem import Problem
 from .result import Result, Status
 from .solve import solve
 from .solvers.base import Phase, Solver
+from .solvers.exchange import Exchange, ExchangeResult
 from .solvers.lbfgs import LBFGS, LBFGSResult, LBFGSStatus
 from .solvers.pattern_search import PatternSearch, PatternSearchResult
 from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
@@ -33,6 +34,8 @@ __all__ = [
     "LBFGS",
     "LBFGSResult",
     "LBFGSStatus",
+    "Exchange",
+    "ExchangeResult",
     "lbfgs",
     "deconv",
     "__version__",

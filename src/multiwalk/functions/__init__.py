@@ -1,5 +1,5 @@
 """Test functions in plain jax.numpy, each ``f(x) -> scalar`` for ONE point."""
 
-from . import cute, yao
+from . import cute, odatse, yao
 
-__all__ = ["cute", "yao"]
+__all__ = ["cute", "odatse", "yao"]

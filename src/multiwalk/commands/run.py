@@ -1,0 +1,661 @@
+"""``multiwalk run input.toml [--resume | --cont] [--reset-rand]``: ODAT-SE's input files, run by multiwalk.
+
+The input is ODAT-SE's TOML (``[base]``, ``[algorithm]``, ``[algorithm.param]``,
+``[algorithm.exchange]``, ``[solver]``); the output files are ODAT-SE's (see
+:mod:`multiwalk.io.odatse`).  ``algorithm.name``:
+
+* ``"exchange"``: ODAT-SE's replica-exchange Monte Carlo, :class:`multiwalk.Exchange`, every
+  replica at once; ``--nprocs P`` stands for ``mpiexec -np P`` (P x nreplica_per_proc replicas,
+  output folders 0 .. P-1).
+* ``"minsearch"``: Nelder-Mead from ``initial_list`` (scipy), ``[algorithm.minimize]``.
+* ``"pattern"``, ``"lbfgs"``, ``"tempering"``: :class:`multiwalk.PatternSearch`,
+  :class:`multiwalk.LBFGS`, :class:`multiwalk.ReplicaExchange` (cuda_mcmc's MCMC, which samples
+  exp(-beta f / 2)), in the box min_list..max_list; the keys of ``[algorithm.<name>]`` are the
+  solver's constructor arguments.  They write ``res.txt`` (``fx = ...`` and the coordinates).
+
+Every key is checked before anything runs: an unknown key, a wrong type or a missing required
+key is an error naming the key and the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import math
+import sys
+import time
+import tomllib
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+ALGORITHMS = ("exchange", "minsearch", "pattern", "lbfgs", "tempering")
+
+
+class InputError(ValueError):
+    """A problem with the input file; the message names the file and the key."""
+
+
+# ---------------------------------------------------------------------------- the schema
+_INT, _NUM, _STR, _BOOL, _NUMS, _STRS, _TABLE, _NUMS2 = (
+    "an integer", "a number", "a string", "true or false", "a list of numbers", "a list of strings",
+    "a table", "a list of numbers or a list of such lists",
+)
+
+SCHEMA: dict[str, dict[str, str]] = {
+    "base": {"dimension": _INT, "output_dir": _STR, "root_dir": _STR},
+    "algorithm": {
+        "name": _STR, "seed": _INT, "seed_delta": _INT, "label_list": _STRS, "checkpoint": _BOOL,
+        "checkpoint_steps": _INT, "checkpoint_interval": _NUM, "checkpoint_file": _STR,
+        "param": _TABLE, "exchange": _TABLE, "minimize": _TABLE, "pattern": _TABLE, "lbfgs": _TABLE,
+        "tempering": _TABLE,
+    },
+    "algorithm.param": {
+        "min_list": _NUMS, "max_list": _NUMS, "step_list": _NUMS, "unit_list": _NUMS, "initial_list": _NUMS2,
+        "mesh_path": _STR, "neighborlist_path": _STR, "radius": _NUM,
+    },
+    "algorithm.exchange": {
+        "numsteps": _INT, "numsteps_exchange": _INT, "numsteps_thermalization": _INT, "Tmin": _NUM, "Tmax": _NUM,
+        "bmin": _NUM, "bmax": _NUM, "Tlogspace": _BOOL, "nreplica_per_proc": _INT, "separate_T": _BOOL,
+    },
+    "algorithm.minimize": {
+        "method": _STR, "initial_scale_list": _NUMS, "xatol": _NUM, "fatol": _NUM, "maxiter": _INT, "maxfev": _INT,
+        "adaptive": _BOOL,
+    },
+    "solver": {"name": _STR, "function_name": _STR, "function": _STR, "dimension": _INT},
+    "runner": {"log": _TABLE},
+    "runner.log": {"interval": _INT},
+}
+TOP = ("base", "algorithm", "solver", "runner")
+# tables whose keys are a multiwalk solver's constructor arguments, checked by the constructor
+FREE_TABLES = ("algorithm.pattern", "algorithm.lbfgs", "algorithm.tempering")
+
+
+def _type_ok(kind: str, v: Any) -> bool:
+    is_num = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if kind == _INT:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if kind == _NUM:
+        return is_num
+    if kind == _STR:
+        return isinstance(v, str)
+    if kind == _BOOL:
+        return isinstance(v, bool)
+    if kind == _NUMS:
+        return isinstance(v, list) and all(isinstance(e, (int, float)) and not isinstance(e, bool) for e in v)
+    if kind == _STRS:
+        return isinstance(v, list) and all(isinstance(e, str) for e in v)
+    if kind == _TABLE:
+        return isinstance(v, dict)
+    if kind == _NUMS2:
+        return _type_ok(_NUMS, v) or (isinstance(v, list) and all(_type_ok(_NUMS, e) for e in v))
+    raise AssertionError(kind)
+
+
+def _check_table(path: Path, name: str, table: dict[str, Any]) -> None:
+    allowed = SCHEMA[name]
+    for key, value in table.items():
+        full = f"[{name}] {key}"
+        if key not in allowed:
+            hint = ""
+            if name == "runner":
+                hint = " (ODAT-SE's runner.mapping and runner.limitation are not supported by multiwalk run)"
+            raise InputError(
+                f"{path}: unknown key {full}; allowed in [{name}]: {', '.join(sorted(allowed))}{hint}"
+            )
+        if not _type_ok(allowed[key], value):
+            raise InputError(f"{path}: {full} must be {allowed[key]}, got {value!r}")
+        sub = f"{name}.{key}"
+        if allowed[key] == _TABLE and sub in SCHEMA:
+            _check_table(path, sub, value)
+
+
+def load_input(path: str | Path) -> dict[str, Any]:
+    """Read and check an ODAT-SE input file; InputError names the file and the key."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such input file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"{path}: not valid TOML: {err}") from None
+    for key in data:
+        if key not in TOP:
+            raise InputError(f"{path}: unknown section [{key}]; an input file has [{'], ['.join(TOP)}]")
+    for key in ("base", "algorithm", "solver"):
+        if key not in data:
+            raise InputError(f"{path}: section [{key}] is missing")
+        if not isinstance(data[key], dict):
+            raise InputError(f"{path}: [{key}] must be a table")
+    for key in TOP:
+        if key in data:
+            _check_table(path, key, data[key])
+    return data
+
+
+def _need(path: Path, table: dict, section: str, key: str) -> Any:
+    if key not in table:
+        raise InputError(f"{path}: [{section}] {key} is required")
+    return table[key]
+
+
+# ---------------------------------------------------------------------------- the set-up
+@dataclass
+class RunSetup:
+    """Everything ``multiwalk run`` needs, checked."""
+
+    input_path: Path
+    algorithm: str
+    dimension: int
+    labels: list[str]
+    root_dir: Path
+    output_dir: Path
+    seed: int | None
+    function: Any
+    function_label: str
+    lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
+    step_list: np.ndarray | None = None
+    initial: np.ndarray | None = None
+    mesh: Any = None
+    betas: np.ndarray | None = None
+    as_beta: bool = False
+    numsteps: int = 0
+    numsteps_exchange: int = 1
+    numsteps_thermalization: int | None = None
+    nreplica_per_proc: int = 1
+    separate_T: bool = True
+    checkpoint: bool = False
+    checkpoint_steps: int | None = None
+    checkpoint_interval: float | None = None
+    checkpoint_file: Path | None = None
+    tables: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _function(path: Path, solver: dict[str, Any], dimension: int, root_dir: Path) -> tuple[Any, str]:
+    from ..functions import odatse as analytical
+
+    name = _need(path, solver, "solver", "name")
+    if name == "analytical":
+        if "function" in solver:
+            raise InputError(f'{path}: [solver] function goes with name = "python", not "analytical"')
+        fname = solver.get("function_name", "quadratics")
+        if fname not in analytical.TABLE:
+            raise InputError(
+                f"{path}: [solver] function_name = {fname!r} is not one of ODAT-SE's analytical functions: "
+                f"{', '.join(analytical.TABLE)}"
+            )
+        entry = analytical.TABLE[fname]
+        if entry.dimension is not None and dimension != entry.dimension:
+            raise InputError(f"{path}: {fname} needs [base] dimension = {entry.dimension}, got {dimension}")
+        if dimension < entry.min_dimension:
+            raise InputError(f"{path}: {fname} needs [base] dimension >= {entry.min_dimension}, got {dimension}")
+        return entry.fn, fname
+    if name == "python":
+        if "function_name" in solver:
+            raise InputError(f'{path}: [solver] function_name goes with name = "analytical"; "python" takes function')
+        spec = _need(path, solver, "solver", "function")
+        module_name, _, attr = spec.partition(":")
+        if not module_name or not attr:
+            raise InputError(f'{path}: [solver] function = {spec!r} must be "module:callable" or "file.py:callable"')
+        try:
+            if module_name.endswith(".py"):
+                file = (root_dir / module_name).resolve()
+                mod_spec = importlib.util.spec_from_file_location(file.stem, file)
+                if mod_spec is None or not file.exists():
+                    raise FileNotFoundError(f"no such file {file}")
+                module = importlib.util.module_from_spec(mod_spec)
+                mod_spec.loader.exec_module(module)  # type: ignore[union-attr]
+            else:
+                sys.path.insert(0, str(root_dir))
+                try:
+                    module = importlib.import_module(module_name)
+                finally:
+                    sys.path.remove(str(root_dir))
+            fn = getattr(module, attr)
+        except Exception as err:
+            raise InputError(f"{path}: [solver] function = {spec!r} cannot be loaded: {type(err).__name__}: {err}") from None
+        if not callable(fn):
+            raise InputError(f"{path}: [solver] function = {spec!r} is not callable")
+        return fn, spec
+    raise InputError(f'{path}: [solver] name = {name!r}; multiwalk runs "analytical" and "python"')
+
+
+def _vector(path: Path, param: dict, key: str, dimension: int, positive: bool = False) -> np.ndarray | None:
+    if key not in param:
+        return None
+    v = np.asarray(param[key], dtype=np.float64)
+    if v.shape != (dimension,):
+        raise InputError(f"{path}: [algorithm.param] {key} has {v.size} entries but [base] dimension = {dimension}")
+    if not np.all(np.isfinite(v)):
+        raise InputError(f"{path}: [algorithm.param] {key} must be finite, got {param[key]}")
+    if positive and not np.all(v > 0):
+        raise InputError(f"{path}: [algorithm.param] {key} must be positive, got {param[key]}")
+    return v
+
+
+def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetup:
+    """Check an input file's contents and gather what the run needs (no compilation)."""
+    from ..solvers.exchange import temperature_ladder
+    from ..spaces import Mesh, build_neighbor_list, read_mesh
+
+    path = Path(path)
+    data = load_input(path) if data is None else data
+    base, alg, solver = data["base"], data["algorithm"], data["solver"]
+    dimension = _need(path, base, "base", "dimension")
+    if dimension < 1:
+        raise InputError(f"{path}: [base] dimension must be at least 1, got {dimension}")
+    root_dir = Path(base.get("root_dir", ".")).expanduser().absolute()
+    output_dir = root_dir / Path(base.get("output_dir", ".")).expanduser()
+    name = _need(path, alg, "algorithm", "name")
+    if name not in ALGORITHMS:
+        raise InputError(f"{path}: [algorithm] name = {name!r}; multiwalk run knows {', '.join(ALGORITHMS)}")
+    labels = alg.get("label_list", [f"x{i + 1}" for i in range(dimension)])
+    if len(labels) != dimension:
+        raise InputError(f"{path}: [algorithm] label_list has {len(labels)} labels but [base] dimension = {dimension}")
+    seed = alg.get("seed")
+    if seed is not None and not 0 <= seed < 2**63:
+        raise InputError(f"{path}: [algorithm] seed must be a non-negative integer, got {seed}")
+    if "seed_delta" in alg and alg["seed_delta"] < 0:
+        raise InputError(f"{path}: [algorithm] seed_delta must be non-negative, got {alg['seed_delta']}")
+    if "solver" in data and "dimension" in solver and solver["dimension"] != dimension:
+        raise InputError(f"{path}: [solver] dimension = {solver['dimension']} differs from [base] dimension = {dimension}")
+    fn, flabel = _function(path, solver, dimension, root_dir)
+    setup = RunSetup(path, name, dimension, list(labels), root_dir, output_dir, seed, fn, flabel)
+    for other in ("exchange", "minimize", "pattern", "lbfgs", "tempering"):
+        wanted = {"exchange": "exchange", "minimize": "minsearch"}.get(other, other)
+        if other in alg and wanted != name:
+            raise InputError(f"{path}: [algorithm.{other}] is for name = {wanted!r}, but [algorithm] name = {name!r}")
+    setup.tables = {k: dict(alg.get(k, {})) for k in ("pattern", "lbfgs", "tempering", "minimize")}
+    if "runner" in data:
+        setup.notes.append("[runner.log] is accepted but multiwalk writes no runner.log")
+
+    param = alg.get("param")
+    if param is None:
+        raise InputError(f"{path}: section [algorithm.param] is missing")
+    discrete = "mesh_path" in param
+    if discrete:
+        if name != "exchange":
+            raise InputError(f"{path}: [algorithm.param] mesh_path (a discrete space) is only for name = \"exchange\"")
+        for key in ("min_list", "max_list", "step_list", "unit_list", "initial_list"):
+            if key in param:
+                raise InputError(f"{path}: [algorithm.param] {key} is for a continuous space; mesh_path makes it discrete")
+        mesh_path = root_dir / Path(param["mesh_path"]).expanduser()
+        coords = read_mesh(mesh_path)
+        if coords.shape[1] != dimension:
+            raise InputError(f"{mesh_path}: {coords.shape[1]} coordinates per point but [base] dimension = {dimension}")
+        if "neighborlist_path" in param:
+            if "radius" in param:
+                raise InputError(f"{path}: [algorithm.param] give neighborlist_path or radius, not both")
+            setup.mesh = Mesh.from_files(mesh_path, root_dir / Path(param["neighborlist_path"]).expanduser())
+        else:
+            if "radius" not in param:
+                raise InputError(f"{path}: [algorithm.param] neighborlist_path (or radius) is required with mesh_path")
+            if not param["radius"] > 0:
+                raise InputError(f"{path}: [algorithm.param] radius must be positive, got {param['radius']}")
+            setup.mesh = Mesh(coords, build_neighbor_list(coords, float(param["radius"])), source=f"{mesh_path} (radius)")
+    else:
+        for key in ("neighborlist_path", "radius"):
+            if key in param:
+                raise InputError(f"{path}: [algorithm.param] {key} needs mesh_path (a discrete space)")
+        setup.lower = _vector(path, param, "min_list", dimension)
+        setup.upper = _vector(path, param, "max_list", dimension)
+        for key, v in (("min_list", setup.lower), ("max_list", setup.upper)):
+            if v is None and name != "lbfgs":
+                raise InputError(f"{path}: [algorithm.param] {key} is required")
+        if setup.lower is not None and setup.upper is not None and not np.all(setup.lower < setup.upper):
+            i = int(np.flatnonzero(~(setup.lower < setup.upper))[0])
+            raise InputError(
+                f"{path}: [algorithm.param] min_list[{i}] = {setup.lower[i]} is not below max_list[{i}] = {setup.upper[i]}"
+            )
+        step = _vector(path, param, "step_list", dimension, positive=True)
+        unit = _vector(path, param, "unit_list", dimension, positive=True)
+        if step is None and unit is not None:
+            warnings.warn(f"{path}: [algorithm.param] unit_list is obsolete; use step_list", DeprecationWarning, stacklevel=2)
+            setup.notes.append("unit_list is obsolete: use step_list (read as step_list, as ODAT-SE does)")
+            step = unit
+        if step is None and name == "exchange":
+            raise InputError(f"{path}: [algorithm.param] step_list is required (the Gaussian step of each coordinate)")
+        setup.step_list = step
+        if "initial_list" in param:
+            init = np.asarray(param["initial_list"], dtype=np.float64)
+            init = init[None, :] if init.ndim == 1 else init
+            if init.ndim != 2 or init.shape[1] != dimension:
+                raise InputError(
+                    f"{path}: [algorithm.param] initial_list must be {dimension} numbers or a list of such lists, "
+                    f"got {param['initial_list']}"
+                )
+            setup.initial = init
+
+    if name == "exchange":
+        ex = alg.get("exchange")
+        if ex is None:
+            raise InputError(f"{path}: section [algorithm.exchange] is missing")
+        setup.numsteps = _need(path, ex, "algorithm.exchange", "numsteps")
+        setup.numsteps_exchange = _need(path, ex, "algorithm.exchange", "numsteps_exchange")
+        for key in ("numsteps", "numsteps_exchange", "nreplica_per_proc"):
+            if key in ex and ex[key] < 1:
+                raise InputError(f"{path}: [algorithm.exchange] {key} must be at least 1, got {ex[key]}")
+        setup.numsteps_thermalization = ex.get("numsteps_thermalization")
+        if setup.numsteps_thermalization is not None and setup.numsteps_thermalization < 0:
+            raise InputError(f"{path}: [algorithm.exchange] numsteps_thermalization must be >= 0")
+        setup.nreplica_per_proc = ex.get("nreplica_per_proc", 1)
+        setup.separate_T = ex.get("separate_T", True)
+        setup.as_beta = "bmin" in ex or "bmax" in ex
+        pair = {k: ex.get(k) for k in ("Tmin", "Tmax", "bmin", "bmax")}
+        try:
+            temperature_ladder(2, **pair, logspace=ex.get("Tlogspace", True))  # checks the pair
+        except ValueError as err:
+            raise InputError(f"{path}: [algorithm.exchange] {err}") from None
+        setup.tables["ladder"] = {**pair, "logspace": ex.get("Tlogspace", True)}
+        if setup.initial is not None and len(setup.initial) > setup.nreplica_per_proc:
+            raise InputError(
+                f"{path}: [algorithm.param] initial_list has {len(setup.initial)} points but nreplica_per_proc = "
+                f"{setup.nreplica_per_proc}: at most one per replica of a process"
+            )
+    setup.checkpoint = alg.get("checkpoint", False)
+    setup.checkpoint_steps = alg.get("checkpoint_steps")
+    setup.checkpoint_interval = alg.get("checkpoint_interval")
+    for key in ("checkpoint_steps", "checkpoint_interval"):
+        if key in alg and not alg[key] > 0:
+            raise InputError(f"{path}: [algorithm] {key} must be positive, got {alg[key]}")
+    ckpt = Path(alg.get("checkpoint_file", "checkpoint.npz")).expanduser()
+    setup.checkpoint_file = ckpt if ckpt.is_absolute() else output_dir / "0" / ckpt
+    return setup
+
+
+# ---------------------------------------------------------------------------- exchange
+def _record_length(n_replicas: int, dimension: int) -> int:
+    """Steps kept on the device between writes: about 4e6 numbers at most, 16 .. 1024 steps."""
+    return int(min(1024, max(16, 4_000_000 // (n_replicas * (dimension + 3)))))
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return json.loads(str(npz["__meta__"]))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no checkpoint to resume or continue from (run without --resume/--cont first)") from None
+    except (KeyError, ValueError, OSError) as err:
+        raise InputError(f"{path} is not a multiwalk checkpoint: {err}") from None
+
+
+def _reset_random(path: Path, seed: int, step: int) -> None:
+    """``--reset-rand``: a new random series from here on (the checkpoint's key is replaced)."""
+    import json
+
+    import jax
+
+    from ..solve import _key
+    from ..solvers.exchange import ExchangeState
+
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    meta = json.loads(str(arrays["__meta__"]))
+    i = ExchangeState._fields.index("key")
+    new = jax.random.fold_in(jax.random.fold_in(_key(seed), 0x5EED), step)
+    arrays[f"leaf_{i:04d}"] = np.asarray(new, dtype=arrays[f"leaf_{i:04d}"].dtype)
+    arrays["__meta__"] = np.array(json.dumps(meta))
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+    tmp.replace(path)
+
+
+def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
+    import jax
+
+    from ..io.odatse import StepWriter, write_best_result, write_fx
+    from ..problem import Problem
+    from ..result import Status
+    from ..solve import solve
+    from ..solvers.exchange import Exchange, temperature_ladder
+
+    nprocs = args.nprocs
+    per = setup.nreplica_per_proc
+    R = nprocs * per
+    ladder = setup.tables["ladder"]
+    betas = temperature_ladder(R, **ladder)
+    if setup.as_beta is False and len(set(map(repr, (1.0 / betas).tolist()))) != R and setup.separate_T:
+        raise InputError(f"{setup.input_path}: the temperatures are not distinct: result_T files need distinct values")
+    mode = "resume" if args.resume else "cont" if args.cont else "init"
+    ckpt = setup.checkpoint_file
+    meta = _read_meta(ckpt) if mode != "init" else None
+    seed = setup.seed
+    if meta is not None:
+        seed = int(meta["seed"])
+        if setup.seed is not None and setup.seed != seed:
+            raise InputError(f"{setup.input_path}: [algorithm] seed = {setup.seed} but {ckpt} was run with seed {seed}")
+    elif seed is None:
+        seed = int(np.random.SeedSequence().entropy % (2**63))  # ODAT-SE draws one too; we print it
+        print(f"[algorithm] seed is not given: using seed = {seed}")
+    thermalization = setup.numsteps_thermalization
+    if meta is not None:
+        done = int(meta["done"][0])
+        saved = meta["options"]
+        if thermalization is None:  # keep the first run's cut: the statistics were accumulated with it
+            thermalization = saved["numsteps_thermalization"]
+        if mode == "resume" and done >= saved["numsteps"] - 1:
+            raise InputError(
+                f"{ckpt}: that run finished all its {saved['numsteps']} steps; use --cont with a larger "
+                "[algorithm.exchange] numsteps to extend it"
+            )
+        if mode == "cont" and setup.numsteps <= done + 1:
+            raise InputError(
+                f"{setup.input_path}: [algorithm.exchange] numsteps = {setup.numsteps} but {ckpt} has {done + 1} steps "
+                "done: --cont needs a larger numsteps"
+            )
+        if mode == "cont" and done < saved["numsteps"] - 1:
+            raise InputError(f"{ckpt}: that run stopped before its end (step {done + 1} of {saved['numsteps']}): use --resume")
+    record = _record_length(R, setup.dimension) if args.step_files else 0
+    max_chunk = setup.checkpoint_steps if setup.checkpoint else None
+    if thermalization is None:
+        thermalization = int(0.1 * setup.numsteps)
+
+    with jax.enable_x64(args.dtype == "float64"):
+        if setup.mesh is None:
+            problem = Problem(objective=setup.function, lower=setup.lower, upper=setup.upper, names=setup.labels)
+        else:
+            problem = Problem(objective=setup.function, names=setup.labels)
+        writer = None
+        solver_kw = dict(
+            betas=tuple(betas.tolist()), numsteps=setup.numsteps, numsteps_exchange=setup.numsteps_exchange,
+            numsteps_thermalization=thermalization, step_width=None if setup.step_list is None else tuple(setup.step_list),
+            mesh=setup.mesh, initial=() if setup.initial is None else tuple(map(tuple, setup.initial.tolist())),
+            nreplica_per_proc=per, record=record, max_chunk_steps=max_chunk,
+        )
+        if meta is not None and meta["options"].get("record") != record:
+            raise InputError(
+                f"{ckpt} was written {'with' if meta['options'].get('record') else 'without'} the per-step files; "
+                f"resume it {'without' if args.step_files else 'with'} --no-step-files as before"
+            )
+        if meta is not None and args.reset_rand:
+            _reset_random(ckpt, seed, int(meta["done"][0]) + 1)
+        if record:
+            state0 = None
+            if meta is not None:  # the writer starts from each replica's last result
+                from types import SimpleNamespace
+
+                from ..solve import _read_checkpoint
+                from ..solvers.exchange import ExchangeState
+
+                leaves = _read_checkpoint(ckpt)[1]
+                state0 = SimpleNamespace(**{k: leaves[ExchangeState._fields.index(k)] for k in ("x", "fx", "node")})
+            writer = StepWriter(
+                setup.output_dir, setup.labels, betas, setup.as_beta, nprocs, per,
+                coordinates=None if setup.mesh is None else setup.mesh.coordinates, separate_T=setup.separate_T,
+                resume_step=None if meta is None else int(meta["done"][0]) + 1, state=state0,
+            )
+        else:
+            setup.output_dir.mkdir(parents=True, exist_ok=True)
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        solver = Exchange(**solver_kw, on_steps=None if writer is None else writer.on_steps)
+        every = setup.checkpoint_interval if setup.checkpoint else None
+        if setup.checkpoint and setup.checkpoint_steps:
+            every = 0.0
+        t0 = time.perf_counter()
+        result = solve(
+            problem, solver, seed=seed, progress=args.progress, time_limit=args.time_limit, checkpoint=ckpt,
+            resume=ckpt if meta is not None else None, checkpoint_every=math.inf if every is None else every,
+        )
+        wall = time.perf_counter() - t0
+        if writer is not None:
+            writer.on_steps(result.state, 0, result.steps - 1)  # steps not written yet (a run of no chunk)
+        t1 = time.perf_counter()
+        best_rank, walker = divmod(result.best_replica, per)
+        write_best_result(setup.output_dir / "best_result.txt", R, per, result.best_replica, result.best_step,
+                          result.fun, result.x, setup.labels)
+        write_fx(setup.output_dir / "fx.txt", result.statistics)
+        post = time.perf_counter() - t1
+    print("Best Result:")
+    print(f"  rank = {best_rank}")
+    print(f"  step = {result.best_step}")
+    print(f"  walker = {walker}")
+    print(f"  fx = {result.fun!r}")
+    for label, v in zip(setup.labels, np.asarray(result.x).tolist()):
+        print(f"  {label} = {v!r}")
+    st = result.stats
+    print(
+        f"{result.message}; {R} replicas, steps 0..{result.steps - 1}; run {st['run_seconds']:.3f} s, "
+        f"compile {st['compile_seconds']:.2f} s, files after the run {post:.3f} s, wall {wall + post:.2f} s "
+        f"({jax.devices()[0].platform})"
+    )
+    print(f"output in {setup.output_dir}; checkpoint {ckpt}")
+    if result.status == Status.INTERRUPTED:
+        print("interrupted: continue with --resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if result.status == Status.TIME_LIMIT:
+        print("stopped at --time-limit: continue with --resume", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK if result.success else EXIT_FAILED
+
+
+# ---------------------------------------------------------------------------- the other algorithms
+def _write_res(setup: RunSetup, fx: float, x: np.ndarray, extra: dict[str, Any]) -> None:
+    from ..io.odatse import number
+
+    setup.output_dir.mkdir(parents=True, exist_ok=True)
+    lines = [f"fx = {number(fx)}"] + [f"{k} = {number(v)}" for k, v in zip(setup.labels, np.asarray(x).tolist())]
+    lines += [f"{k} = {v}" for k, v in extra.items()]
+    (setup.output_dir / "res.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def run_minsearch(setup: RunSetup, args: argparse.Namespace) -> int:
+    import jax
+    import scipy.optimize
+
+    opts = setup.tables["minimize"]
+    method = opts.pop("method", "Nelder-Mead")
+    if method != "Nelder-Mead":
+        raise InputError(f"{setup.input_path}: [algorithm.minimize] method = {method!r}; multiwalk runs Nelder-Mead")
+    scale = np.asarray(opts.pop("initial_scale_list", [0.25] * setup.dimension), dtype=np.float64)
+    if scale.shape != (setup.dimension,):
+        raise InputError(f"{setup.input_path}: [algorithm.minimize] initial_scale_list needs {setup.dimension} numbers")
+    rng = np.random.default_rng(setup.seed)
+    if setup.initial is not None:
+        x0 = setup.initial[0]
+    else:
+        x0 = setup.lower + (setup.upper - setup.lower) * rng.random(setup.dimension)
+    with jax.enable_x64(True):
+        f = jax.jit(setup.function)
+        lo, hi = setup.lower, setup.upper
+
+        def objective(x: np.ndarray) -> float:
+            if np.any(x < lo) or np.any(x > hi):  # ODAT-SE's minsearch: outside the box is +inf
+                return math.inf
+            return float(f(np.asarray(x)))
+
+        simplex = np.vstack([x0, x0 + np.diag(scale)])
+        res = scipy.optimize.minimize(objective, x0, method="Nelder-Mead", options={"initial_simplex": simplex, **opts})
+    _write_res(setup, res.fun, res.x, {"iterations": res.nit, "function_evaluations": res.nfev})
+    return EXIT_OK if res.success else EXIT_FAILED
+
+
+def run_multiwalk_solver(setup: RunSetup, args: argparse.Namespace) -> int:
+    import jax
+
+    from .. import LBFGS, PatternSearch, Problem, ReplicaExchange, solve
+
+    kind = {"pattern": PatternSearch, "lbfgs": LBFGS, "tempering": ReplicaExchange}[setup.algorithm]
+    options = setup.tables[setup.algorithm]
+    with jax.enable_x64(args.dtype == "float64"):
+        try:
+            solver = kind(**options)
+        except TypeError as err:
+            raise InputError(f"{setup.input_path}: [algorithm.{setup.algorithm}]: {err}") from None
+        except ValueError as err:
+            raise InputError(f"{setup.input_path}: [algorithm.{setup.algorithm}] {err}") from None
+        problem = Problem(objective=setup.function, lower=setup.lower, upper=setup.upper, names=setup.labels,
+                          x0=setup.initial if setup.algorithm == "lbfgs" and setup.initial is not None else None)
+        result = solve(problem, solver, seed=setup.seed or 0, progress=args.progress, time_limit=args.time_limit)
+    _write_res(setup, result.fun, result.x, {"message": result.message})
+    return EXIT_OK if result.success else EXIT_FAILED
+
+
+# ---------------------------------------------------------------------------- the command
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "run",
+        help="run an ODAT-SE input file (replica-exchange Monte Carlo and more), writing ODAT-SE's output files",
+        description=(
+            "Run an ODAT-SE input.toml: algorithm.name = exchange (replica-exchange Monte Carlo, every replica at "
+            "once), minsearch, pattern, lbfgs or tempering. Output files as ODAT-SE writes them."
+        ),
+    )
+    p.add_argument("input", type=Path, help="the ODAT-SE input file (TOML)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--init", action="store_true", help="a fresh run (the default)")
+    mode.add_argument("--resume", action="store_true", help="continue a run that was stopped, from its checkpoint")
+    mode.add_argument("--cont", action="store_true", help="extend a finished run to the larger numsteps of the input")
+    p.add_argument("--reset-rand", "--reset_rand", action="store_true", help="a new random series after --resume/--cont")
+    p.add_argument("--nprocs", type=int, default=1, metavar="P",
+                   help="replicas = P x nreplica_per_proc, output folders 0..P-1, as mpiexec -np P (default 1)")
+    p.add_argument("--step-files", action=argparse.BooleanOptionalAction, default=True,
+                   help="write trial.txt, result.txt and result_T*.txt (default: yes); fx.txt and best_result.txt "
+                        "are always written")
+    p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision (default float64)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this much run time")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+    p.set_defaults(handler=_handle, command_parser=p)
+
+
+def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        if args.nprocs < 1:
+            raise InputError(f"--nprocs must be at least 1, got {args.nprocs}")
+        if args.time_limit is not None and not args.time_limit > 0:
+            raise InputError(f"--time-limit must be positive, got {args.time_limit}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            setup = build_setup(args.input)
+        for note in setup.notes:
+            print(f"note: {note}")
+        if args.reset_rand and not (args.resume or args.cont):
+            raise InputError("--reset-rand goes with --resume or --cont")
+        if setup.algorithm != "exchange" and (args.resume or args.cont):
+            raise InputError(f"--resume/--cont are for algorithm exchange, not {setup.algorithm}")
+        if setup.algorithm != "exchange" and args.nprocs != 1:
+            raise InputError("--nprocs is for algorithm exchange")
+        if setup.algorithm == "exchange":
+            return run_exchange(setup, args)
+        if setup.algorithm == "minsearch":
+            return run_minsearch(setup, args)
+        return run_multiwalk_solver(setup, args)
+    except (InputError, FileNotFoundError) as err:
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as err:  # the mesh and neighbour-list readers: file and line in the message
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,502 @@
+"""Replica-exchange Monte Carlo as ODAT-SE (2DMAT) runs it: ``algorithm.name = "exchange"``.
+
+``R`` replicas, one per temperature ``T_t = 1 / beta_t``, all advanced in lockstep.  Step 0
+evaluates the start points; each later step ``s = 1 .. numsteps - 1`` does, for every replica
+at once:
+
+1. if ``s % numsteps_exchange == 0``: temperature exchange between neighbouring temperatures
+   ``(t, t+1)``, the pairs starting at even ``t`` and at odd ``t`` in turn; a pair swaps with
+   probability ``min(1, exp((beta_{t+1} - beta_t) (f_{t+1} - f_t)))``;
+2. a Metropolis move with weight ``exp(-f / T)``.  Continuous space: every coordinate moves at
+   once by a Gaussian step of width ``step``; a point outside ``lower <= x < upper`` gets
+   ``f = inf`` (rejected).  Discrete space (a :class:`~multiwalk.spaces.Mesh`): a move to a
+   uniformly chosen neighbour, accepted with ``min(1, n_old / n_new * exp(-(f_new - f_old)/T))``
+   where ``n`` counts a node's neighbours (the Hastings correction of the uneven proposal).
+
+Every step leaves, per replica, a *trial* (the proposal and its f) and a *result* (the state
+after the accept/reject), as in ODAT-SE's ``trial.txt`` and ``result.txt``.  With
+``record=B > 0`` the last B steps of these are kept in the state for ``on_steps`` (the writer of
+those files, called by the driver after each chunk; chunks never exceed ``B - 1`` steps).
+Per-temperature statistics of the result (ODAT-SE's ``fx.txt``: mean of f, its standard error,
+log(Z/Z0) by reweighting, the fraction of steps whose point changed) are accumulated on the
+device from step ``numsteps_thermalization`` on, so no file has to be read back.
+
+Randomness: the key of step ``s`` is ``fold_in(key, s)``, so chunking, checkpoints and resumes
+give identical runs; a run of N steps continued to 2N (``numsteps`` is resumable) equals a run
+of 2N steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..problem import Problem
+from ..result import Result, Status
+from ..spaces import Mesh
+from .base import Phase, Solver, check_int_option
+
+__all__ = ["Exchange", "ExchangeResult", "ExchangeState", "temperature_ladder"]
+
+_INIT_STREAM = 0x7FFFFFFF  # key stream of the start points; steps use 1, 2, 3, ...
+_ATOL, _RTOL = 1e-8, 1e-5  # numpy.allclose's defaults: ODAT-SE's test of "the point changed"
+
+
+def temperature_ladder(
+    n: int, Tmin: float | None = None, Tmax: float | None = None, bmin: float | None = None,
+    bmax: float | None = None, logspace: bool = True,
+) -> np.ndarray:
+    """ODAT-SE's inverse temperatures ``beta_t``, t = 0 .. n-1 (``read_Ts``).
+
+    With Tmin/Tmax: ``T`` from Tmin up to Tmax (log- or linearly spaced), ``beta = 1 / T``.
+    With bmin/bmax: ``beta`` from bmin up to bmax.  Exactly one of the two pairs is given.
+    """
+    set_t = Tmin is not None or Tmax is not None
+    set_b = bmin is not None or bmax is not None
+    if set_t == set_b:
+        raise ValueError("give exactly one pair of Tmin/Tmax or bmin/bmax" + (", not both" if set_t else ""))
+    lo, hi, names = (Tmin, Tmax, ("Tmin", "Tmax")) if set_t else (bmin, bmax, ("bmin", "bmax"))
+    if lo is None or hi is None:
+        raise ValueError(f"{names[0]} and {names[1]} go together: give both")
+    if set_t and not (lo > 0 and hi > 0):
+        raise ValueError(f"Tmin and Tmax must be positive, got Tmin={lo}, Tmax={hi}")
+    if set_b and not (lo >= 0 and hi >= 0):
+        raise ValueError(f"bmin and bmax must be zero or positive, got bmin={lo}, bmax={hi}")
+    if lo > hi:
+        raise ValueError(f"{names[0]}={lo} is above {names[1]}={hi}")
+    if logspace and lo == 0:
+        raise ValueError("bmin must be above 0 when Tlogspace is true (a log-spaced ladder cannot start at 0)")
+    if logspace:
+        values = np.logspace(np.log10(lo), np.log10(hi), num=n)
+    else:
+        values = np.linspace(lo, hi, num=n)
+    return 1.0 / values if set_t else values
+
+
+class ExchangeState(NamedTuple):
+    key: jax.Array  # (2,) uint32, the run's key; step s folds in s
+    step: jax.Array  # () int32, the next step (ODAT-SE's istep); step 0 is the start
+    direction: jax.Array  # () bool, True: the next exchange pairs (0,1), (2,3), ...
+    x: jax.Array  # (R, d) current point of each replica
+    node: jax.Array  # (R,) int32 current mesh node (discrete space; zeros otherwise)
+    fx: jax.Array  # (R,)
+    rep_of_t: jax.Array  # (T,) int32 replica at each temperature (ODAT-SE's T2rep)
+    t_of_rep: jax.Array  # (R,) int32 temperature index of each replica (rep2T)
+    n_accepted: jax.Array  # (R,) int32 accepted moves
+    n_nonfinite: jax.Array  # (R,) int32 in-range proposals whose f was NaN (rejected)
+    n_exchange_tries: jax.Array  # (max(T-1, 1),) int32 exchange attempts of pair (t, t+1)
+    n_exchanges: jax.Array  # (max(T-1, 1),) int32 accepted
+    best_fx: jax.Array  # (R,) lowest f of each replica's results so far
+    best_step: jax.Array  # (R,) int32 the (first) step it was reached
+    best_x: jax.Array  # (R, d)
+    stat_n: jax.Array  # (T,) int32 samples at each temperature after thermalisation
+    stat_sum: jax.Array  # (T,) sum of f
+    stat_sum2: jax.Array  # (T,) sum of f^2
+    stat_changed: jax.Array  # (T,) int32 samples whose point differs from the one before (allclose)
+    stat_prev: jax.Array  # (T, d) the point at each temperature one step ago
+    stat_fbase: jax.Array  # (T,) first sample's f, the reweighting's reference
+    stat_lse: jax.Array  # (T,) log sum exp(-dbeta (f - fbase)) over the samples
+    rec_x: jax.Array  # (B, R, d) trial points of the last B steps (continuous), slot s % B
+    rec_node: jax.Array  # (B, R) int32 trial nodes (discrete)
+    rec_fx: jax.Array  # (B, R) trial f (inf outside the box)
+    rec_accepted: jax.Array  # (B, R) bool: result = trial (else the result of the step before)
+    rec_t: jax.Array  # (B, R) int32 temperature index of each replica at that step
+
+
+@dataclass(frozen=True)
+class Exchange(Solver):
+    """ODAT-SE's replica-exchange Monte Carlo, every replica in parallel.
+
+    Parameters
+    ----------
+    betas : the inverse temperatures, one replica each (:func:`temperature_ladder`).
+    numsteps : steps including the start (step 0); ``numsteps - 1`` Monte Carlo steps are run.
+    numsteps_exchange : steps between exchange attempts.
+    numsteps_thermalization : steps left out of the statistics; default ``int(0.1 * numsteps)``.
+    step_width : Gaussian step width of each coordinate (continuous space; needs a box on the problem).
+    mesh : a :class:`~multiwalk.spaces.Mesh` for a discrete space (then ``step_width`` is not used).
+    initial : start points ``(K, d)``; replica ``r`` starts at ``initial[r % nreplica_per_proc]``
+        when that row exists (ODAT-SE gives every MPI process the same ``initial_list``), the
+        others uniformly in the box.  Discrete: uniformly random nodes.
+    nreplica_per_proc : replicas per emulated MPI process (default: all in one).
+    record : keep the trials and results of the last ``record`` steps in the state for
+        ``on_steps`` (0: none; the per-step files are then not written).
+    max_chunk_steps : at most this many steps per driver chunk (checkpoints every that many).
+    on_steps : ``on_steps(state, first, last)`` after each chunk that ran steps ``first+1 .. last``.
+    """
+
+    betas: tuple[float, ...]
+    numsteps: int
+    numsteps_exchange: int = 1
+    numsteps_thermalization: int | None = None
+    step_width: tuple[float, ...] | None = None
+    mesh: Mesh | None = None
+    initial: tuple[tuple[float, ...], ...] = ()
+    nreplica_per_proc: int | None = None
+    record: int = 0
+    max_chunk_steps: int | None = None
+    on_steps: Callable[[ExchangeState, int, int], None] | None = field(default=None, compare=False, repr=False)
+
+    resumable_options = ("numsteps", "max_chunk_steps")
+
+    def __post_init__(self) -> None:
+        b = np.asarray(self.betas, dtype=np.float64)
+        if b.ndim != 1 or b.size < 1:
+            raise ValueError(f"betas must be a non-empty list of inverse temperatures, got {self.betas!r}")
+        if not np.all(np.isfinite(b) & (b >= 0)):
+            raise ValueError(f"betas must be finite and >= 0, got {b.tolist()}")
+        object.__setattr__(self, "betas", tuple(float(v) for v in b))
+        check_int_option("numsteps", self.numsteps, 1)
+        check_int_option("numsteps_exchange", self.numsteps_exchange, 1)
+        check_int_option("numsteps_thermalization", self.numsteps_thermalization, 0, none_ok=True)
+        check_int_option("record", self.record, 0)
+        check_int_option("max_chunk_steps", self.max_chunk_steps, 1, none_ok=True)
+        check_int_option("nreplica_per_proc", self.nreplica_per_proc, 1, none_ok=True)
+        if self.record == 1:
+            raise ValueError("record must be 0 (no per-step records) or at least 2")
+        per = self.nreplica_per_proc or self.n_replicas
+        if self.n_replicas % per:
+            raise ValueError(f"nreplica_per_proc={per} does not divide the {self.n_replicas} replicas")
+        if self.mesh is not None and not isinstance(self.mesh, Mesh):
+            raise TypeError(f"mesh must be a multiwalk.spaces.Mesh, got {type(self.mesh).__name__}")
+        if self.step_width is not None:
+            s = np.asarray(self.step_width, dtype=np.float64)
+            if s.ndim != 1 or not np.all(np.isfinite(s) & (s > 0)):
+                raise ValueError(f"step_width must be a list of positive step widths, got {self.step_width!r}")
+            object.__setattr__(self, "step_width", tuple(float(v) for v in s))
+        if self.mesh is None and self.step_width is None:
+            raise ValueError("a continuous space needs step_width= (ODAT-SE's step_list); a discrete one mesh=")
+        init = np.asarray(self.initial, dtype=np.float64) if len(self.initial) else np.zeros((0, 0))
+        if init.ndim == 1:
+            init = init[None, :]
+        if init.size and len(init) > per:
+            raise ValueError(f"initial has {len(init)} points but there are only {per} replicas per process")
+        object.__setattr__(self, "initial", tuple(tuple(float(v) for v in row) for row in init))
+
+    # ----------------------------------------------------------------- set-up
+    @property
+    def n_replicas(self) -> int:
+        return len(self.betas)
+
+    @property
+    def thermalization(self) -> int:
+        """Steps left out of the statistics (ODAT-SE's default: 10 % of numsteps)."""
+        t = self.numsteps_thermalization
+        return int(0.1 * self.numsteps) if t is None else t
+
+    def temperatures(self) -> np.ndarray:
+        """``1 / beta`` of each temperature index, as ODAT-SE computes it."""
+        with np.errstate(divide="ignore"):
+            return 1.0 / np.asarray(self.betas)
+
+    def reweighting_dbeta(self) -> np.ndarray:
+        """For each temperature, ``beta_lower - beta`` of its colder neighbour (0 for the coldest):
+        ``fx.txt``'s log(Z_lower / Z) is estimated from the samples at T by reweighting."""
+        b = np.asarray(self.betas)
+        if b.size < 2:
+            return np.zeros(b.size)
+        temps = self.temperatures()
+        lower = np.arange(b.size) + (-1 if temps[0] < temps[1] else 1)
+        ok = (lower >= 0) & (lower < b.size)
+        return np.where(ok, b[np.clip(lower, 0, b.size - 1)] - b, 0.0)
+
+    def check(self, problem: Problem) -> None:
+        if self.mesh is not None:
+            if self.mesh.dimension != problem.n:
+                raise ValueError(
+                    f"the mesh has {self.mesh.dimension} coordinates per point but the problem has {problem.n} parameters"
+                )
+        else:
+            if problem.lower is None:
+                raise ValueError("Exchange in a continuous space needs a box: pass lower= and upper= (min_list, max_list)")
+            if len(self.step_width) != problem.n:
+                raise ValueError(f"step_width has {len(self.step_width)} entries but the problem has {problem.n} parameters")
+        if problem.fixed:
+            raise ValueError("Exchange moves every coordinate: fixed parameters are not supported")
+        if self.initial and len(self.initial[0]) != problem.n:
+            raise ValueError(f"initial points have {len(self.initial[0])} coordinates, the problem {problem.n}")
+
+    def phases(self, problem: Problem) -> list[Phase]:
+        return [Phase("exchange", self.numsteps - 1)]
+
+    def max_chunk(self, problem: Problem) -> int | None:
+        limits = [n for n in (self.record - 1 if self.record else None, self.max_chunk_steps) if n]
+        return min(limits) if limits else None
+
+    def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
+        if self.on_steps is not None:
+            self.on_steps(state, first, last)
+
+    def options(self) -> dict[str, Any]:
+        out = super().options()
+        out.pop("on_steps")
+        out["betas"] = list(self.betas)
+        out["step_width"] = None if self.step_width is None else list(self.step_width)
+        out["initial"] = [list(r) for r in self.initial]
+        out["mesh"] = None if self.mesh is None else self.mesh.digest()
+        return out
+
+    @staticmethod
+    def _f(problem: Problem, x: jax.Array) -> jax.Array:
+        return jax.vmap(problem.chi2_full)(x)
+
+    def init(self, problem: Problem, key: jax.Array) -> ExchangeState:
+        dt = problem.dtype
+        R, d, B = self.n_replicas, problem.n, self.record
+        k_init = jax.random.fold_in(key, _INIT_STREAM)
+        node = jnp.zeros(R, jnp.int32)
+        if self.mesh is None:
+            lo, hi = jnp.asarray(problem.lower, dt), jnp.asarray(problem.upper, dt)
+            x = lo + (hi - lo) * jax.random.uniform(k_init, (R, d), dt)
+            if self.initial:
+                per = self.nreplica_per_proc or R
+                init = np.asarray(self.initial)
+                walker = np.arange(R) % per
+                given = walker < len(init)
+                rows = np.where(given[:, None], init[np.minimum(walker, len(init) - 1)], 0.0)
+                x = jnp.where(jnp.asarray(given)[:, None], jnp.asarray(rows, dt), x)
+        else:
+            node = jax.random.randint(k_init, (R,), 0, self.mesh.n_nodes, jnp.int32)
+            x = jnp.asarray(self.mesh.coordinates, dt)[node]
+        fx = self._f(problem, x)
+        nan = jnp.isnan(fx)
+        fx = jnp.where(nan, jnp.inf, fx)  # a NaN start would never move: treat as worse than anything
+        i32 = jnp.int32
+        T = R
+        first = jnp.asarray(self.thermalization == 0)
+        arange = jnp.arange(R, dtype=i32)
+        rec_shape = (B, R)
+        state = ExchangeState(
+            key=key,
+            step=jnp.asarray(1, i32),
+            direction=jnp.asarray(True),
+            x=x,
+            node=node,
+            fx=fx,
+            rep_of_t=arange,
+            t_of_rep=arange,
+            n_accepted=jnp.zeros(R, i32),
+            n_nonfinite=nan.astype(i32),
+            n_exchange_tries=jnp.zeros(max(T - 1, 1), i32),
+            n_exchanges=jnp.zeros(max(T - 1, 1), i32),
+            best_fx=fx,
+            best_step=jnp.zeros(R, i32),
+            best_x=x,
+            stat_n=jnp.where(first, 1, 0) * jnp.ones(T, i32),
+            stat_sum=jnp.where(first, fx, 0.0).astype(dt),
+            stat_sum2=jnp.where(first, fx * fx, 0.0).astype(dt),
+            stat_changed=jnp.zeros(T, i32),
+            stat_prev=x,
+            stat_fbase=jnp.where(first, fx, 0.0).astype(dt),
+            stat_lse=jnp.zeros(T, dt),
+            rec_x=jnp.zeros((B, R, d) if self.mesh is None else (0, R, d), dt),
+            rec_node=jnp.zeros(rec_shape if self.mesh is not None else (0, R), i32),
+            rec_fx=jnp.zeros(rec_shape, dt),
+            rec_accepted=jnp.zeros(rec_shape, bool),
+            rec_t=jnp.zeros(rec_shape, i32),
+        )
+        if B:
+            state = self._record(state, 0, x, node, fx, jnp.ones(R, bool))
+        return state
+
+    def _record(self, st: ExchangeState, s: Any, x, node, fx, accepted) -> ExchangeState:
+        slot = jnp.asarray(s) % self.record
+        upd = jax.lax.dynamic_update_index_in_dim
+        if self.mesh is None:
+            st = st._replace(rec_x=upd(st.rec_x, x, slot, 0))
+        else:
+            st = st._replace(rec_node=upd(st.rec_node, node, slot, 0))
+        return st._replace(
+            rec_fx=upd(st.rec_fx, fx, slot, 0),
+            rec_accepted=upd(st.rec_accepted, accepted, slot, 0),
+            rec_t=upd(st.rec_t, st.t_of_rep, slot, 0),
+        )
+
+    # ----------------------------------------------------------------- one step
+    def step(self, problem: Problem, state: ExchangeState, phase: int) -> ExchangeState:
+        st = state
+        dt = problem.dtype
+        R = T = self.n_replicas
+        s = st.step
+        k_exchange, k_move, k_accept = jax.random.split(jax.random.fold_in(st.key, s), 3)
+        betas = jnp.asarray(self.betas, dt)
+
+        # 1. temperature exchange, alternating even-odd and odd-even pairs (ODAT-SE's order)
+        if T > 1:
+            do = (s % self.numsteps_exchange) == 0
+            lower = jnp.arange(T - 1)
+            valid = do & ((lower % 2) == jnp.where(st.direction, 0, 1))
+            f_t = st.fx[st.rep_of_t]
+            logp = (betas[1:] - betas[:-1]) * (f_t[1:] - f_t[:-1])
+            u = jax.random.uniform(k_exchange, (T - 1,), dt)
+            swap = valid & ((logp >= 0) | (u < jnp.exp(jnp.minimum(logp, 0))))  # NaN logp never swaps
+            at_lower = jnp.concatenate([swap, jnp.zeros(1, bool)])
+            at_upper = jnp.concatenate([jnp.zeros(1, bool), swap])
+            rep = st.rep_of_t
+            rep = jnp.where(at_lower, jnp.roll(rep, -1), jnp.where(at_upper, jnp.roll(rep, 1), rep))
+            st = st._replace(
+                rep_of_t=rep,
+                t_of_rep=jnp.zeros(R, jnp.int32).at[rep].set(jnp.arange(T, dtype=jnp.int32)),
+                direction=jnp.where(do & (T > 2), ~st.direction, st.direction),
+                n_exchange_tries=st.n_exchange_tries + valid,
+                n_exchanges=st.n_exchanges + swap,
+            )
+
+        # 2. Metropolis move of every replica at its temperature
+        beta_r = betas[st.t_of_rep]
+        if self.mesh is None:
+            lo, hi = jnp.asarray(problem.lower, dt), jnp.asarray(problem.upper, dt)
+            proposal = st.x + jax.random.normal(k_move, st.x.shape, dt) * jnp.asarray(self.step_width, dt)
+            inside = jnp.all((proposal >= lo) & (proposal < hi), axis=1)
+            node_new = st.node
+            log_weight = jnp.zeros(R, dt)
+        else:
+            counts = jnp.asarray(self.mesh.counts)
+            n_old = counts[st.node]
+            pick = jnp.floor(jax.random.uniform(k_move, (R,), dt) * n_old).astype(jnp.int32)
+            node_new = jnp.asarray(self.mesh.neighbors)[st.node, jnp.minimum(pick, n_old - 1)]
+            proposal = jnp.asarray(self.mesh.coordinates, dt)[node_new]
+            inside = jnp.ones(R, bool)
+            log_weight = (jnp.log(n_old.astype(dt)) - jnp.log(counts[node_new].astype(dt)))
+        f_new = jnp.where(inside, self._f(problem, proposal), jnp.inf)
+        nan = jnp.isnan(f_new)
+        log_u = jnp.log(jax.random.uniform(k_accept, (R,), dt))
+        accepted = inside & ~nan & (log_u < -beta_r * (f_new - st.fx) + log_weight)
+        x = jnp.where(accepted[:, None], proposal, st.x)
+        fx = jnp.where(accepted, f_new, st.fx)
+        node = jnp.where(accepted, node_new, st.node)
+        better = fx < st.best_fx
+        st = st._replace(
+            x=x, fx=fx, node=node,
+            n_accepted=st.n_accepted + accepted,
+            n_nonfinite=st.n_nonfinite + (inside & nan),
+            best_fx=jnp.where(better, fx, st.best_fx),
+            best_step=jnp.where(better, s, st.best_step),
+            best_x=jnp.where(better[:, None], x, st.best_x),
+        )
+        if self.record:
+            st = self._record(st, s, proposal, node_new, f_new, accepted)
+
+        # 3. statistics of the result at each temperature (ODAT-SE's fx.txt)
+        st = self._accumulate(st, s, dt)
+        return st._replace(step=s + 1)
+
+    def _accumulate(self, st: ExchangeState, s: jax.Array, dt: Any) -> ExchangeState:
+        f_t = st.fx[st.rep_of_t]
+        x_t = st.x[st.rep_of_t]
+        counted = s >= self.thermalization
+        changed = ~jnp.all(jnp.abs(x_t - st.stat_prev) <= _ATOL + _RTOL * jnp.abs(st.stat_prev), axis=1)
+        first = counted & (st.stat_n == 0)
+        fbase = jnp.where(first, f_t, st.stat_fbase)
+        term = -jnp.asarray(self.reweighting_dbeta(), dt) * (f_t - fbase)
+        lse = jnp.where(first, 0.0, jnp.logaddexp(st.stat_lse, term))
+        return st._replace(
+            stat_n=st.stat_n + counted,
+            stat_sum=st.stat_sum + jnp.where(counted, f_t, 0.0),
+            stat_sum2=st.stat_sum2 + jnp.where(counted, f_t * f_t, 0.0),
+            stat_changed=st.stat_changed + (counted & changed),
+            stat_prev=x_t,
+            stat_fbase=fbase,
+            stat_lse=jnp.where(counted, lse, st.stat_lse),
+        )
+
+    # ----------------------------------------------------------------- reporting
+    def summary(self, problem: Problem, state: ExchangeState) -> dict[str, jax.Array]:
+        moves = jnp.maximum(state.step - 1, 1) * self.n_replicas
+        return {"best": jnp.min(state.best_fx), "accept": jnp.sum(state.n_accepted) / moves}
+
+    def statistics(self, state: Any) -> dict[str, np.ndarray]:
+        """Per temperature index: ``beta``, ``mean``, ``error``, ``count``, ``dlogz`` (log(Z_lower/Z)
+        from the samples at T, 0 for the coldest) and ``acceptance``, as ODAT-SE computes them."""
+        n = np.asarray(state.stat_n).astype(np.float64)
+        total = np.asarray(state.stat_sum, np.float64)
+        total2 = np.asarray(state.stat_sum2, np.float64)
+        dbeta = self.reweighting_dbeta()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(n > 0, total / n, np.nan)
+            var = np.maximum(total2 / n - mean**2, 0.0)
+            err = np.where(n > 1, np.sqrt(var / (n - 1)), np.nan)
+            acc = np.where(n > 0, np.asarray(state.stat_changed) / n, np.nan)
+            dlogz = np.where(
+                (dbeta != 0) & (n > 0),
+                np.asarray(state.stat_lse, np.float64) - np.log(n) - dbeta * np.asarray(state.stat_fbase, np.float64),
+                0.0,
+            )
+        return {"beta": np.asarray(self.betas), "mean": mean, "error": err, "count": n.astype(np.int64),
+                "dlogz": dlogz, "acceptance": acc}
+
+    def result(
+        self, problem: Problem, state: ExchangeState, done: list[int], status: Status, stats: dict[str, Any]
+    ) -> ExchangeResult:
+        st = jax.tree_util.tree_map(np.asarray, state)
+        R = self.n_replicas
+        per = self.nreplica_per_proc or R
+        r = np.arange(R)
+        # ODAT-SE's choice among equal values: the lowest process, then the earliest step, then the walker
+        order = np.lexsort((r % per, st.best_step, r // per, st.best_fx))
+        i_best = int(order[0])
+        steps = int(st.step)
+        stats = dict(stats)
+        stats["nonfinite"] = int(st.n_nonfinite.sum())
+        stats["replicas"] = R
+        stats["steps"] = steps
+        stats["replica_steps"] = int(sum(done)) * R
+        message = status.describe()
+        if status == Status.SUCCESS:
+            message = f"ran {steps - 1} Monte Carlo steps of {R} replicas after the start (step 0)"
+        if not np.isfinite(st.best_fx[i_best]):
+            status = Status.FAILED
+            message = "no replica ever had a finite f: check the function inside the box or the mesh"
+        with np.errstate(invalid="ignore", divide="ignore"):
+            exch = np.where(st.n_exchange_tries > 0, st.n_exchanges / np.maximum(st.n_exchange_tries, 1), np.nan)
+        return ExchangeResult(
+            x=st.best_x[i_best].copy(),
+            fun=float(st.best_fx[i_best]),
+            status=status,
+            message=message,
+            stats=stats,
+            best_replica=i_best,
+            best_step=int(st.best_step[i_best]),
+            replica_x=st.x,
+            replica_fx=st.fx,
+            replica_node=st.node if self.mesh is not None else None,
+            temperature_index=st.t_of_rep,
+            betas=np.asarray(self.betas),
+            steps=steps,
+            acceptance=st.n_accepted / max(steps - 1, 1),
+            exchange_rate=exch[: max(R - 1, 0)],
+            statistics=self.statistics(st),
+            state=state,
+        )
+
+
+@dataclass(repr=False)
+class ExchangeResult(Result):
+    """Result of :class:`Exchange`.
+
+    ``x``, ``fun``: the best result of any replica at any step (``best_replica``, ``best_step``).
+    ``replica_x`` (R, d), ``replica_fx`` (R,), ``replica_node`` (R,) or None: the last state;
+    ``temperature_index`` (R,): where each replica is on the ladder ``betas`` (T,).
+    ``steps``: the next step number (steps 0 .. steps-1 are done).  ``acceptance`` (R,): accepted
+    moves per step of each replica; ``exchange_rate`` (T-1,): accepted / attempted swaps of
+    pair (t, t+1).  ``statistics``: per temperature, :meth:`Exchange.statistics`.
+    ``state``: the final solver state (for writers).
+    """
+
+    best_replica: int = 0
+    best_step: int = 0
+    replica_x: np.ndarray = None  # type: ignore[assignment]
+    replica_fx: np.ndarray = None  # type: ignore[assignment]
+    replica_node: np.ndarray | None = None
+    temperature_index: np.ndarray = None  # type: ignore[assignment]
+    betas: np.ndarray = None  # type: ignore[assignment]
+    steps: int = 0
+    acceptance: np.ndarray = None  # type: ignore[assignment]
+    exchange_rate: np.ndarray = None  # type: ignore[assignment]
+    statistics: dict[str, np.ndarray] = field(default_factory=dict)
+    state: Any = None
