@@ -283,6 +283,7 @@ def solve(
     _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every)
     solver.check(problem)
     phases = solver.phases(problem)
+    max_chunk = solver.max_chunk(problem)  # None: chunks as long as chunk_seconds allows
     # Solvers that work in rounds (PatternSearch) keep starting rounds until the time limit:
     # their last phase is then unbounded and reaching the limit is their natural end.
     until_time_limit = time_limit is not None and solver.until_time_limit
@@ -390,7 +391,7 @@ def solve(
                 target = chunk_seconds
                 if time_limit is not None:
                     target = min(target, max(time_limit - t_run, 0.0))
-                n_next = max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30))
+                n_next = max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30, max_chunk or 1 << 30))
                 if ctrl_c.pressed:
                     status = Status.INTERRUPTED
                     break

@@ -81,6 +81,14 @@ class Solver(abc.ABC):
         """Called by the driver after each chunk that ran iterations ``first+1 .. last`` of the
         current phase (for printing as it goes); the default does nothing."""
 
+    def max_chunk(self, problem: Problem) -> int | None:
+        """The most iterations one chunk may run, or None (no limit, the default).
+
+        For solvers whose ``on_chunk`` reads a buffer of the last iterations kept in the state
+        (``Exchange`` writing ODAT-SE's per-step files): a longer chunk would overwrite rows
+        not yet read.  Results never depend on it."""
+        return None
+
     @abc.abstractmethod
     def step(self, problem: Problem, state: Any, phase: int) -> Any:
         """One iteration of phase ``phase`` (static); returns the new state."""
