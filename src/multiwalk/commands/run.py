@@ -527,8 +527,8 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     st = result.stats
     print(
         f"{result.message}; {R} replicas, steps 0..{result.steps - 1}; run {st['run_seconds']:.3f} s, "
-        f"compile {st['compile_seconds']:.2f} s, files after the run {post:.3f} s, wall {wall + post:.2f} s "
-        f"({jax.devices()[0].platform})"
+        f"step files {0.0 if writer is None else writer.seconds:.3f} s, files after the run {post:.3f} s, "
+        f"compile {st['compile_seconds']:.2f} s, wall {wall + post:.2f} s ({jax.devices()[0].platform})"
     )
     print(f"output in {setup.output_dir}; checkpoint {ckpt}")
     if result.status == Status.INTERRUPTED:

@@ -22,6 +22,7 @@ loses at most the chunk in flight; a resumed run first cuts them back to its che
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,7 @@ class StepWriter:
                 truncate_from_step(f, resume_step)
             self.next_step = resume_step
             self.last_result = self._rests(np.asarray(state.fx), np.asarray(state.x), np.asarray(state.node))
+        self.seconds = 0.0  # spent formatting and writing in on_steps
 
     def _coords(self, node: int) -> str:
         s = self._node_strings.get(node)
@@ -117,6 +119,7 @@ class StepWriter:
         steps = np.arange(self.next_step, last + 1)
         if steps.size == 0:
             return
+        t0 = time.perf_counter()
         record = int(state.rec_fx.shape[0])
         if steps.size > record:
             raise RuntimeError(f"steps {steps[0]}..{steps[-1]} do not fit the record of {record} steps")
@@ -133,6 +136,7 @@ class StepWriter:
             x = None
             node = np.asarray(state.rec_node)[slots]
         self._write(steps, fx, x, node, acc, tind)
+        self.seconds += time.perf_counter() - t0
 
     def _write(self, steps, fx, x, node, acc, tind) -> None:
         n, per = self.n, self.per

@@ -1,0 +1,250 @@
+"""`multiwalk run` against ODAT-SE (`odatse`, one process) on the same input.toml.
+
+Case A (same CPU, equal replicas and steps): Himmelblau, replica exchange, R replicas from
+T = 1 to 100, N steps.  Both programs write their files (trial, result, result_T, fx,
+best_result); ours is also timed with ``--no-step-files`` (fx.txt and best_result.txt only).
+Times: ODAT-SE's own time.log (run + post, its Python start excluded) and our wall time less
+JAX's compilation (reported beside it).  Statistics: the mean of f at each temperature from
+both programs' result_T files after thermalisation, with standard errors from 20 blocks, their
+difference in units of the combined error, and both against the exact mean (grid integral).
+
+Case B (GPU): ``--gpu-replicas 10000,100000,...`` replicas, no step files, replica-steps per
+second of the run (compilation excluded), against ODAT-SE's replica-steps per second measured
+on this machine's CPU at the smallest of those replica counts (a short run).
+
+    PYTHONPATH=src:$(ls .whl/odat_se-*.whl) python benchmarks/odatse.py --device cpu --out /tmp/odatse
+    PYTHONPATH=src:$(ls .whl/odat_se-*.whl) python3 benchmarks/odatse.py --device gpu --out "$OUT"
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+INPUT = """
+[base]
+dimension = 2
+output_dir = "output"
+
+[solver]
+name = "analytical"
+function_name = "himmelblau"
+
+[algorithm]
+name = "exchange"
+seed = 12345
+
+[algorithm.param]
+min_list = [-6.0, -6.0]
+max_list = [6.0, 6.0]
+step_list = [0.5, 0.5]
+
+[algorithm.exchange]
+Tmin = 1.0
+Tmax = 100.0
+numsteps = {steps}
+numsteps_exchange = 10
+numsteps_thermalization = {therm}
+nreplica_per_proc = {replicas}
+"""
+
+
+def exact_means(temps: np.ndarray) -> np.ndarray:
+    """Mean of Himmelblau's f under exp(-f/T) on [-6, 6)^2, by a 2401^2 grid (error < 1e-4 relative)."""
+    g = np.linspace(-6, 6, 2401)
+    X, Y = np.meshgrid(g, g)
+    f = (X**2 + Y - 11) ** 2 + (X + Y**2 - 7) ** 2
+    out = []
+    for T in temps:
+        w = np.exp(-(f - f.min()) / T)
+        out.append(float((w * f).sum() / w.sum()))
+    return np.array(out)
+
+
+def block_stats(path: Path, therm: int, blocks: int = 20) -> tuple[float, float]:
+    rows = np.loadtxt(path, comments="#", ndmin=2)
+    fx = rows[rows[:, 0] >= therm, 2]
+    means = np.array([b.mean() for b in np.array_split(fx, blocks)])
+    return float(fx.mean()), float(means.std(ddof=1) / np.sqrt(blocks))
+
+
+def run_odatse(folder: Path) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys, odatse._main as m; m.cli(sys.argv[1:])", "input.toml"],
+        cwd=folder, capture_output=True, text=True,
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"odatse failed: {proc.stderr[-2000:]}")
+    log = (folder / "output" / "0" / "time.log").read_text()
+    totals = [float(v) for v in re.findall(r"total = (\S+)", log)]  # init, prepare, run, post
+    best = dict(ln.split(" = ") for ln in (folder / "output" / "best_result.txt").read_text().splitlines())
+    return {"wall": wall, "run": totals[2], "post": totals[3], "work": totals[2] + totals[3], "best_fx": float(best["fx"])}
+
+
+def run_ours(folder: Path, *extra: str) -> dict:
+    from multiwalk.cli import main
+
+    buf = io.StringIO()
+    old = os.getcwd()
+    os.chdir(folder)
+    t0 = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(buf):
+            code = main(["run", "input.toml", "--no-progress", *extra])
+    finally:
+        os.chdir(old)
+    wall = time.perf_counter() - t0
+    text = buf.getvalue()
+    if code != 0:
+        raise RuntimeError(f"multiwalk run failed ({code}): {text[-2000:]}")
+    m = re.search(r"run (\S+) s, step files (\S+) s, files after the run (\S+) s, compile (\S+) s, wall (\S+) s", text)
+    run_s, files_s, post_s, compile_s, solve_wall = (float(v) for v in m.groups())
+    best = dict(ln.split(" = ") for ln in (folder / "output" / "best_result.txt").read_text().splitlines())
+    # work: the compiled chunks, the step files written between them, fx.txt and best_result.txt
+    # (like ODAT-SE's run + post); set-up and compilation are reported apart
+    return {"wall": wall, "run": run_s, "files": files_s, "compile": compile_s, "work": run_s + files_s + post_s,
+            "setup": solve_wall - run_s - files_s - post_s, "best_fx": float(best["fx"])}
+
+
+def case_a(out: Path, replicas: int, steps: int, log) -> dict:
+    from multiwalk.solvers.exchange import temperature_ladder
+
+    therm = steps // 10
+    res: dict = {"replicas": replicas, "steps": steps}
+    for name in ("odatse", "ours", "ours_nofiles"):
+        folder = out / f"A_{replicas}_{steps}_{name}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "input.toml").write_text(INPUT.format(steps=steps, therm=therm, replicas=replicas))
+        if name == "odatse":
+            res[name] = run_odatse(folder)
+        else:
+            res[name] = run_ours(folder, *(["--no-step-files"] if name == "ours_nofiles" else []))
+        log(f"A R={replicas} N={steps} {name}: {res[name]}")
+    temps = 1.0 / temperature_ladder(replicas, Tmin=1.0, Tmax=100.0)
+    exact = exact_means(temps)
+    rows = []
+    for t in range(replicas):
+        mo, eo = block_stats(out / f"A_{replicas}_{steps}_odatse" / "output" / f"result_T{t}.txt", therm)
+        mm, em = block_stats(out / f"A_{replicas}_{steps}_ours" / "output" / f"result_T{t}.txt", therm)
+        rows.append({"T": float(temps[t]), "exact": float(exact[t]), "odatse": mo, "odatse_err": eo, "ours": mm,
+                     "ours_err": em, "z": (mm - mo) / np.hypot(eo, em)})
+    res["temperatures"] = rows
+    return res
+
+
+def case_b(out: Path, sizes: list[int], steps: int, odatse_steps: int, dtype: str, log) -> dict:
+    res: dict = {"steps": steps, "sizes": {}}
+    folder = out / "B_odatse"
+    folder.mkdir(parents=True, exist_ok=True)
+    r0 = min(sizes)
+    (folder / "input.toml").write_text(INPUT.format(steps=odatse_steps, therm=0, replicas=r0))
+    try:
+        od = run_odatse(folder)
+        od["replica_steps_per_s"] = r0 * (odatse_steps - 1) / od["run"]
+        res["odatse"] = od
+        log(f"B odatse R={r0} N={odatse_steps}: {od}")
+    except Exception as err:  # odat-se missing: say so
+        res["odatse"] = {"error": str(err)[:300]}
+        log(f"B odatse: {err}")
+    for R in sizes:
+        folder = out / f"B_{R}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "input.toml").write_text(INPUT.format(steps=steps, therm=steps // 10, replicas=R))
+        ours = run_ours(folder, "--no-step-files", "--dtype", dtype)
+        ours["replica_steps_per_s"] = R * (steps - 1) / ours["run"]
+        res["sizes"][R] = ours
+        log(f"B R={R}: {ours}")
+    return res
+
+
+def report(env: dict, a: list[dict], b: dict | None) -> str:
+    lines = [f"Device: {env['device']}; JAX {env['jax']}; {env['date']}; CPU {env['cpu']}", ""]
+    if a:
+        lines += [
+            "Case A, same CPU, equal replicas and steps (Himmelblau, T = 1..100 log-spaced, numsteps_exchange = 10):",
+            "",
+            "| replicas | steps | ODAT-SE run+post (s) | ours run+files (s) | ratio | ours, no step files (s) | ratio "
+            "| ours set-up + compile (s) | ODAT-SE wall (s) | ours wall (s) | best fx ODAT-SE | best fx ours |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in a:
+            o, m, n = r["odatse"], r["ours"], r["ours_nofiles"]
+            lines.append(
+                f"| {r['replicas']} | {r['steps']} | {o['work']:.2f} | {m['work']:.2f} | {o['work'] / m['work']:.1f}x "
+                f"| {n['work']:.3f} | {o['work'] / n['work']:.0f}x | {m['setup']:.2f} | {o['wall']:.2f} | {m['wall']:.2f} "
+                f"| {o['best_fx']:.3g} | {m['best_fx']:.3g} |"
+            )
+        for r in a:
+            lines += ["", f"Mean f per temperature, R = {r['replicas']}, N = {r['steps']} (errors from 20 blocks):", "",
+                      "| T | exact | ODAT-SE | ours | (ours - ODAT-SE) / error |", "|---:|---:|---:|---:|---:|"]
+            for t in r["temperatures"]:
+                lines.append(f"| {t['T']:.4g} | {t['exact']:.4g} | {t['odatse']:.4g} ± {t['odatse_err']:.2g} "
+                             f"| {t['ours']:.4g} ± {t['ours_err']:.2g} | {t['z']:+.2f} |")
+    if b:
+        od = b["odatse"]
+        peer = od.get("replica_steps_per_s")
+        lines += ["", f"Case B: replica-steps per second, {b['steps']} steps, no step files (fx.txt, best_result.txt):", "",
+                  "| replicas | ours replica-steps/s | ODAT-SE replica-steps/s (CPU) | ratio | ours run (s) "
+                  "| set-up + compile (s) |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+        for R, m in b["sizes"].items():
+            ratio = f"{m['replica_steps_per_s'] / peer:.3g}x" if peer else "—"
+            lines.append(f"| {R} | {m['replica_steps_per_s']:.3g} | {peer if peer is None else f'{peer:.3g}'} | {ratio} "
+                         f"| {m['run']:.3f} | {m['setup']:.2f} |")
+        if "error" in od:
+            lines.append(f"\nODAT-SE could not run: {od['error']}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto")
+    p.add_argument("--cases", default="A,B")
+    p.add_argument("--replicas", default="16:20000,256:2000", help="case A: replicas:numsteps, comma-separated")
+    p.add_argument("--gpu-replicas", default="10000,100000,1000000")
+    p.add_argument("--gpu-steps", type=int, default=2000)
+    p.add_argument("--odatse-steps", type=int, default=30, help="ODAT-SE's short run in case B")
+    p.add_argument("--dtype", default="float64")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    common.select_platform(args.device)
+    got = common.first_device(args.device)
+    if got is None:
+        return 1
+    dev, on_gpu = got
+    import multiwalk as mw
+
+    out = args.out or Path(os.environ.get("OUT", "benchmarks/results"))
+    out.mkdir(parents=True, exist_ok=True)
+    log = common.make_log(time.perf_counter())
+    env = common.environment(dev, on_gpu, mw, False)
+    cases = args.cases.split(",")
+    sizes = [tuple(int(v) for v in item.split(":")) for item in args.replicas.split(",")]
+    a = [case_a(out, r, n, log) for r, n in sizes] if "A" in cases else []
+    b = None
+    if "B" in cases:
+        b = case_b(out, [int(r) for r in args.gpu_replicas.split(",")], args.gpu_steps, args.odatse_steps, args.dtype, log)
+    text = report(env, a, b)
+    print(text)
+    (out / "odatse.md").write_text(text + "\n")
+    (out / "odatse.json").write_text(json.dumps({"environment": env, "A": a, "B": b}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
