@@ -11,13 +11,19 @@ What is measured, in one run on one device (the paper: GTX 280 GPU and one core 
 * Table 1: Ackley, 20 variables, 20 iterations, 2048 ... 15360 walkers.  Ours: ``solver.init``
   then a jitted ``lax.fori_loop`` of 20 ``solver.step`` calls (phase 0), compiled once (compile
   time reported apart), called on several initial states in turn, ``jax.block_until_ready``
-  after each call, median over the calls.  Also: the same search including ``init`` (uniform
+  after each call, median over the calls; once with ``kernel="xla"`` (d dependent XLA
+  sub-steps per iteration) and once with ``kernel="pallas"`` (one Pallas kernel per iteration),
+  the same start states, with the number of walkers whose final point is bit-identical in both.
+  Also the Pallas kernel alone (one iteration, no loop) and, at the largest size, a sweep of its
+  launch shapes (walkers per program x warps, ``--kernel-variants``).  Also: the same search including ``init`` (uniform
   start points and their first evaluation) from a key, and ``mw.solve``'s
   ``stats["run_seconds"]`` (the driver's chunks, compilation excluded).  The CPU code:
   ``multiwalk.reference.pattern_search`` on the same start points (float32 like ours, one core):
   the scalar Python loop (one point per call, the paper's CPU code) on a subset of walkers,
   scaled linearly to all walkers, and the NumPy loop batched over walkers, timed in full.
-* Table 4: the twelve functions, 20 variables, 15360 walkers, 20 iterations: the same timings.
+* Table 4: the twelve functions, 20 variables, 15360 walkers, 20 iterations: the same timings,
+  XLA and Pallas (a function the kernel cannot take - the noisy quartic draws random numbers -
+  runs the XLA form under ``kernel="pallas"``, and the table says so).
 * Table 5: 30 variables, 15360 walkers, 20 iterations a round, ``mw.solve(problem,
   PatternSearch(rounds=None, restart=...), time_limit=T, seed=k)`` for k = 0 .. runs-1, with the
   paper's rounds from uniform points (``restart="random"``) and our ``restart="best"``; best and
@@ -26,7 +32,8 @@ What is measured, in one run on one device (the paper: GTX 280 GPU and one core 
   reported noise-free.  The paper allowed 10 s a run; we allow T (default 1 s).
 * The hardware floor: copy bandwidth and FP32 rate measured in the same run; the fewest lane
   operations (objective from XLA's cost analysis plus the comparisons) and bytes of a
-  kernel-per-coordinate search.
+  kernel-per-coordinate search; and for the Pallas form, which evaluates a trial point
+  incrementally, the lane operations of that incremental evaluation (its scalar graph).
 """
 
 from __future__ import annotations
@@ -134,11 +141,15 @@ def _interleaved_inputs(fn: Callable[[Any], Any], inputs: list[Any], min_reps: i
     return times
 
 
-def prepare_loop(mw: Any, problem: Any, walkers: int, iterations: int, n_starts: int) -> dict[str, Any]:
-    """``n_starts`` initial states and the compiled ``fori_loop`` of ``iterations`` steps (thread-safe)."""
+def prepare_loop(mw: Any, problem: Any, walkers: int, iterations: int, n_starts: int, kernel: str = "xla",
+                 block: int | None = None, warps: int | None = None) -> dict[str, Any]:
+    """``n_starts`` initial states and the compiled ``fori_loop`` of ``iterations`` steps (thread-safe).
+
+    The start states come from the same keys whatever ``kernel``, so two forms start alike."""
     import jax
 
-    solver = mw.PatternSearch(n_walkers=walkers, iterations=iterations, rounds=1)
+    solver = mw.PatternSearch(n_walkers=walkers, iterations=iterations, rounds=1, kernel=kernel,
+                              kernel_block=block, kernel_warps=warps)
     init = jax.jit(lambda k: solver.init(problem, k))
     starts = [init(jax.random.PRNGKey(s)) for s in range(n_starts)]
     jax.block_until_ready(starts)
@@ -149,7 +160,62 @@ def prepare_loop(mw: Any, problem: Any, walkers: int, iterations: int, n_starts:
     t0 = time.perf_counter()
     compiled = jax.jit(loop).lower(starts[0]).compile()
     return {"init": init, "starts": starts, "compiled": compiled, "compile_seconds": time.perf_counter() - t0,
-            "cost": common.xla_cost(problem)}
+            "cost": common.xla_cost(problem), "form": solver.kernel_plan(problem).name,
+            "form_reason": solver.kernel_plan(problem).reason}
+
+
+def prepare_sweep(mw: Any, problem: Any, walkers: int, block: int | None, warps: int | None) -> dict[str, Any]:
+    """The Pallas kernel alone: one iteration (one sweep over the coordinates) of ``walkers`` walkers."""
+    import jax
+
+    from multiwalk.solvers import pattern_search_kernel as psk
+
+    solver = mw.PatternSearch(n_walkers=walkers, iterations=1, rounds=1, kernel="pallas")
+    plan = solver.kernel_plan(problem)
+    if not plan.use_pallas:
+        return {"skipped": plan.reason}
+    state = jax.jit(lambda k: solver.init(problem, k))(jax.random.PRNGKey(0))
+    d0, _ = solver.steps(problem)
+    lo, hi, _ = problem.free_bounds()
+
+    def one(s):
+        return psk.sweep(plan.graph, s.x, s.fx, s.scale, s.n_nonfinite, d0=d0, lower=lo, upper=hi,
+                         block=block or psk.DEFAULT_BLOCK, num_warps=warps or psk.DEFAULT_WARPS,
+                         interpret=plan.interpret)
+
+    return {"compiled": jax.jit(one).lower(state).compile(), "state": state}
+
+
+def time_sweep(prep: dict[str, Any], min_reps: int, min_seconds: float) -> dict[str, Any]:
+    import jax
+
+    if "skipped" in prep or "error" in prep:
+        return prep
+    jax.block_until_ready(prep["compiled"](prep["state"]))
+    times = _interleaved_inputs(prep["compiled"], [prep["state"]], min_reps, min_seconds)
+    return {"seconds_median": statistics.median(times), "seconds_min": min(times)}
+
+
+def kernel_ops(problem: Any) -> dict[str, float] | None:
+    """Lane operations of one iteration of one walker as the Pallas kernel computes it: the objective's
+    scalar graph once at x, then for each coordinate two trial points that recompute only the nodes
+    depending on it (transcendentals counted as TRANSCENDENTAL_OPS), plus ALGO_OPS per trial point."""
+    from multiwalk.scalarise import Unsupported, scalarise
+
+    try:
+        g = scalarise(problem.chi2_free, problem.n_free, problem.dtype)
+    except Unsupported:
+        return None
+    heavy = {"sin", "cos", "tan", "exp", "exp2", "expm1", "log", "log1p", "sqrt", "rsqrt", "cbrt", "pow", "tanh",
+             "logistic", "atan", "atan2", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erf_inv"}
+
+    def cost(nodes: list[Any]) -> int:
+        return sum(common.TRANSCENDENTAL_OPS if op.prim.name in heavy else 1 for op in nodes)
+
+    full = cost(g.ops)
+    trials = sum(2 * (cost(dep) + ALGO_OPS) for dep in g.dependents)
+    return {"graph_ops": len(g.ops), "full_evaluation_ops": full, "per_iteration_ops": full + trials,
+            "mean_recomputed_nodes": float(np.mean([len(dep) for dep in g.dependents]))}
 
 
 def time_ours(prep: dict[str, Any], iterations: int, min_reps: int, min_seconds: float, with_init: bool) -> dict[str, Any]:
@@ -224,15 +290,15 @@ def prewarm_solve(problem: Any, solver: Any) -> float:
     return time.perf_counter() - t0
 
 
-def time_solve(mw: Any, problem: Any, walkers: int, iterations: int) -> dict[str, Any]:
+def time_solve(mw: Any, problem: Any, walkers: int, iterations: int, kernel: str = "auto") -> dict[str, Any]:
     """mw.solve end to end, one round (progress off): its run_seconds, compile_seconds and wall time."""
-    solver = mw.PatternSearch(n_walkers=walkers, iterations=iterations, rounds=1)
+    solver = mw.PatternSearch(n_walkers=walkers, iterations=iterations, rounds=1, kernel=kernel)
     t0 = time.perf_counter()
     res = mw.solve(problem, solver, seed=0, progress=False)
     wall = time.perf_counter() - t0
     return {"run_seconds": float(res.stats["run_seconds"]), "compile_seconds": float(res.stats["compile_seconds"]),
             "wall_seconds": wall, "chunks": int(res.stats["chunks"]), "best_f": float(res.fun),
-            "evaluations": int(res.stats["evaluations"])}
+            "evaluations": int(res.stats["evaluations"]), "kernel": kernel, "form": res.stats.get("kernel")}
 
 
 # ============================================================================ the CPU code
@@ -288,9 +354,18 @@ def floor(problem: Any, walkers: int, iterations: int, cost: dict[str, float], b
     ops = evals * (per_eval + ALGO_OPS)
     nbytes = walkers * (4 * d + 17) * d * iterations
     t_ops, t_mem = ops / lane_ops, nbytes / bw
-    return {"evaluations": evals, "ops_per_evaluation": per_eval + ALGO_OPS, "ops": ops, "bytes": nbytes,
-            "seconds_ops": t_ops, "seconds_memory": t_mem, "seconds": max(t_ops, t_mem),
-            "bound": "operations" if t_ops >= t_mem else "memory"}
+    out = {"evaluations": evals, "ops_per_evaluation": per_eval + ALGO_OPS, "ops": ops, "bytes": nbytes,
+           "seconds_ops": t_ops, "seconds_memory": t_mem, "seconds": max(t_ops, t_mem),
+           "bound": "operations" if t_ops >= t_mem else "memory"}
+    inc = kernel_ops(problem)
+    if inc is not None:
+        # The Pallas form: incremental trial evaluations; its bytes (points in and out once per
+        # iteration, 4 d + 12 bytes a walker each way) are negligible, so operations bound it.
+        k_ops = walkers * iterations * inc["per_iteration_ops"]
+        k_bytes = walkers * iterations * 2 * (4 * d + 12)
+        out["incremental"] = {**inc, "ops": k_ops, "bytes": k_bytes,
+                              "seconds": max(k_ops / lane_ops, k_bytes / bw)}
+    return out
 
 
 # ============================================================================ table 5
@@ -384,26 +459,41 @@ def markdown(report: dict[str, Any]) -> str:
         "compilation excluded). CPU scalar: the paper's CPU code (Python loop over walkers, iterations and "
         f"coordinates, `f` on one point) timed on {st['scalar_walkers']} walkers and scaled linearly to all walkers. "
         "CPU batched: the same loop over iterations and coordinates, all walkers per NumPy call, timed in full. "
-        "Speedup = CPU scalar (scaled) / ours (loop). Same start points for all; identical = walkers whose final "
-        "point is bit-identical in ours and CPU batched (float32 rounding of sin/exp may differ).",
+        "Speedup = CPU scalar (scaled) / the faster of our two forms. XLA = `PatternSearch(kernel='xla')` (d dependent "
+        "XLA sub-steps per iteration); Pallas = `kernel='pallas'` (one Pallas kernel per iteration, one walker per "
+        "lane). Same start points for all; identical = walkers whose final point is bit-identical in the two "
+        "codes compared (float32 rounding of sums and of sin/exp may differ, and a walker whose comparison flips "
+        "on one rounding takes another path).",
     ]
     t1 = report.get("table1")
     if t1:
         lines += ["", f"Table 1 — Ackley, {st['d_table1']} variables, {st['iterations']} iterations (ms)", "",
-                  "| walkers | ours loop | ours with init | mw.solve run | CPU batched | CPU scalar (scaled) | speedup "
-                  "| paper GPU | paper CPU | paper speedup | floor | floor/ours | identical | compile s |",
-                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| walkers | ours XLA loop | ours Pallas loop | XLA / Pallas | ours with init (XLA) | mw.solve run "
+                  "| CPU batched | CPU scalar (scaled) | speedup | paper GPU | paper CPU | paper speedup | floor XLA form "
+                  "| floor Pallas form | Pallas floor/ours | identical XLA = CPU | identical Pallas = XLA "
+                  "| compile s XLA / Pallas |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in t1:
             o, c, p = r["ours"], r["cpu"], PAPER_T1.get(r["walkers"])
+            k = r.get("pallas") or {}
+            fastest = min(o["loop_seconds_median"], k.get("loop_seconds_median", np.inf))
             sol = r.get("solve") or {}
-            cmp_ = r.get("compare") or {}
+            cmp_, cmpk = r.get("compare") or {}, r.get("compare_pallas") or {}
+            inc = r["floor"].get("incremental") or {}
+            k_ms = k.get("loop_seconds_median")
+            ratio = _x(o["loop_seconds_median"] / k_ms) if k_ms else "—"
+            k_floor = f"{100 * inc['seconds'] / k_ms:.2g} %" if k_ms and inc else "—"
+            k_compile = f"{k['compile_seconds']:.2f}" if k else "—"
             lines.append(
-                f"| {r['walkers']} | {_ms(o['loop_seconds_median'])} | {_ms(o.get('with_init_seconds_median'))} | "
+                f"| {r['walkers']} | {_ms(o['loop_seconds_median'])} | {_ms(k_ms)} | {ratio} | "
+                f"{_ms(o.get('with_init_seconds_median'))} | "
                 f"{_ms(sol.get('run_seconds'))} | {_ms(c.get('batched_seconds'), 4)} | {_ms(c['scalar_seconds_scaled'], 4)} | "
-                f"{_x(c['scalar_seconds_scaled'] / o['loop_seconds_median'])} | "
+                f"{_x(c['scalar_seconds_scaled'] / fastest)} | "
                 f"{p[0] if p else '—'} | {p[1] if p else '—'} | {_x(p[1] / p[0]) if p else '—'} | "
-                f"{_ms(r['floor']['seconds'])} | {100 * r['floor']['seconds'] / o['loop_seconds_median']:.2g} % | "
-                f"{cmp_.get('walkers_identical', '—')}/{cmp_.get('walkers', '—')} | {o['compile_seconds']:.2f} |")
+                f"{_ms(r['floor']['seconds'])} | {_ms(inc.get('seconds'))} | {k_floor} | "
+                f"{cmp_.get('walkers_identical', '—')}/{cmp_.get('walkers', '—')} | "
+                f"{cmpk.get('walkers_identical', '—')}/{cmpk.get('walkers', '—')} | "
+                f"{o['compile_seconds']:.2f} / {k_compile} |")
         big = t1[-1]
         f_ = big["floor"]
         lines += ["", f"Floor at {big['walkers']} walkers: {f_['evaluations']:.4g} evaluations × "
@@ -425,25 +515,72 @@ def markdown(report: dict[str, Any]) -> str:
                          f"no search logic): {_ms(oo['seconds_median'])} ms.")
         if big.get("solve"):
             s = big["solve"]
-            lines.append(f"mw.solve at {big['walkers']} walkers: run {_ms(s['run_seconds'])} ms in {s['chunks']} chunks, "
+            lines.append(f"mw.solve (kernel='{s.get('kernel', 'auto')}', ran {s.get('form', '?')}) at {big['walkers']} "
+                         f"walkers: run {_ms(s['run_seconds'])} ms in {s['chunks']} chunks, "
                          f"compile {s['compile_seconds']:.2f} s, wall {s['wall_seconds']:.2f} s.")
+        inc = big["floor"].get("incremental")
+        if inc:
+            lines.append(f"Floor of the Pallas form at {big['walkers']} walkers: per walker and iteration the objective's "
+                         f"scalar graph once ({inc['graph_ops']} nodes, {inc['full_evaluation_ops']} lane ops) and "
+                         f"2 × {st['d_table1']} trial points recomputing {inc['mean_recomputed_nodes']:.3g} nodes on "
+                         f"average (+ {ALGO_OPS} ops each): {inc['per_iteration_ops']} lane ops → {inc['ops']:.3g} ops → "
+                         f"{_ms(inc['seconds'])} ms (its {inc['bytes'] / 1e6:.3g} MB of points in and out are negligible).")
+        if big.get("sweep_alone"):
+            sa = big["sweep_alone"]
+            if "seconds_median" in sa:
+                k_ms = (big.get("pallas") or {}).get("loop_seconds_median")
+                lines.append(f"Pallas kernel alone (one iteration = one sweep over the {st['d_table1']} coordinates, "
+                             f"{big['walkers']} walkers, jitted, no loop): {sa['seconds_median'] * 1e6:.4g} µs; × "
+                             f"{st['iterations']} = {_ms(sa['seconds_median'] * st['iterations'])} ms"
+                             + (f" of the loop's {_ms(k_ms)} ms." if k_ms else "."))
+        if big.get("pallas"):
+            k_ms = big["pallas"]["loop_seconds_median"]
+            lines.append(f"Goal (Table 1's largest case in < 1 ms after compilation): Pallas loop {_ms(k_ms)} ms at "
+                         f"{big['walkers']} walkers — {'met' if k_ms < 1e-3 else 'NOT met'} (XLA form "
+                         f"{_ms(big['ours']['loop_seconds_median'])} ms; the paper's GPU "
+                         f"{PAPER_T1.get(big['walkers'], ('—',))[0]} ms).")
+    variants = report.get("kernel_variants")
+    if variants:
+        lines += ["", f"Pallas launch shapes — Ackley, {st['d_table1']} variables, {variants[0]['walkers']} walkers, "
+                  f"{st['iterations']} iterations (the same loop as Table 1)", "",
+                  "| walkers per program | warps | walkers per thread | loop ms | per iteration µs "
+                  "| final points identical to the first shape's | compile s |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        for v in variants:
+            if "error" in v:
+                lines.append(f"| {v['block']} | {v['warps']} | — | failed: {v['error'][:120]} | — | — | — |")
+                continue
+            lines.append(f"| {v['block']} | {v['warps']} | {v['block'] / (32 * v['warps']):.3g} | "
+                         f"{_ms(v['loop_seconds_median'])} | {v['loop_seconds_median'] / st['iterations'] * 1e6:.3g} | "
+                         f"{v.get('same_as_first_variant', '—')}/{v['walkers']} | {v['compile_seconds']:.2f} |")
     t4 = report.get("table4")
     if t4:
         lines += ["", f"Table 4 — {st['walkers_table4']} walkers, {st['d_table4']} variables, {st['iterations']} "
                   "iterations (ms; quartic with its noise)", "",
-                  "| function | ours loop | CPU batched | CPU scalar (scaled) | speedup | paper CPU | paper GPU "
-                  "| paper speedup | floor | floor/ours | best ours | best CPU batched | identical | compile s |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| function | ours XLA | ours Pallas | XLA / Pallas | CPU batched | CPU scalar (scaled) | speedup "
+                  "| paper CPU | paper GPU | paper speedup | floor XLA form | floor Pallas form | Pallas floor/ours "
+                  "| best XLA | best Pallas | best CPU batched | identical XLA = CPU | identical Pallas = XLA "
+                  "| compile s XLA / Pallas |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for name, r in t4.items():
             o, c, p = r["ours"], r["cpu"], PAPER_T4[name]
-            cmp_ = r.get("compare") or {}
+            k = r.get("pallas") or {}
+            cmp_, cmpk = r.get("compare") or {}, r.get("compare_pallas") or {}
+            inc = r["floor"].get("incremental") or {}
+            k_ms = k.get("loop_seconds_median")
+            ran = r.get("pallas_form", "")
+            label = _ms(k_ms) + ("" if not k or ran.startswith("pallas") else " (XLA: not scalarisable)")
+            fastest = min(o["loop_seconds_median"], k_ms or np.inf)
+            k_floor = f"{100 * inc['seconds'] / k_ms:.2g} %" if k_ms and inc else "—"
+            k_compile = f"{k['compile_seconds']:.2f}" if k else "—"
             lines.append(
-                f"| {PAPER_NAMES[name]} | {_ms(o['loop_seconds_median'])} | {_ms(c.get('batched_seconds'), 4)} | "
-                f"{_ms(c['scalar_seconds_scaled'], 4)} | {_x(c['scalar_seconds_scaled'] / o['loop_seconds_median'])} | "
-                f"{p[0]} | {p[1]} | {_x(p[0] / p[1])} | {_ms(r['floor']['seconds'])} | "
-                f"{100 * r['floor']['seconds'] / o['loop_seconds_median']:.2g} % | {o['best_f']:.4g} | "
+                f"| {PAPER_NAMES[name]} | {_ms(o['loop_seconds_median'])} | {label} | "
+                f"{_x(o['loop_seconds_median'] / k_ms) if k_ms else '—'} | {_ms(c.get('batched_seconds'), 4)} | "
+                f"{_ms(c['scalar_seconds_scaled'], 4)} | {_x(c['scalar_seconds_scaled'] / fastest)} | "
+                f"{p[0]} | {p[1]} | {_x(p[0] / p[1])} | {_ms(r['floor']['seconds'])} | {_ms(inc.get('seconds'))} | "
+                f"{k_floor} | {o['best_f']:.4g} | {_v(k.get('best_f'))} | "
                 f"{_v(c.get('batched_best_f'))} | {cmp_.get('walkers_identical', '—')}/{cmp_.get('walkers', '—')} | "
-                f"{o['compile_seconds']:.2f} |")
+                f"{cmpk.get('walkers_identical', '—')}/{cmpk.get('walkers', '—')} | "
+                f"{o['compile_seconds']:.2f} / {k_compile} |")
     t5 = report.get("table5")
     if t5:
         lines += ["", f"Table 5 — {st['walkers_table5']} walkers, {st['d_table5']} variables, {st['iterations']} "
@@ -510,6 +647,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="walkers the scalar CPU loop is timed on, scaled to all (default 64; 4 with --quick)")
     p.add_argument("--no-batched-cpu", action="store_true", help="skip the batched NumPy CPU code")
     p.add_argument("--no-solve", action="store_true", help="skip the mw.solve timings of Table 1")
+    p.add_argument("--no-kernel", action="store_true", help="skip the Pallas form (kernel='pallas') in Tables 1 and 4")
+    p.add_argument("--kernel-block", type=int, default=None,
+                   help="Pallas walkers per program for the tables (default: the solver's)")
+    p.add_argument("--kernel-warps", type=int, default=None,
+                   help="Pallas warps per program for the tables (default: the solver's)")
+    p.add_argument("--kernel-variants", default=None,
+                   help="Pallas launch shapes BLOCKxWARPS timed at Table 1's largest size, e.g. 64x2,128x4 "
+                        "(default 32x1,64x1,64x2,128x2,128x4,256x4,256x8 on a GPU, none on a CPU; 'none' to skip)")
     p.add_argument("--min-seconds", type=float, default=None, help="time each of our loops at least this long (default 0.5)")
     p.add_argument("--deadline", type=float, default=460.0,
                    help="seconds after the start past which no new Table 5 pass of seeds begins (default 460)")
@@ -636,13 +781,36 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in ("random", "best")}
     w_big = walkers_t1[-1] if 1 in tables else None
     tasks: dict[Any, Callable[[], Any]] = {}
+    def guarded(fn: Callable[[], Any]) -> Callable[[], Any]:
+        """A Pallas compilation that fails is reported in the tables, not fatal to the run."""
+        def run() -> Any:
+            try:
+                return fn()
+            except Exception as err:  # noqa: BLE001
+                log(f"FAILED: {type(err).__name__}: {err}")
+                return {"error": f"{type(err).__name__}: {err}"}
+        return run
+
+    kb, kw = args.kernel_block, args.kernel_warps
     for name, w in size_rows:
         tasks[("loop", name, w)] = lambda name=name, w=w: prepare_loop(mw, problems14[name], w, iterations, n_starts)
+        if not args.no_kernel:
+            tasks[("kloop", name, w)] = guarded(lambda name=name, w=w: prepare_loop(
+                mw, problems14[name], w, iterations, n_starts, "pallas", kb, kw))
+    variants: list[tuple[int, int]] = []
+    if w_big is not None and not args.no_kernel:
+        spec = args.kernel_variants or ("32x1,64x1,64x2,128x2,128x4,256x4,256x8" if on_gpu else "none")
+        if spec != "none":
+            variants = [(int(v.split("x")[0]), int(v.split("x")[1])) for v in spec.split(",") if v.strip()]
+        for b_, w_ in variants:
+            tasks[("variant", b_, w_)] = guarded(lambda b_=b_, w_=w_: prepare_loop(
+                mw, problems14["ackley"], w_big, iterations, n_starts, "pallas", b_, w_))
+        tasks[("sweep", w_big)] = guarded(lambda: prepare_sweep(mw, problems14["ackley"], w_big, kb, kw))
     if w_big is not None:
         tasks[("objective", w_big)] = lambda: prepare_objective_only(problems14["ackley"], w_big, iterations)
         if cache_dir and not args.no_solve:
             solver1 = mw.PatternSearch(n_walkers=w_big, iterations=iterations, rounds=1)
-            tasks[("solve", w_big)] = lambda: prewarm_solve(problems14["ackley"], solver1)
+            tasks[("solve", w_big)] = guarded(lambda: prewarm_solve(problems14["ackley"], solver1))
     if cache_dir:
         for name, problem in problems5.items():
             for mode, solver in solvers5.items():
@@ -679,6 +847,24 @@ def main(argv: list[str] | None = None) -> int:
             r["solve"] = time_solve(mw, problem, walkers, iterations)
         if objective_only:
             r["objective_only"] = time_objective_only(prepared[("objective", walkers)], min_reps, min_seconds)
+        prep_k = prepared.get(("kloop", name, walkers))
+        if prep_k is not None and "error" in prep_k:
+            notes.append(f"{name} at {walkers} walkers: the Pallas form failed to compile: {prep_k['error'][:300]}")
+        elif prep_k is not None:
+            # The same start states as the XLA form (the same init, so the same points).
+            k = time_ours({**prep_k, "starts": prep["starts"]}, iterations, min_reps, min_seconds, with_init=False)
+            same = np.all(k["final_x"] == o["final_x"], axis=1)
+            r["pallas"], r["pallas_form"], r["pallas_form_reason"] = k, prep_k["form"], prep_k["form_reason"]
+            r["compare_pallas"] = {"walkers_identical": int(same.sum()), "walkers": int(same.size),
+                                   "max_abs_value_difference": float(np.max(np.abs(k["final_f"] - o["final_f"])))}
+            if not k["check"]:
+                notes.append(f"{name} at {walkers} walkers: sanity check of the Pallas form's final state failed")
+            if not prep_k["form"].startswith("pallas"):
+                notes.append(f"{name}: kernel='pallas' ran the XLA form: {prep_k['form_reason']}")
+            log(f"{name:13s} {walkers:6d} walkers: Pallas {k['loop_seconds_median'] * 1e3:.3g} ms ({prep_k['form']}), "
+                f"best {k['best_f']:.4g}, identical to XLA {same.sum()}/{same.size}")
+        if objective_only and ("sweep", walkers) in prepared:
+            r["sweep_alone"] = time_sweep(prepared[("sweep", walkers)], min_reps, min_seconds)
         rows[key] = r
         cm = r["compare"]
         log(f"{name:13s} {walkers:6d} walkers: ours {o['loop_seconds_median'] * 1e3:.3g} ms "
@@ -691,6 +877,24 @@ def main(argv: list[str] | None = None) -> int:
         return r
 
     try:
+        if variants:
+            report["kernel_variants"] = []
+            ref_x = None
+            for b_, w_ in variants:
+                prep_v = prepared[("variant", b_, w_)]
+                v: dict[str, Any] = {"block": b_, "warps": w_, "walkers": w_big}
+                if "error" in prep_v:
+                    v["error"] = prep_v["error"]
+                else:
+                    starts = prepared[("loop", "ackley", w_big)]["starts"]  # the XLA form's, as in Table 1
+                    tv = time_ours({**prep_v, "starts": starts}, iterations, min_reps, min_seconds, with_init=False)
+                    ref_x = tv["final_x"] if ref_x is None else ref_x
+                    v.update({"loop_seconds_median": tv["loop_seconds_median"], "compile_seconds": tv["compile_seconds"],
+                              "spread": tv["spread"], "best_f": tv["best_f"],
+                              "same_as_first_variant": int(np.all(tv["final_x"] == ref_x, axis=1).sum())})
+                    log(f"Pallas {b_}x{w_}: {tv['loop_seconds_median'] * 1e3:.3g} ms")
+                report["kernel_variants"].append(v)
+            save()
         if 1 in tables:
             report["table1"] = []
             for w in walkers_t1:

@@ -102,7 +102,8 @@ def plan(problem: Problem, kernel: str) -> KernelPlan:
     if reason is not None:
         reason += "; using the XLA form"
         if kernel == "pallas":
-            warnings.warn(f"PatternSearch(kernel='pallas'): {reason}", RuntimeWarning, stacklevel=3)
+            # One location, so Python's default filter shows it once, however often the plan is made.
+            warnings.warn(f"PatternSearch(kernel='pallas'): {reason}", RuntimeWarning, stacklevel=1)
         else:
             log.debug("PatternSearch kernel: %s", reason)
         return KernelPlan(False, False, reason)
