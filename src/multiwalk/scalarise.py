@@ -34,12 +34,28 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import lax as _public_lax
 
 try:  # jax.extend.core is the public home of these (JAX >= 0.4.36); jax.core keeps them in older ones
     from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 except ImportError:  # pragma: no cover
     from jax.core import ClosedJaxpr, Jaxpr, Literal  # type: ignore[no-redef]
+
+
+
+class _Primitives:
+    """``lax.add_p`` and friends, from ``jax.lax`` or, where a JAX version no longer exports them, its source."""
+
+    def __getattr__(self, name: str) -> Any:
+        prim = getattr(_public_lax, name, None)
+        if prim is None:
+            from jax._src.lax import lax as _src_lax
+
+            prim = getattr(_src_lax, name)
+        return prim
+
+
+lax = _Primitives()
 
 __all__ = ["Node", "ScalarGraph", "Unsupported", "scalarise", "MAX_ELEMENTS", "MAX_NODES"]
 
