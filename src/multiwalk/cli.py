@@ -51,7 +51,7 @@ FUNCTIONS: dict[str, tuple[str, str]] = {
 #: has ``add_parser(commands)``, which adds its subparser and sets ``handler`` and ``command_parser``
 #: like ``lbfgs`` below.  Those modules import their heavy dependencies inside the handler, so
 #: ``multiwalk --help`` stays fast.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("run", "neighborlist", "image")
+SUBCOMMAND_MODULES: tuple[str, ...] = ("run", "neighborlist", "demo", "image")
 
 EXIT_OK = 0
 EXIT_FAILED = 1

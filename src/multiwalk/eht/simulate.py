@@ -1,9 +1,12 @@
 """Earth-rotation synthesis: u, v tracks of an array and simulated visibilities with thermal noise.
 
-The conventions are ehtim's (``make_uvpoints``), so that its observations can be compared with
+The geometry is ehtim's (``make_uvpoints``), so that its observations can be compared with
 ours: the Earth-fixed station positions are rotated by the Greenwich hour angle of the source
 ``GMST - RA``; ``u`` points East and ``v`` North on the sky at the source; the baseline of
-stations ``i < j`` (array order) is ``x_i - x_j``; a station observes while the source's
+stations ``i < j`` (array order) is ``(x_j - x_i) / lambda`` (Thompson, Moran & Swenson's
+``b = r2 - r1``), which goes with the model's ``V = sum I exp(-2 pi i (u x + v y))``.  ehtim
+writes the same visibility with ``u, v`` of the opposite sign (``x_i - x_j`` and ``exp(+2 pi i
+...)``), so its tracks are ours mirrored through the origin.  A station observes while the source's
 geocentric elevation lies strictly between the limits; the thermal noise of Stokes I on a
 baseline is ``0.5 sqrt(s_rr^2 + s_ll^2)`` with ``s = sqrt(SEFD_1 SEFD_2 / (2 bandwidth t)) / 0.88``
 (2-bit quantisation), drawn independently for the real and the imaginary part.
@@ -88,7 +91,7 @@ def uv_tracks(
     elev = 90.0 - np.rad2deg(np.arccos(np.clip(pos @ src / np.linalg.norm(array.xyz, axis=1)[None, :], -1, 1)))
     up = (elev > lo) & (elev < hi)
     i1, i2 = np.triu_indices(len(array), k=1)
-    b = (pos[:, i1, :] - pos[:, i2, :]) / lam  # (T, B, 3) wavelengths
+    b = (pos[:, i2, :] - pos[:, i1, :]) / lam  # (T, B, 3) wavelengths, r2 - r1
     seen = up[:, i1] & up[:, i2]
     t_idx, b_idx = np.nonzero(seen)
     bb = b[t_idx, b_idx]
