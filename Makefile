@@ -11,10 +11,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+# The flagship: simulate an EHT 2017 observation of an xringaus Sgr A*, fit it back with
+# ReplicaExchange on the CPU (about a minute), print truth / best / median / 68 % interval, plot.
 demo: $(STAMP)
-	MPLBACKEND=Agg $(PY) examples/solvsys.py --out demo_output
-	MPLBACKEND=Agg $(PY) examples/search_rosenbrock.py --out demo_output
-	@echo "plots written to demo_output/"
+	MPLBACKEND=Agg JAX_PLATFORMS=cpu $(VENV)/bin/multiwalk demo --out demo_output
+	@echo "plots and the simulated sgra_uvdata.txt written to demo_output/"
 
 test: $(STAMP)
 	$(PY) -m ruff check src tests examples benchmarks

@@ -50,8 +50,9 @@ def _images(plt, fit: XringausFit, truth, npix: int, fov: float):
     vmax = max(float(im.max()) for im in imgs)
     half = fov / 2
     for ax, (title, _), im in zip(axes[0], panels, imgs):
-        # East (x > 0, conjugate to u) to the left, as on the sky
-        ax.imshow(im, origin="lower", extent=(half, -half, -half, half), cmap="afmhot", vmin=0, vmax=vmax)
+        # column ix holds x = (ix - (npix-1)/2) pixels (East, conjugate to u): East shown to the left, as on the sky
+        ax.imshow(im, origin="lower", extent=(-half, half, -half, half), cmap="afmhot", vmin=0, vmax=vmax)
+        ax.invert_xaxis()
         ax.set_title(f"{title}: {im.sum():.2f} Jy")
         ax.set_xlabel("relative RA (uas, East left)")
         ax.set_ylabel("relative Dec (uas)")
