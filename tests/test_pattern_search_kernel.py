@@ -176,21 +176,49 @@ def test_kernel_nan_and_fixed_parameters():
 
 
 @pytest.fixture(scope="module")
-def solved_with_kernel():
-    problem = yao_problem("sphere", 4)
-    solver = mw.PatternSearch(n_walkers=48, iterations=4, rounds=3, kernel="pallas", kernel_block=16)
-    return problem, solver, mw.solve(problem, solver, seed=5)
+def step_runs():
+    """mw.solve on the Step function (f = sum floor(x + 1/2)^2: integer values, exact in float32 in any
+    summation order) with both forms: 3 rounds of 4 iterations, 48 walkers.  mw.solve calls
+    PatternSearch.run_chunk, which in the Pallas form runs up to a round's end in one kernel launch."""
+    problem = yao_problem("step", 4)
+    kw = dict(n_walkers=48, iterations=4, rounds=3, kernel_block=16)
+    solvers = {k: mw.PatternSearch(kernel=k, **kw) for k in ("xla", "pallas")}
+    return problem, solvers, {k: mw.solve(problem, s, seed=5) for k, s in solvers.items()}
 
 
-def test_solve_with_kernel_rounds_and_stats(solved_with_kernel):
-    """mw.solve drives the kernel like the XLA form (rounds restart from fresh points, 3 x 4 iterations);
-    the result says which form ran; same seed, same result (run again through the cached loop)."""
-    problem, solver, res = solved_with_kernel
-    assert res.stats["kernel"] == "pallas (interpret mode)" and "interpret" in res.stats["kernel_reason"]
-    assert res.stats["rounds"] == 3 and res.evaluations == 48 * (3 + 2 * 4 * 12)
-    again = mw.solve(problem, solver, seed=5)
-    assert again.fun == res.fun and np.array_equal(again.walkers, res.walkers)
-    assert np.all(res.walkers >= problem.lower) and np.all(res.walkers <= problem.upper)
+def test_solve_with_kernel_equals_xla_exactly(step_runs):
+    """Multi-iteration launches, round restarts and the driver's chunks (1, 2, 4, ... iterations, so
+    launches that end mid-round) give exactly the result of the XLA form's step-by-step loop."""
+    problem, solvers, res = step_runs
+    a, b = res["xla"], res["pallas"]
+    assert b.stats["kernel"] == "pallas (interpret mode)" and "interpret" in b.stats["kernel_reason"]
+    assert a.stats["kernel"] == "xla" and b.stats["rounds"] == 3 and b.stats["chunks"] > 1
+    assert a.fun == b.fun and np.array_equal(a.x, b.x)
+    for field in ("walkers", "values", "steps", "halvings", "resets"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+    assert a.evaluations == b.evaluations == 48 * (3 + 2 * 4 * 12)
+    assert np.all(b.walkers >= problem.lower) and np.all(b.walkers <= problem.upper)
+
+
+def test_solve_with_kernel_is_deterministic(step_runs):
+    problem, solvers, res = step_runs
+    again = mw.solve(problem, solvers["pallas"], seed=5)  # the cached compiled loop, the same seed
+    assert again.fun == res["pallas"].fun and np.array_equal(again.walkers, res["pallas"].walkers)
+
+
+def test_run_chunk_equals_steps_mid_round():
+    """run_chunk of 3 then 4 iterations (a launch ending mid-round, then one crossing into the next
+    round's restart) = 7 single-iteration kernel steps, bit for bit, on Ackley (same kernel code)."""
+    problem = yao_problem("ackley", 3)
+    solver = mw.PatternSearch(n_walkers=40, iterations=5, rounds=2, kernel="pallas", kernel_block=16)
+    state = jax.jit(lambda k: solver.init(problem, k))(jax.random.PRNGKey(7))
+    chunk = jax.jit(lambda s, n: solver.run_chunk(problem, s, 0, n))
+    a, n1 = chunk(state, jnp.int32(3))
+    a, n2 = chunk(a, jnp.int32(4))
+    b = run_loop(problem, solver, state, 7)
+    assert int(n1) == 3 and int(n2) == 4 and int(a.iteration) == 7
+    for field in b._fields:
+        np.testing.assert_array_equal(np.asarray(getattr(a, field)), getattr(b, field), err_msg=field)
 
 
 def test_fallbacks_and_options(recwarn):

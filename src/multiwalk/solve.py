@@ -142,22 +142,14 @@ class _Progress:
 
 
 def _chunk_runner(problem: Problem, solver: Solver, phase: int) -> Callable:
-    """``(state, n) -> (state, n_run)``: up to ``n`` steps of ``phase``, fewer if ``solver.done``.
+    """``(state, n) -> (state, n_run)``: up to ``n`` steps of ``phase``, fewer if ``solver.done``
+    (``solver.run_chunk``: by default a ``while_loop`` over ``step``).
 
     The trip count is dynamic, so one executable serves chunks of every length.
     """
 
     def run_chunk(state: Any, n: jax.Array) -> tuple[Any, jax.Array]:
-        def cond(carry):
-            i, s = carry
-            return (i < n) & ~solver.done(problem, s, phase)
-
-        def body(carry):
-            i, s = carry
-            return i + 1, solver.step(problem, s, phase)
-
-        n_run, state = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), state))
-        return state, n_run
+        return solver.run_chunk(problem, state, phase, n)
 
     return run_chunk
 

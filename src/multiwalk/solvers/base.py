@@ -93,6 +93,25 @@ class Solver(abc.ABC):
     def step(self, problem: Problem, state: Any, phase: int) -> Any:
         """One iteration of phase ``phase`` (static); returns the new state."""
 
+    def run_chunk(self, problem: Problem, state: Any, phase: int, n: jax.Array) -> tuple[Any, jax.Array]:
+        """Up to ``n`` (traced int32) iterations of ``phase``, fewer if ``done``: ``(state, iterations run)``.
+
+        The driver jits this once per phase (the trip count is dynamic, so one executable serves
+        chunks of every length).  The default is a ``while_loop`` over ``step``; a solver may run
+        several iterations per loop trip (PatternSearch's Pallas form: one kernel per round)
+        as long as the result is that of ``n`` steps."""
+
+        def cond(carry):
+            i, s = carry
+            return (i < n) & ~self.done(problem, s, phase)
+
+        def body(carry):
+            i, s = carry
+            return i + 1, self.step(problem, s, phase)
+
+        n_run, state = jax.lax.while_loop(cond, body, (jax.numpy.asarray(0, jax.numpy.int32), state))
+        return state, n_run
+
     def done(self, problem: Problem, state: Any, phase: int) -> jax.Array:
         """Whether the phase has converged and can stop early (a traced bool)."""
         return jax.numpy.asarray(False)

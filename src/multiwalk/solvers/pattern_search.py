@@ -243,21 +243,71 @@ class PatternSearch(Solver):
         d0, tol_scale = self.steps(problem)
         lo_j, hi_j, d0_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt), jnp.asarray(d0, dt)
 
-        if self.rounds != 1:  # rounds=1 never restarts: no conditional in the loop (it costs on GPUs)
-            starts_round = (state.iteration % self.iterations == 0) & (state.iteration > 0)
-            state = jax.lax.cond(starts_round, lambda s: self._new_round(problem, s), lambda s: s, state)
-
+        state = self._maybe_new_round(problem, state)
         plan = self.kernel_plan(problem)
         if plan.use_pallas:
-            assert plan.graph is not None
-            x, fx, improved, n_nonfinite = pattern_search_kernel.sweep(
-                plan.graph, state.x, state.fx, state.scale, state.n_nonfinite, d0=d0, lower=lo, upper=hi,
-                block=self.kernel_block or pattern_search_kernel.DEFAULT_BLOCK,
-                num_warps=self.kernel_warps or pattern_search_kernel.DEFAULT_WARPS, interpret=plan.interpret,
-            )
-        else:
-            x, fx, improved, n_nonfinite = self._sweep_xla(problem, state, lo_j, hi_j, d0_j)
+            return self._kernel_iterations(problem, plan, state, 1, 1)
+        x, fx, improved, n_nonfinite = self._sweep_xla(problem, state, lo_j, hi_j, d0_j)
         return self._end_iteration(state, x, fx, improved, n_nonfinite, tol_scale)
+
+    def run_chunk(
+        self, problem: Problem, state: PatternSearchState, phase: int, n: jax.Array
+    ) -> tuple[PatternSearchState, jax.Array]:
+        """``n`` iterations.  The Pallas form runs up to a round's end (at most
+        ``pattern_search_kernel.MAX_ITERATIONS``) in one kernel launch per loop trip; the
+        result is that of ``n`` steps (the same iterations, best point and counters)."""
+        plan = self.kernel_plan(problem)
+        if not plan.use_pallas:
+            return super().run_chunk(problem, state, phase, n)
+        per_launch = min(self.iterations, pattern_search_kernel.MAX_ITERATIONS)
+
+        def body(carry: tuple) -> tuple:
+            i, s = carry
+            s = self._maybe_new_round(problem, s)
+            to_round_end = self.iterations - s.iteration % self.iterations
+            k = jnp.minimum(jnp.minimum(n - i, to_round_end), per_launch).astype(jnp.int32)
+            return i + k, self._kernel_iterations(problem, plan, s, k, per_launch)
+
+        n_run, state = jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.asarray(0, jnp.int32), state))
+        return state, n_run
+
+    def _maybe_new_round(self, problem: Problem, state: PatternSearchState) -> PatternSearchState:
+        """Fresh walkers when ``state.iteration`` is at the start of a round after the first."""
+        if self.rounds == 1:  # never restarts: no conditional in the loop (it costs on GPUs)
+            return state
+        starts_round = (state.iteration % self.iterations == 0) & (state.iteration > 0)
+        return jax.lax.cond(starts_round, lambda s: self._new_round(problem, s), lambda s: s, state)
+
+    def _kernel_iterations(
+        self, problem: Problem, plan: pattern_search_kernel.KernelPlan, state: PatternSearchState,
+        n: jax.Array | int, max_iter: int,
+    ) -> PatternSearchState:
+        """``n`` (<= ``max_iter``, within one round) iterations in one Pallas launch, with rule d)
+        and the best point kept as ``n`` calls of the XLA form would keep them."""
+        assert plan.graph is not None
+        lo, hi, _ = problem.free_bounds()
+        d0, tol_scale = self.steps(problem)
+        r = pattern_search_kernel.sweeps(
+            plan.graph, state.x, state.fx, state.scale, state.n_nonfinite, state.n_halvings, state.n_resets, n,
+            max_iter=max_iter, d0=d0, lower=lo, upper=hi, tol_scale=tol_scale, reset=self.reset,
+            block=self.kernel_block or pattern_search_kernel.DEFAULT_BLOCK,
+            num_warps=self.kernel_warps or pattern_search_kernel.DEFAULT_WARPS, interpret=plan.interpret,
+        )
+        # Step by step, the best point changes at each strictly lower iteration minimum: it ends at the
+        # first iteration that reaches the lowest one (argmin takes the first), if that beats the old best.
+        t = jnp.argmin(r.best_f)
+        better = r.best_f[t] < state.best_f
+        return state._replace(
+            iteration=state.iteration + n,
+            x=r.x,
+            fx=r.fx,
+            scale=r.scale,
+            best_x=jnp.where(better, r.best_x[t], state.best_x),
+            best_f=jnp.where(better, r.best_f[t], state.best_f),
+            n_halvings=r.n_halvings,
+            n_resets=r.n_resets,
+            n_nonfinite=r.n_bad,
+        )
 
     def _sweep_xla(self, problem: Problem, state: PatternSearchState, lo_j: jax.Array, hi_j: jax.Array,
                    d0_j: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -34,13 +34,14 @@ import numpy as np
 from ..problem import Problem
 from ..scalarise import Node, ScalarGraph, Unsupported, scalarise
 
-__all__ = ["KERNELS", "KernelPlan", "plan", "sweep", "DEFAULT_BLOCK", "DEFAULT_WARPS"]
+__all__ = ["KERNELS", "KernelPlan", "Sweeps", "plan", "sweeps", "DEFAULT_BLOCK", "DEFAULT_WARPS", "MAX_ITERATIONS"]
 
 log = logging.getLogger("multiwalk")
 
 KERNELS = ("auto", "xla", "pallas")
 DEFAULT_BLOCK = 128  # walkers per Pallas program (a power of two)
 DEFAULT_WARPS = 4  # warps per program: block / (32 * warps) walkers per thread
+MAX_ITERATIONS = 64  # iterations one launch may run (its per-iteration best rows: max_iter x programs x d)
 MAX_FREE = 256  # more free parameters than this: the unrolled sweep would be too long to compile
 MAX_EMITTED = 60_000  # graph operations emitted per iteration (full evaluation + 2 partial per coordinate)
 
@@ -116,26 +117,48 @@ def _next_power_of_two(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def sweep(
+class Sweeps(NamedTuple):
+    """What :func:`sweeps` returns: the walkers after the iterations, and each iteration's best walker."""
+
+    x: jax.Array  # (W, d)
+    fx: jax.Array  # (W,)
+    scale: jax.Array  # (W,)
+    n_bad: jax.Array  # (W,) int32
+    n_halvings: jax.Array  # (W,) int32
+    n_resets: jax.Array  # (W,) int32
+    best_f: jax.Array  # (max_iter,) min over walkers after iteration t (unused rows: +inf)
+    best_x: jax.Array  # (max_iter, d) the point of the first walker with that value
+
+
+def sweeps(
     graph: ScalarGraph,
     x: jax.Array,
     fx: jax.Array,
     scale: jax.Array,
     n_bad: jax.Array,
+    n_halvings: jax.Array,
+    n_resets: jax.Array,
+    n_iter: jax.Array | int,
     *,
+    max_iter: int,
     d0: np.ndarray,
     lower: np.ndarray,
     upper: np.ndarray,
+    tol_scale: float,
+    reset: bool,
     block: int = DEFAULT_BLOCK,
     num_warps: int = DEFAULT_WARPS,
     interpret: bool = False,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """One iteration of every walker: rules b) and c) for each coordinate in turn.
+) -> Sweeps:
+    """``n_iter`` (<= ``max_iter``, may be traced) iterations of every walker in ONE kernel launch.
 
+    Per iteration: rules b) and c) for each coordinate in turn, then rule d) (halve the step
+    scale of walkers that did not improve; with ``reset``, back to 1 at ``tol_scale``).
     ``x`` (W, d) points, ``fx`` (W,) their values (+inf where NaN/inf), ``scale`` (W,) step
-    scales (step = scale * d0), ``n_bad`` (W,) int32 non-finite evaluations so far; ``d0``,
-    ``lower``, ``upper`` (d,) per coordinate.  Returns the new ``x``, ``fx``, ``improved``
-    (W,) bool (some coordinate lowered f) and ``n_bad``.
+    scales (step = scale * d0), ``n_bad``, ``n_halvings``, ``n_resets`` (W,) int32 counters;
+    ``d0``, ``lower``, ``upper`` (d,) per coordinate.  Each program also writes, after each
+    iteration, its best walker (first of the lowest value); the first best program of each
+    iteration is picked here, so ``best_f[t]``/``best_x[t]`` are ``argmin`` over all walkers.
     """
     from jax.experimental import pallas as pl
 
@@ -143,14 +166,19 @@ def sweep(
     dt = x.dtype
     b = min(block, _next_power_of_two(w))
     wp = -(-w // b) * b
-    if wp != w:  # pad with copies of the last walker: computed, then dropped
+    programs = wp // b
+    if wp != w:  # pad with copies of the last walker: computed, then dropped (never the first best)
         rows = ((0, wp - w),)
         x = jnp.pad(x, rows + ((0, 0),), mode="edge")
-        fx, scale, n_bad = (jnp.pad(a, rows, mode="edge") for a in (fx, scale, n_bad))
+        fx, scale, n_bad, n_halvings, n_resets = (
+            jnp.pad(a, rows, mode="edge") for a in (fx, scale, n_bad, n_halvings, n_resets))
     d0_c, lo_c, hi_c = (np.asarray(v, dtype=dt) for v in (d0, lower, upper))
+    tol_c = np.asarray(tol_scale * (1 + 1e-6), dtype=dt)  # as the XLA form rounds it
 
-    def kernel(x_ref, fx_ref, scale_ref, bad_ref, x_out, fx_out, improved_out, bad_out):  # noqa: ANN001
-        rows = pl.ds(pl.program_id(0) * b, b)
+    def kernel(n_ref, x_ref, fx_ref, scale_ref, bad_ref, halv_ref, reset_ref,  # noqa: ANN001
+               x_out, fx_out, scale_out, bad_out, halv_out, reset_out, best_f_out, best_x_out):
+        pid = pl.program_id(0)
+        rows = pl.ds(pid * b, b)
         consts: dict[int, jax.Array] = {}
 
         def const(node: Node) -> jax.Array:  # a constant of f as a [b] vector (Triton folds it)
@@ -162,56 +190,90 @@ def sweep(
         def full(v: Any, dtype: Any = dt) -> jax.Array:
             return jnp.full((b,), v, dtype)
 
-        xs = [x_ref[rows, j] for j in range(d)]
-        f_x = fx_ref[rows]
-        s = scale_ref[rows]
-        bad = bad_ref[rows]
-        vals = graph.evaluate(xs, const)  # every node at x: what the trial points reuse
-        inf = full(np.inf)
-        improved = full(False, jnp.bool_)
-        for j in range(d):
-            delta = s * full(d0_c[j])
-            plus, minus = xs[j] + delta, xs[j] - delta
-            at_plus = graph.reevaluate(vals, j, plus, const)
-            at_minus = graph.reevaluate(vals, j, minus, const)
-            f_plus = graph.value(at_plus, const, vals)
-            f_minus = graph.value(at_minus, const, vals)
-            bad_plus, bad_minus = ~jnp.isfinite(f_plus), ~jnp.isfinite(f_minus)
-            f_plus, f_minus = jnp.where(bad_plus, inf, f_plus), jnp.where(bad_minus, inf, f_minus)
-            in_plus, in_minus = plus <= full(hi_c[j]), minus >= full(lo_c[j])
-            # Out-of-box values are not used, so not counted (as in the XLA form).
-            bad = bad + (in_plus & bad_plus).astype(jnp.int32) + (in_minus & bad_minus).astype(jnp.int32)
-            go_plus = in_plus & (f_plus <= f_x) & (f_plus <= jnp.where(in_minus, f_minus, inf))
-            go_minus = ~go_plus & in_minus & (f_minus <= f_x) & (f_minus <= jnp.where(in_plus, f_plus, inf))
-            f_new = jnp.where(go_plus, f_plus, jnp.where(go_minus, f_minus, f_x))
-            improved = improved | (f_new < f_x)
-            xs[j] = xs[j] + jnp.where(go_plus, delta, jnp.where(go_minus, -delta, full(0.0)))
-            # The cached values follow the walker: x[j]'s dependents take the values at the point moved to.
-            for node_id, v_plus in at_plus.items():
-                vals[node_id] = xs[j] if node_id == j else jnp.where(
-                    go_plus, v_plus, jnp.where(go_minus, at_minus[node_id], vals[node_id]))
-            f_x = f_new
+        lane = jax.lax.iota(jnp.int32, b)
+
+        def iteration(t: jax.Array, carry: tuple) -> tuple:
+            xs, f_x, s, bad, halv, resets = carry
+            xs = list(xs)
+            consts.clear()  # values made in this loop body stay in it
+            vals = graph.evaluate(xs, const)  # every node at x: what the trial points reuse
+            inf = full(np.inf)
+            improved = full(False, jnp.bool_)
+            for j in range(d):
+                delta = s * full(d0_c[j])
+                plus, minus = xs[j] + delta, xs[j] - delta
+                at_plus = graph.reevaluate(vals, j, plus, const)
+                at_minus = graph.reevaluate(vals, j, minus, const)
+                f_plus = graph.value(at_plus, const, vals)
+                f_minus = graph.value(at_minus, const, vals)
+                bad_plus, bad_minus = ~jnp.isfinite(f_plus), ~jnp.isfinite(f_minus)
+                f_plus, f_minus = jnp.where(bad_plus, inf, f_plus), jnp.where(bad_minus, inf, f_minus)
+                in_plus, in_minus = plus <= full(hi_c[j]), minus >= full(lo_c[j])
+                # Out-of-box values are not used, so not counted (as in the XLA form).
+                bad = bad + (in_plus & bad_plus).astype(jnp.int32) + (in_minus & bad_minus).astype(jnp.int32)
+                go_plus = in_plus & (f_plus <= f_x) & (f_plus <= jnp.where(in_minus, f_minus, inf))
+                go_minus = ~go_plus & in_minus & (f_minus <= f_x) & (f_minus <= jnp.where(in_plus, f_plus, inf))
+                f_new = jnp.where(go_plus, f_plus, jnp.where(go_minus, f_minus, f_x))
+                improved = improved | (f_new < f_x)
+                xs[j] = xs[j] + jnp.where(go_plus, delta, jnp.where(go_minus, -delta, full(0.0)))
+                # The cached values follow the walker: x[j]'s dependents take the values at the new point.
+                for node_id, v_plus in at_plus.items():
+                    vals[node_id] = xs[j] if node_id == j else jnp.where(
+                        go_plus, v_plus, jnp.where(go_minus, at_minus[node_id], vals[node_id]))
+                f_x = f_new
+            # Rule d), as PatternSearch._end_iteration does it.
+            s = jnp.where(improved, s, s / full(2.0))
+            halv = halv + (~improved).astype(jnp.int32)
+            if reset:
+                was_reset = s <= full(tol_c)
+                s = jnp.where(was_reset, full(1.0), s)
+                resets = resets + was_reset.astype(jnp.int32)
+            # This program's best walker after iteration t: the first of the lowest value.
+            low = jnp.min(f_x)
+            first = jnp.min(jnp.where(f_x == low, lane, b))
+            best_f_out[t, pid] = low
+            for j in range(d):
+                best_x_out[t, pid, j] = jnp.max(jnp.where(lane == first, xs[j], full(-np.inf)))
+            return tuple(xs), f_x, s, bad, halv, resets
+
+        carry = (tuple(x_ref[rows, j] for j in range(d)), fx_ref[rows], scale_ref[rows], bad_ref[rows],
+                 halv_ref[rows], reset_ref[rows])
+        xs, f_x, s, bad, halv, resets = jax.lax.fori_loop(0, n_ref[0], iteration, carry)
         for j in range(d):
             x_out[rows, j] = xs[j]
         fx_out[rows] = f_x
-        improved_out[rows] = improved.astype(jnp.int32)
+        scale_out[rows] = s
         bad_out[rows] = bad
+        halv_out[rows] = halv
+        reset_out[rows] = resets
 
     extra: dict[str, Any] = {}
     if not interpret:
         from jax.experimental.pallas import triton as plgpu
 
         extra["compiler_params"] = plgpu.CompilerParams(num_warps=num_warps, num_stages=1)
+    i32 = jnp.int32
     out_shape = (
         jax.ShapeDtypeStruct((wp, d), dt),
         jax.ShapeDtypeStruct((wp,), dt),
-        jax.ShapeDtypeStruct((wp,), jnp.int32),
-        jax.ShapeDtypeStruct((wp,), jnp.int32),
+        jax.ShapeDtypeStruct((wp,), dt),
+        jax.ShapeDtypeStruct((wp,), i32),
+        jax.ShapeDtypeStruct((wp,), i32),
+        jax.ShapeDtypeStruct((wp,), i32),
+        jax.ShapeDtypeStruct((max_iter, programs), dt),
+        jax.ShapeDtypeStruct((max_iter, programs, d), dt),
     )
-    x, fx, improved, n_bad = pl.pallas_call(
-        kernel, out_shape=out_shape, grid=(wp // b,), interpret=interpret, name="pattern_search_sweep", **extra
-    )(x, fx, scale, n_bad.astype(jnp.int32))
+    n_arr = jnp.reshape(jnp.asarray(n_iter, i32), (1,))
+    out = pl.pallas_call(
+        kernel, out_shape=out_shape, grid=(programs,), interpret=interpret, name="pattern_search_sweeps", **extra
+    )(n_arr, x, fx, scale, n_bad.astype(i32), n_halvings.astype(i32), n_resets.astype(i32))
+    x, fx, scale, n_bad, n_halvings, n_resets, block_f, block_x = out
     if wp != w:
-        x, fx, improved, n_bad = x[:w], fx[:w], improved[:w], n_bad[:w]
-    return x, fx, improved.astype(bool), n_bad
-
+        x, fx, scale, n_bad, n_halvings, n_resets = (a[:w] for a in (x, fx, scale, n_bad, n_halvings, n_resets))
+    # Iterations not run leave their rows unwritten: mask them.
+    ran = jnp.arange(max_iter) < n_iter
+    block_f = jnp.where(ran[:, None], block_f, jnp.inf)
+    first = jnp.argmin(block_f, axis=1)  # the first program holding the lowest value: argmin over all walkers
+    best_f = jnp.take_along_axis(block_f, first[:, None], axis=1)[:, 0]
+    best_x = jnp.take_along_axis(block_x, first[:, None, None], axis=1)[:, 0, :]
+    return Sweeps(x, fx, scale, n_bad, n_halvings, n_resets, best_f, best_x)
