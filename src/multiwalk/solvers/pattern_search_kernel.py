@@ -39,8 +39,8 @@ __all__ = ["KERNELS", "KernelPlan", "Sweeps", "plan", "sweeps", "DEFAULT_BLOCK",
 log = logging.getLogger("multiwalk")
 
 KERNELS = ("auto", "xla", "pallas")
-DEFAULT_BLOCK = 128  # walkers per Pallas program (a power of two)
-DEFAULT_WARPS = 4  # warps per program: block / (32 * warps) walkers per thread
+DEFAULT_BLOCK = 32  # walkers per Pallas program (a power of two); 32 x 1 warp was fastest on an H200
+DEFAULT_WARPS = 1  # warps per program: block / (32 * warps) walkers per thread
 MAX_ITERATIONS = 64  # iterations one launch may run (its per-iteration best rows: max_iter x programs x d)
 MAX_FREE = 256  # more free parameters than this: the unrolled sweep would be too long to compile
 MAX_EMITTED = 60_000  # graph operations emitted per iteration (full evaluation + 2 partial per coordinate)
