@@ -192,7 +192,8 @@ def kernel_ops(problem: Any) -> dict[str, float] | None:
             "mean_recomputed_nodes": float(np.mean([len(dep) for dep in g.dependents]))}
 
 
-def time_ours(prep: dict[str, Any], iterations: int, min_reps: int, min_seconds: float, with_init: bool) -> dict[str, Any]:
+def time_ours(prep: dict[str, Any], iterations: int, min_reps: int, min_seconds: float, with_init: bool,
+              back_to_back: bool = False) -> dict[str, Any]:
     """Median time of the compiled loop over the start states in turn (and of init + loop from fresh keys)."""
     import jax
 
@@ -212,6 +213,13 @@ def time_ours(prep: dict[str, Any], iterations: int, min_reps: int, min_seconds:
         times_full = _interleaved_inputs(lambda k: compiled(init(k)), keys, min_reps, min_seconds)
         out["with_init_seconds_median"] = statistics.median(times_full)
         out["with_init_seconds_all"] = times_full
+    if back_to_back:  # calls dispatched back to back, one wait at the end: device time, host latency hidden
+        per_call = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            jax.block_until_ready([compiled(starts[i % len(starts)]) for i in range(40)])
+            per_call.append((time.perf_counter() - t0) / 40)
+        out["back_to_back_seconds"] = statistics.median(per_call)
     st0, fin0 = jax.tree_util.tree_map(np.asarray, starts[0]), jax.tree_util.tree_map(np.asarray, finals[0])
     out["x_init"] = st0.x  # float32 start points of the first state (for the CPU code), dropped from the JSON
     out["final_x"] = fin0.x
@@ -438,19 +446,22 @@ def markdown(report: dict[str, Any]) -> str:
         "the walkers in registers for the whole sweep), timed as a jitted `solver.run_chunk(problem, state, 0, "
         f"{st['iterations']})` (what mw.solve runs: one kernel launch for the {st['iterations']} iterations of the "
         "round, plus the best-point bookkeeping), and in Table 1 also as the loop of `solver.step` calls (one "
-        "launch per iteration). Same start points for all; identical = walkers whose final point is bit-identical in the two "
+        "launch per iteration). Back to back: 40 calls dispatched without waiting, one wait, time / 40 (median of "
+        "5): the device's time per call with the host's dispatch and synchronisation latency hidden. "
+        "Same start points for all; identical = walkers whose final point is bit-identical in the two "
         "codes compared (float32 rounding of sums and of sin/exp may differ, and a walker whose comparison flips "
         "on one rounding takes another path).",
     ]
     t1 = report.get("table1")
     if t1:
         lines += ["", f"Table 1 — Ackley, {st['d_table1']} variables, {st['iterations']} iterations (ms)", "",
-                  "| walkers | ours XLA loop | ours Pallas (run_chunk) | XLA / Pallas | Pallas, a launch per step "
+                  "| walkers | ours XLA loop | ours Pallas (run_chunk) | XLA / Pallas | Pallas back to back "
+                  "| Pallas, a launch per step "
                   "| ours with init (XLA) | mw.solve run "
                   "| CPU batched | CPU scalar (scaled) | speedup | paper GPU | paper CPU | paper speedup | floor XLA form "
                   "| floor Pallas form | Pallas floor/ours | identical XLA = CPU | identical Pallas = XLA "
                   "| compile s XLA / Pallas |",
-                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in t1:
             o, c, p = r["ours"], r["cpu"], PAPER_T1.get(r["walkers"])
             k = r.get("pallas") or {}
@@ -464,7 +475,7 @@ def markdown(report: dict[str, Any]) -> str:
             k_compile = f"{k['compile_seconds']:.2f}" if k else "—"
             lines.append(
                 f"| {r['walkers']} | {_ms(o['loop_seconds_median'])} | {_ms(k_ms)} | {ratio} | "
-                f"{_ms((r.get('pallas_steps') or {}).get('loop_seconds_median'))} | "
+                f"{_ms(k.get('back_to_back_seconds'))} | {_ms((r.get('pallas_steps') or {}).get('loop_seconds_median'))} | "
                 f"{_ms(o.get('with_init_seconds_median'))} | "
                 f"{_ms(sol.get('run_seconds'))} | {_ms(c.get('batched_seconds'), 4)} | {_ms(c['scalar_seconds_scaled'], 4)} | "
                 f"{_x(c['scalar_seconds_scaled'] / fastest)} | "
@@ -506,8 +517,10 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{_ms(inc['seconds'])} ms (its {inc['bytes'] / 1e6:.3g} MB of points in and out are negligible).")
         if big.get("pallas"):
             k_ms = big["pallas"]["loop_seconds_median"]
+            b2b = big["pallas"].get("back_to_back_seconds")
             lines.append(f"Goal (Table 1's largest case in < 1 ms after compilation): Pallas {_ms(k_ms)} ms at "
-                         f"{big['walkers']} walkers — {'met' if k_ms < 1e-3 else 'NOT met'} (XLA form "
+                         f"{big['walkers']} walkers (median of single synchronised calls; "
+                         f"{_ms(b2b)} ms a call back to back) — {'met' if k_ms < 1e-3 else 'NOT met'} (XLA form "
                          f"{_ms(big['ours']['loop_seconds_median'])} ms; the paper's GPU "
                          f"{PAPER_T1.get(big['walkers'], ('—',))[0]} ms).")
     variants = report.get("kernel_variants")
@@ -825,7 +838,8 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"{name} at {walkers} walkers: the Pallas form failed to compile: {prep_k['error'][:300]}")
         elif prep_k is not None:
             # The same start states as the XLA form (the same init, so the same points).
-            k = time_ours({**prep_k, "starts": prep["starts"]}, iterations, min_reps, min_seconds, with_init=False)
+            k = time_ours({**prep_k, "starts": prep["starts"]}, iterations, min_reps, min_seconds, with_init=False,
+                          back_to_back=name == "ackley")
             same = np.all(k["final_x"] == o["final_x"], axis=1)
             r["pallas"], r["pallas_form"], r["pallas_form_reason"] = k, prep_k["form"], prep_k["form_reason"]
             r["compare_pallas"] = {"walkers_identical": int(same.sum()), "walkers": int(same.size),

@@ -127,6 +127,16 @@ class ScalarGraph:
         self.n = len(inputs)
         self.dependents = [[op for op in ops if op.deps >> j & 1] for j in range(self.n)]
         self.primitives = frozenset(op.prim for op in ops)
+        # Operation nodes whose value at x some re-evaluation reads (an argument of a dependent of
+        # x[j] that does not itself depend on x[j]), and the output where it ignores some x[j]:
+        # what a caller keeps between re-evaluations.
+        cached: set[int] = set()
+        for dep in self.dependents:
+            dep_ids = {op.id for op in dep}
+            cached.update(a.id for op in dep for a in op.args if a.kind == OP and a.id not in dep_ids)
+            if output.kind == OP and output.id not in dep_ids:
+                cached.add(output.id)
+        self.cached = sorted(cached)
 
     def __repr__(self) -> str:
         return f"ScalarGraph(n={self.n}, ops={len(self.ops)}, output={self.output!r})"

@@ -193,10 +193,15 @@ def sweeps(
         lane = jax.lax.iota(jnp.int32, b)
 
         def iteration(t: jax.Array, carry: tuple) -> tuple:
-            xs, f_x, s, bad, halv, resets = carry
+            xs, kept, f_x, s, bad, halv, resets = carry
             xs = list(xs)
             consts.clear()  # values made in this loop body stay in it
-            vals = graph.evaluate(xs, const)  # every node at x: what the trial points reuse
+            # The graph's values at x that trial points reuse, carried from the last iteration
+            # (kept up to date as the walker moves, so equal to a fresh evaluation at x).
+            vals: list[Any] = [None] * (d + len(graph.ops))
+            vals[:d] = xs
+            for node_id, v in zip(graph.cached, kept):
+                vals[node_id] = v
             inf = full(np.inf)
             improved = full(False, jnp.bool_)
             for j in range(d):
@@ -218,8 +223,10 @@ def sweeps(
                 xs[j] = xs[j] + jnp.where(go_plus, delta, jnp.where(go_minus, -delta, full(0.0)))
                 # The cached values follow the walker: x[j]'s dependents take the values at the new point.
                 for node_id, v_plus in at_plus.items():
-                    vals[node_id] = xs[j] if node_id == j else jnp.where(
-                        go_plus, v_plus, jnp.where(go_minus, at_minus[node_id], vals[node_id]))
+                    if node_id == j:
+                        vals[j] = xs[j]
+                    elif vals[node_id] is not None:  # a value some trial reuses (graph.cached)
+                        vals[node_id] = jnp.where(go_plus, v_plus, jnp.where(go_minus, at_minus[node_id], vals[node_id]))
                 f_x = f_new
             # Rule d), as PatternSearch._end_iteration does it.
             s = jnp.where(improved, s, s / full(2.0))
@@ -234,11 +241,14 @@ def sweeps(
             best_f_out[t, pid] = low
             for j in range(d):
                 best_x_out[t, pid, j] = jnp.max(jnp.where(lane == first, xs[j], full(-np.inf)))
-            return tuple(xs), f_x, s, bad, halv, resets
+            return tuple(xs), tuple(vals[i] for i in graph.cached), f_x, s, bad, halv, resets
 
-        carry = (tuple(x_ref[rows, j] for j in range(d)), fx_ref[rows], scale_ref[rows], bad_ref[rows],
+        xs0 = [x_ref[rows, j] for j in range(d)]
+        vals0 = graph.evaluate(xs0, const)  # once per launch: every node at the starting points
+        consts.clear()
+        carry = (tuple(xs0), tuple(vals0[i] for i in graph.cached), fx_ref[rows], scale_ref[rows], bad_ref[rows],
                  halv_ref[rows], reset_ref[rows])
-        xs, f_x, s, bad, halv, resets = jax.lax.fori_loop(0, n_ref[0], iteration, carry)
+        xs, _, f_x, s, bad, halv, resets = jax.lax.fori_loop(0, n_ref[0], iteration, carry)
         for j in range(d):
             x_out[rows, j] = xs[j]
         fx_out[rows] = f_x
