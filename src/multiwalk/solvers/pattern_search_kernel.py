@@ -1,17 +1,19 @@
-"""One SIMT-PS iteration (the sweep over every coordinate) as ONE Pallas kernel, one walker per lane.
+"""SIMT-PS iterations (sweeps over every coordinate, with rule d)) as ONE Pallas kernel, one walker per lane.
 
 The XLA form of :class:`~multiwalk.solvers.pattern_search.PatternSearch` runs the ``d``
 coordinate sub-steps of an iteration as dependent XLA kernels over all walkers, and on a GPU
-each costs ~11 us of launches and loop round-trips whatever the walker count.  Here each Pallas
+each costs ~10 us of launches and loop round-trips whatever the walker count.  Here each Pallas
 program owns ``block`` walkers, keeps them in registers as ``[block]`` vectors (one per
-coordinate), and runs the whole sweep without leaving the kernel - the paper's
-thread-per-walker design.
+coordinate), and runs up to ``max_iter`` whole iterations without leaving the kernel - the
+paper's thread-per-walker design.  After each iteration every program writes its best walker,
+so the caller keeps the best point exactly as iteration-by-iteration code would.
 
 The objective is the user's ``jax.numpy`` function of ONE point, so the kernel evaluates it
 through its :class:`~multiwalk.scalarise.ScalarGraph`: every value inside ``f`` is one
 ``[block]`` vector (Triton accepts only power-of-two shapes), and a trial point
 ``x +- delta e_j`` recomputes only the graph nodes that depend on ``x[j]``, reusing the others'
-values at ``x`` (the same floating-point values, so the same result as a full evaluation).
+values at ``x`` (the same floating-point values, so the same result as a full evaluation);
+those values are carried from one iteration to the next, following each move.
 
 The rules are those of the XLA form, in the same order and precision (rule b) before c),
 moves out of the box never taken, NaN/inf values count as +inf and are counted); only the
