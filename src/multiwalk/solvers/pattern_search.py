@@ -31,11 +31,14 @@ walker per lane kept in registers throughout, the objective evaluated through it
 graph (``multiwalk.scalarise``; a trial point recomputes only what depends on the moved
 coordinate) - see ``pattern_search_kernel``; off GPUs it runs in Pallas' interpret mode (for
 tests).  On an H200, 15360 walkers x 20 iterations of Ackley-20 take 0.54 ms this way, 4.2 ms
-in the XLA form (docs/benchmarks.md).  ``"auto"`` (default): the kernel on a GPU when the objective can be scalarised (plain
-``jax.numpy`` arithmetic, reductions, slicing, constant indexing; not random numbers, loops or
-data-dependent indexing), else XLA.  Both forms apply the same rules in the same order; values
-of ``f`` may differ by rounding (reduction order, libdevice vs XLA math).  Which form ran and
-why is in ``result.stats["kernel"]`` and ``["kernel_reason"]``.
+in the XLA form (docs/benchmarks.md).  ``"auto"`` (default): the kernel on a GPU when the
+objective can be scalarised (plain ``jax.numpy`` arithmetic, reductions, slicing, constant
+indexing; not random numbers, loops or data-dependent indexing), else XLA.  Both forms apply
+the same rules in the same order; values of ``f`` may differ by rounding (reduction order,
+libdevice vs XLA math).  Which form ran and why is in ``result.stats["kernel"]`` and
+``["kernel_reason"]``.  Triton compiles the kernel in ~10-40 s (the sweep is unrolled over the
+coordinates), once per problem and walker count; if it cannot compile an objective that
+passed the checks, ``kernel="xla"`` is the way out.
 """
 
 from __future__ import annotations
