@@ -141,17 +141,51 @@ class _Progress:
             self.bar.close()
 
 
-def _chunk_runner(problem: Problem, solver: Solver, phase: int) -> Callable:
-    """``(state, n) -> (state, n_run)``: up to ``n`` steps of ``phase``, fewer if ``solver.done``
-    (``solver.run_chunk``: by default a ``while_loop`` over ``step``).
+def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any) -> Callable:
+    """``(state, n, arrays) -> (state, n_run)``: up to ``n`` steps of ``phase``, fewer if
+    ``solver.done`` (``solver.run_chunk``: by default a ``while_loop`` over ``step``).
 
-    The trip count is dynamic, so one executable serves chunks of every length.
+    The trip count is dynamic, so one executable serves chunks of every length; ``arrays`` are
+    the problem's data, sigma and ``args`` arrays (:func:`_problem_arrays`), arguments rather
+    than constants, so one executable also serves every dataset of the same shapes.
     """
 
-    def run_chunk(state: Any, n: jax.Array) -> tuple[Any, jax.Array]:
-        return solver.run_chunk(problem, state, phase, n)
+    def run_chunk(state: Any, n: jax.Array, arrays: Any) -> tuple[Any, jax.Array]:
+        return solver.run_chunk(_with_arrays(problem, arrays, static), state, phase, n)
 
     return run_chunk
+
+
+def _problem_arrays(problem: Any, solver: Solver) -> tuple[Any, Any]:
+    """``(arrays, static)``: what of ``problem`` the compiled loop takes as arguments, and what
+    of ``args`` stays a compiled-in constant.
+
+    ``arrays`` are a :class:`Problem`'s ``data``, ``sigma`` and the array leaves of ``args``, so
+    a fit to a new dataset of the same shapes reuses the compiled loop; ``None`` for other
+    problems and for solvers that need them as constants (``solver.arrays_as_arguments``).
+    ``static`` is ``args``' tree and its other leaves (Python numbers, strings; ``None`` where
+    an array goes), part of the cache key.
+    """
+    if not isinstance(problem, Problem) or not solver.arrays_as_arguments(problem):
+        return None, None
+    leaves, tree = jax.tree_util.tree_flatten(problem.args)
+    is_array = [isinstance(x, (np.ndarray, jax.Array)) for x in leaves]
+    arrays = (problem.data, problem.sigma, [x for x, a in zip(leaves, is_array) if a])
+    return arrays, (tree, tuple(None if a else x for x, a in zip(leaves, is_array)))
+
+
+def _with_arrays(problem: Any, arrays: Any, static: Any) -> Any:
+    """A shallow copy of ``problem`` holding ``arrays`` (traced, inside the compiled loop)."""
+    if arrays is None:
+        return problem
+    data, sigma, array_leaves = arrays
+    tree, leaves = static
+    it = iter(array_leaves)
+    copy = object.__new__(type(problem))
+    copy.__dict__.update(vars(problem))
+    copy.data, copy.sigma = data, sigma
+    copy.args = jax.tree_util.tree_unflatten(tree, [next(it) if x is None else x for x in leaves])
+    return copy
 
 
 def _key(seed: int) -> jax.Array:
@@ -188,42 +222,67 @@ def _deleted(state: Any) -> bool:
 
 
 # Compiled chunk runners, reused by later solve() calls on the same problem and solver (a
-# notebook re-running a fit, a benchmark repeating a run): compiling costs seconds.
+# notebook re-running a fit, a benchmark repeating a run) and, where data, sigma and args are
+# arguments of the loop, on new data of the same shapes (fits to many datasets with one model
+# function): compiling costs seconds.
 _COMPILED: dict[tuple, Any] = {}
 _COMPILED_MAX = 32
 
 
-def _fingerprint(problem: Any) -> str:
+def _fingerprint(problem: Any, as_arguments: bool = False) -> str:
     """A digest of everything of ``problem`` that is baked into compiled code as constants, so
     a problem changed in place after construction is compiled anew rather than run stale.
 
-    Problems other than :class:`Problem` (``multiwalk.deconv.Deconvolution``) say it themselves
-    with a ``fingerprint()`` method."""
+    With ``as_arguments`` (data, sigma and args arrays are arguments of the loop) only their
+    shapes and dtypes count.  ``x0`` only enters through ``init`` (its shape counts); the user's
+    functions are not digested: the cache key holds them by identity.  Problems other than
+    :class:`Problem` (``multiwalk.deconv.Deconvolution``) say it themselves with ``fingerprint()``.
+    """
     if not isinstance(problem, Problem):
         return str(problem.fingerprint())
     h = hashlib.blake2b(digest_size=16)
-    for part in (problem.lower, problem.upper, problem.data, problem.sigma, problem.angular_data, problem.periodic):
-        h.update(b"-" if part is None else np.ascontiguousarray(part).tobytes())
-    h.update(repr(sorted(problem.fixed.items())).encode())
-    for leaf in jax.tree_util.tree_leaves(problem.args):
-        h.update(np.asarray(leaf).tobytes() if hasattr(leaf, "shape") or isinstance(leaf, (int, float)) else repr(leaf).encode())
+    for name, value in sorted(vars(problem).items()):
+        h.update(name.encode())
+        if callable(value):
+            continue
+        if name == "x0" or (as_arguments and name in ("data", "sigma")):
+            h.update(repr(None if value is None else (np.shape(value), str(np.asarray(value).dtype))).encode())
+        elif name == "args":
+            for leaf in jax.tree_util.tree_leaves(value):
+                if hasattr(leaf, "shape"):
+                    h.update(repr((np.shape(leaf), str(leaf.dtype))).encode())
+                    if not as_arguments:
+                        h.update(np.asarray(leaf).tobytes())
+                else:
+                    h.update(repr(leaf).encode())
+        elif isinstance(value, np.ndarray):
+            h.update(repr((value.shape, str(value.dtype))).encode() + np.ascontiguousarray(value).tobytes())
+        else:
+            h.update(repr(sorted(value.items()) if isinstance(value, dict) else value).encode())
     return h.hexdigest()
 
 
-def _compiled_chunk_runner(problem: Problem, solver: Solver, phase: int, state: Any) -> Any:
-    """The compiled ``_chunk_runner`` for this problem, solver, phase and state layout."""
+def _compiled_chunk_runner(problem: Problem, solver: Solver, phase: int, state: Any) -> tuple[Any, Any]:
+    """The compiled ``_chunk_runner`` for this problem, solver, phase and state layout, and the
+    problem's arrays to pass it (:func:`_problem_arrays`)."""
+    arrays, static = _problem_arrays(problem, solver)
     avals = tuple((tuple(np.shape(x)), str(x.dtype)) for x in jax.tree_util.tree_leaves(state))
-    key = (id(problem), _fingerprint(problem), solver, phase, jax.tree_util.tree_structure(state), avals)
+    common = (_fingerprint(problem, arrays is not None), solver, phase, jax.tree_util.tree_structure(state), avals)
+    if arrays is None:  # compiled for this very problem object
+        key = (id(problem), *common)
+    else:  # any problem with these functions and this fingerprint can use it
+        key = ("functions", problem._user_fn, problem._user_vg, *common)
     compiled = _COMPILED.get(key)
     if compiled is None:
-        runner = jax.jit(_chunk_runner(problem, solver, phase), donate_argnums=0)
-        compiled = runner.lower(state, jnp.asarray(1, jnp.int32)).compile()
+        runner = jax.jit(_chunk_runner(problem, solver, phase, static), donate_argnums=0)
+        compiled = runner.lower(state, jnp.asarray(1, jnp.int32), arrays).compile()
         if len(_COMPILED) >= _COMPILED_MAX:
             _COMPILED.pop(next(iter(_COMPILED)))
         _COMPILED[key] = compiled
-        # Forget the entries of a problem once it is garbage (its id may be reused).
-        weakref.finalize(problem, _forget, id(problem)).atexit = False  # nothing to free at exit
-    return compiled
+        if arrays is None:
+            # Forget the entries of a problem once it is garbage (its id may be reused).
+            weakref.finalize(problem, _forget, id(problem)).atexit = False  # nothing to free at exit
+    return compiled, arrays
 
 
 def _forget(problem_id: int) -> None:
@@ -330,7 +389,7 @@ def solve(
     try:
         for i in range(phase_index, len(phases)):
             if done[i] < phases[i].length:
-                executables[i] = _compiled_chunk_runner(problem, solver, i, state)
+                executables[i] = _compiled_chunk_runner(problem, solver, i, state)  # (compiled, arrays)
     except BaseException:
         ctrl_c.restore()
         raise
@@ -350,7 +409,7 @@ def solve(
                 phase_index += 1
                 continue
 
-            compiled = executables[phase_index]
+            compiled, arrays = executables[phase_index]
             n_next = 1  # the first chunk of a phase is one iteration: it times a step
             converged = False
             while remaining > 0 and not converged:
@@ -361,7 +420,7 @@ def solve(
                 t0 = time.perf_counter()
                 # The state is donated (updated in place), so it is replaced in one statement;
                 # Ctrl-C only sets a flag (see _CtrlC), so nothing interrupts this.
-                state, n_run = compiled(state, jnp.asarray(n, jnp.int32))
+                state, n_run = compiled(state, jnp.asarray(n, jnp.int32), arrays)
                 jax.block_until_ready(state)
                 dt = time.perf_counter() - t0
                 n_run = int(n_run)

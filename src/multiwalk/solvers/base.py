@@ -89,6 +89,13 @@ class Solver(abc.ABC):
         not yet read.  Results never depend on it."""
         return None
 
+    def arrays_as_arguments(self, problem: Problem) -> bool:
+        """Whether the driver may pass ``problem``'s data, sigma and ``args`` arrays to the
+        compiled loop as arguments (True, the default: a new dataset of the same shapes reuses
+        the loop).  A solver that must see them as constants while tracing (PatternSearch's
+        Pallas form, which reads the objective's constants into its kernel) returns False."""
+        return True
+
     @abc.abstractmethod
     def step(self, problem: Problem, state: Any, phase: int) -> Any:
         """One iteration of phase ``phase`` (static); returns the new state."""

@@ -178,6 +178,10 @@ class PatternSearch(Solver):
         """Which form (Pallas kernel or XLA) runs an iteration on ``problem`` here, and why."""
         return pattern_search_kernel.plan(problem, self.kernel)
 
+    def arrays_as_arguments(self, problem: Problem) -> bool:
+        # the kernel is generated from the objective's jaxpr, whose constants must be concrete
+        return not self.kernel_plan(problem).use_pallas
+
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("search", self.iterations * (self.rounds or 1))]
 
