@@ -13,6 +13,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -110,9 +111,13 @@ def _check(args: argparse.Namespace) -> np.ndarray | None:
     return _parse_truth(args.truth)
 
 
-def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
-    """Simulate (or read), fit, print and plot; the exit status (0, or 1 if the run was cut short)."""
+def run_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Simulate (or read), fit, print and plot; the exit status (0, or 1 if the run was cut short).
+
+    ``out``: where the report goes (default: ``sys.stdout`` as it is at the call)."""
     import multiwalk as mw
+
+    out = sys.stdout if out is None else out
 
     from ..eht import fit_xringaus, load_array, simulate
     from ..io.uvdata import read_uvdata, write_uvdata

@@ -84,7 +84,7 @@ def closure_phases(data: UVData) -> ClosurePhases:
     return ClosurePhases(index=index, conj=conj, stations=stations, mjd=times, value=value, sigma=sigma)
 
 
-def model_closure_phases(vis, index: np.ndarray, conj: np.ndarray):
+def model_closure_phases(vis, index, conj):
     """Closure phases (radians, in (-pi, pi]) of complex visibilities ``vis`` (NumPy or JAX arrays).
 
     One ``take`` per leg on the real and imaginary parts (1-D gathers: on XLA's CPU backend a
@@ -92,12 +92,11 @@ def model_closure_phases(vis, index: np.ndarray, conj: np.ndarray):
     per triangle.  Works inside a jitted model.
     """
     xp = jnp if isinstance(vis, jax.Array) else np
-    index, conj = np.asarray(index), np.asarray(conj)
     re, im = xp.real(vis), xp.imag(vis)
+    sign = 1 - 2 * xp.asarray(conj, re.dtype)  # -1 on conjugated legs; index and conj may be traced
     legs = []
     for k in range(3):
-        sign = np.where(conj[:, k], -1.0, 1.0).astype(np.dtype(re.dtype))
-        legs.append((xp.take(re, index[:, k]), xp.take(im, index[:, k]) * sign))
+        legs.append((xp.take(re, index[:, k]), xp.take(im, index[:, k]) * sign[:, k]))
     (a, b), (c, d), (e, f) = legs
     pr, pi_ = a * c - b * d, a * d + b * c  # first two legs
     return xp.arctan2(pr * f + pi_ * e, pr * e - pi_ * f)

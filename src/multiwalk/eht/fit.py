@@ -13,6 +13,8 @@ form's angles) periodic.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,21 @@ def _model(name: str):
     return MODELS[name]
 
 
+@functools.cache
+def _amplitudes_and_closure_phases(model: str) -> Callable[[jax.Array, tuple], jax.Array]:
+    """The data model of ``model``: ``f(p, (u, v, index, conj)) -> concat(|V|, closure phases)``,
+    one function object per model, so the driver can reuse its compiled loops across datasets."""
+    fn = _model(model).fn
+
+    def amplitudes_and_closure_phases(p: jax.Array, args: tuple) -> jax.Array:
+        u, v, index, conj = args
+        vis = fn(p, u, v)
+        re, im = jnp.real(vis), jnp.imag(vis)
+        return jnp.concatenate([jnp.sqrt(re * re + im * im), model_closure_phases(vis, index, conj)]).astype(p.dtype)
+
+    return amplitudes_and_closure_phases
+
+
 def xringaus_problem(
     data: UVData,
     model: str = "xringaus",
@@ -58,21 +75,14 @@ def xringaus_problem(
     m = _model(model)
     cp = closure_phases(data) if closure is None else closure
     prob_dtype = np.dtype(jnp.result_type(float)) if dtype is None else np.dtype(dtype)
-    u = jnp.asarray(data.u, prob_dtype)
-    v = jnp.asarray(data.v, prob_dtype)
-    index, conj = np.asarray(cp.index), np.asarray(cp.conj)
-    fn = m.fn
-
-    def amplitudes_and_closure_phases(p: jax.Array) -> jax.Array:
-        vis = fn(p, u, v)
-        re, im = jnp.real(vis), jnp.imag(vis)
-        return jnp.concatenate([jnp.sqrt(re * re + im * im), model_closure_phases(vis, index, conj)]).astype(p.dtype)
-
+    # (u, v) and the triangles are args, not constants of the function: fits to new data of
+    # the same shapes (another truth, another noise draw) reuse the compiled sampler.
+    args = (np.asarray(data.u, prob_dtype), np.asarray(data.v, prob_dtype), np.asarray(cp.index), np.asarray(cp.conj))
     observed = np.concatenate([data.amplitude, cp.value])
     sigma = np.concatenate([data.sigma, cp.sigma])
     angular = np.concatenate([np.zeros(len(data), bool), np.ones(len(cp), bool)])
     return Problem(
-        model=amplitudes_and_closure_phases, data=observed, sigma=sigma, angular_data=angular,
+        model=_amplitudes_and_closure_phases(model), args=args, data=observed, sigma=sigma, angular_data=angular,
         lower=m.lower, upper=m.upper, periodic=list(m.periodic), names=list(m.names), fixed=fixed, dtype=dtype,
     )
 
