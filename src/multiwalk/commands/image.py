@@ -1,7 +1,7 @@
 """``multiwalk image``: deconvolve visibilities (FITS) by major cycles; write FITS and PNG images.
 
     multiwalk image --uvw uvw.fits --vis vis.fits --freq freq.fits --npix 512 --cell 0.5arcsec \\
-        --solver cd --lam 10 --out DIR
+        --solver cd --out DIR
 
 uvw: baselines x times x 3 (metres); vis: baselines x times x channels x 4 correlations x re/im
 (Stokes I = (XX + YY) / 2); freq: channels (Hz).  Writes dirty, psf, model, residual and restored
@@ -41,12 +41,16 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--npix", type=int, default=512, help="image side in pixels, even (default: %(default)s)")
     p.add_argument("--cell", type=str, default="0.5arcsec", help="pixel size with unit (default: %(default)s)")
     p.add_argument("--solver", choices=["cd", "clean"], default="cd", help="minor cycle (default: %(default)s)")
-    p.add_argument("--lam", type=float, default=10.0, help="cd: elastic-net weight lambda (default: %(default)s)")
+    p.add_argument("--lam", type=float, default=0.5,
+                   help="cd: elastic-net weight lambda; the residual floor is ~lam / sum(PSF^2) Jy/beam (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=1.0, help="cd: elastic-net L1 share (default: %(default)s)")
     p.add_argument("--epsilon", type=float, default=1e-4, help="cd: smallest pixel change (default: %(default)s)")
     p.add_argument("--gain", type=float, default=0.1, help="clean: loop gain (default: %(default)s)")
     p.add_argument("--threshold", type=float, default=0.01, help="clean: stop below this peak (default: %(default)s)")
-    p.add_argument("--max-iterations", type=int, default=5000, help="minor iterations per major cycle (default: %(default)s)")
+    p.add_argument("--max-iterations", type=int, default=None,
+                   help="minor iterations per major cycle (default: cd 20000, clean 5000)")
+    p.add_argument("--refresh-every", type=int, default=1000,
+                   help="cd: exact gradient map every k iterations (default: %(default)s)")
     p.add_argument("--major-cycles", type=int, default=3, help="(default: %(default)s)")
     p.add_argument("--out", type=Path, required=True, help="output folder (created)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=False, help="progress bars on stderr")
@@ -96,11 +100,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         cell = parse_angle(args.cell)
         if args.solver == "cd":
             solver: Any = mw.deconv.CoordinateDescent(
-                lam=args.lam, alpha=args.alpha, epsilon=args.epsilon, max_iterations=args.max_iterations,
-                refresh_every=max(1, args.max_iterations // 10),
+                lam=args.lam, alpha=args.alpha, epsilon=args.epsilon, max_iterations=args.max_iterations or 20_000,
+                refresh_every=args.refresh_every,
             )
         else:
-            solver = mw.deconv.Clean(gain=args.gain, threshold=args.threshold, max_iterations=args.max_iterations)
+            solver = mw.deconv.Clean(gain=args.gain, threshold=args.threshold, max_iterations=args.max_iterations or 5000)
         vis, uvw, freqs = read_visibilities(args.uvw, args.vis, args.freq)
     except (ValueError, TypeError, FileNotFoundError) as err:
         parser.error(str(err))

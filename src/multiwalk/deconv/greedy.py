@@ -78,7 +78,7 @@ class Geometry(NamedTuple):
 
     shape: tuple[int, int]  # image N, M
     padded: tuple[int, int]  # N, M rounded up to whole blocks
-    block: int  # B
+    block: tuple[int, int]  # block rows, block columns (B1, B2)
     blocks: tuple[int, int]  # blocks per axis
     window: tuple[int, int]  # S: rows/columns of the map one update touches (kernel clipped to the image)
     centre: tuple[int, int]  # the kernel's centre (index of lag 0)
@@ -86,17 +86,26 @@ class Geometry(NamedTuple):
     touched: tuple[int, int]  # blocks rescanned after an update, per axis
 
 
-def geometry(shape: tuple[int, int], kernel_shape: tuple[int, int], centre: tuple[int, int], block: int) -> Geometry:
+def block_shape(block: int | tuple[int, int]) -> tuple[int, int]:
+    """``block`` as (rows, columns): an int is a square block."""
+    if isinstance(block, (tuple, list)):
+        return int(block[0]), int(block[1])
+    return int(block), int(block)
+
+
+def geometry(
+    shape: tuple[int, int], kernel_shape: tuple[int, int], centre: tuple[int, int], block: int | tuple[int, int]
+) -> Geometry:
     """The block layout for an image ``shape`` and a kernel of ``kernel_shape`` centred at ``centre``."""
-    b = int(block)
-    padded = tuple(math.ceil(n / b) * b for n in shape)
-    blocks = tuple(n // b for n in padded)
+    bs = block_shape(block)
+    padded = tuple(math.ceil(n / b) * b for n, b in zip(shape, bs))
+    blocks = tuple(n // b for n, b in zip(padded, bs))
     window = tuple(min(k, n) for k, n in zip(kernel_shape, shape))
     # The kernel row used for map row i after a change at p is i - p + c; the window start is
     # clipped into the image, so the lags it reaches run from c + 1 - S to c + S - 1.
     kernel_pad = tuple(max(0, s - 1 - c, c + s - k) for s, c, k in zip(window, centre, kernel_shape))
-    touched = tuple(min(math.ceil(s / b) + 1, nb) for s, nb in zip(window, blocks))
-    return Geometry(tuple(shape), padded, b, blocks, window, tuple(centre), kernel_pad, touched)  # type: ignore[arg-type]
+    touched = tuple(min(math.ceil(s / b) + 1, nb) for s, b, nb in zip(window, bs, blocks))
+    return Geometry(tuple(shape), padded, bs, blocks, window, tuple(centre), kernel_pad, touched)  # type: ignore[arg-type]
 
 
 def pad_kernel(kernel: jax.Array, geo: Geometry) -> jax.Array:
@@ -113,19 +122,19 @@ def pad_image(image: jax.Array, geo: Geometry, value: float = 0.0) -> jax.Array:
 
 def _block_best(scores: jax.Array, origin: tuple[Any, Any], geo: Geometry) -> tuple[jax.Array, jax.Array]:
     """Per-block maximum score and the flat (padded) index of its pixel, for a region starting at ``origin``."""
-    b = geo.block
+    b1, b2 = geo.block
     r, c = scores.shape
     # Pixels outside the image (the padding up to whole blocks) are never picked.
     rows = origin[0] + jnp.arange(r)[:, None]
     cols = origin[1] + jnp.arange(c)[None, :]
     scores = jnp.where((rows < geo.shape[0]) & (cols < geo.shape[1]), scores, -1.0)
-    tiles = scores.reshape(r // b, b, c // b, b).transpose(0, 2, 1, 3).reshape(r // b, c // b, b * b)
+    tiles = scores.reshape(r // b1, b1, c // b2, b2).transpose(0, 2, 1, 3).reshape(r // b1, c // b2, b1 * b2)
     best = jnp.max(tiles, axis=-1)
-    local = jnp.argmax(tiles, axis=-1).astype(jnp.int32)
-    bi = jnp.arange(r // b, dtype=jnp.int32)[:, None]
-    bj = jnp.arange(c // b, dtype=jnp.int32)[None, :]
-    row = origin[0] + bi * b + local // b
-    col = origin[1] + bj * b + local % b
+    local = jnp.argmax(tiles, axis=-1).astype(jnp.int32)  # row-major inside the block: local = row * b2 + col
+    bi = jnp.arange(r // b1, dtype=jnp.int32)[:, None]
+    bj = jnp.arange(c // b2, dtype=jnp.int32)[None, :]
+    row = origin[0] + bi * b1 + local // b2
+    col = origin[1] + bj * b2 + local % b2
     return best, row * geo.padded[1] + col
 
 
@@ -142,10 +151,22 @@ def pick(block_best: jax.Array, block_pixel: jax.Array, geo: Geometry) -> tuple[
     return flat // geo.padded[1], flat % geo.padded[1], block_best.reshape(-1)[k]
 
 
+def window_start(i: jax.Array, j: jax.Array, geo: Geometry) -> tuple[jax.Array, jax.Array]:
+    """First row and column of the map window an update at (i, j) changes (clipped into the image)."""
+    s1, s2 = geo.window
+    return jnp.clip(i - geo.centre[0], 0, geo.shape[0] - s1), jnp.clip(j - geo.centre[1], 0, geo.shape[1] - s2)
+
+
+def first_touched(start: tuple[jax.Array, jax.Array], geo: Geometry) -> tuple[jax.Array, jax.Array]:
+    """The first of the ``geo.touched`` blocks (per axis) that hold the window starting at ``start``."""
+    (b1, b2), (t1, t2) = geo.block, geo.touched
+    return jnp.clip(start[0] // b1, 0, geo.blocks[0] - t1), jnp.clip(start[1] // b2, 0, geo.blocks[1] - t2)
+
+
 def subtract_kernel(mapping: jax.Array, kernel: jax.Array, amount: jax.Array, i: jax.Array, j: jax.Array, geo: Geometry):
     """``map[u, v] -= amount * kernel[u - i + c, v - j + c]`` over the image; returns (map, window start)."""
     s1, s2 = geo.window
-    start = (jnp.clip(i - geo.centre[0], 0, geo.shape[0] - s1), jnp.clip(j - geo.centre[1], 0, geo.shape[1] - s2))
+    start = window_start(i, j, geo)
     offset = (start[0] - i + geo.centre[0] + geo.kernel_pad[0], start[1] - j + geo.centre[1] + geo.kernel_pad[1])
     window = jax.lax.dynamic_slice(mapping, start, (s1, s2))
     patch = jax.lax.dynamic_slice(kernel, offset, (s1, s2))
@@ -157,11 +178,11 @@ def rescan(
     start: tuple[jax.Array, jax.Array], geo: Geometry,
 ) -> tuple[jax.Array, jax.Array]:
     """Recompute the block maxima of the blocks that the window at ``start`` touched."""
-    b = geo.block
+    b1, b2 = geo.block
     t1, t2 = geo.touched
-    first = (jnp.clip(start[0] // b, 0, geo.blocks[0] - t1), jnp.clip(start[1] // b, 0, geo.blocks[1] - t2))
-    origin = (first[0] * b, first[1] * b)
-    region = tuple(jax.lax.dynamic_slice(a, origin, (t1 * b, t2 * b)) for a in arrays)
+    first = first_touched(start, geo)
+    origin = (first[0] * b1, first[1] * b2)
+    region = tuple(jax.lax.dynamic_slice(a, origin, (t1 * b1, t2 * b2)) for a in arrays)
     best, pixel = _block_best(score_fn(*region), origin, geo)
     return (
         jax.lax.dynamic_update_slice(block_best, best, first),

@@ -1,0 +1,200 @@
+"""One coordinate-descent update as ONE Pallas (Triton) pass: gradient map and block maxima together.
+
+After the greedy pixel (i, j) changed by ``d``, the XLA form of
+:class:`~multiwalk.deconv.CoordinateDescent` subtracts the shifted PSF autocorrelation from the
+gradient map (one read-modify-write of the window) and then rescans the blocks the window
+touched for their best proximal step (a second read of the map, plus the model and the
+Lipschitz map).  Here each Pallas program owns one block: it reads the block of the map and of
+the autocorrelation, writes the updated map, and from the values still in registers computes
+the block's best score and its pixel - one pass over memory instead of two.
+
+Traffic per update, for a window of A pixels: read + write the map, read the autocorrelation
+window and the Lipschitz map (16 A bytes in float32).  The model is read only where it can be
+non-zero: the state keeps the Lipschitz constant NEGATED at every pixel the solver ever changed
+(``L`` is positive everywhere, so its sign is free), and the kernel loads the model with a mask
+``L < 0`` (``other=0``), which on a GPU issues no memory request for warps with no such pixel.
+Greedy coordinate descent changes few pixels, so that read all but vanishes.
+
+The arithmetic is the XLA form's, in the same order (``g - d * AC``, then the proximal step),
+so the maps agree up to the compilers' rounding (fused multiply-adds); the block maxima and
+their pixels are those of ``jnp.max``/``jnp.argmax`` (the first pixel, row-major in the block,
+on ties).  Off GPUs the kernel runs in Pallas' interpret mode (for tests: correct, not fast).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from . import greedy
+
+__all__ = ["KERNELS", "KernelPlan", "plan", "kernel_pad", "block_values", "update_and_rescan", "DEFAULT_BLOCK", "DEFAULT_WARPS"]
+
+log = logging.getLogger("multiwalk")
+
+KERNELS = ("auto", "xla", "pallas")
+DEFAULT_BLOCK = (32, 128)  # block rows x columns of the kernel form (powers of two; see docs/benchmarks.md)
+DEFAULT_WARPS = 4
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Which form runs an update, and why: ``use_pallas``, ``interpret`` (CPU), ``reason``."""
+
+    use_pallas: bool
+    interpret: bool
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return ("pallas (interpret mode)" if self.interpret else "pallas") if self.use_pallas else "xla"
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def plan(kernel: str, block: tuple[int, int]) -> KernelPlan:
+    """How ``CoordinateDescent(kernel=kernel)`` runs: ``"xla"``; ``"auto"``: Pallas on a GPU, else XLA;
+    ``"pallas"``: the kernel (interpret mode off GPUs).  Blocks must be powers of two (Triton)."""
+    if kernel == "xla":
+        return KernelPlan(False, False, "kernel='xla' was asked for")
+    backend = jax.default_backend()
+    on_gpu = backend in ("gpu", "cuda", "rocm")
+    if kernel == "auto" and not on_gpu:
+        return KernelPlan(False, False, f"kernel='auto' uses the Pallas kernel on GPUs only (backend: {backend})")
+    if not all(_power_of_two(b) for b in block):
+        return KernelPlan(False, False, f"block {block} is not a power of two per axis (Triton needs that); using the XLA form")
+    where = "on the GPU" if on_gpu else f"in interpret mode (backend: {backend}; for tests, slow)"
+    return KernelPlan(True, not on_gpu, f"kernel={kernel!r}: the fused Pallas update {where}")
+
+
+def kernel_pad(geo: greedy.Geometry, kernel_shape: tuple[int, int]) -> tuple[int, int]:
+    """Zeros around the autocorrelation so every block of the touched region reads inside it.
+
+    A touched pixel u and the changed pixel p both lie in the touched region (``touched`` blocks)
+    and in the padded image, so |u - p| < min(touched * block, padded); the lag u - p + h (h the
+    kernel's half size) must stay in [0, k + 2 pad).  Lags beyond h read zeros: exactly the XLA
+    form, whose window holds every pixel within h of p and nothing else the kernel reaches."""
+    out = []
+    for t, b, n, k in zip(geo.touched, geo.block, geo.padded, kernel_shape):
+        out.append(max(0, min(t * b, n) - 1 - k // 2))
+    return out[0], out[1]
+
+
+def block_values(block_pixel: jax.Array, gradient: jax.Array, x: jax.Array, signed_lipschitz: jax.Array):
+    """(g, x, |L|) at each block's best pixel, (nb, mb) each: what the next step needs of the big maps."""
+    flat = block_pixel.reshape(-1)
+    take = [jnp.take(a.reshape(-1), flat).reshape(block_pixel.shape) for a in (gradient, x, signed_lipschitz)]
+    return take[0], take[1], jnp.abs(take[2])
+
+
+def update_and_rescan(
+    gradient: jax.Array,
+    x: jax.Array,
+    signed_lipschitz: jax.Array,
+    kernel: jax.Array,
+    blocks: tuple[jax.Array, ...],
+    d: jax.Array,
+    new: jax.Array,
+    lip: jax.Array,
+    i: jax.Array,
+    j: jax.Array,
+    *,
+    geo: greedy.Geometry,
+    half: tuple[int, int],
+    pad: tuple[int, int],
+    lam: float,
+    alpha: float,
+    num_warps: int = DEFAULT_WARPS,
+    interpret: bool = False,
+) -> tuple[jax.Array, ...]:
+    """One whole update in one launch: ``x[i, j] = new`` (and ``L[i, j]`` negated, marking it),
+    ``gradient[u] -= d * kernel[u - (i, j) + half + pad]`` over the touched blocks, and their
+    block maxima, pixels and (g, x, |L|) at those pixels.
+
+    ``gradient``, ``x``, ``signed_lipschitz`` (Np, Mp) (the last negated where ``x`` may be
+    non-zero); ``kernel`` the autocorrelation with ``pad`` zeros per side (:func:`kernel_pad`);
+    ``blocks`` = (best, pixel, g, x, |L|) per block, (nb, mb) each.  Every array is aliased to
+    its output, so blocks outside the touched region are neither read nor written, and the step
+    around this call never gathers from or scatters into an image-sized array (which lets XLA
+    keep them in place).  Returns (gradient, x, signed_lipschitz, *blocks)."""
+    from jax.experimental import pallas as pl
+
+    b1, b2 = geo.block
+    t1, t2 = geo.touched
+    n, m = geo.shape
+    mp = geo.padded[1]
+    la = lam * alpha  # Python floats, as proximal_step computes them
+    lb = (1.0 - alpha) * lam
+    dt = gradient.dtype
+    start = greedy.window_start(i, j, geo)
+    first = greedy.first_touched(start, geo)
+    ints = jnp.stack([i, j, first[0], first[1]]).astype(jnp.int32)
+    floats = jnp.stack([d, new, -lip]).astype(dt)
+    off = (half[0] + pad[0], half[1] + pad[1])
+    try:
+        from jax.experimental.pallas import triton as plgpu
+
+        masked_load = plgpu.load
+    except (ImportError, AttributeError):  # a JAX without it: read the model in full (same values)
+        masked_load = None
+
+    def body(ints_ref, f_ref, g_ref, x_ref, l_ref, k_ref, *refs):  # noqa: ANN001
+        best_out, pixel_out, bg_out, bx_out, bl_out = refs[-5:]
+        g_out, x_out, l_out = refs[5:8]
+        bi = ints_ref[2] + pl.program_id(0)
+        bj = ints_ref[3] + pl.program_id(1)
+        pi, pj = ints_ref[0], ints_ref[1]
+        r0, c0 = bi * b1, bj * b2
+        rows, cols = pl.ds(r0, b1), pl.ds(c0, b2)
+        rr = r0 + jax.lax.broadcasted_iota(jnp.int32, (b1, b2), 0)
+        cc = c0 + jax.lax.broadcasted_iota(jnp.int32, (b1, b2), 1)
+        inside = (rr < n) & (cc < m)
+        g = g_ref[rows, cols]
+        lraw = l_ref[rows, cols]
+        lip_t = jnp.abs(lraw)
+        if masked_load is not None:
+            xv = masked_load(x_ref.at[rows, cols], mask=lraw < 0, other=0.0)
+        else:
+            xv = jnp.where(lraw < 0, x_ref[rows, cols], 0.0)
+        xv = jnp.where((rr == pi) & (cc == pj), f_ref[1], xv)  # the changed pixel's new value
+        ac = k_ref[pl.ds(r0 - pi + off[0], b1), pl.ds(c0 - pj + off[1], b2)]
+        # The XLA form changes only the image's pixels (never the padding up to whole blocks).
+        g = jnp.where(inside, g - f_ref[0] * ac, g)
+        g_out[rows, cols] = g
+        new = jnp.maximum(g + xv * lip_t - la, 0.0) / (lip_t + lb)
+        score = jnp.where(inside, jnp.abs(new - xv), -1.0)
+        best = jnp.max(score)
+        flat = (rr - r0) * b2 + (cc - c0)
+        local = jnp.min(jnp.where(score == best, flat, b1 * b2))
+        at = flat == local
+        best_out[bi, bj] = best
+        pixel_out[bi, bj] = (r0 + local // b2) * mp + c0 + local % b2
+        bg_out[bi, bj] = jnp.sum(jnp.where(at, g, 0.0))
+        bx_out[bi, bj] = jnp.sum(jnp.where(at, xv, 0.0))
+        bl_out[bi, bj] = jnp.sum(jnp.where(at, lip_t, 0.0))
+
+        @pl.when((pi >= r0) & (pi < r0 + b1) & (pj >= c0) & (pj < c0 + b2))
+        def _():  # the program that holds (i, j) writes it; no other reads it
+            x_out[pi, pj] = f_ref[1]
+            l_out[pi, pj] = f_ref[2]
+
+    extra: dict[str, Any] = {}
+    if not interpret:
+        from jax.experimental.pallas import triton as plgpu
+
+        extra["compiler_params"] = plgpu.CompilerParams(num_warps=num_warps, num_stages=1)
+    arrays = (gradient, x, signed_lipschitz, *blocks)
+    out_shape = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays)
+    aliases = {2: 0, 3: 1, 4: 2}
+    aliases.update({6 + k: 3 + k for k in range(len(blocks))})
+    return pl.pallas_call(
+        body, out_shape=out_shape, grid=(t1, t2), interpret=interpret, name="cd_update_and_rescan",
+        input_output_aliases=aliases,
+        **extra,
+    )(ints, floats, gradient, x, signed_lipschitz, kernel, *blocks)

@@ -1,0 +1,118 @@
+"""CoordinateDescent's fused Pallas update (interpret mode on the CPU) against its XLA form; the
+Lipschitz choice on a PSF twice the image; options.  Small images: a few seconds each."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import multiwalk as mw
+
+N = 40
+
+
+def field(n: int, p: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Point sources convolved (zero-padded) with a P x P PSF with ringing side lobes, plus noise."""
+    import scipy.signal
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[:p, :p] - p // 2
+    r = np.hypot(x, y)
+    psf = np.exp(-0.5 * (r / 1.5) ** 2) + 0.05 * np.cos(r / 2.5) * np.exp(-r / 8)
+    psf /= psf[p // 2, p // 2]
+    truth = np.zeros((n, n))
+    idx = rng.integers(2, n - 2, (8, 2))
+    truth[idx[:, 0], idx[:, 1]] = rng.uniform(0.5, 2.0, 8)
+    dirty = scipy.signal.fftconvolve(truth, psf, mode="same") + 0.01 * rng.standard_normal((n, n))
+    return dirty, psf
+
+
+def both(problem: mw.deconv.Deconvolution, **options) -> tuple:
+    """The same solver in the XLA form and as the Pallas kernel (interpret mode here)."""
+    return tuple(mw.solve(problem, mw.deconv.CoordinateDescent(kernel=k, **options), progress=False) for k in ("xla", "pallas"))
+
+
+@pytest.mark.parametrize(
+    "p, options, warm",
+    [
+        (2 * N, {}, True),  # PSF twice the image (the major cycle's): every update touches the whole map
+        (15, {"refresh_every": 9}, False),  # small PSF: only the touched blocks run, refreshes in between
+        (2 * N, {"update_window": 9, "refresh_every": 7}, False),  # truncated window
+    ],
+)
+def test_kernel_equals_xla_form(p, options, warm):
+    dirty, psf = field(N, p, seed=p)
+    # A warm start makes the model non-zero before the first step: the kernel must read it there
+    # (its masked load of x follows the negated Lipschitz constants).
+    start = np.where(dirty > 0.8 * dirty.max(), 0.3, 0.0) if warm else None
+    problem = mw.deconv.Deconvolution(dirty, psf, model=start)
+    a, b = both(problem, lam=0.01, alpha=0.9, epsilon=1e-5, max_iterations=45, block=(8, 16), **options)
+    assert b.stats["kernel"] == "pallas (interpret mode)" and a.stats["kernel"] == "xla"
+    # The same pixels in the same order, and the same values up to float32 rounding of the two
+    # compilations (fused multiply-adds may differ): 1e-5 relative.  On the CPU both are XLA code
+    # and agree bit for bit; on an H200 too (benchmarks/deconv.py checks 512^2).
+    assert a.iterations == b.iterations == 45
+    np.testing.assert_array_equal(a.model != 0, b.model != 0)
+    np.testing.assert_allclose(b.model, a.model, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.objective, a.objective, rtol=1e-5)
+    np.testing.assert_allclose(b.steps, a.steps, rtol=1e-5, atol=1e-7)
+
+
+def test_kernel_stops_inside_an_unrolled_trip():
+    # The kernel form runs `unroll` iterations per loop trip; convergence or the chunk's end in the
+    # middle of one must leave the rest as no-ops: the same count, model and status as the XLA form.
+    dirty, psf = field(N, 15, seed=5)
+    problem = mw.deconv.Deconvolution(dirty, psf)
+    a, b = both(problem, lam=0.05, alpha=1.0, epsilon=1e-3, max_iterations=2000, block=(8, 16))
+    assert a.success and b.success, (a.message, b.message)
+    assert a.iterations == b.iterations and a.iterations % mw.deconv.CoordinateDescent.unroll != 0
+    np.testing.assert_allclose(b.model, a.model, rtol=1e-5, atol=1e-6)  # float32 rounding, as above
+
+
+def test_autocorrelation_lipschitz_descends_where_exact_fails():
+    # PSF twice the image: the map update's diagonal AC[0] = sum PSF^2 exceeds the corner pixel's
+    # exact L[k] more than twice (2.13x here), so the seed's per-pixel step over-relaxes there.  A
+    # source in the corner: the exact constants' tracked objective goes negative (impossible for a
+    # sum of squares) and the true one never moves; the default steps with AC[0] and converges.
+    n, p = 24, 48
+    y, x = np.mgrid[:p, :p] - p // 2
+    r = np.hypot(x, y)
+    psf = np.exp(-0.5 * (r / 1.5) ** 2) + 0.05 * np.cos(r / 2.5) * np.exp(-r / 8)
+    psf /= psf[p // 2, p // 2]
+    truth = np.zeros((n, n))
+    truth[0, 0] = truth[12, 12] = 1.0
+    import scipy.signal
+
+    dirty = scipy.signal.fftconvolve(truth, psf, mode="same")
+    problem = mw.deconv.Deconvolution(dirty, psf)
+    start = 0.5 * float(np.sum(dirty**2))  # the objective at x = 0
+
+    def run(lipschitz: str):
+        solver = mw.deconv.CoordinateDescent(lam=0.01, epsilon=1e-6, max_iterations=300, refresh_every=30,
+                                             lipschitz=lipschitz, kernel="xla")
+        return mw.solve(problem, solver, progress=False)
+
+    ok = run("autocorrelation")
+    assert np.isfinite(ok.objective).all() and ok.fun < 0.01 * start
+    exact = ok.objective[29::30]  # the exact objective at each refresh never increases: 1e-6 relative (float32)
+    assert np.all(np.diff(exact) <= 1e-6 * start)
+    # both sources back (fftconvolve's "same" centres an even PSF half a pixel off ours: 3 x 3 sums;
+    # 0.1 Jy: the L1 shrinkage lam / L plus a flux split between neighbours)
+    assert ok.model[:3, :3].sum() == pytest.approx(1.0, abs=0.1) and ok.model[11:14, 11:14].sum() == pytest.approx(1.0, abs=0.1)
+    bad = run("exact")
+    assert bad.objective.min() < 0 and bad.fun > 0.9 * start
+
+
+def test_options():
+    with pytest.raises(ValueError, match="update_window=9 needs refresh_every"):
+        mw.deconv.CoordinateDescent(lam=1.0, update_window=9)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        mw.deconv.CoordinateDescent(lam=1.0, kernel="cuda")
+    with pytest.raises(ValueError, match="lipschitz must be"):
+        mw.deconv.CoordinateDescent(lam=1.0, lipschitz="max")
+    with pytest.raises(ValueError, match="block must be an int or"):
+        mw.deconv.CoordinateDescent(lam=1.0, block=(8, 8, 8))
+    # auto: the XLA form off GPUs; blocks that are not powers of two: the XLA form, said why
+    assert mw.deconv.CoordinateDescent(lam=1.0).kernel_plan().name == "xla"
+    plan = mw.deconv.CoordinateDescent(lam=1.0, kernel="pallas", block=24).kernel_plan()
+    assert not plan.use_pallas and "power of two" in plan.reason
