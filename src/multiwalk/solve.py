@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import distributed as dist
 from .problem import Problem
 from .result import Result, Status
 from .solvers.base import Phase, Solver
@@ -59,9 +60,14 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
 
 # ---------------------------------------------------------------------------- checkpoints
 def _write_checkpoint(path: Path, state: Any, meta: dict[str, Any]) -> None:
-    """Write the state atomically: a crash while writing leaves the previous file intact."""
-    leaves = jax.tree_util.tree_leaves(state)
-    arrays = {f"leaf_{i:04d}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
+    """Write the state atomically: a crash while writing leaves the previous file intact.
+
+    A state split over devices is gathered whole; under ``jax.distributed`` every process
+    takes part in the gather (a collective) and process 0 writes."""
+    leaves = jax.tree_util.tree_leaves(dist.to_host(state))
+    if not dist.is_writer():
+        return
+    arrays = {f"leaf_{i:04d}": leaf for i, leaf in enumerate(leaves)}
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
         np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
@@ -81,7 +87,8 @@ def _read_checkpoint(path: Path) -> tuple[dict[str, Any], list[np.ndarray]]:
 
 
 def _restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: list[np.ndarray], path: Path) -> Any:
-    """Put the checkpoint's arrays into a state shaped for ``solver``.
+    """Put the checkpoint's arrays into a state shaped for ``solver`` (numpy arrays; the driver
+    puts them on the devices, split or not, so a run may resume on another number of devices).
 
     Buffers that grew because a resumable option grew (``niter``) keep their saved prefix.
     """
@@ -98,18 +105,17 @@ def _restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: lis
                 f"{path} was written with {name}={saved!r} but the solver now has {name}={now.get(name)!r}: "
                 f"resume with the same options (only {', '.join(solver.resumable_options) or 'none'} may change)"
             )
-    fresh_leaves, treedef = jax.tree_util.tree_flatten(fresh_state)
+    fresh_leaves, treedef = jax.tree_util.tree_flatten(dist.to_host(fresh_state))
     if len(fresh_leaves) != len(leaves):
         raise ValueError(f"{path}: the checkpoint does not match this problem and solver")
     out = []
     for new, old in zip(fresh_leaves, leaves):
-        new = np.asarray(new)
         if new.shape == old.shape:
-            out.append(jnp.asarray(old, dtype=new.dtype))
+            out.append(np.asarray(old, dtype=new.dtype))
         elif new.shape[1:] == old.shape[1:] and new.shape[0] >= old.shape[0]:
             grown = new.copy()
             grown[: old.shape[0]] = old
-            out.append(jnp.asarray(grown))
+            out.append(grown)
         else:
             raise ValueError(
                 f"{path}: saved array of shape {old.shape} does not fit the state's {new.shape}; "
@@ -262,19 +268,36 @@ def _fingerprint(problem: Any, as_arguments: bool = False) -> str:
     return h.hexdigest()
 
 
-def _compiled_chunk_runner(problem: Problem, solver: Solver, phase: int, state: Any) -> tuple[Any, Any]:
-    """The compiled ``_chunk_runner`` for this problem, solver, phase and state layout, and the
-    problem's arrays to pass it (:func:`_problem_arrays`)."""
+def _compiled_chunk_runner(
+    problem: Problem, solver: Solver, phase: int, state: Any, placement: dist.Placement | None = None
+) -> tuple[Any, Any]:
+    """The compiled ``_chunk_runner`` for this problem, solver, phase, state layout and device
+    placement (the state's shardings are the loop's input and output shardings, so the state
+    stays split from chunk to chunk and is donated in place), and the problem's arrays to pass
+    it (:func:`_problem_arrays`; on every device when the state is split)."""
     arrays, static = _problem_arrays(problem, solver)
+    sharded = placement is not None and placement.sharded
+    if sharded and arrays is not None:
+        arrays = dist.place(arrays, placement.replicated)
     avals = tuple((tuple(np.shape(x)), str(x.dtype)) for x in jax.tree_util.tree_leaves(state))
-    common = (_fingerprint(problem, arrays is not None), solver, phase, jax.tree_util.tree_structure(state), avals)
+    common = (
+        _fingerprint(problem, arrays is not None), solver, phase, jax.tree_util.tree_structure(state), avals,
+        placement.key() if sharded else (),
+    )
     if arrays is None:  # compiled for this very problem object
         key = (id(problem), *common)
     else:  # any problem with these functions and this fingerprint can use it
         key = ("functions", problem._user_fn, problem._user_vg, *common)
     compiled = _COMPILED.get(key)
     if compiled is None:
-        runner = jax.jit(_chunk_runner(problem, solver, phase, static), donate_argnums=0)
+        if sharded:
+            rep = placement.replicated
+            runner = jax.jit(
+                _chunk_runner(problem, solver, phase, static), donate_argnums=0,
+                in_shardings=(placement.shardings, rep, rep), out_shardings=(placement.shardings, rep),
+            )
+        else:
+            runner = jax.jit(_chunk_runner(problem, solver, phase, static), donate_argnums=0)
         compiled = runner.lower(state, jnp.asarray(1, jnp.int32), arrays).compile()
         if len(_COMPILED) >= _COMPILED_MAX:
             _COMPILED.pop(next(iter(_COMPILED)))
@@ -303,6 +326,8 @@ def solve(
     callback: Callable[[dict[str, Any]], None] | None = None,
     chunk_seconds: float = 1.0,
     checkpoint_every: float = 0.0,
+    devices: Any = None,
+    distributed: bool | dict[str, Any] = False,
 ) -> Result:
     """Run ``solver`` on ``problem`` and return its result.
 
@@ -322,6 +347,18 @@ def solve(
     callback : called after each chunk with a dict (phase, iteration, elapsed, summary);
         raising KeyboardInterrupt from it stops the run like Ctrl-C.
     chunk_seconds : target wall time of one jitted chunk (progress and clock granularity).
+    devices : where the run goes.  ``None`` (default): split the solver's batch axis (sequences,
+        walkers, replicas, starts; a single L-BFGS problem's vectors) over all devices when it
+        divides evenly, else one device (``stats["devices_note"]`` says why).  An int ``k``: the
+        first ``k`` devices; a list of jax devices: those.  ``stats["devices"]`` is the count used.
+        The result is the same on any number of devices (random numbers do not depend on the
+        split); sums over a split axis (a single L-BFGS problem's dot products) may round differently.
+        A checkpoint written on one number of devices resumes on any other.
+    distributed : start ``jax.distributed`` first (True, or a dict of
+        :func:`multiwalk.distributed.initialize` keywords: ``coordinator_address``,
+        ``num_processes``, ``process_id``; otherwise read from the environment, SLURM or Open
+        MPI).  Every process runs the same call; the batch is split over all processes'
+        devices, process 0 writes the checkpoint, and every process gets the whole result.
 
     Ctrl-C (KeyboardInterrupt) stops the run cleanly: the result holds everything computed up
     to the last finished chunk and has ``status=Status.INTERRUPTED``.
@@ -331,6 +368,10 @@ def solve(
     bounds, data, sigma, fixed values or ``args`` arrays were changed in place is compiled
     anew; as with ``jax.jit``, global arrays read by the function are baked in at compilation.
     """
+    if distributed:  # before anything touches a device
+        if not isinstance(distributed, (bool, dict)):
+            raise TypeError(f"distributed must be True/False or a dict of initialize() keywords, got {distributed!r}")
+        dist.initialize(**(distributed if isinstance(distributed, dict) else {}))
     _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every)
     solver.check(problem)
     phases = solver.phases(problem)
@@ -346,7 +387,17 @@ def solve(
         raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: folder {str(checkpoint_path.parent)!r} does not exist")
 
     key = _key(int(seed))
-    state = solver.initial_state_fn(problem)(key)
+    init_fn = solver.initial_state_fn(problem)
+    placement = dist.Placement((None,), None, None)
+    if devices is not None or jax.device_count() > 1:
+        placement = dist.choose_devices(solver, problem, jax.eval_shape(init_fn, key), devices)
+    if placement.sharded:  # each device creates its part of the state
+        state = solver.initial_state_fn(problem, placement.shardings)(key)
+    elif devices is not None:  # one device, chosen
+        with jax.default_device(placement.devices[0]):
+            state = init_fn(key)
+    else:
+        state = init_fn(key)
     done = [0] * len(phases)
     phase_index = 0
     if resume is not None:
@@ -354,7 +405,13 @@ def solve(
         meta, leaves = _read_checkpoint(resume_path)
         if meta["seed"] != int(seed):
             raise ValueError(f"{resume_path} was written with seed={meta['seed']}, not seed={seed}")
-        state = _restore(solver, state, meta, leaves, resume_path)
+        restored = _restore(solver, state, meta, leaves, resume_path)
+        if placement.sharded:
+            state = dist.place(restored, placement.shardings)
+        elif devices is not None:
+            state = jax.device_put(restored, placement.devices[0])
+        else:
+            state = jax.tree_util.tree_map(jnp.asarray, restored)
         done = list(meta["done"]) + [0] * (len(phases) - len(meta["done"]))
         for ph, d in zip(phases, done):
             if d > ph.length:
@@ -378,8 +435,19 @@ def solve(
             "n_leaves": len(jax.tree_util.tree_leaves(state)),
         }
 
-    summary_fn = jax.jit(lambda s: solver.summary(problem, s))
-    stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0}
+    if placement.sharded:
+        summary_fn = jax.jit(lambda s: solver.summary(problem, s), out_shardings=placement.replicated)
+    else:
+        summary_fn = jax.jit(lambda s: solver.summary(problem, s))
+    stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0, "devices": len(placement.devices)}
+    if placement.note:
+        stats["devices_note"] = placement.note
+    if dist.multi_process():
+        stats["processes"] = jax.process_count()
+    # Under jax.distributed, solvers that read the state after each chunk (writers) get it
+    # gathered; every process gathers (a collective), whatever the solver then does with it.
+    host_on_chunk = dist.multi_process() and type(solver).on_chunk is not Solver.on_chunk
+    n_arg = np.int32 if placement.sharded else (lambda n: jnp.asarray(n, jnp.int32))
     # Compile every phase still to run before the clock and the progress bar start.
     # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
     # compiling), returning what was done; a second Ctrl-C aborts at once.
@@ -389,7 +457,7 @@ def solve(
     try:
         for i in range(phase_index, len(phases)):
             if done[i] < phases[i].length:
-                executables[i] = _compiled_chunk_runner(problem, solver, i, state)  # (compiled, arrays)
+                executables[i] = _compiled_chunk_runner(problem, solver, i, state, placement)  # (compiled, arrays)
     except BaseException:
         ctrl_c.restore()
         raise
@@ -420,19 +488,26 @@ def solve(
                 t0 = time.perf_counter()
                 # The state is donated (updated in place), so it is replaced in one statement;
                 # Ctrl-C only sets a flag (see _CtrlC), so nothing interrupts this.
-                state, n_run = compiled(state, jnp.asarray(n, jnp.int32), arrays)
+                state, n_run = compiled(state, n_arg(n), arrays)
                 jax.block_until_ready(state)
                 dt = time.perf_counter() - t0
                 n_run = int(n_run)
+                # Every decision below derives from dt and the flags: under jax.distributed all
+                # processes take process 0's, so they run the same chunks and stop together.
+                checkpoint_due = checkpoint_path is not None and time.perf_counter() - last_checkpoint >= checkpoint_every
+                dt, pressed, checkpoint_due = dist.broadcast((dt, ctrl_c.pressed, checkpoint_due))
+                ctrl_c.pressed = bool(pressed)
                 t_run += dt
-                solver.on_chunk(problem, state, done[phase_index], done[phase_index] + n_run)
+                solver.on_chunk(
+                    problem, dist.to_host(state) if host_on_chunk else state, done[phase_index], done[phase_index] + n_run
+                )
                 done[phase_index] += n_run
                 remaining -= n_run
                 stats["chunks"] += 1
                 converged = n_run < n
                 info = {k: float(v) for k, v in summary_fn(state).items()}
                 bar.update(n_run, phase.name, info)
-                if checkpoint_path is not None and time.perf_counter() - last_checkpoint >= checkpoint_every:
+                if checkpoint_due:
                     _write_checkpoint(checkpoint_path, state, meta_now())
                     last_checkpoint = time.perf_counter()
                 if callback is not None:
@@ -458,8 +533,9 @@ def solve(
             raise
         status = Status.INTERRUPTED
     except BaseException:
-        # Any other failure (out of memory, a bug): keep the last finished chunk on disk.
-        if checkpoint_path is not None and not _deleted(state):
+        # Any other failure (out of memory, a bug): keep the last finished chunk on disk (not
+        # under jax.distributed: the gather is a collective that the other processes may not join).
+        if checkpoint_path is not None and not _deleted(state) and not dist.multi_process():
             _write_checkpoint(checkpoint_path, state, meta_now())
         raise
     finally:
@@ -473,5 +549,9 @@ def solve(
     stats["iterations"] = {p.name: d for p, d in zip(phases, done)}
     if checkpoint_path is not None:
         _write_checkpoint(checkpoint_path, state, meta_now())
+    # One gather at the end: the result builders read the state with np.asarray (which gathers
+    # a split state); under jax.distributed every process gathers it whole first.
+    if dist.multi_process():
+        state = dist.to_host(state)
     return solver.result(problem, state, list(done), status, stats)
 

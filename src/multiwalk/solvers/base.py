@@ -70,12 +70,30 @@ class Solver(abc.ABC):
     def init(self, problem: Problem, key: jax.Array) -> Any:
         """The initial state pytree."""
 
-    def initial_state_fn(self, problem: Problem) -> Callable[[jax.Array], Any]:
+    def initial_state_fn(self, problem: Problem, shardings: Any = None) -> Callable[[jax.Array], Any]:
         """``key -> initial state``, jitted (the driver calls this, not ``init``, and reuses it).
 
+        ``shardings`` (a pytree like the state, from ``batch_axes``; only passed when the run is
+        split over devices): the state is created split, each device computing its own part.
         Solvers whose start needs large arrays (an ``x0`` of 1e7 values) override it to pass
         them as arguments rather than compile them into the program as constants."""
-        return jax.jit(lambda k: self.init(problem, k))
+        if shardings is None:
+            return jax.jit(lambda k: self.init(problem, k))
+        return jax.jit(lambda k: self.init(problem, k), out_shardings=shardings)
+
+    def batch_axes(self, problem: Problem, state: Any) -> Any:
+        """Which axis of each state leaf indexes walkers, for ``solve(..., devices=...)``.
+
+        A pytree like ``state`` (which may hold only shapes: ``jax.eval_shape``) with, per leaf,
+        the axis the driver splits over devices, or None to keep the leaf whole on every device.
+        The default, None, declares nothing: the run stays on one device.  Whatever is declared,
+        results are those of one device (XLA inserts the collectives), up to the rounding of sums
+        over split axes; what it changes is what each device stores and computes."""
+        return None
+
+    def batch_option(self, problem: Problem) -> str:
+        """The option that sets the length of the batch axes (named in error messages)."""
+        return "the batch size"
 
     def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
         """Called by the driver after each chunk that ran iterations ``first+1 .. last`` of the

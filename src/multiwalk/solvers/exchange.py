@@ -228,6 +228,20 @@ class Exchange(Solver):
         limits = [n for n in (self.record - 1 if self.record else None, self.max_chunk_steps) if n]
         return min(limits) if limits else None
 
+    def batch_axes(self, problem: Problem, state: ExchangeState) -> ExchangeState:
+        """Replicas are split over devices (their points, values, counters, best points and
+        records ``rec_*``, (B, R, ...)).  What is indexed by temperature (the ladder's replica order and the
+        statistics, R numbers each) stays whole on every device: the exchange of neighbouring
+        temperatures reads every replica's f, a gather of R values per step that XLA inserts,
+        and it is decided identically everywhere."""
+        per_replica = {"x", "node", "fx", "t_of_rep", "n_accepted", "n_nonfinite", "best_fx", "best_step", "best_x"}
+        return ExchangeState(
+            *[0 if name in per_replica else 1 if name.startswith("rec_") else None for name in ExchangeState._fields]
+        )
+
+    def batch_option(self, problem: Problem) -> str:
+        return "the number of replicas (len(betas))"
+
     def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
         if self.on_steps is not None:
             self.on_steps(state, first, last)

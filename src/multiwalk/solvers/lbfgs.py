@@ -560,6 +560,24 @@ class LBFGS(Solver):
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("lbfgs", self.max_iterations)]
 
+    def batch_axes(self, problem: Problem, state: LBFGSRun) -> LBFGSRun:
+        """Several starts: split the starts (every leaf of ``starts`` along its first axis).
+
+        One start: split the vectors along ``n`` (``x``, ``g``, ``d`` and the ``2m`` stored
+        pairs ``P``), so a problem too large for one device's memory spreads over all of them;
+        its dot products become all-reduces that XLA inserts, and the objective runs on split
+        ``x`` (elementwise terms and sums split too).  The small matrices stay whole everywhere."""
+        K = state.starts.x.shape[0]
+        if K > 1:
+            starts = jax.tree.map(lambda _: 0, state.starts)
+            return LBFGSRun(starts=starts, history=jax.tree.map(lambda _: None, state.history), h0=None)
+        starts = jax.tree.map(lambda _: None, state.starts)._replace(x=1, g=1, d=1, P=2)
+        h0 = 0 if state.h0.ndim == 1 else None  # the user's diagonal H0, one value per coordinate
+        return LBFGSRun(starts=starts, history=jax.tree.map(lambda _: None, state.history), h0=h0)
+
+    def batch_option(self, problem: Problem) -> str:
+        return "starts" if self.n_starts(problem) > 1 else "n (free parameters of the one problem)"
+
     def _x0(self, problem: Problem, key: jax.Array) -> jax.Array:
         dt = problem.dtype
         if self.starts is not None:
@@ -567,15 +585,25 @@ class LBFGS(Solver):
             u = jax.random.uniform(key, (self.starts, problem.n_free), dt)
             return jnp.asarray(lo, dt) + jnp.asarray(hi - lo, dt) * u
         x0 = problem.x0 if problem.x0.ndim == 2 else problem.x0[None]
-        return jnp.asarray(x0[:, problem.free_index], dt)
+        # numpy, not a device array: the driver sends it where the state goes (split for huge n)
+        return np.asarray(x0[:, problem.free_index], dtype=jnp.dtype(dt))
 
-    def initial_state_fn(self, problem: Problem) -> Callable[[jax.Array], LBFGSRun]:
+    def initial_state_fn(self, problem: Problem, shardings: Any = None) -> Callable[[jax.Array], LBFGSRun]:
         # x0 and diag go in as arguments: as constants they would be compiled into the program.
-        init = jax.jit(lambda k, x, h: self.init(problem, k, x, h))
+        if shardings is None:
+            init = jax.jit(lambda k, x, h: self.init(problem, k, x, h))
+        else:  # x0 and h0 arrive split like the state's x and h0 (below), and the state is made split
+            init = jax.jit(lambda k, x, h: self.init(problem, k, x, h), out_shardings=shardings)
 
         def initial_state(key: jax.Array) -> LBFGSRun:
             x0 = None if self.starts is not None else self._x0(problem, key)
-            h0 = jnp.asarray(self.diag, problem.dtype) if isinstance(self.diag, np.ndarray) else jnp.zeros((), problem.dtype)
+            dt = jnp.dtype(problem.dtype)
+            h0 = np.asarray(self.diag, dt) if isinstance(self.diag, np.ndarray) else np.zeros((), dt)
+            if shardings is not None and x0 is not None:
+                from .. import distributed
+
+                x0 = distributed.place(x0, shardings.starts.x)
+                h0 = distributed.place(h0, shardings.h0)
             return init(key, x0, h0)
 
         return initial_state

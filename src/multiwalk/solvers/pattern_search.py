@@ -185,6 +185,21 @@ class PatternSearch(Solver):
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("search", self.iterations * (self.rounds or 1))]
 
+    def batch_axes(self, problem: Problem, state: PatternSearchState) -> PatternSearchState | None:
+        """Walkers are split over devices (the best point, a min over walkers, is one small
+        all-reduce per iteration).  The Pallas form stays on one device: its kernel is one
+        custom call XLA cannot split, and on one H200 it already runs Table 1's largest case
+        8x faster than the XLA form (docs/benchmarks.md); ``kernel="xla"`` runs split."""
+        if self.kernel_plan(problem).use_pallas:
+            return None
+        return PatternSearchState(
+            key=None, iteration=None, x=0, fx=0, scale=0, best_x=None, best_f=None, n_halvings=0, n_resets=0,
+            n_nonfinite=0,
+        )
+
+    def batch_option(self, problem: Problem) -> str:
+        return "n_walkers"
+
     def _evaluate(self, problem: Problem, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Values at points ``(m, n_free)``, NaN and +-inf replaced by +inf (they never win),
         and the mask of those replaced."""

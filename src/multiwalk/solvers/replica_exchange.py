@@ -173,6 +173,15 @@ class ReplicaExchange(Solver):
             samples_chi2=jnp.zeros((self.niter, ns), dt),
         )
 
+    def batch_axes(self, problem: Problem, state: ReplicaExchangeState) -> ReplicaExchangeState:
+        """Sequences are independent: every ``(nseq, ...)`` array is split along ``nseq`` (axis 1
+        of the recorded samples); exchanges stay within a sequence, so on one device."""
+        axes = ReplicaExchangeState(*([0] * len(ReplicaExchangeState._fields)))
+        return axes._replace(key=None, iteration=None, samples=1, samples_chi2=1)
+
+    def batch_option(self, problem: Problem) -> str:
+        return "nseq"
+
     @staticmethod
     def _chi2(problem: Problem, x: jax.Array) -> jax.Array:
         """chi2 of points ``(nseq, nbeta, n_free)`` -> ``(nseq, nbeta)``."""

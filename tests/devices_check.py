@@ -1,0 +1,139 @@
+"""Runs of every solver on 1, 2 and 4 CPU devices, for tests/test_devices.py (run as a subprocess).
+
+JAX makes its CPU devices when it starts, so ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
+must be set before it is imported: this script sets it and prints one JSON object of comparisons
+(every value a plain number or bool) that the test asserts on.  Sizes are small: the time goes
+into compiling one loop per solver and device count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+
+import multiwalk as mw  # noqa: E402
+
+
+def sphere(x):
+    return (x**2).sum()
+
+
+def rosenbrock(x):
+    return ((1 - x[:-1]) ** 2 + 100 * (x[1:] - x[:-1] ** 2) ** 2).sum()
+
+
+def same(a, b) -> bool:
+    """Bit for bit (NaN equal to NaN)."""
+    return bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
+
+
+def main() -> dict:
+    out: dict = {"devices": jax.device_count(), "threefry_partitionable": bool(jax.config.jax_threefry_partitionable)}
+    box = mw.Problem(objective=sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3))
+    t0 = time.perf_counter()
+
+    # ReplicaExchange: 8 sequences over 1, 2, 4 devices (2 parameters: shorter compilation)
+    plane = mw.Problem(objective=sphere, lower=-5.0 * np.ones(2), upper=5.0 * np.ones(2))
+    re = mw.ReplicaExchange(nseq=8, nbeta=4, nburn=10, niter=20)
+    runs = {k: mw.solve(plane, re, seed=3, progress=False, devices=k) for k in (1, 2, 4)}
+    fields = ("samples", "chi2", "acceptance", "exchange_rate", "steps", "labels", "x")
+    for k in (2, 4):
+        out[f"re_same_{k}"] = all(same(getattr(runs[1], f), getattr(runs[k], f)) for f in fields)
+        out[f"re_devices_{k}"] = runs[k].stats["devices"]
+    out["re_default_devices"] = mw.solve(plane, re, seed=3, progress=False).stats["devices"]  # cached: 4 devices
+
+    # PatternSearch (XLA form): 64 walkers, two rounds
+    ps = mw.PatternSearch(n_walkers=64, iterations=4, rounds=2, kernel="xla")
+    a, b = (mw.solve(box, ps, seed=1, progress=False, devices=k) for k in (1, 4))
+    out["ps_same"] = same(a.walkers, b.walkers) and same(a.values, b.values) and same(a.x, b.x) and a.fun == b.fun
+    out["ps_devices"] = b.stats["devices"]
+
+    # A checkpoint written on 4 devices resumes on 1: interrupted after the first chunk, then resumed
+    with tempfile.TemporaryDirectory() as tmp:
+        ck = Path(tmp) / "ps.npz"
+
+        def stop(info):
+            raise KeyboardInterrupt
+
+        part = mw.solve(box, ps, seed=1, progress=False, devices=4, checkpoint=ck, callback=stop)
+        resumed = mw.solve(box, ps, seed=1, progress=False, devices=1, resume=ck)
+        out["resume_partial"] = part.status == mw.Status.INTERRUPTED and part.stats["iterations"]["search"] < 8
+        out["resume_same"] = same(resumed.walkers, a.walkers) and resumed.fun == a.fun
+
+    # Exchange (ODAT-SE's): 8 replicas, 2 per device: neighbouring-temperature swaps cross devices
+    ex = mw.Exchange(betas=tuple(np.geomspace(10.0, 0.1, 8)), numsteps=40, step_width=(0.5, 0.5, 0.5))
+    a, b = (mw.solve(box, ex, seed=2, progress=False, devices=k) for k in (1, 4))
+    out["ex_same"] = (
+        same(a.replica_x, b.replica_x) and same(a.temperature_index, b.temperature_index) and a.fun == b.fun
+        and all(same(a.statistics[key], b.statistics[key]) for key in a.statistics)
+        and same(a.exchange_rate, b.exchange_rate)
+    )
+    out["ex_swaps"] = int(np.nansum(a.exchange_rate > 0))  # exchanges did happen
+    out["ex_devices"] = b.stats["devices"]
+
+    # multi-start L-BFGS: 8 starts
+    rosen4 = mw.Problem(objective=rosenbrock, lower=-2.0 * np.ones(4), upper=2.0 * np.ones(4))
+    lb = mw.LBFGS(starts=8, max_iterations=60)
+    a, b = (mw.solve(rosen4, lb, seed=0, progress=False, devices=k) for k in (1, 4))
+    out["lbm_iterations_same"] = same(a.iterations_per_start, b.iterations_per_start)
+    out["lbm_statuses_same"] = [int(s) for s in a.statuses] == [int(s) for s in b.statuses]
+    out["lbm_x_maxdiff"] = float(np.max(np.abs(a.xs - b.xs)))
+    out["lbm_f0_same"] = same(a.history["f"][:2], b.history["f"][:2])  # start and first iteration
+    out["lbm_devices"] = b.stats["devices"]
+
+    # one L-BFGS problem of n = 512, its vectors split over 4 devices; the coupling term
+    # (x[1:] - x[:-1]) reads across the devices' boundaries
+    n = 512
+    weights = np.linspace(1.0, 4.0, n)
+
+    def coupled(x):
+        return (weights * (x - 0.5) ** 2).sum() + ((x[1:] - x[:-1]) ** 2).sum() + 0.1 * (x**4).sum()
+
+    big = mw.Problem(objective=coupled, x0=np.linspace(-1.0, 1.0, n))
+    lb1 = mw.LBFGS(max_iterations=100, eps=1e-9)
+    a, b = (mw.solve(big, lb1, seed=0, progress=False, devices=k) for k in (1, 4))
+    hist = min(a.history_length[0], b.history_length[0])
+    out["lb1_devices"] = b.stats["devices"]
+    # f along the iterations, relative to the starting value
+    out["lb1_f_hist_diff"] = float(np.max(np.abs(b.history["f"][:hist, 0] - a.history["f"][:hist, 0])) / a.history["f"][0, 0])
+    out["lb1_iterations"] = [a.iterations, b.iterations]
+    out["lb1_success"] = bool(a.success and b.success)
+    out["lb1_x_maxdiff"] = float(np.max(np.abs(a.x - b.x)))
+    out["lb1_sharding"] = str(_last_compiled_shardings().spec)
+
+    # devices=None falls back to one device with a note when the batch does not split
+    odd = mw.solve(box, mw.PatternSearch(n_walkers=6, iterations=2, rounds=1, kernel="xla"), seed=0, progress=False)
+    out["fallback_devices"] = odd.stats["devices"]
+    out["fallback_note"] = odd.stats.get("devices_note", "")
+    # devices=3 with 8 sequences: a ValueError before compiling, naming the option and the fix
+    try:
+        mw.solve(plane, re, seed=3, progress=False, devices=3)
+        out["error"] = ""
+    except ValueError as err:
+        out["error"] = str(err)
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _last_compiled_shardings():
+    from multiwalk.solve import _COMPILED
+
+    compiled = list(_COMPILED.values())[-1]
+    return compiled.input_shardings[0][0].starts.P
+
+
+if __name__ == "__main__":
+    json.dump(main(), sys.stdout)

@@ -1,0 +1,94 @@
+"""``mw.solve(..., devices=...)``: every solver's batch split over 4 CPU devices gives the 1-device result.
+
+The runs happen in a subprocess (tests/devices_check.py): JAX must see
+``XLA_FLAGS=--xla_force_host_platform_device_count=4`` before it starts, and this test process has
+started JAX already.  The script runs each solver on 1 and 4 devices (ReplicaExchange also on 2)
+and reports comparisons; one subprocess serves every test here (~50 s on 2 cores, mostly compiling).
+
+Tolerances: walker-parallel solvers must agree BIT FOR BIT - their arithmetic is per walker, the
+random numbers do not depend on the split (jax_threefry_partitionable), and what crosses walkers
+(a best value, argmin, exchanges of temperatures) is exact.  L-BFGS is compared up to rounding:
+per start, its small matrix products are batched, and XLA's CPU kernels sum them in an order that
+depends on the batch per device; a single problem split along n sums its dot products per device
+and then across devices.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = str(HERE.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "devices_check.py")], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_four_devices_and_partitionable_random_streams(report):
+    assert report["devices"] == 4
+    # the premise of "same seed, same result on any number of devices"
+    assert report["threefry_partitionable"] is True
+
+
+def test_replica_exchange_bit_for_bit_on_1_2_4_devices(report):
+    assert (report["re_devices_2"], report["re_devices_4"]) == (2, 4)
+    assert report["re_same_2"] and report["re_same_4"]  # exact: samples, chi2, rates, steps, labels, best x
+    assert report["re_default_devices"] == 4  # devices=None takes all 4: 8 sequences split evenly
+
+
+def test_pattern_search_bit_for_bit(report):
+    assert report["ps_devices"] == 4
+    assert report["ps_same"]  # exact: every walker, its value, and the best point
+
+
+def test_checkpoint_from_4_devices_resumes_on_1(report):
+    assert report["resume_partial"]  # the first run really stopped early
+    assert report["resume_same"]  # exact: equal to the uninterrupted 1-device run
+
+
+def test_exchange_bit_for_bit_with_swaps_across_devices(report):
+    assert report["ex_devices"] == 4
+    assert report["ex_swaps"] >= 3  # neighbouring temperatures did swap (2 replicas per device: across devices too)
+    assert report["ex_same"]  # exact: replicas, ladder positions, statistics, exchange rates, best
+
+
+def test_multistart_lbfgs_up_to_rounding(report):
+    assert report["lbm_devices"] == 4
+    assert report["lbm_f0_same"]  # start and first iteration (no stored pairs yet): exact
+    assert report["lbm_iterations_same"] and report["lbm_statuses_same"]
+    # later iterates differ by the rounding of the batched products (float64: ~1e-16 relative per
+    # iteration, grown over ~40 iterations of Rosenbrock's curved valley); 1e-9 is far below any
+    # difference a wrong result would make (x ~ 1)
+    assert report["lbm_x_maxdiff"] < 1e-9
+
+
+def test_single_lbfgs_problem_split_along_n(report):
+    assert report["lb1_devices"] == 4
+    assert report["lb1_sharding"] == "P(None, None, 'batch')"  # P (1, 2m, n): split along n
+    a, b = report["lb1_iterations"]
+    assert a == b and report["lb1_success"]
+    # f at every iteration, relative to f at the start: dot products summed per device then
+    # across devices round differently (float64 eps 2.2e-16, n = 512 terms)
+    assert report["lb1_f_hist_diff"] < 1e-12
+    # x: both converged to ||g|| < 1e-9 max(1, ||x||); rounding moves the last iterates by far less
+    assert report["lb1_x_maxdiff"] < 1e-8
+
+
+def test_devices_none_falls_back_with_a_note_and_explicit_count_errors(report):
+    assert report["fallback_devices"] == 1
+    assert "n_walkers = 6" in report["fallback_note"] and "devices=3" in report["fallback_note"]
+    msg = report["error"]
+    assert msg.startswith("devices=3:") and "nseq = 8" in msg and "multiple of 3" in msg and "devices=2" in msg
