@@ -82,10 +82,14 @@ def block_stats(path: Path, therm: int, blocks: int = 20) -> tuple[float, float]
 
 
 def run_odatse(folder: Path) -> dict:
+    # PYTHONPATH made absolute: odatse runs in the case's folder, where a relative entry such
+    # as .whl/odat_se-*.whl (the device run's way to bring it) would not be found
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-c", "import sys, odatse._main as m; m.cli(sys.argv[1:])", "input.toml"],
-        cwd=folder, capture_output=True, text=True,
+        cwd=folder, capture_output=True, text=True, env=env,
     )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -147,11 +151,24 @@ def case_a(out: Path, replicas: int, steps: int, log) -> dict:
     return res
 
 
-def case_b(out: Path, sizes: list[int], steps: int, odatse_steps: int, dtype: str, log) -> dict:
-    res: dict = {"steps": steps, "sizes": {}}
-    folder = out / "B_odatse"
-    folder.mkdir(parents=True, exist_ok=True)
+def case_b(out: Path, sizes: list[int], steps: int, odatse_steps: int, dtype: str, unrolls: list[int], log) -> dict:
+    """Replica-steps per second at each size (``multiwalk run``'s default unroll), and at the
+    smallest size also with each ``--unroll`` of ``unrolls``."""
+    res: dict = {"steps": steps, "runs": []}
     r0 = min(sizes)
+    cases = [(r0, u) for u in unrolls] + [(R, None) for R in sizes if R != r0 or not unrolls]
+    for R, unroll in cases:
+        folder = out / f"B_{R}_{unroll or 'default'}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "input.toml").write_text(INPUT.format(steps=steps, therm=steps // 10, replicas=R))
+        extra = ["--unroll", str(unroll)] if unroll else []
+        ours = run_ours(folder, "--no-step-files", "--dtype", dtype, *extra)
+        ours["replica_steps_per_s"] = R * (steps - 1) / ours["run"]
+        ours["replicas"], ours["unroll"] = R, unroll or "default"
+        res["runs"].append(ours)
+        log(f"B R={R} unroll={unroll}: {ours}")
+    folder = out / "B_odatse"  # after ours: a short run of the same input with r0 replicas
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "input.toml").write_text(INPUT.format(steps=odatse_steps, therm=0, replicas=r0))
     try:
         od = run_odatse(folder)
@@ -161,14 +178,6 @@ def case_b(out: Path, sizes: list[int], steps: int, odatse_steps: int, dtype: st
     except Exception as err:  # odat-se missing: say so
         res["odatse"] = {"error": str(err)[:300]}
         log(f"B odatse: {err}")
-    for R in sizes:
-        folder = out / f"B_{R}"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "input.toml").write_text(INPUT.format(steps=steps, therm=steps // 10, replicas=R))
-        ours = run_ours(folder, "--no-step-files", "--dtype", dtype)
-        ours["replica_steps_per_s"] = R * (steps - 1) / ours["run"]
-        res["sizes"][R] = ours
-        log(f"B R={R}: {ours}")
     return res
 
 
@@ -199,13 +208,14 @@ def report(env: dict, a: list[dict], b: dict | None) -> str:
         od = b["odatse"]
         peer = od.get("replica_steps_per_s")
         lines += ["", f"Case B: replica-steps per second, {b['steps']} steps, no step files (fx.txt, best_result.txt):", "",
-                  "| replicas | ours replica-steps/s | ODAT-SE replica-steps/s (CPU) | ratio | ours run (s) "
-                  "| set-up + compile (s) |",
-                  "|---:|---:|---:|---:|---:|---:|"]
-        for R, m in b["sizes"].items():
+                  "| replicas | unroll | ours replica-steps/s | ODAT-SE replica-steps/s (CPU) | ratio | ours run (s) "
+                  "| µs per step | set-up + compile (s) |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for m in b["runs"]:
             ratio = f"{m['replica_steps_per_s'] / peer:.3g}x" if peer else "—"
-            lines.append(f"| {R} | {m['replica_steps_per_s']:.3g} | {peer if peer is None else f'{peer:.3g}'} | {ratio} "
-                         f"| {m['run']:.3f} | {m['setup']:.2f} |")
+            lines.append(f"| {m['replicas']} | {m['unroll']} | {m['replica_steps_per_s']:.3g} "
+                         f"| {peer if peer is None else f'{peer:.3g}'} | {ratio} | {m['run']:.3f} "
+                         f"| {m['run'] / (b['steps'] - 1) * 1e6:.1f} | {m['setup']:.2f} |")
         if "error" in od:
             lines.append(f"\nODAT-SE could not run: {od['error']}")
     return "\n".join(lines)
@@ -218,6 +228,7 @@ def main() -> int:
     p.add_argument("--replicas", default="16:20000,256:2000", help="case A: replicas:numsteps, comma-separated")
     p.add_argument("--gpu-replicas", default="10000,100000,1000000")
     p.add_argument("--gpu-steps", type=int, default=2000)
+    p.add_argument("--gpu-unroll", default="1,8,32", help="case B: --unroll values tried at the smallest size")
     p.add_argument("--odatse-steps", type=int, default=30, help="ODAT-SE's short run in case B")
     p.add_argument("--dtype", default="float64")
     p.add_argument("--out", type=Path, default=None)
@@ -238,7 +249,8 @@ def main() -> int:
     a = [case_a(out, r, n, log) for r, n in sizes] if "A" in cases else []
     b = None
     if "B" in cases:
-        b = case_b(out, [int(r) for r in args.gpu_replicas.split(",")], args.gpu_steps, args.odatse_steps, args.dtype, log)
+        b = case_b(out, [int(r) for r in args.gpu_replicas.split(",")], args.gpu_steps, args.odatse_steps, args.dtype,
+                   [int(u) for u in args.gpu_unroll.split(",") if u], log)
     text = report(env, a, b)
     print(text)
     (out / "odatse.md").write_text(text + "\n")

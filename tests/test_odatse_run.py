@@ -491,3 +491,58 @@ def test_minsearch_and_pattern(tmp_path):
     assert float(res["fx"]) < 1e-3  # 64 pattern searches of 30 iterations reach one of the four zeros
     write_input(tmp_path, pattern.replace("n_walkers = 64", "n_walkers = -1"))
     assert run_cli(tmp_path, "input.toml") == 2
+
+
+# ---------------------------------------------------------------------------- fast writing, unroll
+def test_step_file_numbers_are_spelled_as_repr():
+    """polars' spelling of the step files' numbers (with repr for the values polars spells
+    otherwise) is repr's, and reads back to the same double: random values over the whole
+    range of doubles (random bit patterns, so subnormals and every exponent), and edge values."""
+    rng = np.random.default_rng(0)
+    edge = [0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1.1125369292536007e-308, 1e-300, 1e300,
+            1.7976931348623157e308, 1.0, -3.0, 2.0**53, 2.0**60, 123456789.0, 1e15, 1e16, 1e22, 1e23, 0.1, 0.3,
+            1 / 3, 1e-4, 9.999999999999999e-5, 1e-5, 2e-5, -3.5e-7, 1e-10, 9.99e-11, 1e-11, np.inf, -np.inf, np.nan,
+            *[10.0**k for k in range(-320, 309, 7)], *[np.nextafter(10.0**k, 0.0) for k in range(-300, 309, 7)]]
+    values = np.concatenate([
+        edge,
+        rng.integers(0, 2**64, 20000, dtype=np.uint64).view(np.float64),  # includes NaNs of many payloads
+        rng.normal(size=20000) * 5,
+        np.exp(rng.uniform(-745, 709, 20000)) * rng.choice([-1, 1], 20000),
+        rng.integers(-(10**6), 10**6, 2000).astype(float),
+    ])
+    got = odatse_io.number_strings(values)
+    want = [repr(float(v)) for v in values.tolist()]
+    assert got == want  # exactly: every spelling equal, so files equal those of repr
+    back = np.array([float(s) for s in got])
+    assert np.array_equal(back.view(np.uint64)[~np.isnan(values)], values.view(np.uint64)[~np.isnan(values)])
+
+
+def _mesh_4x4() -> Mesh:
+    xs = np.array([(i, j) for i in range(4) for j in range(4)], dtype=float)
+    return Mesh(xs, build_neighbor_list(xs, 1.0))
+
+
+@pytest.mark.parametrize("space", ["continuous", "mesh"])
+def test_steps_per_loop_trip_do_not_change_the_run(space):
+    """``unroll=3`` (3 steps per loop trip, their random numbers drawn at once) with chunks of
+    7 steps (blocks cut by chunk ends, remainders run one at a time) equals one step per trip:
+    every leaf of the state bit for bit, statistics and the record of trials included."""
+    def f(x):
+        return (x[0] - 1.2) ** 2 + 0.5 * (x[1] - 2.0) ** 2 + 0.3 * x[0] * x[1]
+
+    with jax.enable_x64(True):
+        if space == "mesh":
+            problem = mw.Problem(objective=f, names=["a", "b"])
+            kw = dict(mesh=_mesh_4x4())
+        else:
+            problem = mw.Problem(objective=f, lower=[-3, -3], upper=[4, 4])
+            kw = dict(step_width=(0.4, 0.7))
+        betas = tuple(temperature_ladder(6, Tmin=0.2, Tmax=5.0))
+        states = []
+        for unroll, chunk in ((1, None), (3, 7)):
+            solver = mw.Exchange(betas=betas, numsteps=120, numsteps_exchange=3, numsteps_thermalization=10,
+                                 record=16, max_chunk_steps=chunk, unroll=unroll, **kw)
+            states.append(mw.solve(problem, solver, seed=3, progress=False).state)
+    for name, a, b in zip(states[0]._fields, *states):
+        assert np.array_equal(np.asarray(a), np.asarray(b)), name  # exact: the same arithmetic in the same order
+    assert int(states[0].stat_n[0]) == 110  # statistics were accumulated (steps 10..119)

@@ -472,7 +472,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             betas=tuple(betas.tolist()), numsteps=setup.numsteps, numsteps_exchange=setup.numsteps_exchange,
             numsteps_thermalization=thermalization, step_width=None if setup.step_list is None else tuple(setup.step_list),
             mesh=setup.mesh, initial=() if setup.initial is None else tuple(map(tuple, setup.initial.tolist())),
-            nreplica_per_proc=per, record=record, max_chunk_steps=max_chunk,
+            nreplica_per_proc=per, record=record, max_chunk_steps=max_chunk, unroll=args.unroll,
         )
         if meta is not None and meta["options"].get("record") != record:
             raise InputError(
@@ -625,6 +625,9 @@ def add_parser(commands: Any) -> None:
                    help="write trial.txt, result.txt and result_T*.txt (default: yes); fx.txt and best_result.txt "
                         "are always written")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision (default float64)")
+    p.add_argument("--unroll", type=int, default=None, metavar="K",
+                   help="exchange: Monte Carlo steps per compiled loop trip (default: 8 on a GPU, 1 on a CPU); "
+                        "the results do not depend on it")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this much run time")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
@@ -635,6 +638,8 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         if args.nprocs < 1:
             raise InputError(f"--nprocs must be at least 1, got {args.nprocs}")
+        if args.unroll is not None and args.unroll < 1:
+            raise InputError(f"--unroll must be at least 1, got {args.unroll}")
         if args.time_limit is not None and not args.time_limit > 0:
             raise InputError(f"--time-limit must be positive, got {args.time_limit}")
         with warnings.catch_warnings():
