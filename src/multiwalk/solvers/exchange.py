@@ -101,11 +101,10 @@ class ExchangeState(NamedTuple):
     stat_prev: jax.Array  # (T, d) the point at each temperature one step ago
     stat_fbase: jax.Array  # (T,) first sample's f, the reweighting's reference
     stat_lse: jax.Array  # (T,) log sum exp(-dbeta (f - fbase)) over the samples
-    rec_x: jax.Array  # (B, R, d) trial points of the last B steps (continuous), slot s % B
-    rec_node: jax.Array  # (B, R) int32 trial nodes (discrete)
-    rec_fx: jax.Array  # (B, R) trial f (inf outside the box)
-    rec_accepted: jax.Array  # (B, R) bool: result = trial (else the result of the step before)
-    rec_t: jax.Array  # (B, R) int32 temperature index of each replica at that step
+    rec_values: jax.Array  # (B, R, 1 + d) of the last B steps, slot s % B: trial f (inf outside the box), then
+    #   the trial point (continuous; (B, R, 1) in a discrete space)
+    rec_ints: jax.Array  # (B, R, 3) int32: temperature index, accepted (result = trial, else the result of
+    #   the step before), trial node (discrete; 0 otherwise)
 
 
 @dataclass(frozen=True)
@@ -127,6 +126,8 @@ class Exchange(Solver):
     record : keep the trials and results of the last ``record`` steps in the state for
         ``on_steps`` (0: none; the per-step files are then not written).
     max_chunk_steps : at most this many steps per driver chunk (checkpoints every that many).
+    unroll : steps per loop trip in :meth:`run_chunk` (None: 8 on a GPU, 1 on a CPU); results
+        do not depend on it.
     on_steps : ``on_steps(state, first, last)`` after each chunk that ran steps ``first+1 .. last``.
     """
 
@@ -140,9 +141,10 @@ class Exchange(Solver):
     nreplica_per_proc: int | None = None
     record: int = 0
     max_chunk_steps: int | None = None
+    unroll: int | None = None
     on_steps: Callable[[ExchangeState, int, int], None] | None = field(default=None, compare=False, repr=False)
 
-    resumable_options = ("numsteps", "max_chunk_steps")
+    resumable_options = ("numsteps", "max_chunk_steps", "unroll")
 
     def __post_init__(self) -> None:
         b = np.asarray(self.betas, dtype=np.float64)
@@ -156,6 +158,7 @@ class Exchange(Solver):
         check_int_option("numsteps_thermalization", self.numsteps_thermalization, 0, none_ok=True)
         check_int_option("record", self.record, 0)
         check_int_option("max_chunk_steps", self.max_chunk_steps, 1, none_ok=True)
+        check_int_option("unroll", self.unroll, 1, none_ok=True)
         check_int_option("nreplica_per_proc", self.nreplica_per_proc, 1, none_ok=True)
         if self.record == 1:
             raise ValueError("record must be 0 (no per-step records) or at least 2")
@@ -284,7 +287,6 @@ class Exchange(Solver):
         T = R
         first = jnp.asarray(self.thermalization == 0)
         arange = jnp.arange(R, dtype=i32)
-        rec_shape = (B, R)
         state = ExchangeState(
             key=key,
             step=jnp.asarray(1, i32),
@@ -308,36 +310,88 @@ class Exchange(Solver):
             stat_prev=x,
             stat_fbase=jnp.where(first, fx, 0.0).astype(dt),
             stat_lse=jnp.zeros(T, dt),
-            rec_x=jnp.zeros((B, R, d) if self.mesh is None else (0, R, d), dt),
-            rec_node=jnp.zeros(rec_shape if self.mesh is not None else (0, R), i32),
-            rec_fx=jnp.zeros(rec_shape, dt),
-            rec_accepted=jnp.zeros(rec_shape, bool),
-            rec_t=jnp.zeros(rec_shape, i32),
+            rec_values=jnp.zeros((B, R, 1 + (d if self.mesh is None else 0)), dt),
+            rec_ints=jnp.zeros((B, R, 3), i32),
         )
         if B:
             state = self._record(state, 0, x, node, fx, jnp.ones(R, bool))
         return state
 
     def _record(self, st: ExchangeState, s: Any, x, node, fx, accepted) -> ExchangeState:
+        """Step ``s``'s trials into slot ``s % record``: two row updates (one per buffer), as
+        each update is a separate operation with its own cost on a CPU."""
         slot = jnp.asarray(s) % self.record
         upd = jax.lax.dynamic_update_index_in_dim
-        if self.mesh is None:
-            st = st._replace(rec_x=upd(st.rec_x, x, slot, 0))
-        else:
-            st = st._replace(rec_node=upd(st.rec_node, node, slot, 0))
-        return st._replace(
-            rec_fx=upd(st.rec_fx, fx, slot, 0),
-            rec_accepted=upd(st.rec_accepted, accepted, slot, 0),
-            rec_t=upd(st.rec_t, st.t_of_rep, slot, 0),
-        )
+        values = fx[:, None] if self.mesh is not None else jnp.concatenate([fx[:, None], x], axis=1)
+        ints = jnp.stack([st.t_of_rep, accepted.astype(jnp.int32), node.astype(jnp.int32)], axis=1)
+        return st._replace(rec_values=upd(st.rec_values, values, slot, 0), rec_ints=upd(st.rec_ints, ints, slot, 0))
 
     # ----------------------------------------------------------------- one step
+    def _draws(self, problem: Problem, key: jax.Array, s: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The random numbers of step ``s``: exchange uniforms (T-1,), move draws (Gaussian
+        (R, d), or uniform (R,) to pick a mesh neighbour) and acceptance uniforms (R,)."""
+        dt = problem.dtype
+        R = self.n_replicas
+        k_exchange, k_move, k_accept = jax.random.split(jax.random.fold_in(key, s), 3)
+        u_exchange = jax.random.uniform(k_exchange, (max(R - 1, 1),), dt)
+        if self.mesh is None:
+            move = jax.random.normal(k_move, (R, problem.n), dt)
+        else:
+            move = jax.random.uniform(k_move, (R,), dt)
+        return u_exchange, move, jax.random.uniform(k_accept, (R,), dt)
+
     def step(self, problem: Problem, state: ExchangeState, phase: int) -> ExchangeState:
-        st = state
+        return self._advance(problem, state, self._draws(problem, state.key, state.step))
+
+    def run_chunk(self, problem: Problem, state: ExchangeState, phase: int, n: jax.Array) -> tuple[ExchangeState, jax.Array]:
+        """``n`` steps, ``unroll`` per loop trip: the random numbers of those steps are drawn at
+        once (vmapped over the step numbers: the same numbers ``step`` draws) and the steps are
+        written out one after another in the loop body, so a GPU pays the loop's per-trip
+        latency (the trip-count test, the launches of the random-number kernels) once per
+        ``unroll`` steps; the remainder runs one step per trip.  Results equal ``n`` calls of
+        ``step`` (tests/test_odatse_run.py checks it bit for bit)."""
+        k = self.block_steps(problem)
+        i32 = jnp.int32
+        if k <= 1:
+            return super().run_chunk(problem, state, phase, n)
+
+        def block(carry: tuple) -> tuple:
+            i, st = carry
+            draws = jax.vmap(lambda s: self._draws(problem, st.key, s))(st.step + jnp.arange(k, dtype=i32))
+            for j in range(k):
+                st = self._advance(problem, st, tuple(d[j] for d in draws))
+            return i + k, st
+
+        def single(carry: tuple) -> tuple:
+            i, st = carry
+            return i + 1, self.step(problem, st, phase)
+
+        i, state = jax.lax.while_loop(lambda c: c[0] + k <= n, block, (jnp.asarray(0, i32), state))
+        i, state = jax.lax.while_loop(lambda c: c[0] < n, single, (i, state))
+        return state, i
+
+    def block_steps(self, problem: Problem) -> int:
+        """Steps per loop trip of :meth:`run_chunk`: ``unroll``, or when None 8 on a GPU/TPU
+        (latency-bound there) and 1 on a CPU (no gain there, and compilation k times longer)."""
+        if self.unroll is not None:
+            return self.unroll
+        return 1 if jax.default_backend() == "cpu" else 8
+
+    def _advance(
+        self, problem: Problem, state: ExchangeState, draws: tuple[jax.Array, jax.Array, jax.Array]
+    ) -> ExchangeState:
+        """One step with the given random numbers (:meth:`_draws` of ``state.step``)."""
+        # a barrier at each step's start: without it XLA simplified and fused the arithmetic of
+        # ``unroll`` steps (and of the draws made in a batch) otherwise than that of one step, and
+        # the last bits differed (FMA contraction); with it, any ``unroll`` gives the same bits
+        # (the record buffers stay out of it: they are only written)
+        recs = ("rec_values", "rec_ints")
+        rest = {k: v for k, v in state._asdict().items() if k not in recs}
+        rest, (u_exchange, move, u_accept) = jax.lax.optimization_barrier((rest, draws))
+        st = state._replace(**rest)
         dt = problem.dtype
         R = T = self.n_replicas
         s = st.step
-        k_exchange, k_move, k_accept = jax.random.split(jax.random.fold_in(st.key, s), 3)
         betas = jnp.asarray(self.betas, dt)
 
         # 1. temperature exchange, alternating even-odd and odd-even pairs (ODAT-SE's order)
@@ -347,7 +401,7 @@ class Exchange(Solver):
             valid = do & ((lower % 2) == jnp.where(st.direction, 0, 1))
             f_t = st.fx[st.rep_of_t]
             logp = (betas[1:] - betas[:-1]) * (f_t[1:] - f_t[:-1])
-            u = jax.random.uniform(k_exchange, (T - 1,), dt)
+            u = u_exchange
             swap = valid & ((logp >= 0) | (u < jnp.exp(jnp.minimum(logp, 0))))  # NaN logp never swaps
             at_lower = jnp.concatenate([swap, jnp.zeros(1, bool)])
             at_upper = jnp.concatenate([jnp.zeros(1, bool), swap])
@@ -365,21 +419,21 @@ class Exchange(Solver):
         beta_r = betas[st.t_of_rep]
         if self.mesh is None:
             lo, hi = jnp.asarray(problem.lower, dt), jnp.asarray(problem.upper, dt)
-            proposal = st.x + jax.random.normal(k_move, st.x.shape, dt) * jnp.asarray(self.step_width, dt)
+            proposal = st.x + move * jnp.asarray(self.step_width, dt)
             inside = jnp.all((proposal >= lo) & (proposal < hi), axis=1)
             node_new = st.node
             log_weight = jnp.zeros(R, dt)
         else:
             counts = jnp.asarray(self.mesh.counts)
             n_old = counts[st.node]
-            pick = jnp.floor(jax.random.uniform(k_move, (R,), dt) * n_old).astype(jnp.int32)
+            pick = jnp.floor(move * n_old).astype(jnp.int32)
             node_new = jnp.asarray(self.mesh.neighbors)[st.node, jnp.minimum(pick, n_old - 1)]
             proposal = jnp.asarray(self.mesh.coordinates, dt)[node_new]
             inside = jnp.ones(R, bool)
             log_weight = (jnp.log(n_old.astype(dt)) - jnp.log(counts[node_new].astype(dt)))
         f_new = jnp.where(inside, self._f(problem, proposal), jnp.inf)
         nan = jnp.isnan(f_new)
-        log_u = jnp.log(jax.random.uniform(k_accept, (R,), dt))
+        log_u = jnp.log(u_accept)
         accepted = inside & ~nan & (log_u < -beta_r * (f_new - st.fx) + log_weight)
         x = jnp.where(accepted[:, None], proposal, st.x)
         fx = jnp.where(accepted, f_new, st.fx)
@@ -409,10 +463,14 @@ class Exchange(Solver):
         fbase = jnp.where(first, f_t, st.stat_fbase)
         term = -jnp.asarray(self.reweighting_dbeta(), dt) * (f_t - fbase)
         lse = jnp.where(first, 0.0, jnp.logaddexp(st.stat_lse, term))
+        # sum2 + g * g, not sum2 + where(counted, f * f, 0): LLVM contracts the former into an
+        # FMA wherever it is compiled, the latter only in some loop forms (sums then depended on
+        # ``unroll``)
+        g = jnp.where(counted, f_t, 0.0)
         return st._replace(
             stat_n=st.stat_n + counted,
-            stat_sum=st.stat_sum + jnp.where(counted, f_t, 0.0),
-            stat_sum2=st.stat_sum2 + jnp.where(counted, f_t * f_t, 0.0),
+            stat_sum=st.stat_sum + g,
+            stat_sum2=st.stat_sum2 + g * g,
             stat_changed=st.stat_changed + (counted & changed),
             stat_prev=x_t,
             stat_fbase=fbase,
