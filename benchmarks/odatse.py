@@ -9,8 +9,10 @@ both programs' result_T files after thermalisation, with standard errors from 20
 difference in units of the combined error, and both against the exact mean (grid integral).
 
 Case B (GPU): ``--gpu-replicas 10000,100000,...`` replicas, no step files, replica-steps per
-second of the run (compilation excluded), against ODAT-SE's replica-steps per second measured
-on this machine's CPU at the smallest of those replica counts (a short run).
+second of the run (compilation excluded), at the smallest count also with each ``--unroll`` of
+``--gpu-unroll`` (Monte Carlo steps per compiled loop trip), against ODAT-SE's replica-steps per
+second measured on this machine's CPU at the smallest of those replica counts (a short run,
+after ours).
 
     PYTHONPATH=src:$(ls .whl/odat_se-*.whl) python benchmarks/odatse.py --device cpu --out /tmp/odatse
     PYTHONPATH=src:$(ls .whl/odat_se-*.whl) python3 benchmarks/odatse.py --device gpu --out "$OUT"

@@ -17,8 +17,8 @@ Numbers are spelled as Python's ``repr`` spells them (the shortest string that r
 the same double), which is what ODAT-SE's ``str(numpy.float64)`` gives, byte for byte.  The
 small files are written with ``repr`` itself; the step files, which hold three lines per replica
 and step, column-wise by polars' CSV writer (:func:`number_column`: polars' shortest digits, with
-``repr`` for the few values polars spells differently), ~0.5 µs per replica-step where one
-``repr`` per number took ~0.7 µs per number.  They are written as the run goes
+``repr`` for the few values polars spells differently): ~1 µs per replica-step for the three
+files, where one ``repr`` per number and one Python string per line took ~7 µs.  They are written as the run goes
 (:meth:`StepWriter.on_steps`, called by the driver after each chunk), so a crash loses at most
 the chunk in flight; a resumed run first cuts them back to its checkpoint.
 """
