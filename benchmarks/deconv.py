@@ -174,9 +174,38 @@ class _Unrolled:
     """CoordinateDescent with another number of iterations per loop trip (a class attribute)."""
 
     @staticmethod
-    def make(mw: Any, unroll: int, **kw: Any) -> Any:
-        cls = type(f"CD_unroll{unroll}", (mw.deconv.CoordinateDescent,), {"unroll": unroll})
+    def make(mw: Any, unroll: int, marks: bool = True, **kw: Any) -> Any:
+        """``marks=False``: the kernel reads the signed Lipschitz map even for one constant L (the
+        form before block marks, 16 N^2 bytes per update instead of 12)."""
+        attrs = {"unroll": unroll, "constant_lipschitz_kernel": marks}
+        cls = type(f"CD_unroll{unroll}{'' if marks else '_map'}", (mw.deconv.CoordinateDescent,), attrs)
         return cls(**kw)
+
+
+def while_body_ops(mw: Any, n: int, log: Any) -> list[str]:
+    """The kernels XLA launches per loop trip of the kernel-form chunk (fusions, custom calls,
+    copies in the compiled while body), to see the fixed per-iteration launches."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+
+    dirty, psf = synthetic(n)
+    problem = mw.deconv.Deconvolution(dirty, psf)
+    solver = mw.deconv.CoordinateDescent(lam=1e-3, epsilon=1e-12, max_iterations=100, kernel="pallas")
+    state = solver.init(problem, jax.random.PRNGKey(0))
+    chunk = jax.jit(lambda s, k: solver.run_chunk(problem, s, 0, k))
+    text = chunk.lower(state, jnp.asarray(10, jnp.int32)).compile().as_text()
+    Path(os.environ.get("OUT", "."), f"chunk_hlo_{n}.txt").write_text(text)
+    ops = []
+    for line in text.splitlines():
+        m = re.search(r"= \S+ (fusion|custom-call|copy|while|conditional|reduce|sort|dynamic-update-slice)\(", line)
+        if m:
+            ops.append(line.strip()[:200])
+    log(f"compiled chunk at N={n}: {len(ops)} launch-like instructions in all computations")
+    for line in ops:
+        log("  " + line)
+    return ops
 
 
 def main() -> None:
@@ -187,9 +216,10 @@ def main() -> None:
     p.add_argument("--no-radler", action="store_true")
     p.add_argument("--no-sweep", action="store_true", help="skip the kernel's block/warps/unroll sweep")
     p.add_argument("--cases", default="cd_kernel,cd_full,cd_window129,clean_full",
-                   help="which of cd_kernel, cd_full, cd_window129, clean_full to time")
+                   help="which of cd_kernel, cd_kernel_map, cd_full, cd_window129, clean_full to time")
     p.add_argument("--unrolls", default="1", help="kernel form: iterations per loop trip to time (comma list)")
     p.add_argument("--hlo", action="store_true", help="count image-size copies in the compiled kernel-form loop")
+    p.add_argument("--body-ops", action="store_true", help="list the kernels of the compiled kernel-form loop (smallest N)")
     common.add_out_option(p, "deconv")
     args = p.parse_args()
     common.select_platform(args.device)
@@ -229,13 +259,18 @@ def main() -> None:
         report["torch_copy_bandwidth"] = torch_bandwidth(log)
     if use_kernel and args.hlo:
         report["hlo_copies"] = hlo_copies(mw, sizes[-1], [int(v) for v in args.unrolls.split(",")], log)
+    if use_kernel and args.body_ops:
+        report["body_ops"] = while_body_ops(mw, sizes[0], log)
     radler_iters = [int(s) for s in args.radler_iterations.split(",")]
     rows = []
     for k, n in enumerate(sizes):
         dirty, psf = synthetic(n)
         problem = mw.deconv.Deconvolution(dirty, psf)
         floor = 3 * 4 * n * n / bw
-        row: dict[str, Any] = {"n": n, "floor_s": floor, "floor_kernel_s": 4 * 4 * n * n / bw}
+        # the kernel reads + writes the map and reads the autocorrelation (12 N^2 bytes); the form
+        # before block marks also read the Lipschitz map (16 N^2)
+        row: dict[str, Any] = {"n": n, "floor_s": floor, "floor_kernel_s": 3 * 4 * n * n / bw,
+                               "floor_kernel_map_s": 4 * 4 * n * n / bw}
         wanted = args.cases.split(",")
         cases = {
             "cd_window129": mw.deconv.CoordinateDescent(lam=1e-3, epsilon=1e-12, max_iterations=args.iterations,
@@ -248,6 +283,9 @@ def main() -> None:
             for u in (int(v) for v in args.unrolls.split(",")):
                 cases[f"cd_kernel_u{u}"] = _Unrolled.make(mw, u, lam=1e-3, epsilon=1e-12, max_iterations=args.iterations,
                                                           kernel="pallas")
+        if use_kernel and "cd_kernel_map" in wanted:  # before: the kernel reads the Lipschitz map
+            cases["cd_kernel_map"] = _Unrolled.make(mw, 8, marks=False, lam=1e-3, epsilon=1e-12,
+                                                    max_iterations=args.iterations, kernel="pallas")
         for name, solver in cases.items():
             row[name] = run_ours(mw, problem, solver)
             log(f"N={n} {name}: {1e6 * row[name]['per_iteration']:.1f} us/iteration, {row[name]['iterations']} iterations, "
@@ -278,10 +316,12 @@ def main() -> None:
     def us(v: float) -> str:
         return f"{1e6 * v:.1f}"
 
-    labels = {"cd_full": "CD full, XLA", "cd_window129": "CD window 129, XLA", "clean_full": "our CLEAN full"}
+    labels = {"cd_kernel_map": "CD full, kernel reading L map (before)",
+              "cd_full": "CD full, XLA", "cd_window129": "CD window 129, XLA", "clean_full": "our CLEAN full"}
     keys = [k for k in rows[0] if isinstance(rows[0][k], dict) and k != "radler"] if rows else []
     head = ["N"] + [labels.get(k, k.replace("cd_kernel_u", "CD full, Pallas kernel, unroll ")) + " (us/it)" for k in keys]
-    head += ["radler Hogbom (us/it)", "floor: read g, x, L (us)", "floor: kernel's traffic (us)"]
+    head += ["radler Hogbom (us/it)", "floor: read g, x, L (us)", "floor: kernel's traffic, 12 N^2 B (us)",
+             "floor: with the L map, 16 N^2 B (us)"]
     lines = [
         f"Device: {env['device']}, {env.get('date', '')}; jax {jax.__version__}; "
         f"copy bandwidth {bw / 1e9:.0f} GB/s (read + write).",
@@ -293,7 +333,7 @@ def main() -> None:
         rad = row.get("radler")
         rad_s = f"{us(rad['per_iteration'])} ({rad['iterations']} its)" if rad else "—"
         cells = [str(row["n"])] + [us(row[k]["per_iteration"]) for k in keys]
-        cells += [rad_s, us(row["floor_s"]), us(row["floor_kernel_s"])]
+        cells += [rad_s, us(row["floor_s"]), us(row["floor_kernel_s"]), us(row["floor_kernel_map_s"])]
         lines.append("| " + " | ".join(cells) + " |")
     if "sweep" in report:
         lines += ["", "| block | warps | iterations per loop trip | us/it |", "| --- | --- | --- | --- |"]

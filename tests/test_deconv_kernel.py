@@ -36,7 +36,9 @@ def both(problem: mw.deconv.Deconvolution, **options) -> tuple:
     "p, options, warm",
     [
         (2 * N, {}, True),  # PSF twice the image (the major cycle's): every update touches the whole map
-        (15, {"refresh_every": 9}, False),  # small PSF: only the touched blocks run, refreshes in between
+        # small PSF: only the touched blocks run, refreshes in between; the seed's per-pixel L, so
+        # the kernel reads the signed Lipschitz map (the other cases: one L, block marks)
+        (15, {"refresh_every": 9, "lipschitz": "exact"}, False),
         (2 * N, {"update_window": 9, "refresh_every": 7}, False),  # truncated window
     ],
 )
@@ -56,6 +58,55 @@ def test_kernel_equals_xla_form(p, options, warm):
     np.testing.assert_allclose(b.model, a.model, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(b.objective, a.objective, rtol=1e-5)
     np.testing.assert_allclose(b.steps, a.steps, rtol=1e-5, atol=1e-7)
+
+
+def test_block_marks_update_equals_lipschitz_map_update():
+    # One fused update (interpret mode), called directly: with one L for every pixel, the form that
+    # takes L as a scalar and block marks must return what the form that reads the signed L map
+    # returns, set the mark of the block holding (i, j), and read x only in marked blocks.
+    import jax.numpy as jnp
+
+    from multiwalk.deconv import coordinate_descent_kernel as cdk
+    from multiwalk.deconv import greedy
+
+    rng = np.random.default_rng(7)
+    n, k = 30, 21  # 30 x 30 image in (8, 16) blocks, padded to 32 x 32: a ragged edge; 21 x 21 kernel
+    geo = greedy.geometry((n, n), (k, k), (k // 2, k // 2), (8, 16))
+    pad = cdk.kernel_pad(geo, (k, k))
+    kernel = jnp.pad(jnp.asarray(rng.standard_normal((k, k)), jnp.float32), ((pad[0],) * 2, (pad[1],) * 2))
+    g = greedy.pad_image(jnp.asarray(rng.standard_normal((n, n)), jnp.float32), geo)
+    x = np.zeros(geo.padded, np.float32)
+    x[3, 20] = 0.7  # a non-zero pixel in block (0, 1)
+    x[25, 5] = 0.4  # and one in block (3, 0), which the marks below leave unmarked: the marks form must ignore it
+    lip = np.float32(2.5)
+    signed = np.full(geo.padded, lip, np.float32)
+    signed[3, 20] = -lip
+    marks = np.zeros(geo.blocks, np.int32)
+    marks[0, 1] = 1
+    x_seen = x.copy()
+    x_seen[25, 5] = 0.0  # what the marks say x is
+    best, pixel = greedy.all_blocks(lambda *a: jnp.abs(a[0]), (g,), geo)
+    blocks = (best, pixel, *cdk.block_values(pixel, g, jnp.asarray(x), jnp.asarray(signed)))
+    i, j = jnp.int32(12), jnp.int32(9)  # block (1, 0), unmarked before this update
+    common = dict(geo=geo, half=(k // 2, k // 2), pad=pad, lam=0.3, alpha=0.8, interpret=True)
+    d, new, lip_j = jnp.float32(0.25), jnp.float32(0.25), jnp.asarray(lip)
+    by_map = cdk.update_and_rescan(g, jnp.asarray(x_seen), jnp.asarray(signed), kernel, blocks, d, new, lip_j, i, j, **common)
+    by_marks = cdk.update_and_rescan(g, jnp.asarray(x), None, kernel, blocks, d, new, lip_j, i, j, marks=jnp.asarray(marks),
+                                     **common)
+    for name, a, b in zip(("gradient", "best", "pixel", "g", "x", "L"), by_map[:1] + by_map[3:], by_marks[:1] + by_marks[3:]):
+        # The same pixels and maps bit for bit; the scores to 2 ulp: interpret mode runs the kernel
+        # as XLA CPU code, which turns the division by the scalar L + lb into a multiplication by
+        # its reciprocal (1 ulp off); Triton divides each element (the GPU check in
+        # benchmarks/deconv.py compares the two forms there).
+        rtol = 2.4e-7 if name == "best" else 0.0
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=rtol, atol=0, err_msg=name)
+    assert float(by_marks[1][12, 9]) == 0.25 and float(by_map[1][12, 9]) == 0.25  # x[i, j] written
+    expected = marks.copy()
+    expected[1, 0] = 1
+    np.testing.assert_array_equal(np.asarray(by_marks[2]), expected)
+    assert float(by_map[2][12, 9]) == -2.5  # the map form marks the pixel itself
+    np.testing.assert_array_equal(cdk.block_marks(jnp.asarray(x), geo), (np.add.reduceat(np.add.reduceat(
+        x != 0, np.arange(0, 32, 8), axis=0), np.arange(0, 32, 16), axis=1) > 0).astype(np.int32))
 
 
 def test_kernel_stops_inside_an_unrolled_trip():

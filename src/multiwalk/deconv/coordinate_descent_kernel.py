@@ -8,12 +8,19 @@ Lipschitz map).  Here each Pallas program owns one block: it reads the block of 
 the autocorrelation, writes the updated map, and from the values still in registers computes
 the block's best score and its pixel - one pass over memory instead of two.
 
-Traffic per update, for a window of A pixels: read + write the map, read the autocorrelation
-window and the Lipschitz map (16 A bytes in float32).  The model is read only where it can be
-non-zero: the state keeps the Lipschitz constant NEGATED at every pixel the solver ever changed
-(``L`` is positive everywhere, so its sign is free), and the kernel loads the model with a mask
-``L < 0`` (``other=0``), which on a GPU issues no memory request for warps with no such pixel.
-Greedy coordinate descent changes few pixels, so that read all but vanishes.
+Traffic per update, for a window of A pixels, with per-pixel Lipschitz constants
+(``lipschitz="exact"``): read + write the map, read the autocorrelation window and the Lipschitz
+map (16 A bytes in float32).  The model is read only where it can be non-zero: the state keeps
+the Lipschitz constant NEGATED at every pixel the solver ever changed (``L`` is positive
+everywhere, so its sign is free), and the kernel loads the model with a mask ``L < 0``
+(``other=0``), which on a GPU issues no memory request for warps with no such pixel.  Greedy
+coordinate descent changes few pixels, so that read all but vanishes.
+
+With one Lipschitz constant for every pixel (``lipschitz="autocorrelation"``, the default) the
+map of L carries nothing but those marks, so it is not read at all (12 A bytes, a quarter less):
+L is a scalar argument, and a (blocks) int32 array marks the blocks where the model may be
+non-zero; a program loads its block of the model only if its mark is set.  The arithmetic is the
+same (the scalar is the very float32 value the map held), so the results are too.
 
 The arithmetic is the XLA form's, in the same order (``g - d * AC``, then the proximal step),
 so the maps agree up to the compilers' rounding (fused multiply-adds); the block maxima and
@@ -32,7 +39,10 @@ import jax.numpy as jnp
 
 from . import greedy
 
-__all__ = ["KERNELS", "KernelPlan", "plan", "kernel_pad", "block_values", "update_and_rescan", "DEFAULT_BLOCK", "DEFAULT_WARPS"]
+__all__ = [
+    "KERNELS", "KernelPlan", "plan", "kernel_pad", "block_values", "block_marks", "update_and_rescan", "DEFAULT_BLOCK",
+    "DEFAULT_WARPS",
+]
 
 log = logging.getLogger("multiwalk")
 
@@ -93,10 +103,16 @@ def block_values(block_pixel: jax.Array, gradient: jax.Array, x: jax.Array, sign
     return take[0], take[1], jnp.abs(take[2])
 
 
+def block_marks(x: jax.Array, geo: greedy.Geometry) -> jax.Array:
+    """(nb, mb) int32: 1 where a block of ``x`` (Np, Mp) holds a non-zero pixel (the kernel reads x only there)."""
+    (b1, b2), (nb, mb) = geo.block, geo.blocks
+    return jnp.any(x.reshape(nb, b1, mb, b2) != 0, axis=(1, 3)).astype(jnp.int32)
+
+
 def update_and_rescan(
     gradient: jax.Array,
     x: jax.Array,
-    signed_lipschitz: jax.Array,
+    signed_lipschitz: jax.Array | None,
     kernel: jax.Array,
     blocks: tuple[jax.Array, ...],
     d: jax.Array,
@@ -110,6 +126,7 @@ def update_and_rescan(
     pad: tuple[int, int],
     lam: float,
     alpha: float,
+    marks: jax.Array | None = None,
     num_warps: int = DEFAULT_WARPS,
     interpret: bool = False,
 ) -> tuple[jax.Array, ...]:
@@ -122,7 +139,11 @@ def update_and_rescan(
     ``blocks`` = (best, pixel, g, x, |L|) per block, (nb, mb) each.  Every array is aliased to
     its output, so blocks outside the touched region are neither read nor written, and the step
     around this call never gathers from or scatters into an image-sized array (which lets XLA
-    keep them in place).  Returns (gradient, x, signed_lipschitz, *blocks)."""
+    keep them in place).  Returns (gradient, x, signed_lipschitz, *blocks).
+
+    ``marks`` (nb, mb) int32, for one Lipschitz constant ``lip`` at every pixel: non-zero where a
+    block's model may be non-zero.  Then ``signed_lipschitz`` is neither read nor written (pass
+    None), the holding block's mark is set instead, and the call returns (gradient, x, marks, *blocks)."""
     from jax.experimental import pallas as pl
 
     b1, b2 = geo.block
@@ -135,7 +156,8 @@ def update_and_rescan(
     start = greedy.window_start(i, j, geo)
     first = greedy.first_touched(start, geo)
     ints = jnp.stack([i, j, first[0], first[1]]).astype(jnp.int32)
-    floats = jnp.stack([d, new, -lip]).astype(dt)
+    floats = jnp.stack([d, new, -lip, lip]).astype(dt)
+    constant = marks is not None  # one L for all pixels: scalar L, block marks (module doc)
     off = (half[0] + pad[0], half[1] + pad[1])
     try:
         from jax.experimental.pallas import triton as plgpu
@@ -145,6 +167,7 @@ def update_and_rescan(
         masked_load = None
 
     def body(ints_ref, f_ref, g_ref, x_ref, l_ref, k_ref, *refs):  # noqa: ANN001
+        # l_ref/l_out: the signed Lipschitz map, or the block marks (constant L)
         best_out, pixel_out, bg_out, bx_out, bl_out = refs[-5:]
         g_out, x_out, l_out = refs[5:8]
         bi = ints_ref[2] + pl.program_id(0)
@@ -156,12 +179,17 @@ def update_and_rescan(
         cc = c0 + jax.lax.broadcasted_iota(jnp.int32, (b1, b2), 1)
         inside = (rr < n) & (cc < m)
         g = g_ref[rows, cols]
-        lraw = l_ref[rows, cols]
-        lip_t = jnp.abs(lraw)
-        if masked_load is not None:
-            xv = masked_load(x_ref.at[rows, cols], mask=lraw < 0, other=0.0)
+        if constant:
+            lip_t = f_ref[3]
+            maybe = jnp.broadcast_to(l_ref[bi, bj] != 0, (b1, b2))  # the block's mark: load x or not at all
         else:
-            xv = jnp.where(lraw < 0, x_ref[rows, cols], 0.0)
+            lraw = l_ref[rows, cols]
+            lip_t = jnp.abs(lraw)
+            maybe = lraw < 0
+        if masked_load is not None:
+            xv = masked_load(x_ref.at[rows, cols], mask=maybe, other=0.0)
+        else:
+            xv = jnp.where(maybe, x_ref[rows, cols], 0.0)
         xv = jnp.where((rr == pi) & (cc == pj), f_ref[1], xv)  # the changed pixel's new value
         ac = k_ref[pl.ds(r0 - pi + off[0], b1), pl.ds(c0 - pj + off[1], b2)]
         # The XLA form changes only the image's pixels (never the padding up to whole blocks).
@@ -177,19 +205,22 @@ def update_and_rescan(
         pixel_out[bi, bj] = (r0 + local // b2) * mp + c0 + local % b2
         bg_out[bi, bj] = jnp.sum(jnp.where(at, g, 0.0))
         bx_out[bi, bj] = jnp.sum(jnp.where(at, xv, 0.0))
-        bl_out[bi, bj] = jnp.sum(jnp.where(at, lip_t, 0.0))
+        bl_out[bi, bj] = lip_t if constant else jnp.sum(jnp.where(at, lip_t, 0.0))
 
         @pl.when((pi >= r0) & (pi < r0 + b1) & (pj >= c0) & (pj < c0 + b2))
         def _():  # the program that holds (i, j) writes it; no other reads it
             x_out[pi, pj] = f_ref[1]
-            l_out[pi, pj] = f_ref[2]
+            if constant:
+                l_out[bi, bj] = jnp.int32(1)
+            else:
+                l_out[pi, pj] = f_ref[2]
 
     extra: dict[str, Any] = {}
     if not interpret:
         from jax.experimental.pallas import triton as plgpu
 
         extra["compiler_params"] = plgpu.CompilerParams(num_warps=num_warps, num_stages=1)
-    arrays = (gradient, x, signed_lipschitz, *blocks)
+    arrays = (gradient, x, marks if constant else signed_lipschitz, *blocks)
     out_shape = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays)
     aliases = {2: 0, 3: 1, 4: 2}
     aliases.update({6 + k: 3 + k for k in range(len(blocks))})
@@ -197,4 +228,4 @@ def update_and_rescan(
         body, out_shape=out_shape, grid=(t1, t2), interpret=interpret, name="cd_update_and_rescan",
         input_output_aliases=aliases,
         **extra,
-    )(ints, floats, gradient, x, signed_lipschitz, kernel, *blocks)
+    )(ints, floats, gradient, x, arrays[2], kernel, *blocks)
