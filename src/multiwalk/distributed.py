@@ -31,6 +31,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 __all__ = [
     "AXIS",
     "Placement",
+    "barrier",
+    "broadcast",
     "choose_devices",
     "initialize",
     "is_writer",
@@ -152,7 +154,8 @@ def choose_devices(solver: Any, problem: Any, state_shapes: Any, devices: Any) -
         divisors = [d for d in range(1, k + 1) if all(s % d == 0 for s in sizes)]
         msg = (
             f"{name}'s batch ({what} = {size}) does not split evenly over {k} devices: "
-            f"make {what} a multiple of {k}, or pass devices={max(divisors)}"
+            + (f"make {what} a multiple of {k} (under jax.distributed every process's devices take part)"
+               if multi_process() else f"make {what} a multiple of {k}, or pass devices={max(divisors)}")
         )
         if explicit or multi_process():
             raise ValueError(f"devices={devices!r}: {msg}")
@@ -198,13 +201,14 @@ def to_host(tree: Any) -> Any:
 
 
 def broadcast(values: Any) -> Any:
-    """Process 0's ``values`` (numbers) in every process (decisions taken by one clock)."""
+    """Process 0's ``values`` (a pytree of numbers or small arrays, at most 32 bits wide when
+    64-bit JAX is off) in every process: decisions taken by one clock."""
     if not multi_process():
         return values
     from jax.experimental import multihost_utils
 
-    return jax.tree_util.tree_map(lambda v: v.item(), multihost_utils.broadcast_one_to_all(
-        jax.tree_util.tree_map(np.asarray, values)))
+    out = multihost_utils.broadcast_one_to_all(jax.tree_util.tree_map(np.asarray, values))
+    return jax.tree_util.tree_map(lambda v: np.asarray(v).item() if np.ndim(v) == 0 else np.asarray(v), out)
 
 
 # ---------------------------------------------------------------------------- jax.distributed
@@ -272,3 +276,11 @@ def initialize(
 def check_random_streams() -> bool:
     """Whether ``jax.random`` draws are independent of sharding here (``jax_threefry_partitionable``)."""
     return bool(jax.config.jax_threefry_partitionable)
+
+
+def barrier(name: str) -> None:
+    """Wait until every process gets here (nothing to wait for in one process)."""
+    if multi_process():
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)

@@ -383,7 +383,7 @@ def solve(
         longest = 2**31 - 2 - sum(p.length for p in phases[:-1])  # the iteration counter is int32
         phases[-1] = Phase(phases[-1].name, longest)
     checkpoint_path = Path(checkpoint) if checkpoint is not None else None
-    if checkpoint_path is not None and not checkpoint_path.parent.exists():
+    if checkpoint_path is not None and dist.is_writer() and not checkpoint_path.parent.exists():
         raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: folder {str(checkpoint_path.parent)!r} does not exist")
 
     key = _key(int(seed))

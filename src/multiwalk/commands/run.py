@@ -6,7 +6,9 @@ The input is ODAT-SE's TOML (``[base]``, ``[algorithm]``, ``[algorithm.param]``,
 
 * ``"exchange"``: ODAT-SE's replica-exchange Monte Carlo, :class:`multiwalk.Exchange`, every
   replica at once; ``--nprocs P`` stands for ``mpiexec -np P`` (P x nreplica_per_proc replicas,
-  output folders 0 .. P-1).
+  output folders 0 .. P-1).  ``--distributed`` runs it over several processes (hosts) through
+  ``jax.distributed``: P is then the number of processes, the replicas are split over every
+  process's devices, and process 0 writes the files.
 * ``"minsearch"``: Nelder-Mead from ``initial_list`` (scipy), ``[algorithm.minimize]``.
 * ``"pattern"``, ``"lbfgs"``, ``"tempering"``: :class:`multiwalk.PatternSearch`,
   :class:`multiwalk.LBFGS`, :class:`multiwalk.ReplicaExchange` (cuda_mcmc's MCMC, which samples
@@ -415,13 +417,17 @@ def _reset_random(path: Path, seed: int, step: int) -> None:
 def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     import jax
 
+    from .. import distributed as dist
     from ..io.odatse import StepWriter, write_best_result, write_fx
     from ..problem import Problem
     from ..result import Status
     from ..solve import solve
     from ..solvers.exchange import Exchange, temperature_ladder
 
-    nprocs = args.nprocs
+    # ODAT-SE's meaning: P MPI processes of nreplica_per_proc replicas each; under --distributed
+    # P is the number of jax processes (unless --nprocs says otherwise)
+    nprocs = args.nprocs or jax.process_count()
+    writes = dist.is_writer()
     per = setup.nreplica_per_proc
     R = nprocs * per
     ladder = setup.tables["ladder"]
@@ -438,7 +444,10 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             raise InputError(f"{setup.input_path}: [algorithm] seed = {setup.seed} but {ckpt} was run with seed {seed}")
     elif seed is None:
         seed = int(np.random.SeedSequence().entropy % (2**63))  # ODAT-SE draws one too; we print it
-        print(f"[algorithm] seed is not given: using seed = {seed}")
+        halves = dist.broadcast(np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32))  # process 0's seed for all
+        seed = int(halves[0]) | int(halves[1]) << 32
+        if writes:
+            print(f"[algorithm] seed is not given: using seed = {seed}")
     thermalization = setup.numsteps_thermalization
     if meta is not None:
         done = int(meta["done"][0])
@@ -480,8 +489,10 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                 f"resume it {'without' if args.step_files else 'with'} --no-step-files as before"
             )
         if meta is not None and args.reset_rand:
-            _reset_random(ckpt, seed, int(meta["done"][0]) + 1)
-        if record:
+            if writes:
+                _reset_random(ckpt, seed, int(meta["done"][0]) + 1)
+            dist.barrier("multiwalk run --reset-rand")  # the others read the new key after process 0 wrote it
+        if record and writes:
             state0 = None
             if meta is not None:  # the writer starts from each replica's last result
                 from types import SimpleNamespace
@@ -496,9 +507,10 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                 coordinates=None if setup.mesh is None else setup.mesh.coordinates, separate_T=setup.separate_T,
                 resume_step=None if meta is None else int(meta["done"][0]) + 1, state=state0,
             )
-        else:
+        elif writes:
             setup.output_dir.mkdir(parents=True, exist_ok=True)
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        if writes:
+            ckpt.parent.mkdir(parents=True, exist_ok=True)
         solver = Exchange(**solver_kw, on_steps=None if writer is None else writer.on_steps)
         every = setup.checkpoint_interval if setup.checkpoint else None
         if setup.checkpoint and setup.checkpoint_steps:
@@ -513,10 +525,13 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             writer.on_steps(result.state, 0, result.steps - 1)  # steps not written yet (a run of no chunk)
         t1 = time.perf_counter()
         best_rank, walker = divmod(result.best_replica, per)
-        write_best_result(setup.output_dir / "best_result.txt", R, per, result.best_replica, result.best_step,
-                          result.fun, result.x, setup.labels)
-        write_fx(setup.output_dir / "fx.txt", result.statistics)
+        if writes:
+            write_best_result(setup.output_dir / "best_result.txt", R, per, result.best_replica, result.best_step,
+                              result.fun, result.x, setup.labels)
+            write_fx(setup.output_dir / "fx.txt", result.statistics)
         post = time.perf_counter() - t1
+    if not writes:  # process 0 reports
+        return EXIT_OK if result.success else EXIT_FAILED
     print("Best Result:")
     print(f"  rank = {best_rank}")
     print(f"  step = {result.best_step}")
@@ -528,8 +543,12 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     print(
         f"{result.message}; {R} replicas, steps 0..{result.steps - 1}; run {st['run_seconds']:.3f} s, "
         f"step files {0.0 if writer is None else writer.seconds:.3f} s, files after the run {post:.3f} s, "
-        f"compile {st['compile_seconds']:.2f} s, wall {wall + post:.2f} s ({jax.devices()[0].platform})"
+        f"compile {st['compile_seconds']:.2f} s, wall {wall + post:.2f} s ({jax.devices()[0].platform}, "
+        f"{st['devices']} device{'s' if st['devices'] > 1 else ''}"
+        f"{', ' + str(st['processes']) + ' processes' if 'processes' in st else ''})"
     )
+    if "devices_note" in st:
+        print(f"note: {st['devices_note']}")
     print(f"output in {setup.output_dir}; checkpoint {ckpt}")
     if result.status == Status.INTERRUPTED:
         print("interrupted: continue with --resume", file=sys.stderr)
@@ -542,8 +561,11 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- the other algorithms
 def _write_res(setup: RunSetup, fx: float, x: np.ndarray, extra: dict[str, Any]) -> None:
+    from .. import distributed as dist
     from ..io.odatse import number
 
+    if not dist.is_writer():
+        return
     setup.output_dir.mkdir(parents=True, exist_ok=True)
     lines = [f"fx = {number(fx)}"] + [f"{k} = {number(v)}" for k, v in zip(setup.labels, np.asarray(x).tolist())]
     lines += [f"{k} = {v}" for k, v in extra.items()]
@@ -619,8 +641,21 @@ def add_parser(commands: Any) -> None:
     mode.add_argument("--resume", action="store_true", help="continue a run that was stopped, from its checkpoint")
     mode.add_argument("--cont", action="store_true", help="extend a finished run to the larger numsteps of the input")
     p.add_argument("--reset-rand", "--reset_rand", action="store_true", help="a new random series after --resume/--cont")
-    p.add_argument("--nprocs", type=int, default=1, metavar="P",
-                   help="replicas = P x nreplica_per_proc, output folders 0..P-1, as mpiexec -np P (default 1)")
+    p.add_argument("--nprocs", type=int, default=None, metavar="P",
+                   help="replicas = P x nreplica_per_proc, output folders 0..P-1, as mpiexec -np P "
+                        "(default 1, or the number of processes with --distributed)")
+    group = p.add_argument_group(
+        "several processes or hosts (jax.distributed)",
+        "Start the same command once per process. Each flag left out is read from MULTIWALK_COORDINATOR, "
+        "MULTIWALK_NUM_PROCESSES, MULTIWALK_PROCESS_ID (or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, "
+        "JAX_PROCESS_ID), else detected from SLURM or Open MPI by JAX.",
+    )
+    group.add_argument("--distributed", action="store_true",
+                       help="run over several processes: replicas split over every process's devices, "
+                            "process 0 writes the files")
+    group.add_argument("--coordinator", metavar="HOST:PORT", default=None, help="address of process 0")
+    group.add_argument("--num-processes", type=int, default=None, metavar="N", help="number of processes")
+    group.add_argument("--process-id", type=int, default=None, metavar="I", help="this process's index, 0 .. N-1")
     p.add_argument("--step-files", action=argparse.BooleanOptionalAction, default=True,
                    help="write trial.txt, result.txt and result_T*.txt (default: yes); fx.txt and best_result.txt "
                         "are always written")
@@ -635,9 +670,19 @@ def add_parser(commands: Any) -> None:
 
 
 def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .. import distributed as dist  # imports jax, which starts no device yet
+
     try:
-        if args.nprocs < 1:
+        if args.nprocs is not None and args.nprocs < 1:
             raise InputError(f"--nprocs must be at least 1, got {args.nprocs}")
+        given = [f for f in ("coordinator", "num_processes", "process_id") if getattr(args, f) is not None]
+        if given and not args.distributed:
+            raise InputError(f"--{given[0].replace('_', '-')} goes with --distributed")
+        if args.distributed:  # before anything touches a device
+            try:
+                dist.initialize(args.coordinator, args.num_processes, args.process_id)
+            except RuntimeError as err:
+                raise InputError(str(err)) from None
         if args.unroll is not None and args.unroll < 1:
             raise InputError(f"--unroll must be at least 1, got {args.unroll}")
         if args.time_limit is not None and not args.time_limit > 0:
@@ -645,14 +690,16 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             setup = build_setup(args.input)
-        for note in setup.notes:
+        for note in setup.notes if dist.is_writer() else ():
             print(f"note: {note}")
         if args.reset_rand and not (args.resume or args.cont):
             raise InputError("--reset-rand goes with --resume or --cont")
         if setup.algorithm != "exchange" and (args.resume or args.cont):
             raise InputError(f"--resume/--cont are for algorithm exchange, not {setup.algorithm}")
-        if setup.algorithm != "exchange" and args.nprocs != 1:
+        if setup.algorithm != "exchange" and args.nprocs not in (None, 1):
             raise InputError("--nprocs is for algorithm exchange")
+        if setup.algorithm == "minsearch" and args.distributed:
+            raise InputError("--distributed is for algorithms exchange, pattern, lbfgs and tempering (minsearch is serial)")
         if setup.algorithm == "exchange":
             return run_exchange(setup, args)
         if setup.algorithm == "minsearch":
