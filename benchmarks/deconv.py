@@ -17,9 +17,10 @@ pixels, models and histories up to float32 rounding) and a sweep of the kernel's
 warps and iterations per loop trip at 4096^2.
 
 Floors: the issue's (read the gradient map, the model and the Lipschitz map once per iteration,
-12 N^2 bytes) and the kernel's (read + write the map, read the autocorrelation window and the
-Lipschitz map: 16 N^2 bytes; the model is read only where non-zero), over the measured copy
-bandwidth.  The goal: 10,000 iterations at 4096^2 in under 1 s (the seed's GPU version: 187 s
+12 N^2 bytes) and the kernel's (read + write the map, read the autocorrelation window: 12 N^2
+bytes; the model is read only in blocks marked as possibly non-zero; 16 N^2 for the form that
+also reads the Lipschitz map, ``cd_kernel_map``, the one before block marks), over the measured
+copy bandwidth.  The goal: 10,000 iterations at 4096^2 in under 1 s (the seed's GPU version: 187 s
 on a Quadro M1200).
 """
 
