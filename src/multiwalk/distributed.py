@@ -19,8 +19,10 @@ and process 0 writes the files (:func:`is_writer`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,8 @@ __all__ = [
     "place",
     "to_host",
     "check_random_streams",
+    "current_mesh",
+    "mesh_context",
 ]
 
 AXIS = "batch"  # the mesh's one axis name
@@ -71,6 +75,26 @@ class Placement:
             return ()
         specs = tuple(s.spec for s in jax.tree_util.tree_leaves(self.shardings))
         return (tuple(d.id for d in self.devices), specs)
+
+
+_MESH: contextvars.ContextVar[Mesh | None] = contextvars.ContextVar("multiwalk_mesh", default=None)
+
+
+@contextlib.contextmanager
+def mesh_context(mesh: Mesh | None) -> Iterator[None]:
+    """While the driver compiles a split run's loop: the mesh, for :func:`current_mesh`."""
+    token = _MESH.set(mesh)
+    try:
+        yield
+    finally:
+        _MESH.reset(token)
+
+
+def current_mesh() -> Mesh | None:
+    """The mesh the driver is compiling the loop for (None on one device).  Solvers that place
+    their own collectives read it while tracing ``step``: the deconvolution solvers run their
+    per-patch update under :func:`jax.shard_map` on it (:mod:`multiwalk.deconv.patches`)."""
+    return _MESH.get()
 
 
 def multi_process() -> bool:

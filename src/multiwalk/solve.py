@@ -298,7 +298,8 @@ def _compiled_chunk_runner(
             )
         else:
             runner = jax.jit(_chunk_runner(problem, solver, phase, static), donate_argnums=0)
-        compiled = runner.lower(state, jnp.asarray(1, jnp.int32), arrays).compile()
+        with dist.mesh_context(placement.mesh if sharded else None):  # for solvers that place collectives
+            compiled = runner.lower(state, jnp.asarray(1, jnp.int32), arrays).compile()
         if len(_COMPILED) >= _COMPILED_MAX:
             _COMPILED.pop(next(iter(_COMPILED)))
         _COMPILED[key] = compiled

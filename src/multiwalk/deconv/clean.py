@@ -19,7 +19,7 @@ import numpy as np
 
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option
-from . import greedy
+from . import greedy, patches
 from .problem import Deconvolution
 from .result import DeconvolutionResult, final_images
 
@@ -49,6 +49,10 @@ class Clean(Solver):
     window : subtract only the central window x window of the PSF (odd; None: all of it; a
         smaller window is Clark's PSF patch: faster, approximate far from the peak).
     block : side of the blocks whose peak is kept (a tuning knob; results do not depend on it).
+
+    On several devices (``mw.solve(..., devices=k)``) the residual is split in row patches, one
+    per device (:mod:`~multiwalk.deconv.patches`; the same model bit for bit); the rows of
+    blocks (``ceil(N / block)``) must split evenly.
     """
 
     gain: float = 0.1
@@ -96,9 +100,18 @@ class Clean(Solver):
     def init(self, problem: Deconvolution, key: jax.Array) -> CleanState:
         return self.initial_state_fn(problem)(key)
 
-    def initial_state_fn(self, problem: Deconvolution) -> Callable[[jax.Array], CleanState]:
-        make = jax.jit(lambda d, p, x0: self._initial_state(problem, d, p, x0))
+    def initial_state_fn(self, problem: Deconvolution, shardings: Any = None) -> Callable[[jax.Array], CleanState]:
+        make = jax.jit(lambda d, p, x0: self._initial_state(problem, d, p, x0), out_shardings=shardings)
         return lambda key: make(problem.dirty, problem.psf, problem.model)
+
+    def batch_axes(self, problem: Deconvolution, state: CleanState) -> CleanState:
+        """The model, residual and block maxima split by rows (patches.py); the PSF whole."""
+        return CleanState(
+            x=0, residual=0, kernel=None, peak_value=None, block_best=0, block_pixel=0, steps=None, iteration=None
+        )
+
+    def batch_option(self, problem: Deconvolution) -> str:
+        return f"the number of {self.block}-row blocks over N = {problem.shape[0]} rows"
 
     def _initial_state(self, problem: Deconvolution, dirty: jax.Array, psf: jax.Array, start: jax.Array) -> CleanState:
         geo, cut = self._geometry(problem)
@@ -116,11 +129,20 @@ class Clean(Solver):
     def step(self, problem: Deconvolution, state: CleanState, phase: int) -> CleanState:
         geo, _ = self._geometry(problem)
         s = state
-        i, j, peak = greedy.pick(s.block_best, s.block_pixel, geo)
-        component = self.gain * s.residual[i, j] / s.peak_value
-        x = s.x.at[i, j].add(component)
-        residual, start = greedy.subtract_kernel(s.residual, s.kernel, component, i, j, geo)
-        best, pixel = greedy.rescan(self._score, (residual, x), s.block_best, s.block_pixel, start, geo)
+        mesh = patches.row_mesh()
+        if mesh is not None:  # split in row patches over devices: the same arithmetic per pixel (patches.py)
+            i, j, peak, (r, old) = patches.pick(mesh, geo, s.block_best, s.block_pixel, (s.residual, s.x))
+            component = self.gain * r / s.peak_value
+            (residual, x), best, pixel = patches.update(
+                mesh, geo, self._score, (s.residual, s.x), s.kernel, component, i, j, {1: old + component},
+                s.block_best, s.block_pixel,
+            )
+        else:
+            i, j, peak = greedy.pick(s.block_best, s.block_pixel, geo)
+            component = self.gain * s.residual[i, j] / s.peak_value
+            x = s.x.at[i, j].add(component)
+            residual, start = greedy.subtract_kernel(s.residual, s.kernel, component, i, j, geo)
+            best, pixel = greedy.rescan(self._score, (residual, x), s.block_best, s.block_pixel, start, geo)
         k = s.iteration
         return s._replace(
             x=x, residual=residual, block_best=best, block_pixel=pixel, steps=s.steps.at[k].set(peak), iteration=k + 1

@@ -57,10 +57,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import distributed as dist
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option
 from . import coordinate_descent_kernel as cdk
-from . import greedy
+from . import greedy, patches
 from .problem import Deconvolution
 from .result import DeconvolutionResult, final_images
 
@@ -114,6 +115,11 @@ class CoordinateDescent(Solver):
     block : blocks whose best pixel is kept, an int (square) or (rows, columns); a tuning knob,
         results do not depend on it (but for ties).  None: 32 x 32 (XLA form), 32 x 128 (kernel).
     kernel_warps : warps per Pallas program (tuning).
+
+    On several devices (``mw.solve(..., devices=k)``) the XLA form splits the image in row
+    patches, one per device, with one small all-gather per iteration to pick the pixel
+    (:mod:`~multiwalk.deconv.patches`; the same model bit for bit).  The rows of blocks
+    (``ceil(N / block rows)``) must split evenly.  The Pallas form stays on one device.
     """
 
     lam: float
@@ -213,15 +219,34 @@ class CoordinateDescent(Solver):
     def init(self, problem: Deconvolution, key: jax.Array) -> CDState:
         return self.initial_state_fn(problem)(key)
 
-    def initial_state_fn(self, problem: Deconvolution) -> Callable[[jax.Array], CDState]:
-        """The images travel as arguments (never compiled in as constants); L comes from the host."""
+    def initial_state_fn(self, problem: Deconvolution, shardings: Any = None) -> Callable[[jax.Array], CDState]:
+        """The images travel as arguments (never compiled in as constants); L comes from the host.
+        ``shardings``: the state is made split in row patches (several devices, ``batch_axes``)."""
         dirty, psf, start = problem.dirty, problem.psf, problem.model
         lipschitz = greedy.lipschitz_map(psf, problem.shape)
         if self.lipschitz == "autocorrelation":  # AC[0], the map update's own diagonal, >= every L[k]
             lipschitz = np.full_like(lipschitz, float(np.sum(np.asarray(psf, np.float64) ** 2)))
         lipschitz = lipschitz.astype(problem.dtype)
         make = jax.jit(lambda d, p, x0, lip: self._initial_state(problem, d, p, x0, lip))
-        return lambda key: make(dirty, psf, start, lipschitz)
+        if shardings is None:
+            return lambda key: make(dirty, psf, start, lipschitz)
+        # Split: made whole on one device, then placed, so that its objective (a sum over the
+        # image) is rounded as on one device and the split run's history is the same bit for bit.
+        return lambda key: dist.place(dist.to_host(make(dirty, psf, start, lipschitz)), shardings)
+
+    def batch_axes(self, problem: Deconvolution, state: CDState) -> CDState | None:
+        """The XLA form's image-size arrays and block maxima split by rows (patches.py); the
+        Pallas form stays on one device (its update is one custom call XLA cannot split)."""
+        if self.kernel_plan().use_pallas:
+            return None
+        return CDState(
+            x=0, gradient=0, lipschitz=0, kernel=None, block_best=0, block_pixel=0, block_values=None,
+            block_marks=None, objective=None, history=None, steps=None, iteration=None, exact=None, dirty=None,
+            start=None, fp=None,
+        )
+
+    def batch_option(self, problem: Deconvolution) -> str:
+        return f"the number of {self._block()[0]}-row blocks over N = {problem.shape[0]} rows"
 
     def _initial_state(
         self, problem: Deconvolution, dirty: jax.Array, psf: jax.Array, start: jax.Array, lipschitz: jax.Array
@@ -263,16 +288,29 @@ class CoordinateDescent(Solver):
     def _refresh(self, problem: Deconvolution, s: CDState) -> CDState:
         """The exact gradient map, block maxima and objective of the current x (by FFT)."""
         geo = self._geometry(problem)
+        mesh = None if s.block_values is not None else patches.row_mesh()
+        if mesh is not None:  # split in row patches: every device the whole FFTs, then its own rows
+            gradient, best, pixel, objective = patches.refresh(
+                mesh, geo, lambda x, *a: self._exact(problem, x, *a), self._score_fn(), s.x, s.lipschitz,
+                (s.dirty, s.start, s.fp),
+            )
+            return s._replace(gradient=gradient, block_best=best, block_pixel=pixel, objective=objective)
+        gradient, objective = self._exact(problem, s.x, s.dirty, s.start, s.fp)
+        best, pixel = greedy.all_blocks(self._score_fn(), (gradient, s.x, s.lipschitz), geo)
+        values = cdk.block_values(pixel, gradient, s.x, s.lipschitz) if s.block_values is not None else None
+        return s._replace(gradient=gradient, block_best=best, block_pixel=pixel, block_values=values, objective=objective)
+
+    def _exact(
+        self, problem: Deconvolution, x: jax.Array, dirty: jax.Array, start: jax.Array, fp: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
+        """The gradient map (padded like ``x``) and the objective of the padded model ``x``, by FFT."""
         n, m = problem.shape
         c = problem.psf.shape[0] // 2
         size = greedy.fft_size(problem.shape, problem.psf.shape[0])
-        x = s.x[:n, :m]
-        residual = s.dirty - greedy.convolve(x - s.start, s.fp, size, c)
-        gradient = greedy.pad_image(greedy.correlate(residual, s.fp, size, c), geo)
-        best, pixel = greedy.all_blocks(self._score_fn(), (gradient, s.x, s.lipschitz), geo)
-        objective = 0.5 * jnp.sum(residual * residual) + self._penalty(x)
-        values = cdk.block_values(pixel, gradient, s.x, s.lipschitz) if s.block_values is not None else None
-        return s._replace(gradient=gradient, block_best=best, block_pixel=pixel, block_values=values, objective=objective)
+        x = x[:n, :m]
+        residual = dirty - greedy.convolve(x - start, fp, size, c)
+        gradient = greedy.pad_image(greedy.correlate(residual, fp, size, c), self._geometry(problem))
+        return gradient, 0.5 * jnp.sum(residual * residual) + self._penalty(x)
 
     def _penalty(self, x: jax.Array) -> jax.Array:
         return self.lam * (self.alpha * jnp.sum(jnp.abs(x)) + 0.5 * (1.0 - self.alpha) * jnp.sum(x * x))
@@ -293,12 +331,17 @@ class CoordinateDescent(Solver):
                 (s.iteration % self.refresh_every == 0) | (jnp.max(s.block_best) < self.epsilon)
             )
             s = jax.lax.cond(refreshed, lambda t: self._refresh(problem, t), lambda t: t, s)
-        i, j, _ = greedy.pick(s.block_best, s.block_pixel, geo)
         plan = self.kernel_plan()
+        mesh = None if plan.use_pallas else patches.row_mesh()  # the XLA form split in row patches
+        if mesh is not None:  # each patch's best, then one all-gather (patches.py)
+            i, j, _, (g, old, signed) = patches.pick(mesh, geo, s.block_best, s.block_pixel, (s.gradient, s.x, s.lipschitz))
+            lip = jnp.abs(signed)
+        else:
+            i, j, _ = greedy.pick(s.block_best, s.block_pixel, geo)
         if plan.use_pallas:  # the kernel left (g, x, |L|) of each block's best pixel: no gather from the maps
             best_block = jnp.argmax(s.block_best)
             g, old, lip = (v.reshape(-1)[best_block] for v in s.block_values)
-        else:
+        elif mesh is None:
             g, old, signed = s.gradient[i, j], s.x[i, j], s.lipschitz[i, j]
             lip = jnp.abs(signed)
         new = jnp.where(live, proximal_step(g, old, lip, self.lam, self.alpha), old)
@@ -324,6 +367,11 @@ class CoordinateDescent(Solver):
             else:
                 lipschitz = marked
             values = tuple(values)
+        elif mesh is not None:  # each device its patch: the pixel, the shifted autocorrelation, its blocks
+            (gradient, x, lipschitz), best, pixel = patches.update(
+                mesh, geo, self._score_fn(), (s.gradient, s.x, s.lipschitz), s.kernel, d, i, j, {1: new, 2: -lip},
+                s.block_best, s.block_pixel,
+            )
         else:
             x = s.x.at[i, j].set(new)
             lipschitz = s.lipschitz.at[i, j].set(-lip)  # x[i, j] may now be non-zero
@@ -362,8 +410,12 @@ class CoordinateDescent(Solver):
         return state, n_run
 
     def done(self, problem: Deconvolution, state: CDState, phase: int) -> jax.Array:
-        # The max through argmax: the same reduction as the next step's pick, which XLA then shares.
-        best = state.block_best.reshape(-1)[jnp.argmax(state.block_best)]
+        # The max through argmax: the same reduction as the next step's pick, which XLA then shares
+        # (split in patches: the max, one scalar all-reduce; the argmax would gather the block maxima).
+        if patches.row_mesh() is not None:
+            best = jnp.max(state.block_best)
+        else:
+            best = state.block_best.reshape(-1)[jnp.argmax(state.block_best)]
         converged = best < self.epsilon
         if self.refresh_every is None:
             return converged
