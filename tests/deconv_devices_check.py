@@ -1,0 +1,132 @@
+"""Deconvolution split in row patches over 1, 2 and 4 CPU devices, for tests/test_deconv_devices.py.
+
+Run as a subprocess: ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` must be set before
+JAX starts.  Prints one JSON object of comparisons (plain numbers, bools, strings).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from scipy.signal import fftconvolve  # noqa: E402
+
+import multiwalk as mw  # noqa: E402
+
+COLLECTIVE = re.compile(r"= (\w+)\[([\d,]*)\]\S* (all-gather|all-reduce|collective-permute|all-to-all|reduce-scatter)")
+
+
+def same(a, b) -> bool:
+    """Bit for bit (NaN equal to NaN); None equal to None."""
+    if a is None or b is None:
+        return a is None and b is None
+    return bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
+
+
+def same_result(a, b) -> bool:
+    return (
+        same(a.model, b.model) and same(a.steps, b.steps) and same(a.objective, b.objective)
+        and a.iterations == b.iterations and a.status == b.status
+    )
+
+
+def largest_collective() -> int:
+    """Elements of the largest collective in the last compiled loop (its optimised HLO)."""
+    from multiwalk.solve import _COMPILED
+
+    text = list(_COMPILED.values())[-1].as_text()
+    sizes = [int(np.prod([int(d) for d in dims.split(",") if d])) for _, dims, _ in COLLECTIVE.findall(text)]
+    return max(sizes, default=0)
+
+
+def main() -> dict:
+    out: dict = {"devices": jax.device_count()}
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(0)
+    n, m = 128, 96  # 4 rows of 32-row blocks: 1 per device on 4, 2 on 2
+    yy, xx = np.mgrid[-24:25, -24:25]
+    psf = np.exp(-(xx**2 + yy**2) / 10.0) * (1.0 + 0.3 * np.cos(xx / 3.0))  # side lobes: a wide autocorrelation
+    psf /= psf[24, 24]
+    truth = np.zeros((n, m))
+    at = rng.integers(0, (n, m), (10, 2))
+    truth[at[:, 0], at[:, 1]] = rng.uniform(1.0, 3.0, 10)
+    dirty = fftconvolve(truth, psf, mode="same") + 0.01 * rng.standard_normal((n, m))
+    problem = mw.deconv.Deconvolution(dirty, psf)
+
+    # CoordinateDescent (XLA form): the window (the whole image) spans every patch
+    cd = mw.deconv.CoordinateDescent(lam=0.05, alpha=0.8, max_iterations=200, kernel="xla")
+    runs = {k: mw.solve(problem, cd, progress=False, devices=k) for k in (1, 2, 4)}
+    out["cd_devices"] = [runs[k].stats["devices"] for k in (1, 2, 4)]
+    out["cd_same_2"], out["cd_same_4"] = same_result(runs[1], runs[2]), same_result(runs[1], runs[4])
+    out["cd_largest_collective"] = largest_collective()  # the 4-device loop
+    out["cd_nonzero"] = int(np.count_nonzero(runs[1].model))
+    out["cd_default_devices"] = mw.solve(problem, cd, progress=False).stats["devices"]
+
+    # per-pixel Lipschitz constants, a 7 x 7 window (smaller than a patch) and FFT refreshes
+    cdw = mw.deconv.CoordinateDescent(
+        lam=0.05, alpha=0.8, max_iterations=200, kernel="xla", lipschitz="exact", update_window=7, refresh_every=40
+    )
+    a, b = (mw.solve(problem, cdw, progress=False, devices=k) for k in (1, 4))
+    out["cdw_same"] = same_result(a, b)
+    out["cdw_devices"] = b.stats["devices"]
+
+    # Clean on a rectangular image with two identical sources in different patches: an exact tie
+    psf_c = psf[12:37, 12:37]
+    psf_c = psf_c / psf_c[12, 12]
+    tie = np.zeros((256, 64))
+    tie[40, 30] = tie[200, 30] = 2.0  # rows 40 and 200: devices 0 and 3
+    tie_dirty = fftconvolve(tie, psf_c, mode="same")
+    tie_dirty = np.where(np.abs(tie_dirty) < 1e-9, 0.0, tie_dirty)
+    # the two peaks exactly equal: copy the upper source's neighbourhood onto the lower one
+    tie_dirty[200 - 20 : 200 + 21, :] = tie_dirty[40 - 20 : 40 + 21, :]
+    out["clean_tie"] = bool(tie_dirty[40, 30] == tie_dirty[200, 30] == tie_dirty.max())
+    clean = mw.deconv.Clean(gain=0.1, max_iterations=150, block=16)
+    tie_problem = mw.deconv.Deconvolution(tie_dirty, psf_c)
+    a, b = (mw.solve(tie_problem, clean, progress=False, devices=k) for k in (1, 4))
+    out["clean_same"] = same_result(a, b)
+    out["clean_devices"] = b.stats["devices"]
+    out["clean_largest_collective"] = largest_collective()
+    # which of the tied peaks is taken first: the first in row-major order, as on one device
+    first = mw.solve(tie_problem, mw.deconv.Clean(gain=0.1, max_iterations=1, block=16), progress=False, devices=4)
+    out["clean_first_pick_upper"] = bool(first.model[40, 30] > 0 and np.count_nonzero(first.model) == 1)
+
+    # a checkpoint written on 4 devices resumes on 1
+    with tempfile.TemporaryDirectory() as tmp:
+        ck = Path(tmp) / "cd.npz"
+
+        def stop(info):
+            raise KeyboardInterrupt
+
+        part = mw.solve(problem, cd, progress=False, devices=4, checkpoint=ck, callback=stop)
+        resumed = mw.solve(problem, cd, progress=False, devices=1, resume=ck)
+        out["resume_partial"] = part.status == mw.Status.INTERRUPTED and part.iterations < 200
+        out["resume_same"] = same_result(resumed, runs[1])
+
+    # rows that do not split: devices=None falls back with a note, an explicit count errors
+    odd = mw.deconv.Deconvolution(dirty[:100], psf)  # 100 rows padded to 128: 4 rows of 32-row blocks, splits
+    odd3 = mw.deconv.Deconvolution(dirty[:96], psf)  # 3 rows of blocks
+    out["odd_devices"] = mw.solve(odd, cd, progress=False).stats["devices"]  # 4 rows of blocks: splits
+    r = mw.solve(odd3, cd, progress=False)
+    out["fallback_devices"] = r.stats["devices"]
+    out["fallback_note"] = r.stats.get("devices_note", "")
+    try:
+        mw.solve(odd3, clean, progress=False, devices=4)
+        out["error"] = ""
+    except ValueError as err:
+        out["error"] = str(err)
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+if __name__ == "__main__":
+    json.dump(main(), sys.stdout)
