@@ -6,7 +6,10 @@ a 1-D :class:`jax.sharding.Mesh` (axis name ``"batch"``) with a :class:`~jax.sha
 per state leaf (``PartitionSpec`` naming the leaf's walker axis, or replicated), and compiles the
 loop for those shardings; XLA (GSPMD) propagates them through ``step`` and inserts the few
 collectives the solver needs (a best value over walkers, the neighbouring-temperature exchanges).
-The solver says which axis of each leaf indexes walkers with ``Solver.batch_axes``.
+The solver says which axis of each leaf indexes walkers with ``Solver.batch_axes``.  The image
+solvers of :mod:`multiwalk.deconv` split their images by rows instead and place their own
+collectives with ``jax.shard_map`` on the mesh the driver names while compiling
+(:func:`current_mesh`; :mod:`multiwalk.deconv.patches`).
 
 Random numbers do not depend on the split: JAX's ``jax_threefry_partitionable`` (True from JAX
 0.5 on) makes ``jax.random`` draws of a sharded shape the same numbers as unsharded, so a run
