@@ -90,10 +90,6 @@ class Clean(Solver):
     def _score(residual, x):
         return jnp.abs(residual)
 
-    def check(self, problem: Deconvolution) -> None:
-        if not isinstance(problem, Deconvolution):
-            raise TypeError(f"problem must be a multiwalk.deconv.Deconvolution, got {type(problem).__name__}")
-
     def phases(self, problem: Deconvolution) -> list[Phase]:
         return [Phase("clean", int(self.max_iterations))]
 

@@ -209,10 +209,6 @@ class CoordinateDescent(Solver):
         return score
 
     # ---------------------------------------------------------------- Solver contract
-    def check(self, problem: Deconvolution) -> None:
-        if not isinstance(problem, Deconvolution):
-            raise TypeError(f"problem must be a multiwalk.deconv.Deconvolution, got {type(problem).__name__}")
-
     def phases(self, problem: Deconvolution) -> list[Phase]:
         return [Phase("coordinate descent", int(self.max_iterations))]
 
