@@ -75,8 +75,8 @@ SCHEMA: dict[str, dict[str, str]] = {
     "runner.log": {"interval": _INT},
 }
 TOP = ("base", "algorithm", "solver", "runner")
-# tables whose keys are a multiwalk solver's constructor arguments, checked by the constructor
-FREE_TABLES = ("algorithm.pattern", "algorithm.lbfgs", "algorithm.tempering")
+# [algorithm.pattern], [algorithm.lbfgs] and [algorithm.tempering] have no entry: their keys are a
+# multiwalk solver's constructor arguments (setup.tables), checked by the constructor.
 
 
 def _type_ok(kind: str, v: Any) -> bool:
