@@ -152,7 +152,7 @@ def choose_devices(solver: Any, problem: Any, state_shapes: Any, devices: Any) -
     """The devices and shardings of a run, checked before anything is compiled.
 
     ``state_shapes``: the initial state or its ``jax.eval_shape``.  ``devices=None``: all devices
-    when the solver declares a batch axis whose length every device count divides, else one
+    when the solver declares batch axes whose lengths the device count divides, else one
     device and a note saying why.  ``devices=k`` or a list: exactly those, or a ValueError
     naming the option and the fix when the batch does not split evenly.
     """
@@ -169,10 +169,10 @@ def choose_devices(solver: Any, problem: Any, state_shapes: Any, devices: Any) -
         return Placement(tuple(chosen), None, None)
     name = type(solver).__name__
     if all(a is None for a in axes):
-        note = f"{name} declares no batch axis to split over devices (Solver.batch_axes): ran on one device"
+        why = f"{name} declares no batch axis to split over devices (Solver.batch_axes)"
         if explicit or multi_process():
-            raise ValueError(f"devices={devices!r}: {note[:-len(': ran on one device')]}; use devices=1 (or None)")
-        return Placement((chosen[0],), None, None, note)
+            raise ValueError(f"devices={devices!r}: {why}; use devices=1 (or None)")
+        return Placement((chosen[0],), None, None, why + ": ran on one device")
     sizes = sorted({leaf.shape[a] for leaf, a in zip(leaves, axes) if a is not None})
     bad = [s for s in sizes if s % k]
     if bad:
