@@ -71,7 +71,8 @@ class Solver(abc.ABC):
         """The initial state pytree."""
 
     def initial_state_fn(self, problem: Problem, shardings: Any = None) -> Callable[[jax.Array], Any]:
-        """``key -> initial state``, jitted (the driver calls this, not ``init``, and reuses it).
+        """``key -> initial state``, jitted (the driver calls this, not ``init``, afresh in every
+        solve() call, so the start is traced and compiled in each call; only the loop is cached).
 
         ``shardings`` (a pytree like the state, from ``batch_axes``; only passed when the run is
         split over devices): the state is created split, each device computing its own part.
