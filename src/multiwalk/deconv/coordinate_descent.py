@@ -219,9 +219,10 @@ class CoordinateDescent(Solver):
         """The images travel as arguments (never compiled in as constants); L comes from the host.
         ``shardings``: the state is made split in row patches (several devices, ``batch_axes``)."""
         dirty, psf, start = problem.dirty, problem.psf, problem.model
-        lipschitz = greedy.lipschitz_map(psf, problem.shape)
-        if self.lipschitz == "autocorrelation":  # AC[0], the map update's own diagonal, >= every L[k]
-            lipschitz = np.full_like(lipschitz, float(np.sum(np.asarray(psf, np.float64) ** 2)))
+        if self.lipschitz == "exact":
+            lipschitz = greedy.lipschitz_map(psf, problem.shape)
+        else:  # AC[0], the map update's own diagonal, >= every L[k]
+            lipschitz = np.full(problem.shape, float(np.sum(np.asarray(psf, np.float64) ** 2)))
         lipschitz = lipschitz.astype(problem.dtype)
         make = jax.jit(lambda d, p, x0, lip: self._initial_state(problem, d, p, x0, lip))
         if shardings is None:
