@@ -1,6 +1,8 @@
 """The ``multiwalk`` command line.
 
-Subcommands (argparse), so that others can sit next to the first one:
+Subcommands (argparse): ``lbfgs`` lives here; ``demo`` (the xringaus fit to simulated EHT
+data), ``run`` (ODAT-SE's input.toml), ``neighborlist`` and ``image`` (deconvolution from
+visibilities) live in :mod:`multiwalk.commands` (:data:`SUBCOMMAND_MODULES`).
 
 ``multiwalk lbfgs``
     The driver program of the CUDA L-BFGS seed: minimise one of its five CUTE test functions
