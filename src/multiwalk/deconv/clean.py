@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..result import Status
-from ..solvers.base import Phase, Solver, check_int_option
+from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import greedy, patches
 from .problem import Deconvolution
 from .result import DeconvolutionResult, final_images
@@ -65,9 +65,7 @@ class Clean(Solver):
 
     def __post_init__(self) -> None:
         for name in ("gain", "threshold"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not np.isfinite(v):
-                raise ValueError(f"{name} must be a finite number, got {v!r}")
+            check_number_option(name, getattr(self, name))
         if not 0 < self.gain <= 1:
             raise ValueError(f"gain must be in (0, 1] (typically 0.1), got {self.gain!r}")
         if self.threshold < 0:

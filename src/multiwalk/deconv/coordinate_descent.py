@@ -59,7 +59,7 @@ import numpy as np
 
 from .. import distributed as dist
 from ..result import Status
-from ..solvers.base import Phase, Solver, check_int_option
+from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import coordinate_descent_kernel as cdk
 from . import greedy, patches
 from .problem import Deconvolution
@@ -142,9 +142,7 @@ class CoordinateDescent(Solver):
 
     def __post_init__(self) -> None:
         for name in ("lam", "alpha", "epsilon"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not np.isfinite(v):
-                raise ValueError(f"{name} must be a finite number, got {v!r}")
+            check_number_option(name, getattr(self, name))
         if self.lam < 0:
             raise ValueError(f"lam must be >= 0 (the regularisation weight), got {self.lam!r}")
         if not 0 <= self.alpha <= 1:

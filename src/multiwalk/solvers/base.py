@@ -33,6 +33,12 @@ def check_int_option(name: str, value: Any, minimum: int, none_ok: bool = False)
         raise ValueError(f"{name} must be {what}{' or None' if none_ok else ''}, got {value!r}")
 
 
+def check_number_option(name: str, value: Any) -> None:
+    """Raise ValueError unless ``value`` is a finite real number (int or float, not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not np.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
 class Phase(NamedTuple):
     """One stretch of iterations with the same ``step`` code: a name and a length."""
 
