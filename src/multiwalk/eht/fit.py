@@ -87,6 +87,11 @@ def xringaus_problem(
     )
 
 
+def _unwrap(x: Any, center: float, period: float) -> Any:
+    """``x`` moved by whole periods into the window one period wide centred on ``center``."""
+    return center + np.mod(x - center + period / 2, period) - period / 2
+
+
 def interval_summary(samples: np.ndarray, lower: np.ndarray, upper: np.ndarray, periodic: np.ndarray,
                      levels: tuple[float, ...] = (0.68, 0.95)) -> dict[str, np.ndarray]:
     """Marginal median and central intervals of ``samples`` (m, n) per parameter.
@@ -104,7 +109,7 @@ def interval_summary(samples: np.ndarray, lower: np.ndarray, upper: np.ndarray, 
         period = upper[i] - lower[i]
         ang = 2 * np.pi * (s[:, i] - lower[i]) / period
         mean = lower[i] + period * np.mod(np.angle(np.mean(np.exp(1j * ang))), 2 * np.pi) / (2 * np.pi)
-        unwrapped[:, i] = mean + np.mod(s[:, i] - mean + period / 2, period) - period / 2
+        unwrapped[:, i] = _unwrap(s[:, i], mean, period)
         out["center"][i] = mean
     med = np.median(unwrapped, axis=0)
     for i in np.flatnonzero(periodic):
@@ -175,7 +180,7 @@ class XringausFit:
         lo, hi = getattr(self, f"lo{tag}"), getattr(self, f"hi{tag}")
         for i in np.flatnonzero(self.periodic):  # bring the truth into the interval's window
             period = self.problem.upper[i] - self.problem.lower[i]
-            t[i] = self.center[i] + np.mod(t[i] - self.center[i] + period / 2, period) - period / 2
+            t[i] = _unwrap(t[i], self.center[i], period)
         return (t >= lo) & (t <= hi)
 
     def table(self, truth: Any | None = None) -> str:
