@@ -98,7 +98,7 @@ def test_both_processes_succeed_on_4_devices(runs):
     # process 1 prints none of the report (process 0 reports); its stdout holds only the gloo
     # library's own connection messages, which its threads may interleave mid-line, so the check
     # is that no line of process 0's report appears there, not that every line starts with [Gloo]
-    gloo_words = ("Gloo", "Rank", "connected", "peer ranks")  # in every piece of a split gloo message
+    gloo_words = ("Gloo", "Rank", "connected", "peer ranks")  # words of gloo's messages, left out
     report_lines = [line for line in report.splitlines() if line.strip() and not any(w in line for w in gloo_words)]
     assert report_lines and not [line for line in report_lines if line in runs["procs"][1][1]]
 
