@@ -12,26 +12,13 @@ over the image (objective at the start and at refreshes) are computed whole as o
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-HERE = Path(__file__).resolve().parent
+from subprocess_check import run_check_script
 
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["PYTHONPATH"] = str(HERE.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "deconv_devices_check.py")], capture_output=True, text=True, timeout=600, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_check_script("deconv_devices_check.py")
 
 
 def test_coordinate_descent_bit_for_bit_on_1_2_4_devices(report):
