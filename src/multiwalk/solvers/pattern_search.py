@@ -74,6 +74,19 @@ class PatternSearchState(NamedTuple):
     n_nonfinite: jax.Array  # (n_walkers,) int32 evaluations that gave NaN or +-inf, all rounds
 
 
+def _best_walker(x: jax.Array, fx: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The point ``(n_free,)`` and value of the first walker with the lowest ``fx`` (``fx`` has no
+    NaN: :meth:`PatternSearch._evaluate` makes them +inf), i.e. ``x[argmin(fx)]``, ``fx[argmin(fx)]``.
+
+    Written as reductions over walkers so that on several devices each reduces its own walkers and
+    only ``n_free + 2`` numbers cross devices: indexing ``x[i]`` with a traced ``i`` made XLA
+    all-gather every walker's point and value at each iteration.  Exact: the other rows are +inf,
+    and min(v, inf) = v."""
+    i = jnp.argmin(fx)
+    row = (jnp.arange(fx.shape[0]) == i)[:, None]
+    return jnp.min(jnp.where(row, x, jnp.inf), axis=0), jnp.min(fx)
+
+
 def _vector_option(name: str, value: Any) -> tuple[float, ...] | float | None:
     """A scalar or per-coordinate positive option, stored hashable."""
     if value is None:
@@ -216,7 +229,7 @@ class PatternSearch(Solver):
     def init(self, problem: Problem, key: jax.Array) -> PatternSearchState:
         x = self._uniform(problem, jax.random.fold_in(key, 0))
         fx, bad = self._evaluate(problem, x)
-        i = jnp.argmin(fx)
+        best_x, best_f = _best_walker(x, fx)
         w, dt = self.n_walkers, problem.dtype
         return PatternSearchState(
             key=key,
@@ -224,8 +237,8 @@ class PatternSearch(Solver):
             x=x,
             fx=fx,
             scale=jnp.ones(w, dt),
-            best_x=x[i],
-            best_f=fx[i],
+            best_x=best_x,
+            best_f=best_f,
             n_halvings=jnp.zeros(w, jnp.int32),
             n_resets=jnp.zeros(w, jnp.int32),
             n_nonfinite=bad.astype(jnp.int32),
@@ -376,15 +389,15 @@ class PatternSearch(Solver):
         if self.reset:
             was_reset = scale <= tol_scale * (1 + 1e-6)
             scale = jnp.where(was_reset, jnp.ones_like(scale), scale)
-        i = jnp.argmin(fx)
-        better = fx[i] < state.best_f
+        best_x, best_f = _best_walker(x, fx)
+        better = best_f < state.best_f
         return state._replace(
             iteration=state.iteration + 1,
             x=x,
             fx=fx,
             scale=scale,
-            best_x=jnp.where(better, x[i], state.best_x),
-            best_f=jnp.where(better, fx[i], state.best_f),
+            best_x=jnp.where(better, best_x, state.best_x),
+            best_f=jnp.where(better, best_f, state.best_f),
             n_halvings=state.n_halvings + halved,
             n_resets=state.n_resets + was_reset,
             n_nonfinite=n_nonfinite,

@@ -231,9 +231,10 @@ class ReplicaExchange(Solver):
                 flat_idx = j * self.nadj + count % self.nadj
                 hist = st.history.reshape(ns, nb, nf * self.nadj)
                 old = _take(hist, flat_idx).astype(jnp.int32)
-                hist = jnp.put_along_axis(
-                    hist, flat_idx[..., None], accept[..., None].astype(jnp.int8), axis=-1, inplace=False
-                )
+                # One entry per chain, written by a scatter vmapped over (nseq, nbeta): its batch
+                # dimensions are the sequences, so on several devices each writes its own rows
+                # (jnp.put_along_axis builds whole-batch indices, which XLA all-gathered per trial).
+                hist = jax.vmap(jax.vmap(lambda h, i, a: h.at[i].set(a)))(hist, flat_idx, accept.astype(jnp.int8))
                 hsum = st.history_sum + onehot * (acc_i - old)[..., None]
                 rate = _take(hsum, j) / jnp.minimum(self.nadj, count + 1)
                 factor = jnp.where(rate < _ADAPT_TARGET, 1.0 / _ADAPT_FACTOR, _ADAPT_FACTOR).astype(dt)

@@ -1,0 +1,73 @@
+"""The collectives in the compiled loops of split runs, for tests/test_collectives.py (run as a subprocess).
+
+Runs ReplicaExchange (burn-in and sampling) and PatternSearch (XLA form) with ``devices=2`` on two
+virtual CPU devices, then reads the HLO of the loops the driver compiled and cached, and prints
+one JSON object: per solver and phase, each collective's kind and element count.  A walker-parallel
+loop should only move a few numbers between devices per iteration (a best value and its point);
+a collective as large as the batch means every device gathers every walker, which scales no better
+than one device.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+
+import multiwalk as mw  # noqa: E402
+
+driver = importlib.import_module("multiwalk.solve")  # the module; mw.solve is the function
+
+COLLECTIVE = re.compile(r"= (.+?) (all-reduce|all-gather|collective-permute|all-to-all|reduce-scatter)(?:-start)?\(")
+
+
+def sphere(x):
+    return (x**2).sum()
+
+
+def elements(shapes: str) -> int:
+    """Elements of an HLO result type: ``f64[20]{0}`` or a tuple ``(f64[20]{0}, f64[])``."""
+    total = 0
+    for dims in re.findall(r"\w+\[([\d,]*)\]", shapes):
+        total += int(np.prod([int(d) for d in dims.split(",") if d])) if dims else 1
+    return total
+
+
+def loop_collectives(run) -> dict[int, list[list]]:
+    """Run ``run()`` (one mw.solve) and return, per phase index, the collectives of the loops it compiled."""
+    driver._COMPILED.clear()
+    run()
+    out: dict[int, list[list]] = {}
+    # the driver compiles every phase before running, in phase order (a dict keeps that order)
+    for phase, compiled in enumerate(driver._COMPILED.values()):
+        out[phase] = [[kind, elements(shapes)] for shapes, kind in COLLECTIVE.findall(compiled.as_text())]
+    return out
+
+
+def main() -> dict:
+    box = mw.Problem(objective=sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3))
+    re_solver = mw.ReplicaExchange(nseq=48, nbeta=4, nburn=4, niter=4)
+    ps_solver = mw.PatternSearch(n_walkers=96, iterations=4, rounds=1, kernel="xla")
+    report: dict = {"devices": jax.device_count()}
+    re_run = {}
+    report["re"] = loop_collectives(lambda: re_run.setdefault("r", mw.solve(box, re_solver, progress=False, devices=2)))
+    report["re_devices"] = re_run["r"].stats["devices"]
+    ps_run = {}
+    report["ps"] = loop_collectives(lambda: ps_run.setdefault("r", mw.solve(box, ps_solver, progress=False, devices=2)))
+    report["ps_devices"] = ps_run["r"].stats["devices"]
+    report["batch"] = {"re": 48 * 4, "ps": 96}  # chains (nseq x nbeta), walkers
+    return report
+
+
+if __name__ == "__main__":
+    print(json.dumps(main()))
