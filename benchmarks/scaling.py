@@ -1,30 +1,39 @@
 """Strong and weak scaling of the walker-parallel solvers over the devices of one host (``mw.solve(devices=k)``).
 
-For k = 1, 2, ... up to ``--max-devices`` (default all), each solver runs its iterations with the
-batch split over k devices:
+Cases (``--cases``, default all): ReplicaExchange (32 temperatures x ``--re-nseq`` sequences,
+Rastrigin-10, sampling phase), PatternSearch in its XLA form (Ackley-20, ``--ps-walkers``,
+20 iterations), multi-start L-BFGS (extended Rosenbrock, ``--lbfgs-starts`` starts of
+``--lbfgs-starts-n`` variables, 20 iterations) and the exchange runner mw.Exchange (Himmelblau,
+``--ex-replicas`` replicas, one temperature each, ``--ex-steps`` steps).  For each case with
+batch B and device counts k = 1, 2, ... up to ``--max-devices``, every batch j B (j a device
+count) runs on every k:
 
+* throughput check: on one device, 2B should take >= 1.7x the time of B; less means B is still
+  bound by per-iteration latency, where splitting cannot pay (raise B);
 * strong scaling: the same batch on k devices; speed-up = time(1) / time(k) (goal: >= 1.9x on
   2 GPUs, >= 3.6x on 4);
-* weak scaling: k times the batch on k devices; efficiency = time(1) / time(k) (1.0 is perfect).
+* weak scaling: k B on k devices; efficiency = time(1, B) / time(k, k B) (1.0 is perfect);
+* "best": the best value found, which must not depend on k (bit for bit for the sampler and the
+  searches; L-BFGS's batched products may round differently, relative difference shown).
 
-Cases: ReplicaExchange (32 temperatures x ``nseq`` sequences, Rastrigin-10, sampling phase),
-PatternSearch in its XLA form (Ackley-20, ``n_walkers`` walkers, 20 iterations) and multi-start
-L-BFGS (extended Rosenbrock n = 100, ``starts`` starts, 40 iterations).  Each configuration is
-compiled and run once, then run again (the compiled loop is cached); the second run's
-``stats["run_seconds"]`` (compilation excluded) is the time.  Results equal on every k
-(tests/test_devices.py); the script checks the best value agrees.
-
-Then one L-BFGS problem (extended Rosenbrock, ``--lbfgs-n`` variables, m = 7, float64) with its
-vectors split over k devices: milliseconds per iteration against the memory floor per iteration
+Each configuration is compiled and run for one iteration (``time_limit``), then run in full
+(the compiled loop is cached); that run's ``stats["run_seconds"]`` (compilation excluded) is
+the time.  Then one L-BFGS problem (extended Rosenbrock, ``--lbfgs-n`` variables on the most
+devices, m = 7, float64) with its vectors split along n: n k / k_max on k devices (the same
+per-device size; n alone on fewer devices does not fit) against the memory floor per iteration
 and device, (4m + 10) n / k values over the measured bandwidth of one device (the floor of
-benchmarks/lbfgs.py, divided over the devices).
+benchmarks/lbfgs.py, divided over the devices); a configuration whose state would not fit in
+the devices' memory is skipped with its estimate.
 
-``--budget`` seconds: cases that would start after it are skipped (and listed), so a device run
-ends in time.  Prints a Markdown table; writes scaling.json / .md to ``--out``.
+Every row is printed and the report (scaling.json / .md in ``--out``) rewritten as soon as it
+is measured, so a run cut off by a time limit keeps what it did; ``--budget`` seconds: no new
+configuration starts after it (the skipped ones are listed).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,28 +45,121 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 M = 7
+THROUGHPUT_BOUND = 1.7  # time(2B) / time(B) on one device at or above this: throughput-bound
 
 
 def timed(mw: Any, problem: Any, solver: Any, k: int) -> dict[str, Any]:
-    """Compile-and-run, then a second run; its run seconds and iterations."""
-    first = mw.solve(problem, solver, seed=0, progress=False, devices=k)
+    """Compile and run one iteration, then the whole run; its run seconds, iterations and best."""
+    first = mw.solve(problem, solver, seed=0, progress=False, devices=k, time_limit=1e-9)
     r = mw.solve(problem, solver, seed=0, progress=False, devices=k)
     iters = sum(r.stats["iterations"].values())
     return {
         "devices": r.stats["devices"], "seconds": r.stats["run_seconds"], "iterations": iters,
         "compile_seconds": first.stats["compile_seconds"], "fun": float(r.fun),
+        "nfev": int(r.stats.get("evaluations", 0)), "kernel": r.stats.get("kernel", ""),
     }
+
+
+def loop_bytes_per_device(problem: Any, solver: Any, k: int) -> int:
+    """Device memory one device needs for the run's compiled loop on ``k`` devices (arguments,
+    temporaries and outputs not aliased to the donated state), from XLA's memory analysis of the
+    loop compiled for abstract inputs: nothing is allocated, so an n too large for the devices is
+    found before its state is built (compiling costs seconds; the driver compiles again)."""
+    import importlib
+
+    import jax
+    import jax.numpy as jnp
+
+    driver = importlib.import_module("multiwalk.solve")  # the module; mw.solve is the function
+    dist = importlib.import_module("multiwalk.distributed")
+    shapes = jax.eval_shape(solver.initial_state_fn(problem), driver._key(0))
+    placement = dist.choose_devices(solver, problem, shapes, k)
+    arrays, static = driver._problem_arrays(problem, solver)
+    runner = driver._chunk_runner(problem, solver, 0, static)
+    if placement.sharded:
+        shapes = jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                                        shapes, placement.shardings)
+        rep = placement.replicated
+        jitted = jax.jit(runner, donate_argnums=0, in_shardings=(placement.shardings, rep, rep),
+                         out_shardings=(placement.shardings, rep))
+    else:
+        jitted = jax.jit(runner, donate_argnums=0)
+    ma = jitted.lower(shapes, jax.ShapeDtypeStruct((), jnp.int32), arrays).compile().memory_analysis()
+    return int(ma.argument_size_in_bytes + ma.temp_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes)
+
+
+def himmelblau(x: Any) -> Any:
+    """Himmelblau's function (4 minima of value 0 in [-6, 6]^2), ODAT-SE's usual test."""
+    return (x[0] ** 2 + x[1] - 11) ** 2 + (x[0] + x[1] ** 2 - 7) ** 2
+
+
+def same_best(a: float, b: float) -> str:
+    """'same' if equal, else the relative difference."""
+    if a == b or (np.isnan(a) and np.isnan(b)):
+        return "same"
+    return f"rel. diff {abs(a - b) / max(abs(a), abs(b), 1e-300):.1e}"
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown rows: per case and batch, time on each device count, speed-up over one device at
+    that batch, weak-scaling efficiency, the throughput check and whether the best agrees."""
+    out = ["| solver | batch | devices | ms | ms / it | speed-up vs 1 device (same batch) | weak efficiency | "
+           "time(2B)/time(B) on 1 | best | best vs 1 device |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    for row in rows:
+        at = {(r["batch"], r["k"]): r for r in rows if r["case"] == row["case"]}
+        base = min(b for b, _ in at)  # B: the case's smallest batch
+        one = at.get((row["batch"], 1))
+        speed = f"{one['seconds'] / row['seconds']:.2f}x" if one and row["k"] > 1 else ""
+        weak = ""
+        if row["k"] > 1 and row["batch"] == base * row["k"] and (base, 1) in at:
+            weak = f"{at[(base, 1)]['seconds'] / row['seconds']:.2f}"
+        growth = ""
+        if row["k"] == 1 and row["batch"] == 2 * base and (base, 1) in at:
+            g = row["seconds"] / at[(base, 1)]["seconds"]
+            growth = f"{g:.2f} ({'throughput' if g >= THROUGHPUT_BOUND else 'LATENCY'}-bound)"
+        agree = same_best(one["fun"], row["fun"]) if one and row["k"] > 1 else ""
+        out.append(
+            f"| {row['case']} | {row['option']}={row['batch']} | {row['devices']} | {row['seconds'] * 1e3:.1f} | "
+            f"{row['seconds'] * 1e3 / max(row['iterations'], 1):.3f} | {speed} | {weak} | {growth} | "
+            f"{row['fun']:.6g} | {agree} |"
+        )
+    return out
+
+
+def lbfgs_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| L-BFGS n | devices | n per device | kernel | ms / iteration | floor ms / iteration | ratio | "
+           "iterations / evals | f | f vs 1 device |", "| ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | --- | --- |"]
+    for r in rows:
+        one = next((x for x in rows if x["n"] == r["n"] and x["k"] == 1), None)
+        agree = same_best(one["fun"], r["fun"]) if one is not None and r is not one else ""
+        out.append(f"| {r['n']:.3g} | {r['devices']} | {r['n'] / r['k']:.3g} | {r['kernel']} | "
+                   f"{r['per_iteration'] * 1e3:.2f} | {r['floor'] * 1e3:.2f} | {r['per_iteration'] / r['floor']:.2f} | "
+                   f"{r['iterations']} / {r['nfev']} | {r['fun']:.10g} | {agree} |")
+    return out
 
 
 def main() -> int:
     p = common.new_parser(__doc__)
     p.add_argument("--max-devices", type=int, default=None, help="largest device count (default: all)")
     p.add_argument("--quick", action="store_true", help="small batches (a CPU check of the script)")
-    p.add_argument("--budget", type=float, default=150.0, help="seconds after which no new case starts")
-    p.add_argument("--lbfgs-n", type=float, default=5e8, help="variables of the split L-BFGS problem (0: skip)")
+    p.add_argument("--budget", type=float, default=230.0, help="seconds after which no new configuration starts")
+    p.add_argument("--cases", default="re,ps,lbfgs,exchange,split",
+                   help="comma-separated subset of re, ps, lbfgs (multi-start), exchange, split (one L-BFGS problem)")
+    p.add_argument("--re-nseq", type=int, default=32768, help="ReplicaExchange sequences B (x 32 temperatures)")
+    p.add_argument("--re-iters", type=int, default=30, help="ReplicaExchange sampling iterations")
+    p.add_argument("--ps-walkers", type=int, default=1 << 20, help="PatternSearch walkers B")
+    p.add_argument("--lbfgs-starts", type=int, default=1024, help="multi-start L-BFGS starts B")
+    p.add_argument("--lbfgs-starts-n", type=int, default=100_000, help="variables of each multi-start problem")
+    p.add_argument("--ex-replicas", type=int, default=1 << 21, help="Exchange replicas B")
+    p.add_argument("--ex-steps", type=int, default=400, help="Exchange Monte Carlo steps")
+    p.add_argument("--lbfgs-n", type=float, default=1e9,
+                   help="variables of the split L-BFGS problem on the most devices (0: skip)")
     common.add_out_option(p, "scaling")
     args = p.parse_args()
     common.select_platform(args.device)
+    # the split L-BFGS problem is sized to fill the devices: let JAX take 95 % of each (default 75 %)
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
     t_start = time.perf_counter()
     log = common.make_log(t_start)
 
@@ -66,6 +168,7 @@ def main() -> int:
     jax.config.update("jax_enable_x64", True)
     import multiwalk as mw
     from multiwalk.functions import cute, yao
+    from multiwalk.solvers.exchange import temperature_ladder
 
     found = common.first_device(args.device)
     if found is None:
@@ -74,90 +177,146 @@ def main() -> int:
     env = common.environment(dev, on_gpu, mw, args.quick)
     n_max = min(args.max_devices or jax.device_count(), jax.device_count())
     counts = [k for k in (1, 2, 4, 8) if k <= n_max]
+    env["device_counts"] = counts
+    env["command"] = " ".join(sys.argv)
     log(f"{env['device']} x {jax.device_count()}; device counts {counts}")
-    scale = 1 if not args.quick else 0
-    nseq = 1792 if scale else 32  # 32 temperatures each: 57,344 chains
-    walkers = 122880 if scale else 256
-    starts = 4096 if scale else 32
+    wanted = set(args.cases.split(","))
+    unknown = wanted - {"re", "ps", "lbfgs", "exchange", "split"}
+    if unknown:
+        p.error(f"--cases: unknown {sorted(unknown)}; choose from re, ps, lbfgs, exchange, split")
+    quick = args.quick
+    nseq = 32 if quick else args.re_nseq
+    walkers = 256 if quick else args.ps_walkers
+    starts = 32 if quick else args.lbfgs_starts
+    starts_n = 100 if quick else args.lbfgs_starts_n
+    replicas = 256 if quick else args.ex_replicas
+    ex_steps = 20 if quick else args.ex_steps
+    re_iters = 5 if quick else args.re_iters
 
     rastrigin = mw.Problem(objective=yao.rastrigin, lower=-5.12 * np.ones(10), upper=5.12 * np.ones(10))
     ackley = mw.Problem(objective=yao.ackley, lower=-32.0 * np.ones(20), upper=32.0 * np.ones(20))
-    rosen = mw.Problem(objective=cute.extended_rosenbrock, lower=-2.0 * np.ones(100), upper=2.0 * np.ones(100))
+    rosen = mw.Problem(objective=cute.extended_rosenbrock, lower=-2.0 * np.ones(starts_n),
+                       upper=2.0 * np.ones(starts_n))
+    plane = mw.Problem(objective=himmelblau, lower=-6.0 * np.ones(2), upper=6.0 * np.ones(2))
+
+    def exchange(r: int) -> Any:  # ODAT-SE's benchmark input: T = 1..100 log-spaced, exchanges every 10 steps
+        betas = temperature_ladder(r, Tmin=1.0, Tmax=100.0)
+        # the XLA form: a Pallas form (one kernel XLA cannot split) stays on one device
+        extra = {"kernel": "xla"} if "kernel" in {f.name for f in dataclasses.fields(mw.Exchange)} else {}
+        return mw.Exchange(betas=tuple(betas), numsteps=ex_steps + 1, numsteps_exchange=10, step_width=(0.5, 0.5),
+                           **extra)
+
     cases = [
-        ("ReplicaExchange", "nseq", nseq, rastrigin,
-         lambda b: mw.ReplicaExchange(nbeta=32, nseq=b, nburn=0, niter=50 if scale else 5)),
-        ("PatternSearch (xla)", "n_walkers", walkers, ackley,
+        ("re", "ReplicaExchange", "nseq", nseq, rastrigin,
+         lambda b: mw.ReplicaExchange(nbeta=32, nseq=b, nburn=0, niter=re_iters)),
+        ("ps", "PatternSearch (xla)", "n_walkers", walkers, ackley,
          lambda b: mw.PatternSearch(n_walkers=b, iterations=20, rounds=1, kernel="xla")),
-        ("LBFGS multi-start", "starts", starts, rosen,
-         lambda b: mw.LBFGS(starts=b, max_iterations=40, eps=0.0)),
+        ("lbfgs", f"LBFGS multi-start, n={starts_n}", "starts", starts, rosen,
+         lambda b: mw.LBFGS(starts=b, max_iterations=20, eps=0.0)),
+        ("exchange", "Exchange (xla)", "replicas", replicas, plane, exchange),
     ]
     rows: list[dict[str, Any]] = []
+    lbfgs_rows: list[dict[str, Any]] = []
     skipped: list[str] = []
     out = Path(args.out)
 
-    def save() -> None:
-        common.write_report(out, "scaling", {"environment": env, "rows": rows, "skipped": skipped}, "")
+    def report() -> str:
+        lines = [f"## Scaling ({env['device']} x {jax.device_count()}, {env['date']}, JAX {env['jax']})", "",
+                 f"Command: `{env['command']}`", ""]
+        lines += scaling_table(rows)
+        if lbfgs_rows:
+            bw = env.get("bandwidth_bytes_per_s", 0.0)
+            lines += ["", f"One L-BFGS problem split along n (m = {M}, float64; floor = (4m + 10) n / k values "
+                      f"at {bw / 1e9:.0f} GB/s, the measured bandwidth of one device):", ""]
+            lines += lbfgs_table(lbfgs_rows)
+        notes = [f"skipped (time budget, memory or error): {'; '.join(skipped)}"] if skipped else []
+        md = common.finish_markdown(lines, notes)
+        common.write_report(out, "scaling", {"environment": env, "rows": rows, "lbfgs": lbfgs_rows,
+                                             "skipped": skipped}, md)
+        return md
 
-    for name, option, base, problem, make in cases:
-        for kind in ("strong", "weak"):
-            for k in counts:
-                if kind == "weak" and k == 1:
-                    continue  # the same run as strong, k = 1
-                if time.perf_counter() - t_start > args.budget:
-                    skipped.append(f"{name} {kind} k={k}")
-                    continue
-                batch = base * (k if kind == "weak" else 1)
+    def over_budget(what: str) -> bool:
+        if time.perf_counter() - t_start > args.budget:
+            skipped.append(what)
+            log(f"skipped (budget): {what}")
+            return True
+        return False
+
+    batches_of = sorted(set(counts) | {2})  # j B: B, 2B (the throughput check), ... k_max B
+    for tag, name, option, base, problem, make in cases:
+        if tag not in wanted:
+            continue
+        # throughput check first (B, 2B on one device), then the other device counts
+        configs = [(base * j, 1) for j in batches_of] + [(base * j, k) for k in counts[1:] for j in batches_of]
+        for batch, k in configs:
+            what = f"{name} {option}={batch} k={k}"
+            if over_budget(what):
+                continue
+            try:
                 r = timed(mw, problem, make(batch), k)
-                rows.append({"case": name, "kind": kind, "option": option, "batch": batch, "k": k, **r})
-                log(f"{name} {kind} {option}={batch} on {r['devices']}: {r['seconds'] * 1e3:.1f} ms "
-                    f"({r['iterations']} it), compile {r['compile_seconds']:.1f} s, best {r['fun']:.6g}")
-                save()
+            except Exception as err:  # noqa: BLE001 - out of memory at the largest batch: report and go on
+                skipped.append(f"{what}: {type(err).__name__}: {str(err)[:200]}")
+                log(skipped[-1])
+                continue
+            rows.append({"case": name, "option": option, "batch": batch, "k": k, **r})
+            md_row = scaling_table([x for x in rows if x["case"] == name])[-1]
+            log(f"{md_row}  (compile {r['compile_seconds']:.1f} s, {r['iterations']} it)")
+            report()
 
-    lbfgs_rows: list[dict[str, Any]] = []
-    n_big = int(args.lbfgs_n) if scale else 1 << 16
-    n_big -= n_big % (4 * max(counts))
-    if n_big > 0:
+    if "split" in wanted:
+        n_top = int(args.lbfgs_n) if not quick else 1 << 16
+        n_top -= n_top % (4 * max(counts))
         bw = common.measure_bandwidth((1 << 30) if on_gpu else (1 << 26), reps=10 if on_gpu else 3)["bytes_per_s"]
         env["bandwidth_bytes_per_s"] = bw
         log(f"bandwidth of one device {bw / 1e9:.0f} GB/s")
-        x0 = cute.start("extended_rosenbrock", n_big)
-        problem = mw.Problem(objective=cute.extended_rosenbrock, x0=x0)
-        solver = mw.LBFGS(m=M, eps=0.0, max_iterations=20)
-        for k in counts:
-            if time.perf_counter() - t_start > args.budget:
-                skipped.append(f"L-BFGS n={n_big} k={k}")
+        kmax = max(counts)
+        limit = (dev.memory_stats() or {}).get("bytes_limit") if on_gpu else None
+        env["device_bytes_limit"] = limit
+        has_kernel = "kernel" in {f.name for f in dataclasses.fields(mw.LBFGS)}
+
+        def lbfgs(kernel: str | None = None) -> Any:
+            extra = {"kernel": kernel} if kernel and has_kernel else {}
+            return mw.LBFGS(m=M, eps=0.0, max_iterations=20, **extra)
+
+        def problem_of(n: int) -> Any:
+            return mw.Problem(objective=cute.extended_rosenbrock, x0=cute.start("extended_rosenbrock", n))
+
+        # The goal's size on the most devices, halved until XLA's memory analysis of the compiled
+        # loop (nothing allocated) says it fits; a crude 40 values per variable skips the analysis.
+        while n_top >= 4 * kmax and limit is not None and 40 * 8 * n_top / kmax > limit:
+            need = loop_bytes_per_device(problem_of(n_top), lbfgs(), kmax)
+            log(f"L-BFGS n={n_top:.3g} on {kmax} devices: the compiled loop needs {need / 1e9:.1f} GB per device "
+                f"of {limit / 1e9:.1f} GB")
+            env.setdefault("split_memory_checks", []).append({"n": n_top, "k": kmax, "bytes": need})
+            if need <= limit:
+                break
+            skipped.append(f"L-BFGS n={n_top:.3g} k={kmax}: needs {need / 1e9:.1f} GB per device, "
+                           f"{limit / 1e9:.1f} GB there; n halved")
+            n_top //= 2
+            n_top -= n_top % (4 * kmax)
+        # the same size per device on each k (the goal's case first), then the smaller ones on all
+        # devices; on one device also the XLA form the split runs use (the default may be Pallas)
+        configs: list[tuple[int, int, str | None]] = [(n_top * k // kmax, k, None) for k in reversed(counts)]
+        if has_kernel and kmax > 1:
+            configs.append((n_top // kmax, 1, "xla"))
+        configs += [(n_top * k // kmax, kmax, None) for k in reversed(counts[:-1])]
+        for n, k, kernel in configs:
+            what = f"L-BFGS n={n:.3g} k={k}" + (f" kernel={kernel}" if kernel else "")
+            if over_budget(what):
                 continue
             try:
-                r = timed(mw, problem, solver, k)
-            except Exception as err:  # noqa: BLE001 - out of memory on too few devices: report and go on
-                skipped.append(f"L-BFGS n={n_big} k={k}: {type(err).__name__}: {str(err)[:200]}")
+                r = timed(mw, problem_of(n), lbfgs(kernel), k)
+            except Exception as err:  # noqa: BLE001 - out of memory: report and go on
+                skipped.append(f"{what}: {type(err).__name__}: {str(err)[:200]}")
                 log(skipped[-1])
                 continue
             per_it = r["seconds"] / max(r["iterations"], 1)
-            floor = (4 * M + 10) * (n_big / k) * 8 / bw
-            lbfgs_rows.append({"n": n_big, "k": k, "per_iteration": per_it, "floor": floor, **r})
-            log(f"L-BFGS n={n_big:.3g} on {r['devices']}: {per_it * 1e3:.2f} ms/it, floor {floor * 1e3:.2f} ms, "
-                f"ratio {per_it / floor:.2f}")
-        del problem, x0
-    rows_all = {"rows": rows, "lbfgs": lbfgs_rows, "skipped": skipped}
+            floor = (4 * M + 10) * (n / k) * 8 / bw
+            lbfgs_rows.append({"n": n, "k": k, "per_iteration": per_it, "floor": floor, **r})
+            log(f"{lbfgs_table(lbfgs_rows)[-1]}  (compile {r['compile_seconds']:.1f} s)")
+            report()
 
-    lines = [f"## Scaling ({env['device']} x {jax.device_count()}, {env['date']}, JAX {env['jax']})", "",
-             "| solver | scaling | batch | devices | ms | speed-up / efficiency | best |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for row in rows:
-        ref = next(r for r in rows if r["case"] == row["case"] and r["kind"] == "strong" and r["k"] == 1)
-        ratio = ref["seconds"] / row["seconds"]
-        lines.append(f"| {row['case']} | {row['kind']} | {row['option']}={row['batch']} | {row['devices']} | "
-                     f"{row['seconds'] * 1e3:.1f} | {ratio:.2f}{'x' if row['kind'] == 'strong' else ''} | {row['fun']:.6g} |")
-    if lbfgs_rows:
-        lines += ["", "| L-BFGS n | devices | ms / iteration | floor ms / iteration | ratio | iterations |",
-                  "| --- | --- | --- | --- | --- | --- |"]
-        for r in lbfgs_rows:
-            lines.append(f"| {r['n']:.3g} | {r['devices']} | {r['per_iteration'] * 1e3:.2f} | {r['floor'] * 1e3:.2f} | "
-                         f"{r['per_iteration'] / r['floor']:.2f} | {r['iterations']} |")
-    notes = [f"skipped (time budget or memory): {', '.join(skipped)}"] if skipped else []
-    md = common.finish_markdown(lines, notes)
-    common.write_report(out, "scaling", {"environment": env, **rows_all}, md)
+    md = report()
     common.print_done(log, out, "scaling", t_start, md)
     return 0
 
