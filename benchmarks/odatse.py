@@ -9,10 +9,11 @@ both programs' result_T files after thermalisation, with standard errors from 20
 difference in units of the combined error, and both against the exact mean (grid integral).
 
 Case B (GPU): ``--gpu-replicas 10000,100000,...`` replicas, no step files, replica-steps per
-second of the run (compilation excluded), at the smallest count also with each ``--unroll`` of
-``--gpu-unroll`` (Monte Carlo steps per compiled loop trip), against ODAT-SE's replica-steps per
-second measured on this machine's CPU at the smallest of those replica counts (a short run,
-after ours).
+second of the run (compilation excluded) with each ``--kernel`` of ``--gpu-kernel`` (``pallas``:
+one Pallas kernel per block of steps between exchanges; ``xla``), at the smallest count also the
+XLA form with each ``--unroll`` of ``--gpu-unroll`` (Monte Carlo steps per compiled loop trip),
+against ODAT-SE's replica-steps per second measured on this machine's CPU at the smallest of
+those replica counts (a short run, after ours).
 
     PYTHONPATH=src:$(ls .whl/odat_se-*.whl) python benchmarks/odatse.py --device cpu --out /tmp/odatse
     PYTHONPATH=src:$(ls .whl/odat_se-*.whl) python3 benchmarks/odatse.py --device gpu --out "$OUT"
@@ -118,13 +119,15 @@ def run_ours(folder: Path, *extra: str) -> dict:
     text = buf.getvalue()
     if code != 0:
         raise RuntimeError(f"multiwalk run failed ({code}): {text[-2000:]}")
-    m = re.search(r"run (\S+) s, step files (\S+) s, files after the run (\S+) s, compile (\S+) s, wall (\S+) s", text)
-    run_s, files_s, post_s, compile_s, solve_wall = (float(v) for v in m.groups())
+    m = re.search(r"run (\S+) s, step files (\S+) s, files after the run (\S+) s, compile (\S+) s, wall (\S+) s"
+                  r" \(\w+, ([^,]+) steps", text)
+    run_s, files_s, post_s, compile_s, solve_wall = (float(v) for v in m.groups()[:5])
+    kernel = m.group(6)
     best = dict(ln.split(" = ") for ln in (folder / "output" / "best_result.txt").read_text().splitlines())
     # work: the compiled chunks, the step files written between them, fx.txt and best_result.txt
     # (like ODAT-SE's run + post); set-up and compilation are reported apart
     return {"wall": wall, "run": run_s, "files": files_s, "compile": compile_s, "work": run_s + files_s + post_s,
-            "setup": solve_wall - run_s - files_s - post_s, "best_fx": float(best["fx"])}
+            "setup": solve_wall - run_s - files_s - post_s, "best_fx": float(best["fx"]), "kernel": kernel}
 
 
 def case_a(out: Path, replicas: int, steps: int, log) -> dict:
@@ -153,22 +156,24 @@ def case_a(out: Path, replicas: int, steps: int, log) -> dict:
     return res
 
 
-def case_b(out: Path, sizes: list[int], steps: int, odatse_steps: int, dtype: str, unrolls: list[int], log) -> dict:
-    """Replica-steps per second at each size (``multiwalk run``'s default unroll), and at the
-    smallest size also with each ``--unroll`` of ``unrolls``."""
+def case_b(out: Path, sizes: list[int], steps: int, odatse_steps: int, dtype: str, unrolls: list[int], log,
+           kernels: tuple[str, ...] = ("auto",)) -> dict:
+    """Replica-steps per second at each size with each ``--kernel`` of ``kernels`` (``multiwalk
+    run``'s default unroll), and at the smallest size also the XLA form with each ``--unroll``
+    of ``unrolls``."""
     res: dict = {"steps": steps, "runs": []}
     r0 = min(sizes)
-    cases = [(r0, u) for u in unrolls] + [(R, None) for R in sizes if R != r0 or not unrolls]
-    for R, unroll in cases:
-        folder = out / f"B_{R}_{unroll or 'default'}"
+    cases = [(R, k, None) for R in sizes for k in kernels] + [(r0, "xla", u) for u in unrolls]
+    for R, kernel, unroll in cases:
+        folder = out / f"B_{R}_{kernel}_{unroll or 'default'}"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "input.toml").write_text(INPUT.format(steps=steps, therm=steps // 10, replicas=R))
         extra = ["--unroll", str(unroll)] if unroll else []
-        ours = run_ours(folder, "--no-step-files", "--dtype", dtype, *extra)
+        ours = run_ours(folder, "--no-step-files", "--dtype", dtype, "--kernel", kernel, *extra)
         ours["replica_steps_per_s"] = R * (steps - 1) / ours["run"]
         ours["replicas"], ours["unroll"] = R, unroll or "default"
         res["runs"].append(ours)
-        log(f"B R={R} unroll={unroll}: {ours}")
+        log(f"B R={R} kernel={kernel} unroll={unroll}: {ours}")
     folder = out / "B_odatse"  # after ours: a short run of the same input with r0 replicas
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "input.toml").write_text(INPUT.format(steps=odatse_steps, therm=0, replicas=r0))
@@ -210,12 +215,12 @@ def report(env: dict, a: list[dict], b: dict | None) -> str:
         od = b["odatse"]
         peer = od.get("replica_steps_per_s")
         lines += ["", f"Case B: replica-steps per second, {b['steps']} steps, no step files (fx.txt, best_result.txt):", "",
-                  "| replicas | unroll | ours replica-steps/s | ODAT-SE replica-steps/s (CPU) | ratio | ours run (s) "
-                  "| µs per step | set-up + compile (s) |",
-                  "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| replicas | steps run by | unroll | ours replica-steps/s | ODAT-SE replica-steps/s (CPU) | ratio "
+                  "| ours run (s) | µs per step | set-up + compile (s) |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
         for m in b["runs"]:
             ratio = f"{m['replica_steps_per_s'] / peer:.3g}x" if peer else "—"
-            lines.append(f"| {m['replicas']} | {m['unroll']} | {m['replica_steps_per_s']:.3g} "
+            lines.append(f"| {m['replicas']} | {m['kernel']} | {m['unroll']} | {m['replica_steps_per_s']:.3g} "
                          f"| {peer if peer is None else f'{peer:.3g}'} | {ratio} | {m['run']:.3f} "
                          f"| {m['run'] / (b['steps'] - 1) * 1e6:.1f} | {m['setup']:.2f} |")
         if "error" in od:
@@ -230,7 +235,8 @@ def main() -> int:
     p.add_argument("--replicas", default="16:20000,256:2000", help="case A: replicas:numsteps, comma-separated")
     p.add_argument("--gpu-replicas", default="10000,100000,1000000")
     p.add_argument("--gpu-steps", type=int, default=2000)
-    p.add_argument("--gpu-unroll", default="1,8,32", help="case B: --unroll values tried at the smallest size")
+    p.add_argument("--gpu-unroll", default="", help="case B: --unroll values of the XLA form tried at the smallest size")
+    p.add_argument("--gpu-kernel", default="pallas,xla", help="case B: --kernel values run at every size")
     p.add_argument("--odatse-steps", type=int, default=30, help="ODAT-SE's short run in case B")
     p.add_argument("--dtype", default="float64")
     p.add_argument("--out", type=Path, default=None)
@@ -252,7 +258,7 @@ def main() -> int:
     b = None
     if "B" in cases:
         b = case_b(out, [int(r) for r in args.gpu_replicas.split(",")], args.gpu_steps, args.odatse_steps, args.dtype,
-                   [int(u) for u in args.gpu_unroll.split(",") if u], log)
+                   [int(u) for u in args.gpu_unroll.split(",") if u], log, tuple(args.gpu_kernel.split(",")))
     text = report(env, a, b)
     print(text)
     (out / "odatse.md").write_text(text + "\n")

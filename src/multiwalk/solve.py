@@ -468,6 +468,7 @@ def solve(
     total = None if until_time_limit else sum(p.length for p in phases)
     bar = _Progress(show and status == Status.SUCCESS, total, sum(done))
     t_run = 0.0  # seconds spent running chunks (compilation excluded)
+    unaccounted = False  # a chunk ran but is not yet in ``done`` (on_chunk is between them)
     last_checkpoint = time.perf_counter()
 
     try:
@@ -489,6 +490,7 @@ def solve(
                 t0 = time.perf_counter()
                 # The state is donated (updated in place), so it is replaced in one statement;
                 # Ctrl-C only sets a flag (see _CtrlC), so nothing interrupts this.
+                unaccounted = True  # the state is ahead of ``done`` until the chunk is counted
                 state, n_run = compiled(state, n_arg(n), arrays)
                 jax.block_until_ready(state)
                 dt = time.perf_counter() - t0
@@ -503,12 +505,14 @@ def solve(
                     problem, dist.to_host(state) if host_on_chunk else state, done[phase_index], done[phase_index] + n_run
                 )
                 done[phase_index] += n_run
+                unaccounted = False
                 remaining -= n_run
                 stats["chunks"] += 1
                 converged = n_run < n
                 info = {k: float(v) for k, v in summary_fn(state).items()}
                 bar.update(n_run, phase.name, info)
                 if checkpoint_due:
+                    solver.on_sync(problem)  # what on_chunk handed to threads is written first
                     _write_checkpoint(checkpoint_path, state, meta_now())
                     last_checkpoint = time.perf_counter()
                 if callback is not None:
@@ -536,8 +540,12 @@ def solve(
     except BaseException:
         # Any other failure (out of memory, a bug): keep the last finished chunk on disk (not
         # under jax.distributed: the gather is a collective that the other processes may not join).
-        if checkpoint_path is not None and not _deleted(state) and not dist.multi_process():
-            _write_checkpoint(checkpoint_path, state, meta_now())
+        # (not when on_chunk failed: what it writes would lag that state; the last checkpoint stays)
+        if checkpoint_path is not None and not unaccounted and not _deleted(state) and not dist.multi_process():
+            try:
+                solver.on_sync(problem)
+            finally:
+                _write_checkpoint(checkpoint_path, state, meta_now())
         raise
     finally:
         bar.close()
@@ -548,6 +556,7 @@ def solve(
         stats["ended_by_time_limit"] = True
     stats["run_seconds"] = t_run
     stats["iterations"] = {p.name: d for p, d in zip(phases, done)}
+    solver.on_sync(problem)
     if checkpoint_path is not None:
         _write_checkpoint(checkpoint_path, state, meta_now())
     # One gather at the end: the result builders read the state with np.asarray (which gathers

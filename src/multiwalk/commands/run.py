@@ -468,6 +468,11 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             raise InputError(f"{ckpt}: that run stopped before its end (step {done + 1} of {saved['numsteps']}): use --resume")
     record = _record_length(R, setup.dimension) if args.step_files else 0
     max_chunk = setup.checkpoint_steps if setup.checkpoint else None
+    if record and args.write_threads != 0:
+        # chunks of at most ~1/8 of the run: each chunk's files are written while the next one is
+        # sampled, so only the last chunk's writing is not hidden (the same on every process)
+        piece = max(16, -(-setup.numsteps // 8))
+        max_chunk = min(max_chunk or piece, piece)
     if thermalization is None:
         thermalization = int(0.1 * setup.numsteps)
 
@@ -482,6 +487,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             numsteps_thermalization=thermalization, step_width=None if setup.step_list is None else tuple(setup.step_list),
             mesh=setup.mesh, initial=() if setup.initial is None else tuple(map(tuple, setup.initial.tolist())),
             nreplica_per_proc=per, record=record, max_chunk_steps=max_chunk, unroll=args.unroll,
+            kernel=args.kernel,
         )
         if meta is not None and meta["options"].get("record") != record:
             raise InputError(
@@ -506,23 +512,29 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                 setup.output_dir, setup.labels, betas, setup.as_beta, nprocs, per,
                 coordinates=None if setup.mesh is None else setup.mesh.coordinates, separate_T=setup.separate_T,
                 resume_step=None if meta is None else int(meta["done"][0]) + 1, state=state0,
+                threads=args.write_threads,
             )
         elif writes:
             setup.output_dir.mkdir(parents=True, exist_ok=True)
         if writes:
             ckpt.parent.mkdir(parents=True, exist_ok=True)
-        solver = Exchange(**solver_kw, on_steps=None if writer is None else writer.on_steps)
+        solver = Exchange(**solver_kw, on_steps=None if writer is None else writer.on_steps,
+                          on_flush=None if writer is None else writer.flush)
         every = setup.checkpoint_interval if setup.checkpoint else None
         if setup.checkpoint and setup.checkpoint_steps:
             every = 0.0
         t0 = time.perf_counter()
-        result = solve(
-            problem, solver, seed=seed, progress=args.progress, time_limit=args.time_limit, checkpoint=ckpt,
-            resume=ckpt if meta is not None else None, checkpoint_every=math.inf if every is None else every,
-        )
-        wall = time.perf_counter() - t0
-        if writer is not None:
-            writer.on_steps(result.state, 0, result.steps - 1)  # steps not written yet (a run of no chunk)
+        try:
+            result = solve(
+                problem, solver, seed=seed, progress=args.progress, time_limit=args.time_limit, checkpoint=ckpt,
+                resume=ckpt if meta is not None else None, checkpoint_every=math.inf if every is None else every,
+            )
+            wall = time.perf_counter() - t0
+            if writer is not None:
+                writer.on_steps(result.state, 0, result.steps - 1)  # steps not written yet (a run of no chunk)
+        finally:
+            if writer is not None:
+                writer.close()  # every line handed to the writer thread is in the files
         t1 = time.perf_counter()
         best_rank, walker = divmod(result.best_replica, per)
         if writes:
@@ -544,9 +556,13 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
         f"{result.message}; {R} replicas, steps 0..{result.steps - 1}; run {st['run_seconds']:.3f} s, "
         f"step files {0.0 if writer is None else writer.seconds:.3f} s, files after the run {post:.3f} s, "
         f"compile {st['compile_seconds']:.2f} s, wall {wall + post:.2f} s ({jax.devices()[0].platform}, "
+        f"{st['kernel']} steps, "
         f"{st['devices']} device{'s' if st['devices'] > 1 else ''}"
         f"{', ' + str(st['processes']) + ' processes' if 'processes' in st else ''})"
     )
+    if writer is not None and writer.threads:
+        print(f"step files written beside the sampling: {writer.busy_seconds:.3f} s of formatting and writing "
+              f"({writer.threads} thread{'s' if writer.threads > 1 else ''}); the run waited {writer.seconds:.3f} s for them")
     if "devices_note" in st:
         print(f"note: {st['devices_note']}")
     print(f"output in {setup.output_dir}; checkpoint {ckpt}")
@@ -659,10 +675,16 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--step-files", action=argparse.BooleanOptionalAction, default=True,
                    help="write trial.txt, result.txt and result_T*.txt (default: yes); fx.txt and best_result.txt "
                         "are always written")
+    p.add_argument("--write-threads", type=int, default=None, metavar="N",
+                   help="exchange: threads that format the step files while the next steps are sampled (default: the "
+                        "CPUs, at most 16; 0: write them between the chunks); the files are the same")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision (default float64)")
     p.add_argument("--unroll", type=int, default=None, metavar="K",
                    help="exchange: Monte Carlo steps per compiled loop trip (default: 8 on a GPU, 1 on a CPU); "
                         "the results do not depend on it")
+    p.add_argument("--kernel", choices=["auto", "xla", "pallas"], default="auto",
+                   help="exchange: how the Monte Carlo steps run: auto (default: one Pallas kernel per block of steps "
+                        "between exchanges on a GPU, for a continuous space with --no-step-files), xla, or pallas")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this much run time")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
@@ -683,6 +705,8 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 dist.initialize(args.coordinator, args.num_processes, args.process_id)
             except RuntimeError as err:
                 raise InputError(str(err)) from None
+        if args.write_threads is not None and args.write_threads < 0:
+            raise InputError(f"--write-threads must be 0 (write between chunks) or more, got {args.write_threads}")
         if args.unroll is not None and args.unroll < 1:
             raise InputError(f"--unroll must be at least 1, got {args.unroll}")
         if args.time_limit is not None and not args.time_limit > 0:

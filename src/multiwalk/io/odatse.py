@@ -102,12 +102,36 @@ def number_strings(values: np.ndarray) -> list[str]:
     return column.to_list()
 
 
-def _append_lines(path: Path, columns: dict[str, Any]) -> None:
-    """Append one line per row: the columns' values separated by single spaces, unquoted."""
+def _csv_bytes(columns: dict[str, Any]) -> bytes:
+    """One line per row: the columns' values separated by single spaces, unquoted."""
     import polars as pl
 
-    with open(path, "ab") as fh:
-        pl.DataFrame(columns).write_csv(fh, separator=" ", include_header=False, quote_style="never")
+    buf = io.BytesIO()
+    pl.DataFrame(columns).write_csv(buf, separator=" ", include_header=False, quote_style="never")
+    return buf.getvalue()
+
+
+def _numbers(values: np.ndarray) -> dict[str, pl.Series]:
+    """Columns ``v0, v1, ...`` of ``values`` (rows, k), spelled as repr (:func:`number_column`)."""
+    return {f"v{k}": number_column(values[:, k]) for k in range(values.shape[1])}
+
+
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    """``[a, b)`` ranges cutting ``range(n)`` into ``parts`` near-equal pieces (none empty)."""
+    edges = np.linspace(0, n, max(1, min(parts, n)) + 1).round().astype(int).tolist()
+    return list(zip(edges[:-1], edges[1:]))
+
+
+ROWS_PER_PIECE = 16_384  # lines one thread formats at a time: fewer and the threads' overhead shows
+
+
+def default_write_threads() -> int:
+    """Threads that format the step files: the CPUs this process may use, at most 16."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        n = os.cpu_count() or 1
+    return max(1, min(16, n))
 
 
 class StepWriter:
@@ -122,13 +146,24 @@ class StepWriter:
     Each chunk's lines are written column-wise by polars' CSV writer (the numbers by
     :func:`number_column`, step and walker as integers, the temperature as a cached string),
     never one Python string per number.
+
+    ``threads`` (default :func:`default_write_threads`): with ``threads >= 1`` a chunk is written
+    in the background while the next one is sampled (one writer thread, chunks in order; at most
+    two chunks wait, so memory stays bounded), and its lines are formatted in up to ``threads``
+    pieces at once (row ranges, formatted independently and written in order: the same bytes).
+    ``flush()`` waits for everything handed over (the driver calls it before each checkpoint,
+    so the files always reach the checkpoint's step) and raises a write error here.
+    ``threads = 0``: every chunk is written in ``on_steps`` itself, one piece at a time.
     """
 
     def __init__(
         self, output_dir: Path, labels: list[str], betas: np.ndarray, as_beta: bool, nprocs: int, per: int,
         coordinates: np.ndarray | None = None, separate_T: bool = True, resume_step: int | None = None,
-        state: Any = None,
+        state: Any = None, threads: int | None = None,
     ) -> None:
+        self.threads = default_write_threads() if threads is None else int(threads)
+        if self.threads < 0:
+            raise ValueError(f"threads must be 0 (write in the caller) or a positive number of threads, got {threads}")
         self.output_dir = Path(output_dir)
         self.nprocs, self.per = nprocs, per
         self.n = nprocs * per
@@ -158,7 +193,16 @@ class StepWriter:
                 truncate_from_step(f, resume_step)
             self.next_step = resume_step
             self.last_result = self._values(np.asarray(state.fx), np.asarray(state.x), np.asarray(state.node))
-        self.seconds = 0.0  # spent formatting and writing in on_steps
+        self.seconds = 0.0  # the caller's time in on_steps and flush (copying the records, waiting)
+        self.busy_seconds = 0.0  # time spent preparing, formatting and writing (in whichever thread)
+        self._pending: list[Any] = []  # futures of chunks handed to the writer thread, oldest first
+        self._writer = self._formatters = None
+        if self.threads:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="multiwalk-step-files")
+            if self.threads > 1:
+                self._formatters = ThreadPoolExecutor(self.threads, thread_name_prefix="multiwalk-format")
 
     def _values(self, fx: np.ndarray, x: np.ndarray | None, node: np.ndarray | None) -> np.ndarray:
         """``(m, 1 + d)`` rows ``fx x1 x2 ...`` from ``fx`` (m,) and ``x`` (m, d) or mesh ``node`` (m,)."""
@@ -178,18 +222,56 @@ class StepWriter:
             raise RuntimeError(f"steps {steps[0]}..{steps[-1]} do not fit the record of {record} steps")
         slots = steps % record
         # whole buffers to the host, then numpy indexing (indexing the device arrays would
-        # compile a gather for every new chunk length)
+        # compile a gather for every new chunk length); the indexing copies, so the state may
+        # be donated to the next chunk while these are written
         values = np.asarray(state.rec_values)[slots]
         ints = np.asarray(state.rec_ints)[slots]
-        fx, tind, acc = values[..., 0], ints[..., 0], ints[..., 1].astype(bool)
-        x, node = (values[..., 1:], None) if self.coordinates is None else (None, ints[..., 2])
-        self._write(steps, fx, x, node, acc, tind)
+        self.next_step = int(steps[-1]) + 1
+        if self._writer is None:
+            self._write(steps, values, ints)
+        else:
+            self._raise_failed()
+            while len(self._pending) >= 2:  # at most two chunks wait: memory stays bounded
+                self._pending.pop(0).result()
+            self._pending.append(self._writer.submit(self._write, steps, values, ints))
         self.seconds += time.perf_counter() - t0
 
-    def _write(self, steps, fx, x, node, acc, tind) -> None:
-        """``m`` steps x ``n`` replicas; rows numbered ``step * n + replica``."""
-        import polars as pl
+    def _raise_failed(self) -> None:
+        """Raise the error of a chunk the writer thread failed to write (and forget it)."""
+        while self._pending and self._pending[0].done():
+            self._pending.pop(0).result()
 
+    def flush(self) -> None:
+        """Wait until every chunk handed over is written; raises the writer thread's error."""
+        t0 = time.perf_counter()
+        try:
+            while self._pending:
+                self._pending.pop(0).result()
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def close(self) -> None:
+        """:meth:`flush`, then end the threads."""
+        try:
+            self.flush()
+        finally:
+            for pool in (self._writer, self._formatters):
+                if pool is not None:
+                    pool.shutdown(wait=True)
+            self._writer = self._formatters = None
+
+    def _map(self, fn: Any, items: list[Any]) -> list[Any]:
+        """``[fn(item) for item in items]``, on the formatting threads when there are several."""
+        if self._formatters is None or len(items) < 2:
+            return [fn(item) for item in items]
+        return list(self._formatters.map(fn, items))
+
+    def _write(self, steps: np.ndarray, values: np.ndarray, ints: np.ndarray) -> None:
+        """``m`` steps x ``n`` replicas from the records ``values`` (m, n, 1 + d) and ``ints``
+        (m, n, 3); rows numbered ``step * n + replica``."""
+        t0 = time.perf_counter()
+        fx, tind, acc = values[..., 0], ints[..., 0], ints[..., 1].astype(bool)
+        x, node = (values[..., 1:], None) if self.coordinates is None else (None, ints[..., 2])
         n, per = self.n, self.per
         m = steps.size
         trial = self._values(fx, x, node)
@@ -207,35 +289,49 @@ class StepWriter:
         self.last_result = result[(m - 1) * n:]
         step_col = np.repeat(steps.astype(np.int64), n)
         t_col = self._t_series.gather(tind.reshape(-1))
-
-        def numbers(values: np.ndarray) -> dict[str, pl.Series]:
-            return {f"v{k}": number_column(values[:, k]) for k in range(values.shape[1])}
+        parts = max(1, self.threads)
 
         for p, d in enumerate(self.proc_dirs):
-            # process p's rows (its walkers at every step), in step order
+            # process p's rows (its walkers at every step), in step order, formatted in pieces
+            # of whole steps (rows a*per .. b*per of the process), each on its own thread
             rows = row[:, p * per:(p + 1) * per].reshape(-1)
-            head = {"step": step_col[rows], "walker": np.tile(np.arange(per), m),
-                    "T": t_col if self.nprocs == 1 else t_col.gather(rows)}
-            _append_lines(d / "trial.txt", {**head, **numbers(trial[rows])})
-            _append_lines(d / "result.txt", {**head, **numbers(result[rows])})
+            steps_p, walkers = step_col[rows], np.tile(np.arange(per), m)
+            temps = t_col if self.nprocs == 1 else t_col.gather(rows)
+            trial_p, result_p = trial[rows], result[rows]
+
+            def lines(ab: tuple[int, int], steps_p=steps_p, walkers=walkers, temps=temps, trial_p=trial_p,
+                      result_p=result_p) -> tuple[bytes, bytes]:
+                a, b = ab[0] * per, ab[1] * per
+                head = {"step": steps_p[a:b], "walker": walkers[a:b], "T": temps[a:b]}
+                return _csv_bytes({**head, **_numbers(trial_p[a:b])}), _csv_bytes({**head, **_numbers(result_p[a:b])})
+
+            pieces = self._map(lines, _split(m, min(parts, -(-m * per // ROWS_PER_PIECE))))
+            for k, name in enumerate(("trial.txt", "result.txt")):
+                with open(d / name, "ab") as fh:
+                    for piece in pieces:
+                        fh.write(piece[k])
         if self.separate_T:
             # row of the replica at temperature t at each step (every step holds each t once)
             at_t = np.empty((m, n), np.int64)
             np.put_along_axis(at_t, tind.astype(np.int64), row, axis=1)
             order = at_t.T.reshape(-1)  # (t, step)
-            table = pl.DataFrame({"step": np.tile(steps.astype(np.int64), n), "walker": order % n,
-                                  **numbers(result[order])})
-            # one CSV write for all temperatures, cut at every m-th line end (one write_csv per
-            # file costs ~0.2 ms each: 256 files and short chunks made that the bottleneck)
-            buf = io.BytesIO()
-            table.write_csv(buf, separator=" ", include_header=False, quote_style="never")
-            data = buf.getbuffer()
-            ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)[m - 1::m] + 1
-            for path, a, b in zip(self.t_files, [0, *ends[:-1].tolist()], ends.tolist()):
+            step_tile = np.tile(steps.astype(np.int64), n)
+
+            def t_lines(ab: tuple[int, int]) -> list[memoryview]:
+                # temperatures a .. b-1 in one CSV write, cut at every m-th line end (one
+                # write_csv per file costs ~0.2 ms each: 256 files and short chunks made that
+                # the bottleneck)
+                rows_t = order[ab[0] * m:ab[1] * m]
+                data = memoryview(_csv_bytes({"step": step_tile[ab[0] * m:ab[1] * m], "walker": rows_t % n,
+                                              **_numbers(result[rows_t])}))
+                ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)[m - 1::m] + 1
+                return [data[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist())]
+
+            groups = self._map(t_lines, _split(n, min(parts, -(-m * n // ROWS_PER_PIECE))))
+            for path, data in zip(self.t_files, (seg for group in groups for seg in group)):
                 with open(path, "ab") as fh:
-                    fh.write(data[a:b])
-            del data
-        self.next_step = int(steps[-1]) + 1
+                    fh.write(data)
+        self.busy_seconds += time.perf_counter() - t0
 
 
 def write_best_result(path: Path, nprocs_total: int, per: int, replica: int, step: int, fx: float, x: np.ndarray,

@@ -106,6 +106,11 @@ class Solver(abc.ABC):
         """Called by the driver after each chunk that ran iterations ``first+1 .. last`` of the
         current phase (for printing as it goes); the default does nothing."""
 
+    def on_sync(self, problem: Problem) -> None:
+        """Called by the driver before it writes a checkpoint and before it returns: a solver
+        whose ``on_chunk`` hands work to other threads (``Exchange``'s step files) waits for it
+        here, so what it wrote matches the checkpoint; the default does nothing."""
+
     def max_chunk(self, problem: Problem) -> int | None:
         """The most iterations one chunk may run, or None (no limit, the default).
 

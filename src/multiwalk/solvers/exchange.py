@@ -39,6 +39,7 @@ import numpy as np
 from ..problem import Problem
 from ..result import Result, Status
 from ..spaces import Mesh
+from . import exchange_kernel
 from .base import Phase, Solver, check_int_option
 
 __all__ = ["Exchange", "ExchangeResult", "ExchangeState", "temperature_ladder"]
@@ -128,7 +129,17 @@ class Exchange(Solver):
     max_chunk_steps : at most this many steps per driver chunk (checkpoints every that many).
     unroll : steps per loop trip in :meth:`run_chunk` (None: 8 on a GPU, 1 on a CPU); results
         do not depend on it.
+    kernel : ``"auto"`` (default), ``"xla"`` or ``"pallas"``: how the Metropolis steps run (same
+        rules).  ``"pallas"``: the steps between two exchanges (at most ``exchange_kernel.MAX_STEPS``)
+        in ONE Pallas kernel, each replica in registers (:mod:`~multiwalk.solvers.exchange_kernel`;
+        continuous space, no per-step records, ``f`` scalarisable; interpret mode off GPUs);
+        ``"auto"``: that on a GPU where it applies, else XLA.  ``result.stats["kernel"]`` says
+        which ran and why.
+    kernel_block, kernel_warps : Pallas launch tuning, replicas per program (a power of two) and
+        warps per program.
     on_steps : ``on_steps(state, first, last)`` after each chunk that ran steps ``first+1 .. last``.
+    on_flush : ``on_flush()`` before each checkpoint and at the end of a run: waits until what
+        ``on_steps`` handed to other threads is written (a writer in the background).
     """
 
     betas: tuple[float, ...]
@@ -142,9 +153,14 @@ class Exchange(Solver):
     record: int = 0
     max_chunk_steps: int | None = None
     unroll: int | None = None
+    kernel: str = "auto"
+    kernel_block: int | None = None
+    kernel_warps: int | None = None
     on_steps: Callable[[ExchangeState, int, int], None] | None = field(default=None, compare=False, repr=False)
+    on_flush: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
-    resumable_options = ("numsteps", "max_chunk_steps", "unroll")
+    # how, not what: a resume may change them
+    resumable_options = ("numsteps", "max_chunk_steps", "unroll", "kernel", "kernel_block", "kernel_warps")
 
     def __post_init__(self) -> None:
         b = np.asarray(self.betas, dtype=np.float64)
@@ -160,6 +176,14 @@ class Exchange(Solver):
         check_int_option("max_chunk_steps", self.max_chunk_steps, 1, none_ok=True)
         check_int_option("unroll", self.unroll, 1, none_ok=True)
         check_int_option("nreplica_per_proc", self.nreplica_per_proc, 1, none_ok=True)
+        if self.kernel not in exchange_kernel.KERNELS:
+            raise ValueError(f"kernel must be one of {exchange_kernel.KERNELS}, got {self.kernel!r}")
+        check_int_option("kernel_block", self.kernel_block, 1, none_ok=True)
+        check_int_option("kernel_warps", self.kernel_warps, 1, none_ok=True)
+        for name in ("kernel_block", "kernel_warps"):
+            v = getattr(self, name)
+            if v is not None and v & (v - 1):
+                raise ValueError(f"{name} must be a power of two, got {v}")
         if self.record == 1:
             raise ValueError("record must be 0 (no per-step records) or at least 2")
         per = self.nreplica_per_proc or self.n_replicas
@@ -231,12 +255,15 @@ class Exchange(Solver):
         limits = [n for n in (self.record - 1 if self.record else None, self.max_chunk_steps) if n]
         return min(limits) if limits else None
 
-    def batch_axes(self, problem: Problem, state: ExchangeState) -> ExchangeState:
+    def batch_axes(self, problem: Problem, state: ExchangeState) -> ExchangeState | None:
         """Replicas are split over devices (their points, values, counters, best points and
         records ``rec_*``, (B, R, ...)).  What is indexed by temperature (the ladder's replica order and the
         statistics, R numbers each) stays whole on every device: the exchange of neighbouring
         temperatures reads every replica's f, a gather of R values per step that XLA inserts,
-        and it is decided identically everywhere."""
+        and it is decided identically everywhere.  The Pallas form stays on one device (its
+        kernel is one custom call XLA cannot split); ``kernel="xla"`` runs split."""
+        if self.kernel_plan(problem).use_pallas:
+            return None
         per_replica = {"x", "node", "fx", "t_of_rep", "n_accepted", "n_nonfinite", "best_fx", "best_step", "best_x"}
         return ExchangeState(
             *[0 if name in per_replica else 1 if name.startswith("rec_") else None for name in ExchangeState._fields]
@@ -249,9 +276,14 @@ class Exchange(Solver):
         if self.on_steps is not None:
             self.on_steps(state, first, last)
 
+    def on_sync(self, problem: Problem) -> None:
+        if self.on_flush is not None:
+            self.on_flush()
+
     def options(self) -> dict[str, Any]:
         out = super().options()
         out.pop("on_steps")
+        out.pop("on_flush")
         out["betas"] = list(self.betas)
         out["step_width"] = None if self.step_width is None else list(self.step_width)
         out["initial"] = [list(r) for r in self.initial]
@@ -350,6 +382,9 @@ class Exchange(Solver):
         latency (the trip-count test, the launches of the random-number kernels) once per
         ``unroll`` steps; the remainder runs one step per trip.  Results equal ``n`` calls of
         ``step`` (tests/test_odatse_run.py checks it bit for bit)."""
+        kplan = self.kernel_plan(problem)
+        if kplan.use_pallas:
+            return self._kernel_chunk(problem, kplan, state, n)
         k = self.block_steps(problem)
         i32 = jnp.int32
         if k <= 1:
@@ -369,6 +404,75 @@ class Exchange(Solver):
         i, state = jax.lax.while_loop(lambda c: c[0] + k <= n, block, (jnp.asarray(0, i32), state))
         i, state = jax.lax.while_loop(lambda c: c[0] < n, single, (i, state))
         return state, i
+
+    def kernel_plan(self, problem: Problem) -> exchange_kernel.ExchangePlan:
+        """Which form (Pallas kernel or XLA) runs the Metropolis steps on ``problem`` here, and why."""
+        return exchange_kernel.plan(problem, self.kernel, discrete=self.mesh is not None, record=self.record)
+
+    def arrays_as_arguments(self, problem: Problem) -> bool:
+        # the kernel is generated from the objective's jaxpr, whose constants must be concrete
+        return not self.kernel_plan(problem).use_pallas
+
+    def _kernel_chunk(
+        self, problem: Problem, kplan: exchange_kernel.ExchangePlan, state: ExchangeState, n: jax.Array
+    ) -> tuple[ExchangeState, jax.Array]:
+        """``n`` steps in blocks that end before the next exchange step: per block, the random
+        numbers of up to ``K`` steps (vmapped :meth:`_draws`, the numbers ``step`` draws), the
+        exchange of its first step (XLA, when due), then ONE kernel for its Metropolis moves and
+        statistics (:func:`exchange_kernel.metropolis_steps`).  The same rules as ``step``; only
+        the rounding of f may differ where Triton's math differs from XLA's."""
+        i32 = jnp.int32
+        nex = self.numsteps_exchange
+        K = min(nex, exchange_kernel.MAX_STEPS)
+        dt = problem.dtype
+        betas = jnp.asarray(self.betas, dt)
+        dbeta = jnp.asarray(self.reweighting_dbeta(), dt)
+        per_trip = self.kernel_blocks_per_trip(problem)
+
+        def block(i: jax.Array, st: ExchangeState) -> tuple:
+            s = st.step
+            m = jnp.maximum(jnp.minimum(jnp.minimum(K, nex - s % nex), n - i), 0)  # no exchange inside the block
+            u_exchange, move, u_accept = jax.vmap(lambda t: self._draws(problem, st.key, t))(s + jnp.arange(K, dtype=i32))
+            st = self._exchange(problem, st, u_exchange[0], m > 0)
+            t, rep = st.t_of_rep, st.rep_of_t
+            moves = exchange_kernel.Moves(
+                x=st.x, fx=st.fx, n_accepted=st.n_accepted, n_nonfinite=st.n_nonfinite, best_fx=st.best_fx,
+                best_step=st.best_step, best_x=st.best_x, stat_n=st.stat_n[t], stat_sum=st.stat_sum[t],
+                stat_sum2=st.stat_sum2[t], stat_changed=st.stat_changed[t], stat_fbase=st.stat_fbase[t],
+                stat_lse=st.stat_lse[t],
+            )
+            out = exchange_kernel.metropolis_steps(
+                kplan.graph, moves, st.stat_prev[t], betas[t], dbeta[t], move, u_accept, s, m,
+                step_width=np.asarray(self.step_width), lower=np.asarray(problem.lower), upper=np.asarray(problem.upper),
+                thermalization=self.thermalization, atol=_ATOL, rtol=_RTOL,
+                block=self.kernel_block or exchange_kernel.DEFAULT_BLOCK,
+                num_warps=self.kernel_warps or exchange_kernel.DEFAULT_WARPS, interpret=kplan.interpret,
+            )
+            # per replica -> per temperature (the replica at t is rep_of_t[t])
+            st = st._replace(
+                x=out.x, fx=out.fx, n_accepted=out.n_accepted, n_nonfinite=out.n_nonfinite, best_fx=out.best_fx,
+                best_step=out.best_step, best_x=out.best_x, stat_n=out.stat_n[rep], stat_sum=out.stat_sum[rep],
+                stat_sum2=out.stat_sum2[rep], stat_changed=out.stat_changed[rep], stat_fbase=out.stat_fbase[rep],
+                stat_lse=out.stat_lse[rep], stat_prev=out.x[rep], step=s + m,
+            )
+            return i + m, st
+
+        def trip(carry: tuple) -> tuple:
+            # several blocks per loop trip: a GPU pays the trip's latency (the loop test read back
+            # by the host) once per trip; blocks past ``n`` run no step (m = 0) and change nothing
+            i, st = carry
+            for _ in range(per_trip):
+                i, st = block(i, st)
+            return i, st
+
+        i, state = jax.lax.while_loop(lambda c: c[0] < n, trip, (jnp.asarray(0, i32), state))
+        return state, i
+
+    def kernel_blocks_per_trip(self, problem: Problem) -> int:
+        """Kernel blocks (each up to min(numsteps_exchange, 16) steps) per loop trip of the Pallas
+        form: about ``unroll`` steps' worth, or when None about 32 steps (1 to 8)."""
+        k = min(self.numsteps_exchange, exchange_kernel.MAX_STEPS)
+        return max(1, min(8, round((self.unroll or 32) / k)))
 
     def block_steps(self, problem: Problem) -> int:
         """Steps per loop trip of :meth:`run_chunk`: ``unroll``, or when None 8 on a GPU/TPU
@@ -390,30 +494,12 @@ class Exchange(Solver):
         rest, (u_exchange, move, u_accept) = jax.lax.optimization_barrier((rest, draws))
         st = state._replace(**rest)
         dt = problem.dtype
-        R = T = self.n_replicas
+        R = self.n_replicas
         s = st.step
         betas = jnp.asarray(self.betas, dt)
 
         # 1. temperature exchange, alternating even-odd and odd-even pairs (ODAT-SE's order)
-        if T > 1:
-            do = (s % self.numsteps_exchange) == 0
-            lower = jnp.arange(T - 1)
-            valid = do & ((lower % 2) == jnp.where(st.direction, 0, 1))
-            f_t = st.fx[st.rep_of_t]
-            logp = (betas[1:] - betas[:-1]) * (f_t[1:] - f_t[:-1])
-            u = u_exchange
-            swap = valid & ((logp >= 0) | (u < jnp.exp(jnp.minimum(logp, 0))))  # NaN logp never swaps
-            at_lower = jnp.concatenate([swap, jnp.zeros(1, bool)])
-            at_upper = jnp.concatenate([jnp.zeros(1, bool), swap])
-            rep = st.rep_of_t
-            rep = jnp.where(at_lower, jnp.roll(rep, -1), jnp.where(at_upper, jnp.roll(rep, 1), rep))
-            st = st._replace(
-                rep_of_t=rep,
-                t_of_rep=jnp.zeros(R, jnp.int32).at[rep].set(jnp.arange(T, dtype=jnp.int32)),
-                direction=jnp.where(do & (T > 2), ~st.direction, st.direction),
-                n_exchange_tries=st.n_exchange_tries + valid,
-                n_exchanges=st.n_exchanges + swap,
-            )
+        st = self._exchange(problem, st, u_exchange)
 
         # 2. Metropolis move of every replica at its temperature
         beta_r = betas[st.t_of_rep]
@@ -453,6 +539,35 @@ class Exchange(Solver):
         # 3. statistics of the result at each temperature (ODAT-SE's fx.txt)
         st = self._accumulate(st, s, dt)
         return st._replace(step=s + 1)
+
+    def _exchange(self, problem: Problem, st: ExchangeState, u_exchange: jax.Array, active: Any = True) -> ExchangeState:
+        """Step ``st.step``'s temperature exchange (when ``step % numsteps_exchange == 0`` and
+        ``active``), the pairs ``(t, t+1)`` from even and odd ``t`` in turn, with the uniforms
+        ``u_exchange`` (T-1,)."""
+        R = T = self.n_replicas
+        if T == 1:
+            return st
+        s = st.step
+        betas = jnp.asarray(self.betas, problem.dtype)
+        do = ((s % self.numsteps_exchange) == 0) & active
+        lower = jnp.arange(T - 1)
+        valid = do & ((lower % 2) == jnp.where(st.direction, 0, 1))
+        f_t = st.fx[st.rep_of_t]
+        logp = (betas[1:] - betas[:-1]) * (f_t[1:] - f_t[:-1])
+        u = u_exchange
+        swap = valid & ((logp >= 0) | (u < jnp.exp(jnp.minimum(logp, 0))))  # NaN logp never swaps
+        at_lower = jnp.concatenate([swap, jnp.zeros(1, bool)])
+        at_upper = jnp.concatenate([jnp.zeros(1, bool), swap])
+        rep = st.rep_of_t
+        rep = jnp.where(at_lower, jnp.roll(rep, -1), jnp.where(at_upper, jnp.roll(rep, 1), rep))
+        st = st._replace(
+            rep_of_t=rep,
+            t_of_rep=jnp.zeros(R, jnp.int32).at[rep].set(jnp.arange(T, dtype=jnp.int32)),
+            direction=jnp.where(do & (T > 2), ~st.direction, st.direction),
+            n_exchange_tries=st.n_exchange_tries + valid,
+            n_exchanges=st.n_exchanges + swap,
+        )
+        return st
 
     def _accumulate(self, st: ExchangeState, s: jax.Array, dt: Any) -> ExchangeState:
         f_t = st.fx[st.rep_of_t]
@@ -518,6 +633,8 @@ class Exchange(Solver):
         stats["replicas"] = R
         stats["steps"] = steps
         stats["replica_steps"] = int(sum(done)) * R
+        kplan = self.kernel_plan(problem)
+        stats["kernel"], stats["kernel_reason"] = kplan.name, kplan.reason
         message = status.describe()
         if status == Status.SUCCESS:
             message = f"ran {steps - 1} Monte Carlo steps of {R} replicas after the start (step 0)"

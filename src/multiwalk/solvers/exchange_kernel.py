@@ -1,0 +1,276 @@
+"""Up to ``K`` Metropolis steps of every replica of :class:`~multiwalk.Exchange` in ONE Pallas kernel.
+
+The XLA form of a step is about ten dependent XLA kernels over all replicas (random numbers,
+proposal and objective, accept, best point, per-temperature statistics), and on a GPU each costs
+microseconds of launch latency whatever the replica count: at 10^4 replicas a step took 27-65 us
+(docs/benchmarks.md).  Between two temperature exchanges every replica stays at its temperature,
+so the steps of one replica depend only on that replica: here each Pallas program owns ``block``
+replicas, keeps them in registers as ``[block]`` vectors (one per coordinate), and runs the steps
+up to the next exchange without leaving the kernel.  The random numbers are drawn beforehand by
+``jax.random`` exactly as the XLA form draws them (the kernel only reads them), and the exchange
+itself stays in XLA.
+
+Per step and replica, in the XLA form's order and precision: propose ``x + step_width * normal``,
+``f = inf`` outside ``lower <= x < upper``, accept when ``log(u) < -beta (f_new - f)`` (NaN never),
+count accepted / non-finite moves, keep the replica's best point, and add the result to the
+statistics of its temperature (``fx.txt``: count, sum of f and f^2, points that changed,
+log-sum-exp of the reweighting terms).  The statistics arrive gathered per replica (each
+replica's temperature holds it alone between exchanges) and go back per temperature in XLA.
+
+The objective is the user's ``jax.numpy`` function of ONE point, evaluated through its
+:class:`~multiwalk.scalarise.ScalarGraph` on ``[block]`` vectors (Triton takes power-of-two
+shapes only), as in :mod:`~multiwalk.solvers.pattern_search_kernel`; only the rounding of ``f``
+itself may differ from the XLA form (sums folded pairwise here; Triton's ``exp``/``log`` are
+libdevice's).  On a CPU the kernel runs in Pallas' interpret mode (tests: correct, not fast).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..problem import Problem
+from ..scalarise import Node, ScalarGraph, Unsupported, scalarise
+from .pattern_search_kernel import _next_power_of_two, _triton_lacks
+
+__all__ = ["KERNELS", "ExchangePlan", "Moves", "plan", "metropolis_steps", "DEFAULT_BLOCK", "DEFAULT_WARPS",
+           "MAX_STEPS"]
+
+log = logging.getLogger("multiwalk")
+
+KERNELS = ("auto", "xla", "pallas")
+DEFAULT_BLOCK = 64  # replicas per Pallas program (a power of two)
+DEFAULT_WARPS = 2  # warps per program: one replica per thread
+MAX_STEPS = 16  # steps one launch may run: their random numbers (K x R x (d + 1)) are drawn at once
+MAX_FREE = 64  # more coordinates than this: too many registers per replica
+MAX_OPS = 20_000  # graph operations per step (the step loop's body is one evaluation of f)
+
+
+@dataclass(frozen=True)
+class ExchangePlan:
+    """Which form runs the Metropolis steps, and why: ``use_pallas``, ``interpret`` (CPU), ``reason``, ``graph``."""
+
+    use_pallas: bool
+    interpret: bool
+    reason: str
+    graph: ScalarGraph | None = None
+
+    @property
+    def name(self) -> str:
+        return ("pallas (interpret mode)" if self.interpret else "pallas") if self.use_pallas else "xla"
+
+
+def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> ExchangePlan:
+    """Decide how ``Exchange(kernel=kernel)`` runs ``problem`` (traces ``f``, compiles nothing).
+
+    ``"xla"``: the XLA form.  ``"auto"``: the kernel on a GPU for a continuous space without
+    per-step records when ``f`` can be scalarised.  ``"pallas"``: the kernel (in interpret mode
+    off GPUs) wherever it applies, else the XLA form with a warning.  Never raises.
+    """
+    if kernel == "xla":
+        return ExchangePlan(False, False, "kernel='xla' was asked for")
+    backend = jax.default_backend()
+    on_gpu = backend in ("gpu", "cuda", "rocm")
+    if kernel == "auto" and not on_gpu:
+        return ExchangePlan(False, False, f"kernel='auto' uses the Pallas kernel on GPUs only (backend: {backend})")
+    reason = None
+    graph = None
+    if discrete:
+        reason = "a discrete (mesh) space runs in the XLA form"
+    elif record:
+        reason = "the per-step records of the step files (record > 0) are written by the XLA form"
+    elif problem.n > MAX_FREE:
+        reason = f"{problem.n} coordinates, more than the kernel's {MAX_FREE}"
+    else:
+        try:
+            graph = scalarise(problem.chi2_full, problem.n, problem.dtype)
+        except Unsupported as err:
+            reason = f"the objective cannot be scalarised: {err}"
+        except Exception as err:  # noqa: BLE001 - never fail a run over the faster form
+            reason = f"scalarising the objective failed: {type(err).__name__}: {err}"
+    if graph is not None:
+        lacking = _triton_lacks(graph) if on_gpu else []
+        if len(graph.ops) > MAX_OPS:
+            reason = f"the objective has {len(graph.ops)} scalar operations, more than {MAX_OPS}"
+        elif lacking:
+            reason = f"Pallas' Triton lowering has no rule for {', '.join(lacking)}"
+    if reason is not None:
+        reason += "; using the XLA form"
+        if kernel == "pallas":
+            warnings.warn(f"Exchange(kernel='pallas'): {reason}", RuntimeWarning, stacklevel=1)
+        else:
+            log.debug("Exchange kernel: %s", reason)
+        return ExchangePlan(False, False, reason)
+    assert graph is not None
+    where = "on the GPU" if on_gpu else f"in interpret mode (backend: {backend}; for tests, slow)"
+    return ExchangePlan(True, not on_gpu, f"kernel={kernel!r}: the Pallas kernel {where}", graph)
+
+
+class Moves(NamedTuple):
+    """Per replica (R rows): the state the kernel reads and writes.  Statistics are those of each
+    replica's temperature (gathered by the caller); ``prev`` is the point at that temperature one
+    step before the first step (``stat_prev[t_of_rep]``)."""
+
+    x: jax.Array  # (R, d)
+    fx: jax.Array  # (R,)
+    n_accepted: jax.Array  # (R,) int32
+    n_nonfinite: jax.Array  # (R,) int32
+    best_fx: jax.Array  # (R,)
+    best_step: jax.Array  # (R,) int32
+    best_x: jax.Array  # (R, d)
+    stat_n: jax.Array  # (R,) int32
+    stat_sum: jax.Array  # (R,)
+    stat_sum2: jax.Array  # (R,)
+    stat_changed: jax.Array  # (R,) int32
+    stat_fbase: jax.Array  # (R,)
+    stat_lse: jax.Array  # (R,)
+
+
+def metropolis_steps(
+    graph: ScalarGraph,
+    state: Moves,
+    prev: jax.Array,
+    beta: jax.Array,
+    dbeta: jax.Array,
+    move: jax.Array,
+    u_accept: jax.Array,
+    first_step: jax.Array,
+    n_steps: jax.Array,
+    *,
+    step_width: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    thermalization: int,
+    atol: float,
+    rtol: float,
+    block: int = DEFAULT_BLOCK,
+    num_warps: int = DEFAULT_WARPS,
+    interpret: bool = False,
+) -> Moves:
+    """Steps ``first_step .. first_step + n_steps - 1`` (``n_steps`` <= K, may be traced) of every
+    replica in ONE kernel launch.
+
+    ``beta`` (R,) each replica's inverse temperature, ``dbeta`` (R,) its temperature's
+    reweighting difference (``Exchange.reweighting_dbeta``), ``prev`` (R, d); ``move`` (K, R, d)
+    standard normal draws and ``u_accept`` (K, R) uniforms of those steps (row k: step
+    ``first_step + k``); ``step_width``, ``lower``, ``upper`` (d,).  Returns the new :class:`Moves`.
+    """
+    from jax.experimental import pallas as pl
+
+    r, d = state.x.shape
+    K = move.shape[0]
+    dt = state.x.dtype
+    b = min(block, _next_power_of_two(r))
+    rp = -(-r // b) * b
+    programs = rp // b
+    ins = list(state) + [prev, beta, dbeta]
+    if rp != r:  # pad with copies of the last replica: computed, then dropped
+        ins = [jnp.pad(a, ((0, rp - r),) + ((0, 0),) * (a.ndim - 1), mode="edge") for a in ins]
+        move = jnp.pad(move, ((0, 0), (0, rp - r), (0, 0)))
+        u_accept = jnp.pad(u_accept, ((0, 0), (0, rp - r)), constant_values=0.5)
+    width_c, lo_c, hi_c = (np.asarray(v, dtype=dt) for v in (step_width, lower, upper))
+    i32 = jnp.int32
+
+    def kernel(scalars_ref, x_ref, fx_ref, acc_ref, nonfin_ref, bfx_ref, bstep_ref, bx_ref, n_ref, sum_ref,  # noqa: ANN001
+               sum2_ref, chg_ref, fbase_ref, lse_ref, prev_ref, beta_ref, dbeta_ref, move_ref, u_ref,
+               x_out, fx_out, acc_out, nonfin_out, bfx_out, bstep_out, bx_out, n_out, sum_out, sum2_out, chg_out,
+               fbase_out, lse_out):
+        pid = pl.program_id(0)
+        rows = pl.ds(pid * b, b)
+        consts: dict[int, jax.Array] = {}
+
+        def const(node: Node) -> jax.Array:  # a constant of f as a [b] vector (Triton folds it)
+            key = id(node)
+            if key not in consts:
+                consts[key] = jnp.full((b,), node.value, node.dtype)
+            return consts[key]
+
+        def full(v: Any, dtype: Any = dt) -> jax.Array:
+            return jnp.full((b,), v, dtype)
+
+        s0 = scalars_ref[0]
+        beta_r = beta_ref[rows]
+        dbeta_r = dbeta_ref[rows]
+
+        def one_step(k: jax.Array, carry: tuple) -> tuple:
+            (xs, f_x, n_acc, n_nonfin, b_f, b_step, b_x, prevs, st_n, st_sum, st_sum2, st_chg, st_fbase,
+             st_lse) = carry
+            consts.clear()  # values made in this loop body stay in it
+            s = s0 + k
+            # 2. the Metropolis move (Exchange._advance, continuous space)
+            proposal = [xs[j] + move_ref[k, rows, j] * full(width_c[j]) for j in range(d)]
+            inside = full(True, jnp.bool_)
+            for j in range(d):
+                inside = inside & (proposal[j] >= full(lo_c[j])) & (proposal[j] < full(hi_c[j]))
+            f_new = graph.value(graph.evaluate(proposal, const), const).astype(dt)
+            f_new = jnp.where(inside, f_new, full(np.inf))
+            nan = f_new != f_new
+            log_u = jnp.log(u_ref[k, rows])
+            accepted = inside & ~nan & (log_u < -beta_r * (f_new - f_x) + full(0.0))
+            xs = tuple(jnp.where(accepted, proposal[j], xs[j]) for j in range(d))
+            f_x = jnp.where(accepted, f_new, f_x)
+            n_acc = n_acc + accepted.astype(i32)
+            n_nonfin = n_nonfin + (inside & nan).astype(i32)
+            better = f_x < b_f
+            b_f = jnp.where(better, f_x, b_f)
+            b_step = jnp.where(better, jnp.full((b,), s, i32), b_step)
+            b_x = tuple(jnp.where(better, xs[j], b_x[j]) for j in range(d))
+            # 3. statistics of the replica's temperature (Exchange._accumulate)
+            counted = jnp.full((b,), s >= thermalization, jnp.bool_)
+            same = full(True, jnp.bool_)
+            for j in range(d):
+                same = same & (jnp.abs(xs[j] - prevs[j]) <= full(atol) + full(rtol) * jnp.abs(prevs[j]))
+            first = counted & (st_n == 0)
+            st_fbase = jnp.where(first, f_x, st_fbase)
+            term = -dbeta_r * (f_x - st_fbase)
+            # jnp.logaddexp's formula (its primitives, so Triton lowers it)
+            amax = jnp.maximum(st_lse, term)
+            delta = st_lse - term
+            lae = jnp.where(delta != delta, st_lse + term, amax + jnp.log1p(jnp.exp(-jnp.abs(delta))))
+            lse = jnp.where(first, full(0.0), lae)
+            g = jnp.where(counted, f_x, full(0.0))
+            return (xs, f_x, n_acc, n_nonfin, b_f, b_step, b_x, xs, st_n + counted.astype(i32), st_sum + g,
+                    st_sum2 + g * g, st_chg + (counted & ~same).astype(i32), st_fbase,
+                    jnp.where(counted, lse, st_lse))
+
+        carry = (
+            tuple(x_ref[rows, j] for j in range(d)), fx_ref[rows], acc_ref[rows], nonfin_ref[rows], bfx_ref[rows],
+            bstep_ref[rows], tuple(bx_ref[rows, j] for j in range(d)), tuple(prev_ref[rows, j] for j in range(d)),
+            n_ref[rows], sum_ref[rows], sum2_ref[rows], chg_ref[rows], fbase_ref[rows], lse_ref[rows],
+        )
+        (xs, f_x, n_acc, n_nonfin, b_f, b_step, b_x, _, st_n, st_sum, st_sum2, st_chg, st_fbase,
+         st_lse) = jax.lax.fori_loop(0, scalars_ref[1], one_step, carry)
+        for j in range(d):
+            x_out[rows, j] = xs[j]
+            bx_out[rows, j] = b_x[j]
+        fx_out[rows] = f_x
+        acc_out[rows] = n_acc
+        nonfin_out[rows] = n_nonfin
+        bfx_out[rows] = b_f
+        bstep_out[rows] = b_step
+        n_out[rows] = st_n
+        sum_out[rows] = st_sum
+        sum2_out[rows] = st_sum2
+        chg_out[rows] = st_chg
+        fbase_out[rows] = st_fbase
+        lse_out[rows] = st_lse
+
+    extra: dict[str, Any] = {}
+    if not interpret:
+        from jax.experimental.pallas import triton as plgpu
+
+        extra["compiler_params"] = plgpu.CompilerParams(num_warps=num_warps, num_stages=1)
+    out_shape = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ins[: len(Moves._fields)])
+    scalars = jnp.stack([jnp.asarray(first_step, i32), jnp.minimum(jnp.asarray(n_steps, i32), K)])
+    out = pl.pallas_call(
+        kernel, out_shape=out_shape, grid=(programs,), interpret=interpret, name="exchange_metropolis_steps", **extra
+    )(scalars, *ins, move, u_accept)
+    if rp != r:
+        out = [a[:r] for a in out]
+    return Moves(*out)

@@ -1,0 +1,215 @@
+"""Exchange's Pallas form (one kernel per block of Metropolis steps, interpret mode on this CPU)
+and the step-file writer that formats in threads beside the sampling.
+
+The kernel must give the XLA form's run bit for bit from the same random numbers (on a CPU both
+are compiled by XLA from the same operations in the same order, so equality is exact, not a
+tolerance); the threaded writer must write the same bytes as the writer in the caller, and the
+files must reach every checkpoint's step when the checkpoint is written.  ~40 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multiwalk as mw
+from multiwalk.cli import main
+from multiwalk.io import odatse as odatse_io
+from multiwalk.solvers import exchange_kernel
+from multiwalk.solvers.exchange import temperature_ladder
+from multiwalk.spaces import Mesh, build_neighbor_list
+
+
+def himmelblau_with_a_hole(x):
+    # NaN in a corner of the box (x1 + x2 > 4): the kernel must reject and count those moves as the XLA form does
+    f = (x[0] ** 2 + x[1] - 11) ** 2 + (x[0] + x[1] ** 2 - 7) ** 2
+    return jnp.where(x[0] + x[1] > 4.0, jnp.nan, f)
+
+
+def _run(kernel: str, betas: tuple, **kw) -> mw.ExchangeResult:
+    with jax.enable_x64(True):
+        problem = mw.Problem(objective=himmelblau_with_a_hole, lower=[-6.0, -6.0], upper=[6.0, 6.0])
+        solver = mw.Exchange(betas=betas, step_width=(0.9, 0.9), kernel=kernel, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # "pallas" must not fall back to XLA here
+            return mw.solve(problem, solver, seed=11)
+
+
+@pytest.mark.parametrize(
+    "replicas, options, rtol",
+    [
+        # 6 replicas (the kernel pads to 8), exchanges every 3 steps, thermalisation ending inside a
+        # block, chunks of 7 steps (blocks cut by chunk ends), one block per loop trip (unroll=3):
+        # bit for bit
+        (6, dict(numsteps=41, numsteps_exchange=3, numsteps_thermalization=5, max_chunk_steps=7, unroll=3), 0),
+        # an exchange every step (blocks of one step), statistics from step 0.  Here XLA compiles
+        # the step's x + step_width * move differently in the two loops (one contracts it into an
+        # FMA, the other not: 1-ulp differences in x were seen, 5e-15 relative in f near a minimum,
+        # where (x1^2 + x2 - 11)^2 cancels ~100s to ~1), so floats agree to rtol 1e-13 and every
+        # decision (integers: temperatures, counts, best steps) exactly
+        (3, dict(numsteps=12, numsteps_exchange=1, numsteps_thermalization=0, unroll=1), 1e-13),
+    ],
+)
+def test_kernel_equals_the_xla_form(replicas, options, rtol):
+    betas = tuple(temperature_ladder(replicas, Tmin=1.0, Tmax=30.0).tolist())
+    xla = _run("xla", betas, **options)
+    pallas = _run("pallas", betas, **options)
+    assert xla.stats["kernel"] == "xla" and pallas.stats["kernel"] == "pallas (interpret mode)"
+    for name in xla.state._fields:  # every array of the state
+        ours, theirs = np.asarray(getattr(pallas.state, name)), np.asarray(getattr(xla.state, name))
+        if rtol and ours.dtype.kind == "f":
+            np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=0, equal_nan=True, err_msg=name)
+        else:
+            np.testing.assert_array_equal(ours, theirs, err_msg=name)
+    assert int(np.sum(xla.state.n_accepted)) > 0  # the chains moved: the comparison is not vacuous
+    if replicas == 6:
+        assert int(np.sum(xla.state.n_nonfinite)) > 0  # and some moves hit the NaN corner
+
+
+def test_kernel_plan_and_its_reasons():
+    with jax.enable_x64(True):
+        problem = mw.Problem(objective=himmelblau_with_a_hole, lower=[-6.0, -6.0], upper=[6.0, 6.0])
+        betas = (1.0, 0.5)
+        auto = mw.Exchange(betas=betas, numsteps=5, step_width=(1.0, 1.0))
+        assert not auto.kernel_plan(problem).use_pallas  # 'auto' runs the kernel on GPUs only
+        assert "GPUs only" in auto.kernel_plan(problem).reason
+        with pytest.warns(RuntimeWarning, match="per-step records"):
+            plan = mw.Exchange(betas=betas, numsteps=5, step_width=(1.0, 1.0), record=4,
+                               kernel="pallas").kernel_plan(problem)
+        assert not plan.use_pallas
+        coords = np.arange(5.0)[:, None]
+        mesh = Mesh(coords, build_neighbor_list(coords, 1.0))
+        with pytest.warns(RuntimeWarning, match="discrete"):
+            plan = mw.Exchange(betas=betas, numsteps=5, mesh=mesh, kernel="pallas").kernel_plan(
+                mw.Problem(objective=lambda x: x[0] ** 2, names=["a"]))
+        assert not plan.use_pallas
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        mw.Exchange(betas=betas, numsteps=5, step_width=(1.0,), kernel="triton")
+    with pytest.raises(ValueError, match="kernel_block must be a power of two, got 48"):
+        mw.Exchange(betas=betas, numsteps=5, step_width=(1.0,), kernel_block=48)
+    assert exchange_kernel.KERNELS == ("auto", "xla", "pallas")
+
+
+# ---------------------------------------------------------------------------- the threaded writer
+INPUT = """
+[base]
+dimension = 2
+output_dir = "output"
+
+[solver]
+name = "analytical"
+function_name = "himmelblau"
+
+[algorithm]
+name = "exchange"
+seed = 777
+{checkpoint}
+
+[algorithm.param]
+min_list = [-6.0, -6.0]
+max_list = [6.0, 6.0]
+step_list = [0.5, 0.5]
+
+[algorithm.exchange]
+Tmin = 1.0
+Tmax = 100.0
+numsteps = 300
+numsteps_exchange = 10
+nreplica_per_proc = 3
+"""
+
+
+def _cli(folder: Path, *args: str) -> int:
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        return main(["run", "input.toml", "--no-progress", "--nprocs", "2", *args])
+    finally:
+        os.chdir(old)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    out = folder / "output"
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.txt"))}
+
+
+@pytest.fixture(scope="module")
+def in_the_caller(tmp_path_factory) -> Path:
+    """The reference: step files written between chunks by the caller (--write-threads 0)."""
+    folder = tmp_path_factory.mktemp("caller")
+    (folder / "input.toml").write_text(INPUT.format(checkpoint=""))
+    assert _cli(folder, "--write-threads", "0") == 0
+    return folder
+
+
+def test_threaded_writer_writes_the_same_bytes(in_the_caller, tmp_path, monkeypatch):
+    # pieces of 7 lines: every chunk is cut into many row ranges and temperature groups, formatted
+    # on 3 threads and put back in order
+    monkeypatch.setattr(odatse_io, "ROWS_PER_PIECE", 7)
+    (tmp_path / "input.toml").write_text(INPUT.format(checkpoint=""))
+    assert _cli(tmp_path, "--write-threads", "3") == 0
+    ours, reference = _files(tmp_path), _files(in_the_caller)
+    assert len(reference) == 4 + 6 + 2  # trial/result of 2 processes, 6 result_T, fx, best_result
+    assert ours == reference
+
+
+def test_files_reach_every_checkpoint_and_a_crash_resumes(in_the_caller, tmp_path, monkeypatch):
+    """With a slow writer thread, each checkpoint is written only once the files hold its steps;
+    a crash in the fourth chunk's on_chunk keeps the third's checkpoint, whose --resume gives the
+    reference files."""
+    solve_module = sys.modules["multiwalk.solve"]  # the module: mw.solve is the function
+
+    (tmp_path / "input.toml").write_text(INPUT.format(checkpoint="checkpoint = true\ncheckpoint_steps = 20"))
+    original_write, original_on_steps, original_ckpt = (
+        odatse_io.StepWriter._write, odatse_io.StepWriter.on_steps, solve_module._write_checkpoint)
+    seen = []
+
+    def slow_write(self, *args):
+        import time
+
+        time.sleep(0.02)  # the writer lags the sampling: without the flush the files would be behind
+        original_write(self, *args)
+
+    def checked_checkpoint(path, state, meta):
+        last = (tmp_path / "output" / "1" / "result.txt").read_text().splitlines()[-1]
+        seen.append((int(last.split()[0]), int(state.step) - 1))
+        original_ckpt(path, state, meta)
+
+    calls = []
+
+    def crashing_on_steps(self, state, first, last):
+        original_on_steps(self, state, first, last)
+        calls.append(last)
+        if len(calls) == 4:
+            raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(odatse_io.StepWriter, "_write", slow_write)
+    monkeypatch.setattr(solve_module, "_write_checkpoint", checked_checkpoint)
+    monkeypatch.setattr(odatse_io.StepWriter, "on_steps", crashing_on_steps)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _cli(tmp_path, "--write-threads", "2")
+    # checkpoints after chunks 1-3; the failed fourth chunk is not checkpointed (its files may lag it)
+    assert len(seen) == 3 and all(file_step == state_step for file_step, state_step in seen), seen
+    monkeypatch.setattr(odatse_io.StepWriter, "on_steps", original_on_steps)
+    assert _cli(tmp_path, "--resume") == 0
+    ours, reference = _files(tmp_path), _files(in_the_caller)
+    assert ours == reference
+
+
+def test_writer_thread_errors_reach_the_caller(tmp_path, monkeypatch):
+    (tmp_path / "input.toml").write_text(INPUT.format(checkpoint=""))
+
+    def failing(columns):
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(odatse_io, "_csv_bytes", failing)
+    with pytest.raises(OSError, match="disk full"):
+        _cli(tmp_path, "--write-threads", "2")
+    assert _cli(tmp_path, "--write-threads", "-1") == 2  # a usage error, before anything runs
