@@ -32,6 +32,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=500)
     p.add_argument("--tune", default="", help="block:warps pairs timed at the largest replica count, e.g. 32:1,64:2")
     p.add_argument("--tune-steps", type=int, default=2000)
+    p.add_argument("--breakdown", action="store_true", help="time the parts of a kernel block at the largest count")
     args = p.parse_args()
     common.select_platform(args.device)
     if common.first_device(args.device) is None:
@@ -76,7 +77,76 @@ def main() -> int:
         r = mw.solve(problem, solver, seed=7)
         print(f"tune R={R} block={block} warps={warps}: {r.stats['run_seconds'] / (args.tune_steps - 1) * 1e6:.2f} us "
               f"per step (compile {r.stats['compile_seconds']:.2f} s)", flush=True)
+    if args.breakdown:
+        breakdown(mw, problem, R, args.tune_steps)
     return 0
+
+
+def breakdown(mw, problem, R: int, steps: int) -> None:  # noqa: ANN001
+    """Where a block's time goes at ``R`` replicas: loops of ``steps / 10`` blocks of 10 steps, each
+    running only a part of the block (the draws; the draws and the exchange; everything but the
+    kernel; the kernel alone on fixed inputs), per step."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from multiwalk.solvers import exchange_kernel
+    from multiwalk.solvers.exchange import _ATOL, _RTOL, temperature_ladder
+
+    betas = tuple(temperature_ladder(R, Tmin=1.0, Tmax=100.0).tolist())
+    solver = mw.Exchange(betas=betas, numsteps=steps, numsteps_exchange=10, step_width=(0.5, 0.5), kernel="pallas")
+    plan = solver.kernel_plan(problem)
+    st0 = solver.init(problem, jax.random.PRNGKey(0))
+    K, blocks = 10, steps // 10
+    dt = problem.dtype
+
+    def draws(st, s):  # noqa: ANN001, ANN202
+        return jax.vmap(lambda t: solver._draws(problem, st.key, t))(s + jnp.arange(K, dtype=jnp.int32))
+
+    def kernel(st, move, u):  # noqa: ANN001, ANN202
+        t = st.t_of_rep
+        moves = exchange_kernel.Moves(st.x, st.fx, st.n_accepted, st.n_nonfinite, st.best_fx, st.best_step,
+                                      st.best_x, st.stat_n[t], st.stat_sum[t], st.stat_sum2[t], st.stat_changed[t],
+                                      st.stat_fbase[t], st.stat_lse[t])
+        return exchange_kernel.metropolis_steps(
+            plan.graph, moves, st.stat_prev[t], jnp.asarray(betas, dt)[t], jnp.asarray(solver.reweighting_dbeta(), dt)[t],
+            move, u, st.step, K, step_width=np.asarray((0.5, 0.5)), lower=np.asarray(problem.lower),
+            upper=np.asarray(problem.upper), thermalization=solver.thermalization, atol=_ATOL, rtol=_RTOL,
+            interpret=plan.interpret)
+
+    def part_draws(i, st):  # noqa: ANN001, ANN202
+        u_ex, move, u = draws(st, st.step)
+        return st._replace(step=st.step + K, fx=st.fx + u[0] + move[0, :, 0] + u_ex[0, 0])
+
+    def part_exchange(i, st):  # noqa: ANN001, ANN202
+        u_ex, move, u = draws(st, st.step)
+        st = solver._exchange(problem, st, u_ex[0])
+        return st._replace(step=st.step + K, fx=st.fx + u[0] + move[0, :, 0])
+
+    def part_no_kernel(i, st):  # noqa: ANN001, ANN202
+        u_ex, move, u = draws(st, st.step)
+        st = solver._exchange(problem, st, u_ex[0])
+        t, rep = st.t_of_rep, st.rep_of_t
+        g = [a[t] for a in (st.stat_sum, st.stat_sum2, st.stat_fbase, st.stat_lse)]
+        g = [a + u[0] + move[0, :, 0] for a in g]
+        return st._replace(step=st.step + K, stat_sum=g[0][rep], stat_sum2=g[1][rep], stat_fbase=g[2][rep],
+                           stat_lse=g[3][rep], stat_prev=st.x[rep])
+
+    move0, u0 = jax.random.normal(jax.random.PRNGKey(1), (K, R, 2), dt), jax.random.uniform(jax.random.PRNGKey(2), (K, R), dt)
+
+    def part_kernel(i, st):  # noqa: ANN001, ANN202
+        out = kernel(st, move0, u0)
+        return st._replace(x=out.x, fx=out.fx, step=st.step + K)
+
+    for name, body in (("draws", part_draws), ("draws+exchange", part_exchange),
+                       ("all but the kernel", part_no_kernel), ("kernel alone", part_kernel)):
+        run = jax.jit(lambda st, n, body=body: jax.lax.fori_loop(0, n, body, st))
+        jax.block_until_ready(run(st0, 2))
+        t0 = time.perf_counter()
+        jax.block_until_ready(run(st0, blocks))
+        dt_s = time.perf_counter() - t0
+        print(f"breakdown R={R}: {name}: {dt_s / (blocks * K) * 1e6:.2f} us per step", flush=True)
 
 
 if __name__ == "__main__":

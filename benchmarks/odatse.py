@@ -135,14 +135,15 @@ def case_a(out: Path, replicas: int, steps: int, log) -> dict:
 
     therm = steps // 10
     res: dict = {"replicas": replicas, "steps": steps}
-    for name in ("odatse", "ours", "ours_nofiles"):
+    extra = {"ours": [], "ours_serial": ["--write-threads", "0"], "ours_nofiles": ["--no-step-files"]}
+    for name in ("odatse", "ours", "ours_serial", "ours_nofiles"):
         folder = out / f"A_{replicas}_{steps}_{name}"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "input.toml").write_text(INPUT.format(steps=steps, therm=therm, replicas=replicas))
         if name == "odatse":
             res[name] = run_odatse(folder)
         else:
-            res[name] = run_ours(folder, *(["--no-step-files"] if name == "ours_nofiles" else []))
+            res[name] = run_ours(folder, *extra[name])
         log(f"A R={replicas} N={steps} {name}: {res[name]}")
     temps = 1.0 / temperature_ladder(replicas, Tmin=1.0, Tmax=100.0)
     exact = exact_means(temps)
@@ -194,14 +195,16 @@ def report(env: dict, a: list[dict], b: dict | None) -> str:
         lines += [
             "Case A, same CPU, equal replicas and steps (Himmelblau, T = 1..100 log-spaced, numsteps_exchange = 10):",
             "",
-            "| replicas | steps | ODAT-SE run+post (s) | ours run+files (s) | ratio | ours, no step files (s) | ratio "
-            "| ours set-up + compile (s) | ODAT-SE wall (s) | ours wall (s) | best fx ODAT-SE | best fx ours |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| replicas | steps | ODAT-SE run+post (s) | ours run+files (s) | ratio | ours, files between chunks (s) "
+            "| ratio | ours, no step files (s) | ratio | ours set-up + compile (s) | ODAT-SE wall (s) | ours wall (s) "
+            "| best fx ODAT-SE | best fx ours |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in a:
-            o, m, n = r["odatse"], r["ours"], r["ours_nofiles"]
+            o, m, q, n = r["odatse"], r["ours"], r["ours_serial"], r["ours_nofiles"]
             lines.append(
-                f"| {r['replicas']} | {r['steps']} | {o['work']:.2f} | {m['work']:.2f} | {o['work'] / m['work']:.1f}x "
+                f"| {r['replicas']} | {r['steps']} | {o['work']:.2f} | {m['work']:.3f} | {o['work'] / m['work']:.0f}x "
+                f"| {q['work']:.3f} | {o['work'] / q['work']:.0f}x "
                 f"| {n['work']:.3f} | {o['work'] / n['work']:.0f}x | {m['setup']:.2f} | {o['wall']:.2f} | {m['wall']:.2f} "
                 f"| {o['best_fx']:.3g} | {m['best_fx']:.3g} |"
             )
@@ -211,6 +214,9 @@ def report(env: dict, a: list[dict], b: dict | None) -> str:
             for t in r["temperatures"]:
                 lines.append(f"| {t['T']:.4g} | {t['exact']:.4g} | {t['odatse']:.4g} ± {t['odatse_err']:.2g} "
                              f"| {t['ours']:.4g} ± {t['ours_err']:.2g} | {t['z']:+.2f} |")
+            z = np.array([t["z"] for t in r["temperatures"]])
+            lines += ["", f"R = {r['replicas']}: rms z = {np.sqrt(np.mean(z**2)):.2f} over {z.size} temperatures, "
+                      f"{np.mean(np.abs(z) > 2):.1%} with |z| > 2"]
     if b:
         od = b["odatse"]
         peer = od.get("replica_steps_per_s")
