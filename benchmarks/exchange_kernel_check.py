@@ -30,7 +30,7 @@ def main() -> int:
     p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto")
     p.add_argument("--replicas", default="1000,10000")
     p.add_argument("--steps", type=int, default=500)
-    p.add_argument("--tune", default="", help="block:warps pairs timed at the largest replica count, e.g. 32:1,64:2")
+    p.add_argument("--tune", default="", help="block:warps[:unroll] timed at the largest replica count, e.g. 32:1,64:2:80")
     p.add_argument("--tune-steps", type=int, default=2000)
     p.add_argument("--breakdown", action="store_true", help="time the parts of a kernel block at the largest count")
     args = p.parse_args()
@@ -71,11 +71,12 @@ def main() -> int:
     R = max(int(r) for r in args.replicas.split(","))
     betas = tuple(temperature_ladder(R, Tmin=1.0, Tmax=100.0).tolist())
     for item in (t for t in args.tune.split(",") if t):
-        block, warps = (int(v) for v in item.split(":"))
+        block, warps, *unroll = (int(v) for v in item.split(":"))
         solver = mw.Exchange(betas=betas, numsteps=args.tune_steps, numsteps_exchange=10, step_width=(0.5, 0.5),
-                             kernel="pallas", kernel_block=block, kernel_warps=warps)
+                             kernel="pallas", kernel_block=block, kernel_warps=warps, unroll=unroll[0] if unroll else None)
         r = mw.solve(problem, solver, seed=7)
-        print(f"tune R={R} block={block} warps={warps}: {r.stats['run_seconds'] / (args.tune_steps - 1) * 1e6:.2f} us "
+        print(f"tune R={R} block={block} warps={warps} blocks per trip={solver.kernel_blocks_per_trip(problem)}: "
+              f"{r.stats['run_seconds'] / (args.tune_steps - 1) * 1e6:.2f} us "
               f"per step (compile {r.stats['compile_seconds']:.2f} s)", flush=True)
     if args.breakdown:
         breakdown(mw, problem, R, args.tune_steps)
