@@ -268,7 +268,7 @@ def main() -> int:
             log(f"{md_row}  (compile {r['compile_seconds']:.1f} s, {r['iterations']} it)")
             report()
 
-    if "split" in wanted:
+    if "split" in wanted and not over_budget("split L-BFGS (all)"):
         n_top = int(args.lbfgs_n) if not quick else 1 << 16
         n_top -= n_top % (4 * max(counts))
         bw = common.measure_bandwidth((1 << 30) if on_gpu else (1 << 26), reps=10 if on_gpu else 3)["bytes_per_s"]
