@@ -46,6 +46,7 @@ from jax.scipy.linalg import solve_triangular
 
 from ..problem import Problem, _resolve_dtype
 from ..result import Result, Status
+from . import lbfgs_kernel
 from .base import Phase, Solver, check_int_option
 from .more_thuente import LineSearchParams, LineSearchState, line_search_init, line_search_update
 
@@ -255,6 +256,10 @@ class _Config:
     params: LineSearchParams
     diag_fn: Callable | None  # diag(x) -> (n,) each iteration, or None
     use_h0: bool  # a constant user diagonal is passed as h0
+    pallas: bool = False  # the two passes over P as fused Pallas kernels (lbfgs_kernel)
+    interpret: bool = False  # ... in Pallas' interpret mode (off GPUs: tests)
+    block: int = lbfgs_kernel.DEFAULT_BLOCK
+    warps: int = lbfgs_kernel.DEFAULT_WARPS
 
 
 def _diag_now(cfg: _Config, x: jax.Array, h0: jax.Array) -> jax.Array | None:
@@ -325,12 +330,21 @@ def finish_iteration(
     stp = ls.stp
     s = stp * st.d  # lbfgs.f: S = STP * D, Y = G_new - G_old
     y = gt - st.g
-    # Every product the small matrices need, from the pairs as they are before this update.
-    # (XLA reads P once for both.  Taking P'y as P'gt - (a, b) would save nothing then, and cancels.)
-    g_prods = st.P @ gt  # (2m,): S'gt, Y'gt
-    y_prods = st.P @ y  # S'y, Y'y
-    sy, yy, yg = s @ y, y @ y, y @ gt
     slot = st.head
+    fused = cfg.pallas and not masked and cfg.diag_fn is None and not cfg.use_h0
+    if fused:  # pass A: one sweep over P and the vectors (lbfgs_kernel)
+        g_prods, y_prods, dots, xt = lbfgs_kernel.pair_products(
+            st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, block=cfg.block, num_warps=cfg.warps,
+            interpret=cfg.interpret,
+        )
+        sy, yy, yg, gg, xx = (dots[i] for i in range(5))
+    else:
+        # Every product the small matrices need, from the pairs as they are before this update.
+        # (XLA reads P once for both.  Taking P'y as P'gt - (a, b) would save nothing then, and cancels.)
+        g_prods = st.P @ gt  # (2m,): S'gt, Y'gt
+        y_prods = st.P @ y  # S'y, Y'y
+        sy, yy, yg = s @ y, y @ y, y @ gt
+        gg, xx = gt @ gt, xt @ xt
     store = ok & running if masked else ok
     new_s = jnp.where(store, s, st.P[slot]) if masked else s
     new_y = jnp.where(store, y, st.P[m + slot]) if masked else y
@@ -340,8 +354,7 @@ def finish_iteration(
     YY = st.YY.at[:, slot].set(col_yy).at[slot, :].set(col_yy)
     a = g_prods[:m].at[slot].set(stp * dgt)
     b = g_prods[m:].at[slot].set(yg)
-    gg = gt @ gt
-    xnorm = jnp.sqrt(xt @ xt)
+    xnorm = jnp.sqrt(xx)
     new = st._replace(
         x=xt, f=ft, g=gt,
         SY=jnp.where(store, SY, st.SY), YY=jnp.where(store, YY, st.YY), a=jnp.where(store, a, st.a),
@@ -351,7 +364,15 @@ def finish_iteration(
         iteration=st.iteration + 1, nfev=st.nfev + ls.nfev, gnorm=jnp.sqrt(gg), xnorm=xnorm, stp=stp,
     )
     zero = jnp.zeros((), jnp.int32)
-    if cfg.diag_fn is None and not cfg.use_h0:
+    if fused:  # pass B: the direction and the new pair written into P in one sweep
+        w, gd = compact_coefficients(new, m)
+        d, P, gt = lbfgs_kernel.direction_and_store(
+            st.P, w, new.gamma, stp, gt, st.g, st.d, slot, st.count, block=cfg.block, num_warps=cfg.warps,
+            interpret=cfg.interpret,
+        )
+        new = new._replace(g=gt)
+        diag_ok = jnp.asarray(True)
+    elif cfg.diag_fn is None and not cfg.use_h0:
         # The direction from the pairs as they were plus the new pair's vectors; the barrier
         # makes every read of P come before the in-place write of the new pair (otherwise XLA
         # may schedule a read after the write and copy all of P, 2m n values, to allow it).
@@ -398,6 +419,78 @@ def iterate(cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array, masked: b
 
 
 # --------------------------------------------------------------------------------------------------
+# the scalars of a state in two small vectors (the fused form's loop carry)
+# --------------------------------------------------------------------------------------------------
+
+
+class _ScalarLayout(NamedTuple):
+    """Where a pytree's scalar leaves go: ``floats[j]`` / ``ints[j]`` holds leaf ``index[j]``."""
+
+    treedef: Any
+    float_index: tuple[int, ...]
+    float_dtypes: tuple[Any, ...]
+    int_index: tuple[int, ...]
+    int_dtypes: tuple[Any, ...]
+
+
+def _scalar_layout(tree: Any) -> _ScalarLayout:
+    leaves, treedef = jax.tree.flatten(tree)
+    scalars = [(i, jnp.result_type(leaf)) for i, leaf in enumerate(leaves) if jnp.ndim(leaf) == 0]
+    floats = [(i, t) for i, t in scalars if jnp.issubdtype(t, jnp.floating)]
+    ints = [(i, t) for i, t in scalars if not jnp.issubdtype(t, jnp.floating)]  # int32 and bool: exact in int32
+    return _ScalarLayout(treedef, tuple(i for i, _ in floats), tuple(t for _, t in floats),
+                         tuple(i for i, _ in ints), tuple(t for _, t in ints))
+
+
+def _pack(layout: _ScalarLayout, tree: Any, dt: Any) -> tuple[list, jax.Array, jax.Array]:
+    """``(array leaves (None for scalars), floats, ints)``: every scalar leaf in one of two vectors.
+
+    On a GPU, XLA computes each scalar leaf a loop body outputs in its own small kernel (and
+    copies constant ones into the loop's buffers): ~45 scalars of the L-BFGS state and its line
+    search were ~80 launches per iteration, a few microseconds each.  Stacked, they are a few
+    fusions.  The casts are exact (floats keep the state's dtype; int32 and bool go to int32)."""
+    leaves = jax.tree.leaves(tree)
+    floats = jnp.stack([jnp.asarray(leaves[i]).astype(dt) for i in layout.float_index])
+    ints = jnp.stack([jnp.asarray(leaves[i]).astype(jnp.int32) for i in layout.int_index])
+    rest = [None if jnp.ndim(leaf) == 0 else leaf for leaf in leaves]
+    return rest, floats, ints
+
+
+def _unpack(layout: _ScalarLayout, rest: list, floats: jax.Array, ints: jax.Array) -> Any:
+    leaves = list(rest)
+    for j, (i, t) in enumerate(zip(layout.float_index, layout.float_dtypes)):
+        leaves[i] = floats[j].astype(t)
+    for j, (i, t) in enumerate(zip(layout.int_index, layout.int_dtypes)):
+        leaves[i] = ints[j].astype(t)
+    return jax.tree.unflatten(layout.treedef, leaves)
+
+
+def iterate_packed(cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array) -> LBFGSState:
+    """:func:`iterate` (one problem, unmasked) with the line search's state carried packed."""
+    layout = _scalar_layout(st.ls)
+    dt = st.x.dtype
+
+    def evaluate(ls):
+        xt = trial_point(st._replace(ls=ls))
+        ft, gt = vg(xt)
+        dgt = gt @ st.d
+        ls, _, _, _ = line_search_update(ls, ft, dgt)
+        _, lf, li = _pack(layout, ls, dt)
+        return lf, li, xt, ft, gt, dgt
+
+    def body(carry):
+        lf, li = carry[:2]
+        return evaluate(_unpack(layout, [None] * len(layout.float_index + layout.int_index), lf, li))
+
+    def cond(carry):
+        return ~_unpack(layout, [None] * len(layout.float_index + layout.int_index), carry[0], carry[1]).done
+
+    lf, li, xt, ft, gt, dgt = lax.while_loop(cond, body, evaluate(st.ls))
+    ls = _unpack(layout, [None] * len(layout.float_index + layout.int_index), lf, li)
+    return finish_iteration(cfg, st, ls, xt, ft, gt, dgt, h0, False)
+
+
+# --------------------------------------------------------------------------------------------------
 # the solver
 # --------------------------------------------------------------------------------------------------
 
@@ -438,6 +531,13 @@ class LBFGS(Solver):
         instead of using ``x0``; each runs as an independent problem.
     line_search : ``"mcsrch"`` (Nocedal's, as in the seed) or ``"dcsrch"`` (MINPACK-2, as in
         scipy's L-BFGS-B).
+    kernel : ``"auto"`` (default), ``"xla"`` or ``"pallas"``: how the two passes over the stored
+        pairs run - as XLA operations, or as two fused Pallas (Triton) kernels
+        (:mod:`multiwalk.solvers.lbfgs_kernel`; one start, ``H0 = gamma I``, one device).
+        ``"auto"`` uses the kernels on a GPU.  Same iterates up to rounding;
+        ``result.stats["kernel"]`` says which ran and why.
+    kernel_block, kernel_warps : Pallas launch tuning: columns per program (a power of two)
+        and warps per program (None: the module's defaults).
 
     The problem's ``lower``/``upper`` are only used to draw ``starts``: L-BFGS is unconstrained.
     """
@@ -455,8 +555,20 @@ class LBFGS(Solver):
     print_every: int | None = None
     starts: int | None = None
     line_search: str = "mcsrch"
+    kernel: str = "auto"
+    kernel_block: int | None = None
+    kernel_warps: int | None = None
+
+    resumable_options = ("kernel", "kernel_block", "kernel_warps")  # how, not what: a resume may change them
 
     def __post_init__(self) -> None:
+        if self.kernel not in lbfgs_kernel.KERNELS:
+            raise ValueError(f"kernel must be one of {lbfgs_kernel.KERNELS}, got {self.kernel!r}")
+        for name in ("kernel_block", "kernel_warps"):
+            value = getattr(self, name)
+            check_int_option(name, value, 1, none_ok=True)
+            if value is not None and value & (value - 1):
+                raise ValueError(f"{name} must be a power of two (Triton needs that), got {value}")
         check_int_option("m", self.m, 1)
         check_int_option("max_iterations", self.max_iterations, 1)
         check_int_option("maxfev", self.maxfev, 1)
@@ -517,7 +629,7 @@ class LBFGS(Solver):
         return out
 
     # ----------------------------------------------------------------- set-up
-    def _config(self, dtype: Any) -> _Config:
+    def _config(self, dtype: Any, plan: lbfgs_kernel.KernelPlan | None = None) -> _Config:
         params = LineSearchParams(
             ftol=self.ftol, gtol=self.gtol, xtol=self.xtol, stpmin=self.stpmin, stpmax=self.stpmax,
             maxfev=self.maxfev, minpack2=self.line_search == "dcsrch",
@@ -525,7 +637,18 @@ class LBFGS(Solver):
         return _Config(
             m=self.m, eps=self.eps, params=params,
             diag_fn=self.diag if callable(self.diag) else None, use_h0=isinstance(self.diag, np.ndarray),
+            pallas=plan is not None and plan.use_pallas, interpret=plan is not None and plan.interpret,
+            block=self.kernel_block or lbfgs_kernel.DEFAULT_BLOCK, warps=self.kernel_warps or lbfgs_kernel.DEFAULT_WARPS,
         )
+
+    def kernel_plan(self, problem: Problem) -> lbfgs_kernel.KernelPlan:
+        """Which form (fused Pallas passes or XLA) runs the iterations on ``problem`` here, and why."""
+        from .. import distributed
+
+        plan = lbfgs_kernel.plan(self.kernel, self.m, self.n_starts(problem), self.diag is not None)
+        if plan.use_pallas and distributed.current_mesh() is not None:
+            return lbfgs_kernel.KernelPlan(False, False, "the run is split over devices: the XLA form (XLA splits it)")
+        return plan
 
     def n_starts(self, problem: Problem) -> int:
         if self.starts is not None:
@@ -627,7 +750,7 @@ class LBFGS(Solver):
         return LBFGSRun(starts=starts, history=hist, h0=h0)
 
     def step(self, problem: Problem, state: LBFGSRun, phase: int) -> LBFGSRun:
-        cfg = self._config(problem.dtype)
+        cfg = self._config(problem.dtype, self.kernel_plan(problem))
         vg = problem.value_and_grad_free
         K = state.starts.x.shape[0]
         before = state.starts
@@ -649,6 +772,42 @@ class LBFGS(Solver):
             nfev=h.nfev.at[rows, cols].set(after.nfev[:kh], mode="drop"),
         )
         return LBFGSRun(starts=after, history=hist, h0=state.h0)
+
+    def run_chunk(self, problem: Problem, state: LBFGSRun, phase: int, n: jax.Array) -> tuple[LBFGSRun, jax.Array]:
+        """Up to ``n`` iterations.  The fused form (one start, Pallas passes) carries the state's
+        scalars packed in two vectors and the history as one (rows, 4) table (:func:`_pack`),
+        so the loop launches few small kernels per iteration; same arithmetic as ``step``."""
+        plan = self.kernel_plan(problem)
+        if state.starts.x.shape[0] != 1 or not plan.use_pallas:
+            return super().run_chunk(problem, state, phase, n)
+        cfg = self._config(problem.dtype, plan)
+        vg = problem.value_and_grad_free
+        dt = state.starts.x.dtype
+        one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), state.starts)
+        layout = _scalar_layout(one)
+        h = state.history
+        table = jnp.stack([h.f[:, 0], h.gnorm[:, 0], h.stp[:, 0], h.nfev[:, 0].astype(dt)], axis=1)  # (rows, 4)
+
+        def cond(carry):
+            i, _, _, ints, _ = carry
+            st = _unpack(layout, [None] * len(jax.tree.leaves(one)), jnp.zeros(len(layout.float_index), dt), ints)
+            return (i < n) & (st.status == _RUNNING)
+
+        def body(carry):
+            i, rest, floats, ints, table = carry
+            new = iterate_packed(cfg, vg, _unpack(layout, rest, floats, ints), state.h0)
+            row = jnp.stack([new.f, new.gnorm, new.stp, new.nfev.astype(dt)])[None]
+            table = lax.dynamic_update_slice(table, row, (new.iteration, jnp.zeros((), new.iteration.dtype)))
+            return (i + 1, *_pack(layout, new, dt), table)
+
+        carry = (jnp.zeros((), jnp.int32), *_pack(layout, one, dt), table)
+        n_run, rest, floats, ints, table = lax.while_loop(cond, body, carry)
+        starts = jax.tree.map(lambda a: lax.expand_dims(a, (0,)), _unpack(layout, rest, floats, ints))
+        hist = History(
+            f=table[:, 0:1].astype(h.f.dtype), gnorm=table[:, 1:2].astype(h.gnorm.dtype),
+            stp=table[:, 2:3].astype(h.stp.dtype), nfev=table[:, 3:4].astype(h.nfev.dtype),
+        )
+        return LBFGSRun(starts=starts, history=hist, h0=state.h0), n_run
 
     def done(self, problem: Problem, state: LBFGSRun, phase: int) -> jax.Array:
         return jnp.all(state.starts.status != _RUNNING)
@@ -712,8 +871,12 @@ class LBFGS(Solver):
         hist_len = np.minimum(st.iteration[:kh], self.max_iterations) + 1
         xs = np.asarray(problem.expand(st.x))
         stats = dict(stats)
+        plan = self.kernel_plan(problem)
+        if stats.get("devices", 1) > 1 and plan.use_pallas:
+            plan = lbfgs_kernel.KernelPlan(False, False, "the run was split over devices: the XLA form (XLA splits it)")
         stats.update(
             evaluations=int(st.nfev.sum()), starts=K, converged=int(sum(s.success for s in statuses)),
+            kernel=plan.name, kernel_reason=plan.reason,
         )
         result = LBFGSResult(
             x=xs[best], fun=float(st.f[best]), status=statuses[best], message=message, stats=stats,

@@ -1,0 +1,197 @@
+"""The two passes of an L-BFGS iteration over the pair buffer as fused Pallas (Triton) kernels.
+
+An iteration of :class:`~multiwalk.solvers.lbfgs.LBFGS` (compact representation, ``H0 = gamma I``)
+is memory-bound for large ``n``: it reads the ``2m`` stored vectors ``P = [S; Y]`` (2m, n) twice.
+
+* pass A (:func:`pair_products`): ``P [gt, y]`` with ``y = gt - g`` formed on the fly, and the
+  dot products ``s'y, y'y, y'gt, gt'gt, xt'xt`` (``s = stp d``) in the same sweep - the XLA form
+  does these as several reductions, each re-reading its vectors;
+* pass B (:func:`direction_and_store`): the new direction ``d = -gamma gt + sum_r w_r P_r +
+  w_s s + w_y y`` and the new pair ``s, y`` written into ``P``'s slot (aliased in place).
+
+Both passes skip the rows of the slot the new pair replaces (their products are discarded, their
+coefficient is zero) and the rows not yet filled: a masked load issues no memory request.  Pass
+A reads ``(2m - 2 + 4) n`` values and pass B ``(2m - 2 + 3) n`` and writes ``3 n``; with the
+evaluation (read ``x, d``, write the trial point and its gradient) an iteration moves about
+``(4m + 10) n`` values, the floor ``benchmarks/lbfgs.py`` divides by the measured bandwidth.
+
+Reductions are two-stage: each program (``block`` columns) writes its partial sums, XLA sums
+the (programs, 64) table.  So sums are folded in another order than XLA's: iterates agree with
+the XLA form up to rounding.  Off GPUs the kernels run in Pallas' interpret mode (tests only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["KERNELS", "KernelPlan", "plan", "pair_products", "direction_and_store", "DEFAULT_BLOCK", "DEFAULT_WARPS"]
+
+KERNELS = ("auto", "xla", "pallas")
+DEFAULT_BLOCK = 1024  # columns per program (a power of two; tuned on an H200, docs/benchmarks.md)
+DEFAULT_WARPS = 4
+_WIDTH = 64  # partial sums per program in pass A's table: 2 x 2m products + 5 dot products <= 64
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Which form runs the passes, and why: ``use_pallas``, ``interpret`` (CPU), ``reason``."""
+
+    use_pallas: bool
+    interpret: bool
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return ("pallas (interpret mode)" if self.interpret else "pallas") if self.use_pallas else "xla"
+
+
+def plan(kernel: str, m: int, starts: int, diag: bool) -> KernelPlan:
+    """How ``LBFGS(kernel=kernel)`` runs: ``"xla"``; ``"auto"``: the kernels on a GPU for one start
+    with ``H0 = gamma I``, else XLA; ``"pallas"``: the kernels (interpret mode off GPUs) where they
+    apply.  The kernels serve one problem on one device (the driver's split over devices, several
+    starts and a user ``diag`` run the XLA form)."""
+    if kernel == "xla":
+        return KernelPlan(False, False, "kernel='xla' was asked for")
+    backend = jax.default_backend()
+    on_gpu = backend in ("gpu", "cuda")
+    if kernel == "auto" and not on_gpu:
+        return KernelPlan(False, False, f"kernel='auto' uses the Pallas kernels on GPUs only (backend: {backend})")
+    if starts > 1:
+        return KernelPlan(False, False, f"{starts} starts run in lockstep by the XLA form (the kernels serve one problem)")
+    if diag:
+        return KernelPlan(False, False, "a user diag runs the two-loop recursion (XLA form)")
+    if 4 * m + 5 > _WIDTH:
+        return KernelPlan(False, False, f"m={m} is above the kernels' {(_WIDTH - 5) // 4}; using the XLA form")
+    where = "on the GPU" if on_gpu else f"in interpret mode (backend: {backend}; for tests, slow)"
+    return KernelPlan(True, not on_gpu, f"kernel={kernel!r}: the fused Pallas passes {where}")
+
+
+def _compiler_params(num_warps: int, interpret: bool) -> dict[str, Any]:
+    if interpret:
+        return {}
+    from jax.experimental.pallas import triton as plgpu
+
+    return {"compiler_params": plgpu.CompilerParams(num_warps=num_warps, num_stages=1)}
+
+
+def _loader(interpret: bool):  # noqa: ANN202
+    from jax.experimental.pallas import triton as plgpu
+
+    return plgpu.load, plgpu.store
+
+
+def pair_products(
+    P: jax.Array, gt: jax.Array, g: jax.Array, d: jax.Array, xt: jax.Array, stp: jax.Array,
+    slot: jax.Array, count: jax.Array, x: jax.Array, *, block: int = DEFAULT_BLOCK, num_warps: int = DEFAULT_WARPS,
+    interpret: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Pass A: ``(P gt, P y, [s'y, y'y, y'gt, gt'gt, xt'xt], x_new)`` with ``y = gt - g``, ``s = stp d``.
+
+    ``x_new`` is ``xt`` written into the buffer of the old iterate ``x`` (aliased): inside the
+    solver's loop the new iterate must land in the loop's own buffer, and writing it here (n
+    values) replaces the copy XLA would otherwise make (n read + n written).
+
+    ``P`` (2m, n) in ring order; rows of ``slot`` (``slot`` and ``m + slot``) and of unfilled
+    slots (ring position ``>= count`` counted back from ``slot``) are not read: their products
+    are returned as 0 (the caller overwrites or ignores them).  Shapes (2m,), (2m,), (5,)."""
+    from jax.experimental import pallas as pl
+
+    two_m, n = P.shape
+    m = two_m // 2
+    dt = P.dtype
+    programs = pl.cdiv(n, block)
+    load, _ = _loader(interpret)
+    ints = jnp.stack([slot, count]).astype(jnp.int32)
+    stp = jnp.reshape(stp, (1,)).astype(dt)
+
+    def body(ints_ref, stp_ref, p_ref, gt_ref, g_ref, d_ref, x_ref, _old_x, out_ref, x_out):  # noqa: ANN001
+        pid = pl.program_id(0)
+        c0 = pid * block
+        cols = pl.ds(c0, block)
+        inside = c0 + jax.lax.broadcasted_iota(jnp.int32, (block,), 0) < n
+        sl, cnt = ints_ref[0], ints_ref[1]
+        gtv = load(gt_ref.at[cols], mask=inside, other=0.0)
+        y = gtv - load(g_ref.at[cols], mask=inside, other=0.0)
+        s = stp_ref[0] * load(d_ref.at[cols], mask=inside, other=0.0)
+        xv = load(x_ref.at[cols], mask=inside, other=0.0)
+        _, store = _loader(interpret)
+        store(x_out.at[cols], xv, mask=inside)
+        lane = jax.lax.broadcasted_iota(jnp.int32, (_WIDTH,), 0)
+        out = jnp.zeros((_WIDTH,), dt)
+        for r in range(two_m):
+            k = r % m
+            # ring age: 1 = the newest stored pair, ...; 0 = the slot the new pair replaces
+            age = jax.lax.rem(sl + jnp.int32(m - k), jnp.int32(m))
+            keep = (age >= 1) & (age <= cnt)
+            p = load(p_ref.at[jnp.int32(r), cols], mask=inside & keep, other=0.0)
+            out = jnp.where(lane == r, jnp.sum(p * gtv), out)
+            out = jnp.where(lane == two_m + r, jnp.sum(p * y), out)
+        for i, v in enumerate((s * y, y * y, y * gtv, gtv * gtv, xv * xv)):
+            out = jnp.where(lane == 2 * two_m + i, jnp.sum(v), out)
+        out_ref[pid, :] = out
+
+    partial, x_new = pl.pallas_call(
+        body, out_shape=(jax.ShapeDtypeStruct((programs, _WIDTH), dt), jax.ShapeDtypeStruct((n,), dt)),
+        grid=(programs,), interpret=interpret, input_output_aliases={7: 1},
+        name="lbfgs_pair_products", **_compiler_params(num_warps, interpret),
+    )(ints, stp, P, gt, g, d, xt, x)
+    total = jnp.sum(partial, axis=0)
+    return total[:two_m], total[two_m : 2 * two_m], total[2 * two_m : 2 * two_m + 5], x_new
+
+
+def direction_and_store(
+    P: jax.Array, w: jax.Array, gamma: jax.Array, stp: jax.Array, gt: jax.Array, g: jax.Array, d: jax.Array,
+    slot: jax.Array, count: jax.Array, *, block: int = DEFAULT_BLOCK, num_warps: int = DEFAULT_WARPS,
+    interpret: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Pass B: ``(d_new, P_new, g_new)``: ``d_new = -gamma gt + sum_{r stored} w_r P_r + w[slot] s + w[m+slot] y``
+    with ``s = stp d``, ``y = gt - g``, ``P_new`` = ``P`` with ``s, y`` in rows ``slot, m+slot``,
+    and ``g_new = gt``.  ``d_new`` and ``g_new`` are written into the buffers of ``d`` and ``g``
+    (aliased), so in the solver's loop they need no copy into the loop's buffers.
+
+    ``w`` (2m,) in ring order, its ``slot`` entries the new pair's coefficients; ``count`` pairs
+    were stored before this one (rows of unfilled slots are not read).  ``P`` is updated in place
+    (aliased): each program reads its columns of the old rows before writing its new ones."""
+    from jax.experimental import pallas as pl
+
+    two_m, n = P.shape
+    m = two_m // 2
+    dt = P.dtype
+    programs = pl.cdiv(n, block)
+    load, store = _loader(interpret)
+    ints = jnp.stack([slot, count]).astype(jnp.int32)
+    floats = jnp.stack([gamma, stp]).astype(dt)
+    w = w.astype(dt)
+
+    def body(ints_ref, f_ref, w_ref, p_ref, gt_ref, g_ref, d_ref, d_out, p_out, g_out):  # noqa: ANN001
+        pid = pl.program_id(0)
+        c0 = pid * block
+        cols = pl.ds(c0, block)
+        inside = c0 + jax.lax.broadcasted_iota(jnp.int32, (block,), 0) < n
+        sl, cnt = ints_ref[0], ints_ref[1]
+        gtv = load(gt_ref.at[cols], mask=inside, other=0.0)
+        acc = -f_ref[0] * gtv
+        for r in range(two_m):
+            k = r % m
+            age = jax.lax.rem(sl + jnp.int32(m - k), jnp.int32(m))
+            keep = (age >= 1) & (age <= cnt)
+            p = load(p_ref.at[jnp.int32(r), cols], mask=inside & keep, other=0.0)
+            acc = acc + w_ref[r] * p
+        s = f_ref[1] * load(d_ref.at[cols], mask=inside, other=0.0)
+        y = gtv - load(g_ref.at[cols], mask=inside, other=0.0)
+        acc = acc + w_ref[sl] * s + w_ref[m + sl] * y
+        store(d_out.at[cols], acc, mask=inside)
+        store(g_out.at[cols], gtv, mask=inside)
+        store(p_out.at[sl, cols], s, mask=inside)
+        store(p_out.at[m + sl, cols], y, mask=inside)
+
+    vec = jax.ShapeDtypeStruct((n,), dt)
+    return pl.pallas_call(
+        body, out_shape=(vec, jax.ShapeDtypeStruct(P.shape, dt), vec), grid=(programs,),
+        interpret=interpret, input_output_aliases={3: 1, 5: 2, 6: 0}, name="lbfgs_direction_and_store",
+        **_compiler_params(num_warps, interpret),
+    )(ints, floats, w, P, gt, g, d)
