@@ -123,11 +123,13 @@ def run_ours(folder: Path, *extra: str) -> dict:
                   r" \(\w+, ([^,]+) steps", text)
     run_s, files_s, post_s, compile_s, solve_wall = (float(v) for v in m.groups()[:5])
     kernel = m.group(6)
+    beside = re.search(r"beside the sampling: (\S+) s of formatting and writing \((\d+) thread", text)
     best = dict(ln.split(" = ") for ln in (folder / "output" / "best_result.txt").read_text().splitlines())
     # work: the compiled chunks, the step files written between them, fx.txt and best_result.txt
     # (like ODAT-SE's run + post); set-up and compilation are reported apart
     return {"wall": wall, "run": run_s, "files": files_s, "compile": compile_s, "work": run_s + files_s + post_s,
-            "setup": solve_wall - run_s - files_s - post_s, "best_fx": float(best["fx"]), "kernel": kernel}
+            "setup": solve_wall - run_s - files_s - post_s, "best_fx": float(best["fx"]), "kernel": kernel,
+            "files_busy": float(beside.group(1)) if beside else files_s, "write_threads": int(beside.group(2)) if beside else 0}
 
 
 def case_a(out: Path, replicas: int, steps: int, log) -> dict:

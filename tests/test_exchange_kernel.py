@@ -46,9 +46,10 @@ def _run(kernel: str, betas: tuple, **kw) -> mw.ExchangeResult:
     "replicas, options, rtol",
     [
         # 6 replicas (the kernel pads to 8), exchanges every 3 steps, thermalisation ending inside a
-        # block, chunks of 7 steps (blocks cut by chunk ends), one block per loop trip (unroll=3):
+        # block, chunks of 7 steps (blocks cut by chunk ends), two blocks per loop trip (unroll=6:
+        # a trip's second block may have no step left in the chunk and must change nothing):
         # bit for bit
-        (6, dict(numsteps=41, numsteps_exchange=3, numsteps_thermalization=5, max_chunk_steps=7, unroll=3), 0),
+        (6, dict(numsteps=41, numsteps_exchange=3, numsteps_thermalization=5, max_chunk_steps=7, unroll=6), 0),
         # an exchange every step (blocks of one step), statistics from step 0.  Here XLA compiles
         # the step's x + step_width * move differently in the two loops (one contracts it into an
         # FMA, the other not: 1-ulp differences in x were seen, 5e-15 relative in f near a minimum,

@@ -469,9 +469,9 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     record = _record_length(R, setup.dimension) if args.step_files else 0
     max_chunk = setup.checkpoint_steps if setup.checkpoint else None
     if record and args.write_threads != 0:
-        # chunks of at most ~1/8 of the run: each chunk's files are written while the next one is
+        # chunks of at most ~1/16 of the run: each chunk's files are written while the next one is
         # sampled, so only the last chunk's writing is not hidden (the same on every process)
-        piece = max(16, -(-setup.numsteps // 8))
+        piece = max(16, -(-setup.numsteps // 16))
         max_chunk = min(max_chunk or piece, piece)
     if thermalization is None:
         thermalization = int(0.1 * setup.numsteps)

@@ -45,8 +45,8 @@ __all__ = ["KERNELS", "ExchangePlan", "Moves", "plan", "metropolis_steps", "DEFA
 log = logging.getLogger("multiwalk")
 
 KERNELS = ("auto", "xla", "pallas")
-DEFAULT_BLOCK = 64  # replicas per Pallas program (a power of two)
-DEFAULT_WARPS = 2  # warps per program: one replica per thread
+DEFAULT_BLOCK = 128  # replicas per Pallas program (a power of two); 128 x 4 warps was fastest on an H200
+DEFAULT_WARPS = 4  # warps per program: one replica per thread
 MAX_STEPS = 16  # steps one launch may run: their random numbers (K x R x (d + 1)) are drawn at once
 MAX_FREE = 64  # more coordinates than this: too many registers per replica
 MAX_OPS = 20_000  # graph operations per step (the step loop's body is one evaluation of f)
@@ -198,10 +198,9 @@ def metropolis_steps(
         beta_r = beta_ref[rows]
         dbeta_r = dbeta_ref[rows]
 
-        def one_step(k: jax.Array, carry: tuple) -> tuple:
+        def one_step(k: int, carry: tuple) -> tuple:
             (xs, f_x, n_acc, n_nonfin, b_f, b_step, b_x, prevs, st_n, st_sum, st_sum2, st_chg, st_fbase,
              st_lse) = carry
-            consts.clear()  # values made in this loop body stay in it
             s = s0 + k
             # 2. the Metropolis move (Exchange._advance, continuous space)
             proposal = [xs[j] + move_ref[k, rows, j] * full(width_c[j]) for j in range(d)]
@@ -244,8 +243,15 @@ def metropolis_steps(
             bstep_ref[rows], tuple(bx_ref[rows, j] for j in range(d)), tuple(prev_ref[rows, j] for j in range(d)),
             n_ref[rows], sum_ref[rows], sum2_ref[rows], chg_ref[rows], fbase_ref[rows], lse_ref[rows],
         )
-        (xs, f_x, n_acc, n_nonfin, b_f, b_step, b_x, _, st_n, st_sum, st_sum2, st_chg, st_fbase,
-         st_lse) = jax.lax.fori_loop(0, scalars_ref[1], one_step, carry)
+        # the K steps written out one after another (not a loop: every step's random numbers can
+        # be loaded ahead of the arithmetic that waits for the step before); steps k >= n_steps
+        # keep the values they are given
+        n_run = scalars_ref[1]
+        for k in range(K):
+            new = one_step(k, carry)
+            active = jnp.full((b,), k < n_run, jnp.bool_)
+            carry = jax.tree_util.tree_map(lambda v, old, active=active: jnp.where(active, v, old), new, carry)
+        (xs, f_x, n_acc, n_nonfin, b_f, b_step, b_x, _, st_n, st_sum, st_sum2, st_chg, st_fbase, st_lse) = carry
         for j in range(d):
             x_out[rows, j] = xs[j]
             bx_out[rows, j] = b_x[j]
