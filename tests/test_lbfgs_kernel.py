@@ -23,10 +23,10 @@ N = 1000  # not a multiple of the block: the last program is masked
 BLOCK = 256
 
 
-def _data(seed: int):
+def _data(seed: int, n: int = N):
     rng = np.random.default_rng(seed)
-    P = jnp.asarray(rng.standard_normal((2 * M, N)))
-    gt, g, d, xt, x = (jnp.asarray(rng.standard_normal(N)) for _ in range(5))
+    P = jnp.asarray(rng.standard_normal((2 * M, n)))
+    gt, g, d, xt, x = (jnp.asarray(rng.standard_normal(n)) for _ in range(5))
     return P, gt, g, d, xt, x
 
 
@@ -35,9 +35,10 @@ def _stored(slot: int, count: int) -> np.ndarray:
     return np.array([1 <= (slot - k) % M <= count for k in range(M)])
 
 
-@pytest.mark.parametrize(("slot", "count"), [(0, 0), (2, 2), (1, M)])
-def test_pass_a_matches_xla(slot, count):
-    P, gt, g, d, xt, x = _data(slot + 10 * count)
+@pytest.mark.parametrize(("slot", "count", "n"), [(0, 0, N), (2, 2, N), (1, M, N), (1, M, 4 * BLOCK)])
+def test_pass_a_matches_xla(slot, count, n):
+    # n = 4 BLOCK: whole blocks, the kernels' unmasked form
+    P, gt, g, d, xt, x = _data(slot + 10 * count, n)
     stp = jnp.asarray(0.37)
     pg, py, dots, x_new = lbfgs_kernel.pair_products(
         P, gt, g, d, xt, stp, jnp.int32(slot), jnp.int32(count), x, block=BLOCK, interpret=True
@@ -52,9 +53,9 @@ def test_pass_a_matches_xla(slot, count):
     np.testing.assert_array_equal(x_new, xt)  # a copy: exact
 
 
-@pytest.mark.parametrize(("slot", "count"), [(0, 0), (3, M)])
-def test_pass_b_matches_xla(slot, count):
-    P, gt, g, d, _, _ = _data(100 + slot)
+@pytest.mark.parametrize(("slot", "count", "n"), [(0, 0, N), (3, M, N), (3, M, 4 * BLOCK)])
+def test_pass_b_matches_xla(slot, count, n):
+    P, gt, g, d, _, _ = _data(100 + slot, n)
     w = jnp.asarray(np.random.default_rng(7).standard_normal(2 * M))
     gamma, stp = jnp.asarray(0.8), jnp.asarray(1.7)
     d_new, P_new, g_new = lbfgs_kernel.direction_and_store(

@@ -79,9 +79,28 @@ def _compiler_params(num_warps: int, interpret: bool) -> dict[str, Any]:
 
 
 def _loader(interpret: bool):  # noqa: ANN202
+    """``(load, store)`` taking ``mask=None`` for "every lane" (no predicate, so full-width loads)."""
     from jax.experimental.pallas import triton as plgpu
 
-    return plgpu.load, plgpu.store
+    def load(ref, mask=None, other=0.0):  # noqa: ANN001, ANN202
+        return plgpu.load(ref) if mask is None else plgpu.load(ref, mask=mask, other=other)
+
+    def store(ref, val, mask=None):  # noqa: ANN001, ANN202
+        return plgpu.store(ref, val) if mask is None else plgpu.store(ref, val, mask=mask)
+
+    return load, store
+
+
+def _inside(c0: jax.Array, block: int, n: int) -> jax.Array | None:
+    """Lanes of the program starting at column ``c0`` that lie inside ``n``; None when ``block``
+    divides ``n`` (known while tracing): then no lane is ever outside and loads need no mask."""
+    if n % block == 0:
+        return None
+    return c0 + jax.lax.broadcasted_iota(jnp.int32, (block,), 0) < n
+
+
+def _and(inside: jax.Array | None, keep: jax.Array, block: int) -> jax.Array:
+    return jnp.broadcast_to(keep, (block,)) if inside is None else inside & keep
 
 
 def pair_products(
@@ -112,7 +131,7 @@ def pair_products(
         pid = pl.program_id(0)
         c0 = pid * block
         cols = pl.ds(c0, block)
-        inside = c0 + jax.lax.broadcasted_iota(jnp.int32, (block,), 0) < n
+        inside = _inside(c0, block, n)
         sl, cnt = ints_ref[0], ints_ref[1]
         gtv = load(gt_ref.at[cols], mask=inside, other=0.0)
         y = gtv - load(g_ref.at[cols], mask=inside, other=0.0)
@@ -127,7 +146,7 @@ def pair_products(
             # ring age: 1 = the newest stored pair, ...; 0 = the slot the new pair replaces
             age = jax.lax.rem(sl + jnp.int32(m - k), jnp.int32(m))
             keep = (age >= 1) & (age <= cnt)
-            p = load(p_ref.at[jnp.int32(r), cols], mask=inside & keep, other=0.0)
+            p = load(p_ref.at[jnp.int32(r), cols], mask=_and(inside, keep, block), other=0.0)
             out = jnp.where(lane == r, jnp.sum(p * gtv), out)
             out = jnp.where(lane == two_m + r, jnp.sum(p * y), out)
         for i, v in enumerate((s * y, y * y, y * gtv, gtv * gtv, xv * xv)):
@@ -171,7 +190,7 @@ def direction_and_store(
         pid = pl.program_id(0)
         c0 = pid * block
         cols = pl.ds(c0, block)
-        inside = c0 + jax.lax.broadcasted_iota(jnp.int32, (block,), 0) < n
+        inside = _inside(c0, block, n)
         sl, cnt = ints_ref[0], ints_ref[1]
         gtv = load(gt_ref.at[cols], mask=inside, other=0.0)
         acc = -f_ref[0] * gtv
@@ -179,7 +198,7 @@ def direction_and_store(
             k = r % m
             age = jax.lax.rem(sl + jnp.int32(m - k), jnp.int32(m))
             keep = (age >= 1) & (age <= cnt)
-            p = load(p_ref.at[jnp.int32(r), cols], mask=inside & keep, other=0.0)
+            p = load(p_ref.at[jnp.int32(r), cols], mask=_and(inside, keep, block), other=0.0)
             acc = acc + w_ref[r] * p
         s = f_ref[1] * load(d_ref.at[cols], mask=inside, other=0.0)
         y = gtv - load(g_ref.at[cols], mask=inside, other=0.0)
