@@ -86,7 +86,9 @@ def loop_bytes_per_device(problem: Any, solver: Any, k: int) -> int:
                          out_shardings=(placement.shardings, rep))
     else:
         jitted = jax.jit(runner, donate_argnums=0)
-    ma = jitted.lower(shapes, jax.ShapeDtypeStruct((), jnp.int32), arrays).compile().memory_analysis()
+    # compiled as the driver does: under the mesh's name (L-BFGS then picks the form XLA can split)
+    with dist.mesh_context(placement.mesh if placement.sharded else None):
+        ma = jitted.lower(shapes, jax.ShapeDtypeStruct((), jnp.int32), arrays).compile().memory_analysis()
     return int(ma.argument_size_in_bytes + ma.temp_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes)
 
 
