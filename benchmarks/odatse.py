@@ -132,13 +132,16 @@ def run_ours(folder: Path, *extra: str) -> dict:
             "files_busy": float(beside.group(1)) if beside else files_s, "write_threads": int(beside.group(2)) if beside else 0}
 
 
-def case_a(out: Path, replicas: int, steps: int, log) -> dict:
+def case_a(out: Path, replicas: int, steps: int, log, threads: tuple[int, ...] = ()) -> dict:
+    """ODAT-SE and ours (default ``--write-threads``; 0: files between chunks; no step files; and
+    each ``--write-threads`` of ``threads``) on the same input."""
     from multiwalk.solvers.exchange import temperature_ladder
 
     therm = steps // 10
     res: dict = {"replicas": replicas, "steps": steps}
     extra = {"ours": [], "ours_serial": ["--write-threads", "0"], "ours_nofiles": ["--no-step-files"]}
-    for name in ("odatse", "ours", "ours_serial", "ours_nofiles"):
+    extra.update({f"ours_threads_{n}": ["--write-threads", str(n)] for n in threads})
+    for name in ("odatse", *extra):
         folder = out / f"A_{replicas}_{steps}_{name}"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "input.toml").write_text(INPUT.format(steps=steps, therm=therm, replicas=replicas))
@@ -210,6 +213,14 @@ def report(env: dict, a: list[dict], b: dict | None) -> str:
                 f"| {n['work']:.3f} | {o['work'] / n['work']:.0f}x | {m['setup']:.2f} | {o['wall']:.2f} | {m['wall']:.2f} "
                 f"| {o['best_fx']:.3g} | {m['best_fx']:.3g} |"
             )
+        variants = [k for k in a[0] if k.startswith("ours_threads_")]
+        if variants:
+            lines += ["", "Step-file writers (run+files, s; the writer thread's own busy time in brackets):", "",
+                      "| replicas | steps | " + " | ".join(f"--write-threads {k.rsplit('_', 1)[1]}" for k in variants)
+                      + " |", "|---:|---:|" + "---:|" * len(variants)]
+            for r in a:
+                lines.append(f"| {r['replicas']} | {r['steps']} | "
+                             + " | ".join(f"{r[k]['work']:.3f} ({r[k]['files_busy']:.3f})" for k in variants) + " |")
         for r in a:
             lines += ["", f"Mean f per temperature, R = {r['replicas']}, N = {r['steps']} (errors from 20 blocks):", "",
                       "| T | exact | ODAT-SE | ours | (ours - ODAT-SE) / error |", "|---:|---:|---:|---:|---:|"]
@@ -241,6 +252,7 @@ def main() -> int:
     p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto")
     p.add_argument("--cases", default="A,B")
     p.add_argument("--replicas", default="16:20000,256:2000", help="case A: replicas:numsteps, comma-separated")
+    p.add_argument("--write-threads", default="", help="case A: also ours with each --write-threads of this list")
     p.add_argument("--gpu-replicas", default="10000,100000,1000000")
     p.add_argument("--gpu-steps", type=int, default=2000)
     p.add_argument("--gpu-unroll", default="", help="case B: --unroll values of the XLA form tried at the smallest size")
@@ -262,7 +274,8 @@ def main() -> int:
     env = common.environment(dev, on_gpu, mw, False)
     cases = args.cases.split(",")
     sizes = [tuple(int(v) for v in item.split(":")) for item in args.replicas.split(",")]
-    a = [case_a(out, r, n, log) for r, n in sizes] if "A" in cases else []
+    threads = tuple(int(v) for v in args.write_threads.split(",") if v)
+    a = [case_a(out, r, n, log, threads) for r, n in sizes] if "A" in cases else []
     b = None
     if "B" in cases:
         b = case_b(out, [int(r) for r in args.gpu_replicas.split(",")], args.gpu_steps, args.odatse_steps, args.dtype,

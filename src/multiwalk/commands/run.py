@@ -677,7 +677,7 @@ def add_parser(commands: Any) -> None:
                         "are always written")
     p.add_argument("--write-threads", type=int, default=None, metavar="N",
                    help="exchange: threads that format the step files while the next steps are sampled (default: the "
-                        "CPUs, at most 16; 0: write them between the chunks); the files are the same")
+                        "CPUs, at most 4; 0: write them between the chunks); the files are the same")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision (default float64)")
     p.add_argument("--unroll", type=int, default=None, metavar="K",
                    help="exchange: Monte Carlo steps per compiled loop trip (default: 8 on a GPU, 1 on a CPU); "
