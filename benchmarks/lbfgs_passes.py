@@ -66,12 +66,91 @@ def pallas_read(x, block: int, warps: int, interpret: bool):
     return jnp.sum(part)
 
 
+def breakdown(n, dt, P, gt, g, d, xt, w, gamma, stp, slot, count, interpret, trips):  # noqa: ANN001, ANN201
+    """Per-call device time of each part of a fused iteration, from ``trips`` calls inside ONE
+    jitted fori_loop (so host round trips and dispatch are excluded), and the cost of one host
+    round trip of a while loop (a scalar body): rows (name, seconds per call, bytes moved)."""
+    import jax
+    import jax.numpy as jnp
+
+    from multiwalk.functions import cute
+    from multiwalk.solvers import lbfgs, lbfgs_kernel
+    from multiwalk.solvers.more_thuente import LineSearchParams, line_search_init, line_search_update
+
+    item = jnp.dtype(dt).itemsize
+    out = []
+
+    def per_call(fn, carry):
+        run = jax.jit(lambda c: jax.lax.fori_loop(0, trips, lambda i, c: fn(c), c))
+        return timed(run, carry, reps=5) / trips
+
+    def pass_a(c):
+        x, acc = c
+        pg, py, dots, x = lbfgs_kernel.pair_products(P, gt, g, d, xt, stp, slot, count, x, interpret=interpret)
+        return x, acc + pg[0] + py[0] + dots[0]
+
+    out.append(("in-loop pass A (Pallas, default block)", per_call(pass_a, (xt * 1.0, jnp.zeros((), dt))),
+                (2 * 7 + 3) * n * item))
+
+    def pass_b(c):
+        P_, d_, g_ = c
+        d_, P_, g_ = lbfgs_kernel.direction_and_store(P_, w, gamma, stp, gt, g_, d_, slot, count, interpret=interpret)
+        return P_, d_, g_
+
+    out.append(("in-loop pass B (Pallas, default block)", per_call(pass_b, (P * 1.0, d * 1.0, g * 1.0)),
+                (2 * 7 - 2 + 7) * n * item))
+    vg = jax.value_and_grad(cute.extended_rosenbrock)
+
+    def evaluation(c):
+        acc, x = c
+        trial = x + stp * d
+        f, gr = vg(trial)
+        return acc + f + gr @ d, trial
+
+    out.append(("in-loop evaluation f, g at x + stp d, g'd", per_call(evaluation, (jnp.zeros((), dt), xt * 1.0)),
+                4 * n * item))
+    m = 7
+    rng = jax.random.split(jax.random.PRNGKey(3), 4)
+    SY = jnp.triu(jax.random.uniform(rng[0], (m, m), dt)) + 2.0 * jnp.eye(m, dtype=dt)
+    YY = jax.random.uniform(rng[1], (m, m), dt) + 2.0 * jnp.eye(m, dtype=dt)
+    params = LineSearchParams()
+    ls0 = line_search_init(jnp.asarray(1.0, dt), jnp.asarray(-1.0, dt), jnp.asarray(1.0, dt), params)
+
+    def scalars(c):
+        acc, ls = c
+        st = lbfgs.LBFGSState(
+            x=None, f=None, g=jnp.zeros(1, dt), d=None, P=None, SY=SY, YY=YY, a=jnp.ones(m, dt) + acc, b=jnp.ones(m, dt),
+            gamma=jnp.asarray(1.0, dt), gg=jnp.asarray(2.0, dt), head=jnp.asarray(3, jnp.int32),
+            count=jnp.asarray(m, jnp.int32), ls=None, iteration=None, nfev=None, gnorm=None, xnorm=None, stp=None,
+            status=None,
+        )
+        wv, gd = lbfgs.compact_coefficients(st, m)
+        ls, _, _, _ = line_search_update(ls, 0.9 + 1e-9 * acc, -0.5 + 1e-9 * gd)
+        ls = jax.tree.map(lambda a, b: jnp.where(ls.done, a, b), ls0, ls)
+        return acc + 1e-12 * wv[0], ls
+
+    out.append(("in-loop 7x7 algebra + one line-search update", per_call(scalars, (jnp.zeros((), dt), ls0)), 0))
+
+    def round_trip(c):
+        i, acc = c
+        return i + 1, acc + 1.0
+
+    loop = jax.jit(lambda k: jax.lax.while_loop(lambda c: c[0] < k, round_trip, (jnp.int32(0), jnp.zeros((), dt))))
+    t1 = timed(loop, jnp.int32(10), reps=5)
+    t2 = timed(loop, jnp.int32(10 + trips * 4), reps=5)
+    out.append(("one while-loop trip with a scalar body (host round trip)", (t2 - t1) / (trips * 4), 0))
+    return out
+
+
 def main() -> int:
     p = common.new_parser(__doc__)
     p.add_argument("--n", type=float, default=1e7)
     p.add_argument("--dtype", default="float64")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--hlo-out", default=None, help="also solve Rosenbrock at n=2^20 and write the loop's optimized HLO here")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also time each part of an iteration inside one jitted loop (no host round trips)")
+    p.add_argument("--breakdown-trips", type=int, default=50)
     p.add_argument("--configs", default="1024x4,2048x4,2048x8,4096x8,4096x16", help="blockxwarps list")
     args = p.parse_args()
     common.select_platform(args.device)
@@ -232,10 +311,16 @@ def main() -> int:
             pattern = re.compile(" " + kind + r"\(")
             print(f"HLO {kind}: {sum(len(pattern.findall(t)) for t in text)}")
 
+    if args.breakdown:
+        rows.extend(breakdown(n, dt, P, gt, g, d, xt, w, gamma, stp, slot, count, interpret, args.breakdown_trips))
+
     print(f"\nbest bandwidth of a simple kernel: {best_bw / 1e9:.0f} GB/s")
-    print(f"{'what':<48} {'ms':>8} {'GB/s':>8} {'floor ms':>9} {'x floor':>8}")
+    print(f"{'what':<58} {'ms':>8} {'GB/s':>8} {'floor ms':>9} {'x floor':>8}")
     for name, t, nb in rows:
-        print(f"{name:<48} {t * 1e3:8.3f} {nb / t / 1e9:8.0f} {nb / best_bw * 1e3:9.3f} {t / (nb / best_bw):8.2f}")
+        if nb == 0:  # no bytes counted: a latency, not a stream
+            print(f"{name:<58} {t * 1e3:8.3f}")
+            continue
+        print(f"{name:<58} {t * 1e3:8.3f} {nb / t / 1e9:8.0f} {nb / best_bw * 1e3:9.3f} {t / (nb / best_bw):8.2f}")
     return 0
 
 
