@@ -70,8 +70,9 @@ def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> Excha
     """Decide how ``Exchange(kernel=kernel)`` runs ``problem`` (traces ``f``, compiles nothing).
 
     ``"xla"``: the XLA form.  ``"auto"``: the kernel on a GPU for a continuous space without
-    per-step records when ``f`` can be scalarised.  ``"pallas"``: the kernel (in interpret mode
-    off GPUs) wherever it applies, else the XLA form with a warning.  Never raises.
+    per-step records when ``f`` can be scalarised, in one process (the kernel runs on one device;
+    under ``jax.distributed`` the XLA form splits the replicas).  ``"pallas"``: the kernel (in
+    interpret mode off GPUs) wherever it applies, else the XLA form with a warning.  Never raises.
     """
     if kernel == "xla":
         return ExchangePlan(False, False, "kernel='xla' was asked for")
@@ -81,7 +82,9 @@ def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> Excha
         return ExchangePlan(False, False, f"kernel='auto' uses the Pallas kernel on GPUs only (backend: {backend})")
     reason = None
     graph = None
-    if discrete:
+    if jax.process_count() > 1:  # the kernel is one custom call on one device: no replicas over processes
+        reason = "several processes (jax.distributed) split the replicas in the XLA form"
+    elif discrete:
         reason = "a discrete (mesh) space runs in the XLA form"
     elif record:
         reason = "the per-step records of the step files (record > 0) are written by the XLA form"
