@@ -24,6 +24,11 @@ device from step ``numsteps_thermalization`` on, so no file has to be read back.
 Randomness: the key of step ``s`` is ``fold_in(key, s)``, so chunking, checkpoints and resumes
 give identical runs; a run of N steps continued to 2N (``numsteps`` is resumable) equals a run
 of 2N steps.
+
+Two forms run the same steps (``kernel``): the XLA form, a few XLA kernels per step over all
+replicas, and on a GPU the Pallas form (:mod:`~multiwalk.solvers.exchange_kernel`), which runs
+the Metropolis steps between two exchanges in one kernel with every replica in registers, from
+the same random numbers (7.5 µs instead of 27 µs per step at 10^4 replicas on an H200).
 """
 
 from __future__ import annotations
