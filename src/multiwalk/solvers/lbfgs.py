@@ -23,6 +23,9 @@ each (``[S Y]' [g, y]`` for the small matrices, ``[S Y] w`` for the direction) i
 its work vector ``2m`` times: the iteration is memory-bound for large n, and this is about 2.4x
 less memory traffic.  The small ``m x m`` matrices are updated from those products (no other pass
 over the pairs).  With a user ``diag`` (the seed's ``diagco``) the two-loop recursion is used.
+On a GPU the two passes of one problem run as two fused Pallas kernels (``kernel="auto"``,
+:mod:`multiwalk.solvers.lbfgs_kernel`), and its loop carries the state's scalars packed
+(:meth:`LBFGS.run_chunk`); ``kernel="xla"`` keeps the XLA form (same iterates up to rounding).
 
 Many independent problems (``x0`` of shape ``(K, n)``, or ``starts=K``) run in lockstep, each with
 its own line search and status; the driver stops when all have finished.  The same pure functions
