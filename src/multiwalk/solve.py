@@ -249,7 +249,9 @@ def _fingerprint(problem: Any, as_arguments: bool = False) -> str:
     h = hashlib.blake2b(digest_size=16)
     for name, value in sorted(vars(problem).items()):
         h.update(name.encode())
-        if callable(value):
+        if callable(value) or name in ("names", "free_index"):
+            # names never enter compiled code; free_index follows from n and fixed (both digested),
+            # and at n = 1e9 digesting its 8 GB took seconds in every solve()
             continue
         if name == "x0" or (as_arguments and name in ("data", "sigma")):
             h.update(repr(None if value is None else (np.shape(value), str(np.asarray(value).dtype))).encode())
