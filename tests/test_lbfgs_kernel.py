@@ -16,7 +16,13 @@ import multiwalk as mw
 from multiwalk.functions import cute
 from multiwalk.solvers import lbfgs_kernel
 
-jax.config.update("jax_enable_x64", True)
+
+@pytest.fixture(autouse=True, scope="module")
+def _float64():
+    """float64 for this file only (a global jax_enable_x64 would leak into the other test files)."""
+    with jax.enable_x64(True):
+        yield
+
 
 M = 4
 N = 1000  # not a multiple of the block: the last program is masked
