@@ -123,7 +123,7 @@ def run_ours(folder: Path, *extra: str) -> dict:
                   r" \(\w+, ([^,]+) steps", text)
     run_s, files_s, post_s, compile_s, solve_wall = (float(v) for v in m.groups()[:5])
     kernel = m.group(6)
-    beside = re.search(r"beside the sampling: (\S+) s of formatting and writing \((\d+) thread", text)
+    beside = re.search(r"beside the sampling: (\S+) s of formatting and writing \((\d+) (thread|process)", text)
     best = dict(ln.split(" = ") for ln in (folder / "output" / "best_result.txt").read_text().splitlines())
     # work: the compiled chunks, the step files written between them, fx.txt and best_result.txt
     # (like ODAT-SE's run + post); set-up and compilation are reported apart
@@ -132,28 +132,31 @@ def run_ours(folder: Path, *extra: str) -> dict:
             "files_busy": float(beside.group(1)) if beside else files_s, "write_threads": int(beside.group(2)) if beside else 0}
 
 
-def case_a(out: Path, replicas: int, steps: int, log, threads: tuple[int, ...] = ()) -> dict:
+def case_a(out: Path, replicas: int, steps: int, log, threads: tuple[int, ...] = (),
+           processes: tuple[int, ...] = (), skip_odatse: bool = False) -> dict:
     """ODAT-SE and ours (default ``--write-threads``; 0: files between chunks; no step files; and
-    each ``--write-threads`` of ``threads``) on the same input."""
+    each ``--write-threads`` of ``threads`` and ``--write-processes`` of ``processes``) on the same input."""
     from multiwalk.solvers.exchange import temperature_ladder
 
     therm = steps // 10
     res: dict = {"replicas": replicas, "steps": steps}
     extra = {"ours": [], "ours_serial": ["--write-threads", "0"], "ours_nofiles": ["--no-step-files"]}
     extra.update({f"ours_threads_{n}": ["--write-threads", str(n)] for n in threads})
+    extra.update({f"ours_processes_{n}": ["--write-processes", str(n)] for n in processes})
     for name in ("odatse", *extra):
         folder = out / f"A_{replicas}_{steps}_{name}"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "input.toml").write_text(INPUT.format(steps=steps, therm=therm, replicas=replicas))
         if name == "odatse":
-            res[name] = run_odatse(folder)
+            nan = float("nan")
+            res[name] = {"wall": nan, "work": nan, "best_fx": nan} if skip_odatse else run_odatse(folder)
         else:
             res[name] = run_ours(folder, *extra[name])
         log(f"A R={replicas} N={steps} {name}: {res[name]}")
     temps = 1.0 / temperature_ladder(replicas, Tmin=1.0, Tmax=100.0)
     exact = exact_means(temps)
     rows = []
-    for t in range(replicas):
+    for t in range(0 if skip_odatse else replicas):
         mo, eo = block_stats(out / f"A_{replicas}_{steps}_odatse" / "output" / f"result_T{t}.txt", therm)
         mm, em = block_stats(out / f"A_{replicas}_{steps}_ours" / "output" / f"result_T{t}.txt", therm)
         rows.append({"T": float(temps[t]), "exact": float(exact[t]), "odatse": mo, "odatse_err": eo, "ours": mm,
@@ -213,15 +216,17 @@ def report(env: dict, a: list[dict], b: dict | None) -> str:
                 f"| {n['work']:.3f} | {o['work'] / n['work']:.0f}x | {m['setup']:.2f} | {o['wall']:.2f} | {m['wall']:.2f} "
                 f"| {o['best_fx']:.3g} | {m['best_fx']:.3g} |"
             )
-        variants = [k for k in a[0] if k.startswith("ours_threads_")]
+        variants = [k for k in a[0] if k.startswith(("ours_threads_", "ours_processes_"))]
         if variants:
-            lines += ["", "Step-file writers (run+files, s; the writer thread's own busy time in brackets):", "",
-                      "| replicas | steps | " + " | ".join(f"--write-threads {k.rsplit('_', 1)[1]}" for k in variants)
+            lines += ["", "Step-file writers (run+files, s, and ratio to ODAT-SE; the busiest writer's own busy time in "
+                      "brackets):", "",
+                      "| replicas | steps | " + " | ".join(f"--write-{k.split('_')[1]} {k.rsplit('_', 1)[1]}" for k in variants)
                       + " |", "|---:|---:|" + "---:|" * len(variants)]
             for r in a:
                 lines.append(f"| {r['replicas']} | {r['steps']} | "
-                             + " | ".join(f"{r[k]['work']:.3f} ({r[k]['files_busy']:.3f})" for k in variants) + " |")
-        for r in a:
+                             + " | ".join(f"{r[k]['work']:.3f} ({r[k]['files_busy']:.3f}) "
+                                          f"{r['odatse']['work'] / r[k]['work']:.0f}x" for k in variants) + " |")
+        for r in (r for r in a if r["temperatures"]):
             lines += ["", f"Mean f per temperature, R = {r['replicas']}, N = {r['steps']} (errors from 20 blocks):", "",
                       "| T | exact | ODAT-SE | ours | (ours - ODAT-SE) / error |", "|---:|---:|---:|---:|---:|"]
             for t in r["temperatures"]:
@@ -253,6 +258,8 @@ def main() -> int:
     p.add_argument("--cases", default="A,B")
     p.add_argument("--replicas", default="16:20000,256:2000", help="case A: replicas:numsteps, comma-separated")
     p.add_argument("--write-threads", default="", help="case A: also ours with each --write-threads of this list")
+    p.add_argument("--write-processes", default="", help="case A: also ours with each --write-processes of this list")
+    p.add_argument("--skip-odatse", action="store_true", help="case A: ours only (ratios then read 'nan')")
     p.add_argument("--gpu-replicas", default="10000,100000,1000000")
     p.add_argument("--gpu-steps", type=int, default=2000)
     p.add_argument("--gpu-unroll", default="", help="case B: --unroll values of the XLA form tried at the smallest size")
@@ -275,7 +282,8 @@ def main() -> int:
     cases = args.cases.split(",")
     sizes = [tuple(int(v) for v in item.split(":")) for item in args.replicas.split(",")]
     threads = tuple(int(v) for v in args.write_threads.split(",") if v)
-    a = [case_a(out, r, n, log, threads) for r, n in sizes] if "A" in cases else []
+    processes = tuple(int(v) for v in args.write_processes.split(",") if v)
+    a = [case_a(out, r, n, log, threads, processes, args.skip_odatse) for r, n in sizes] if "A" in cases else []
     b = None
     if "B" in cases:
         b = case_b(out, [int(r) for r in args.gpu_replicas.split(",")], args.gpu_steps, args.odatse_steps, args.dtype,

@@ -468,7 +468,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             raise InputError(f"{ckpt}: that run stopped before its end (step {done + 1} of {saved['numsteps']}): use --resume")
     record = _record_length(R, setup.dimension) if args.step_files else 0
     max_chunk = setup.checkpoint_steps if setup.checkpoint else None
-    if record and args.write_threads != 0:
+    if record and (args.write_threads != 0 or args.write_processes):
         # chunks of at most ~1/16 of the run: each chunk's files are written while the next one is
         # sampled, so only the last chunk's writing is not hidden (the same on every process)
         piece = max(16, -(-setup.numsteps // 16))
@@ -512,7 +512,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                 setup.output_dir, setup.labels, betas, setup.as_beta, nprocs, per,
                 coordinates=None if setup.mesh is None else setup.mesh.coordinates, separate_T=setup.separate_T,
                 resume_step=None if meta is None else int(meta["done"][0]) + 1, state=state0,
-                threads=args.write_threads,
+                threads=args.write_threads, processes=args.write_processes,
             )
         elif writes:
             setup.output_dir.mkdir(parents=True, exist_ok=True)
@@ -560,9 +560,11 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
         f"{st['devices']} device{'s' if st['devices'] > 1 else ''}"
         f"{', ' + str(st['processes']) + ' processes' if 'processes' in st else ''})"
     )
-    if writer is not None and writer.threads:
+    if writer is not None and (writer.threads or writer.processes):
+        who = (f"{writer.processes} process{'es' if writer.processes > 1 else ''}" if writer.processes else
+               f"{writer.threads} thread{'s' if writer.threads > 1 else ''}")
         print(f"step files written beside the sampling: {writer.busy_seconds:.3f} s of formatting and writing "
-              f"({writer.threads} thread{'s' if writer.threads > 1 else ''}); the run waited {writer.seconds:.3f} s for them")
+              f"({who}); the run waited {writer.seconds:.3f} s for them")
     if "devices_note" in st:
         print(f"note: {st['devices_note']}")
     print(f"output in {setup.output_dir}; checkpoint {ckpt}")
@@ -678,6 +680,10 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--write-threads", type=int, default=None, metavar="N",
                    help="exchange: threads that format the step files while the next steps are sampled (default: the "
                         "CPUs, at most 4; 0: write them between the chunks); the files are the same")
+    p.add_argument("--write-processes", type=int, default=0, metavar="N",
+                   help="exchange: worker processes that format and write the step files while the next steps are "
+                        "sampled, each owning some of the files (default 0: threads, see --write-threads); the files "
+                        "are the same")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision (default float64)")
     p.add_argument("--unroll", type=int, default=None, metavar="K",
                    help="exchange: Monte Carlo steps per compiled loop trip (default: 8 on a GPU, 1 on a CPU); "
@@ -707,6 +713,8 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 raise InputError(str(err)) from None
         if args.write_threads is not None and args.write_threads < 0:
             raise InputError(f"--write-threads must be 0 (write between chunks) or more, got {args.write_threads}")
+        if args.write_processes < 0:
+            raise InputError(f"--write-processes must be 0 (no writer processes) or more, got {args.write_processes}")
         if args.unroll is not None and args.unroll < 1:
             raise InputError(f"--unroll must be at least 1, got {args.unroll}")
         if args.time_limit is not None and not args.time_limit > 0:

@@ -122,6 +122,72 @@ def _split(n: int, parts: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
+def _value_rows(fx: np.ndarray, x: np.ndarray | None, node: np.ndarray | None,
+                coordinates: np.ndarray | None) -> np.ndarray:
+    """``(m, 1 + d)`` rows ``fx x1 x2 ...`` from ``fx`` (m,) and ``x`` (m, d) or mesh ``node`` (m,)."""
+    fx = np.asarray(fx, dtype=np.float64).reshape(-1, 1)
+    if coordinates is not None:
+        x = coordinates[np.asarray(node).reshape(-1)]
+    return np.concatenate([fx, np.asarray(x, dtype=np.float64).reshape(fx.size, -1)], axis=1)
+
+
+def _chunk_rows(values: np.ndarray, ints: np.ndarray, coordinates: np.ndarray | None,
+                last_result: np.ndarray | None, need_result: bool = True,
+                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """``(trial, result, last)`` of a chunk of ``m`` steps x ``n`` replicas from the records
+    ``values`` (m, n, 1 + d) and ``ints`` (m, n, 3): the trial and result rows (m n, 1 + d),
+    numbered ``step * n + replica``, and the chunk's last results (n, 1 + d) for the next chunk
+    (``last_result``: those of the chunk before, None at step 0).  Without ``need_result``
+    only the trial rows."""
+    m, n = values.shape[:2]
+    fx, acc = values[..., 0], ints[..., 1].astype(bool)
+    x, node = (values[..., 1:], None) if coordinates is None else (None, ints[..., 2])
+    trial = _value_rows(fx, x, node, coordinates)
+    if not need_result:
+        return trial, None, None
+    # each replica's result at each step: its trial at the last step <= s that was accepted,
+    # or (none in this chunk) its result from before the chunk
+    row = np.arange(m * n).reshape(m, n)
+    last = np.maximum.accumulate(np.where(acc, row, -1), axis=0)
+    if last_result is None:
+        if np.any(last[0] < 0):
+            raise RuntimeError("the first step written must be step 0 (every replica's start is its result)")
+        result = trial[last.reshape(-1)]
+    else:
+        kept = np.where(last >= 0, last + n, np.arange(n))  # rows of [last_result, trial]
+        result = np.concatenate([last_result, trial])[kept.reshape(-1)]
+    return trial, result, result[(m - 1) * n:]
+
+
+def _proc_bytes(steps: np.ndarray, ints: np.ndarray, rows: np.ndarray, p: int, per: int, t_series: pl.Series,
+                a: int = 0, b: int | None = None) -> bytes:
+    """Lines ``step walker T fx x...`` of emulated process ``p`` (walkers ``p per .. (p+1) per - 1``)
+    at the chunk's steps ``a .. b-1`` (relative), from ``rows`` (m n, 1 + d) (trial or result)."""
+    m, n = ints.shape[:2]
+    b = m if b is None else b
+    idx = ((np.arange(a, b) * n)[:, None] + (p * per + np.arange(per))).reshape(-1)
+    head = {"step": np.repeat(steps[a:b].astype(np.int64), per), "walker": np.tile(np.arange(per, dtype=np.int64), b - a),
+            "T": t_series.gather(ints[..., 0].reshape(-1)[idx])}
+    return _csv_bytes({**head, **_numbers(rows[idx])})
+
+
+def _t_group_bytes(steps: np.ndarray, ints: np.ndarray, result: np.ndarray, a: int, b: int,
+                   t_files: list[Path]) -> list[tuple[Path, memoryview]]:
+    """``(path, lines)`` of result_T ``a .. b-1`` for the chunk: ``step walker fx x...`` of the
+    replica at temperature t at each step, from the result rows (m n, 1 + d)."""
+    m, n = ints.shape[:2]
+    # row of the replica at temperature t at each step (every step holds each t once)
+    at_t = np.empty((m, n), np.int64)
+    np.put_along_axis(at_t, ints[..., 0].astype(np.int64), np.arange(m * n).reshape(m, n), axis=1)
+    rows_t = at_t[:, a:b].T.reshape(-1)  # (t, step)
+    # one CSV write for the group (one write_csv per file costs ~0.2 ms each: 256 files and
+    # short chunks made that the bottleneck), cut at every m-th line end
+    data = memoryview(_csv_bytes({"step": np.tile(steps.astype(np.int64), b - a), "walker": rows_t % n,
+                                  **_numbers(result[rows_t])}))
+    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)[m - 1::m] + 1
+    return [(path, data[lo:hi]) for path, lo, hi in zip(t_files[a:b], [0, *ends[:-1].tolist()], ends.tolist())]
+
+
 ROWS_PER_PIECE = 8192  # lines one thread formats at a time: fewer, and each polars call's ~0.3 ms shows
 
 
@@ -155,16 +221,25 @@ class StepWriter:
     ``flush()`` waits for everything handed over (the driver calls it before each checkpoint,
     so the files always reach the checkpoint's step) and raises a write error here.
     ``threads = 0``: every chunk is written in ``on_steps`` itself, one piece at a time.
+
+    ``processes >= 1`` (``threads`` then unused): that many worker processes format and
+    write the files, each owning a fixed set of them (:mod:`multiwalk.io.step_processes`; polars'
+    writer does not run in parallel in threads of one process); same bytes, same flush semantics.
     """
 
     def __init__(
         self, output_dir: Path, labels: list[str], betas: np.ndarray, as_beta: bool, nprocs: int, per: int,
         coordinates: np.ndarray | None = None, separate_T: bool = True, resume_step: int | None = None,
-        state: Any = None, threads: int | None = None,
+        state: Any = None, threads: int | None = None, processes: int = 0,
     ) -> None:
         self.threads = default_write_threads() if threads is None else int(threads)
         if self.threads < 0:
             raise ValueError(f"threads must be 0 (write in the caller) or a positive number of threads, got {threads}")
+        if int(processes) < 0:
+            raise ValueError(f"processes must be 0 (no writer processes) or a positive number, got {processes}")
+        self.processes = int(processes)
+        if self.processes:
+            self.threads = 0  # the processes do all the formatting and writing
         self.output_dir = Path(output_dir)
         self.nprocs, self.per = nprocs, per
         self.n = nprocs * per
@@ -206,13 +281,21 @@ class StepWriter:
             keep_open = soft == resource.RLIM_INFINITY or len(self._all_files) + 256 <= soft
         except (ImportError, OSError, ValueError):  # not on a POSIX system
             keep_open = False
-        if keep_open:
+        if keep_open and not self.processes:  # writer processes open their own files
             flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_BINARY", 0)
             self._fds = {f: os.open(f, flags) for f in self._all_files}
         self.seconds = 0.0  # the caller's time in on_steps and flush (copying the records, waiting)
         self.busy_seconds = 0.0  # time spent preparing, formatting and writing (in whichever thread)
         self._pending: list[Any] = []  # futures of chunks handed to the writer thread, oldest first
         self._writer = self._formatters = None
+        self._processes = None
+        if self.processes:
+            from .step_processes import ProcessWriter
+
+            self._processes = ProcessWriter(
+                self.processes, nprocs, per, {"trial": [d / "trial.txt" for d in self.proc_dirs],
+                                              "result": [d / "result.txt" for d in self.proc_dirs]},
+                self.t_files, self.t_strings, self.coordinates, self.last_result)
         if self.threads:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -222,10 +305,7 @@ class StepWriter:
 
     def _values(self, fx: np.ndarray, x: np.ndarray | None, node: np.ndarray | None) -> np.ndarray:
         """``(m, 1 + d)`` rows ``fx x1 x2 ...`` from ``fx`` (m,) and ``x`` (m, d) or mesh ``node`` (m,)."""
-        fx = np.asarray(fx, dtype=np.float64).reshape(-1, 1)
-        if self.coordinates is not None:
-            x = self.coordinates[np.asarray(node).reshape(-1)]
-        return np.concatenate([fx, np.asarray(x, dtype=np.float64).reshape(fx.size, -1)], axis=1)
+        return _value_rows(fx, x, node, self.coordinates)
 
     def on_steps(self, state: Any, first: int, last: int) -> None:
         """Write steps ``next_step .. last`` from the state's record of the last steps."""
@@ -237,6 +317,12 @@ class StepWriter:
         if steps.size > record:
             raise RuntimeError(f"steps {steps[0]}..{steps[-1]} do not fit the record of {record} steps")
         slots = steps % record
+        if self._processes is not None:  # the processes read the records from shared memory
+            self._processes.raise_failed()
+            self._processes.submit(steps, state.rec_values, state.rec_ints, slots)
+            self.next_step = int(steps[-1]) + 1
+            self.seconds += time.perf_counter() - t0
+            return
         # whole buffers to the host, then numpy indexing (indexing the device arrays would
         # compile a gather for every new chunk length); the indexing copies, so the state may
         # be donated to the next chunk while these are written
@@ -261,6 +347,9 @@ class StepWriter:
         """Wait until every chunk handed over is written; raises the writer thread's error."""
         t0 = time.perf_counter()
         try:
+            if self._processes is not None:
+                self._processes.flush()
+                self.busy_seconds = max(self._processes.busy)  # the busiest writer process
             while self._pending:
                 self._pending.pop(0).result()
         finally:
@@ -271,6 +360,9 @@ class StepWriter:
         try:
             self.flush()
         finally:
+            if self._processes is not None:
+                self._processes.close()
+                self._processes = None
             for pool in (self._writer, self._formatters):
                 if pool is not None:
                     pool.shutdown(wait=True)
@@ -299,66 +391,27 @@ class StepWriter:
 
     def _write(self, steps: np.ndarray, values: np.ndarray, ints: np.ndarray) -> None:
         """``m`` steps x ``n`` replicas from the records ``values`` (m, n, 1 + d) and ``ints``
-        (m, n, 3); rows numbered ``step * n + replica``."""
+        (m, n, 3)."""
         t0 = time.perf_counter()
-        fx, tind, acc = values[..., 0], ints[..., 0], ints[..., 1].astype(bool)
-        x, node = (values[..., 1:], None) if self.coordinates is None else (None, ints[..., 2])
-        n, per = self.n, self.per
         m = steps.size
-        trial = self._values(fx, x, node)
-        # each replica's result at each step: its trial at the last step <= s that was accepted,
-        # or (none in this chunk) its result from before the chunk
-        row = np.arange(m * n).reshape(m, n)
-        last = np.maximum.accumulate(np.where(acc, row, -1), axis=0)
-        if self.last_result is None:
-            if np.any(last[0] < 0):
-                raise RuntimeError("the first step written must be step 0 (every replica's start is its result)")
-            result = trial[last.reshape(-1)]
-        else:
-            kept = np.where(last >= 0, last + n, np.arange(n))  # rows of [last_result, trial]
-            result = np.concatenate([self.last_result, trial])[kept.reshape(-1)]
-        self.last_result = result[(m - 1) * n:]
-        step_col = np.repeat(steps.astype(np.int64), n)
-        t_col = self._t_series.gather(tind.reshape(-1))
+        trial, result, self.last_result = _chunk_rows(values, ints, self.coordinates, self.last_result)
         parts = max(1, self.threads)
-
         for p, d in enumerate(self.proc_dirs):
-            # process p's rows (its walkers at every step), in step order, formatted in pieces
-            # of whole steps (rows a*per .. b*per of the process), each on its own thread
-            rows = row[:, p * per:(p + 1) * per].reshape(-1)
-            steps_p, walkers = step_col[rows], np.tile(np.arange(per), m)
-            temps = t_col if self.nprocs == 1 else t_col.gather(rows)
-            trial_p, result_p = trial[rows], result[rows]
+            # process p's lines in pieces of whole steps, each formatted on its own thread
+            def lines(ab: tuple[int, int], p: int = p) -> tuple[bytes, bytes]:
+                return tuple(_proc_bytes(steps, ints, rows, p, self.per, self._t_series, *ab) for rows in (trial, result))
 
-            def lines(ab: tuple[int, int], steps_p=steps_p, walkers=walkers, temps=temps, trial_p=trial_p,
-                      result_p=result_p) -> tuple[bytes, bytes]:
-                a, b = ab[0] * per, ab[1] * per
-                head = {"step": steps_p[a:b], "walker": walkers[a:b], "T": temps[a:b]}
-                return _csv_bytes({**head, **_numbers(trial_p[a:b])}), _csv_bytes({**head, **_numbers(result_p[a:b])})
-
-            pieces = self._map(lines, _split(m, min(parts, -(-m * per // ROWS_PER_PIECE))))
+            pieces = self._map(lines, _split(m, min(parts, -(-m * self.per // ROWS_PER_PIECE))))
             for k, name in enumerate(("trial.txt", "result.txt")):
                 self._append(d / name, b"".join(piece[k] for piece in pieces))
         if self.separate_T:
-            # row of the replica at temperature t at each step (every step holds each t once)
-            at_t = np.empty((m, n), np.int64)
-            np.put_along_axis(at_t, tind.astype(np.int64), row, axis=1)
-            order = at_t.T.reshape(-1)  # (t, step)
-            step_tile = np.tile(steps.astype(np.int64), n)
-
             def t_lines(ab: tuple[int, int]) -> None:
-                # temperatures a .. b-1 in one CSV write, cut at every m-th line end (one
-                # write_csv per file costs ~0.2 ms each: 256 files and short chunks made that
-                # the bottleneck), each appended to its own file here (files of other groups
-                # are other threads')
-                rows_t = order[ab[0] * m:ab[1] * m]
-                data = memoryview(_csv_bytes({"step": step_tile[ab[0] * m:ab[1] * m], "walker": rows_t % n,
-                                              **_numbers(result[rows_t])}))
-                ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)[m - 1::m] + 1
-                for path, a, b in zip(self.t_files[ab[0]:ab[1]], [0, *ends[:-1].tolist()], ends.tolist()):
-                    self._append(path, data[a:b])
+                # temperatures a .. b-1, each appended to its own file here (files of other
+                # groups are other threads')
+                for path, data in _t_group_bytes(steps, ints, result, ab[0], ab[1], self.t_files):
+                    self._append(path, data)
 
-            self._map(t_lines, _split(n, min(parts, -(-m * n // ROWS_PER_PIECE))))
+            self._map(t_lines, _split(self.n, min(parts, -(-m * self.n // ROWS_PER_PIECE))))
         self.busy_seconds += time.perf_counter() - t0
 
 
