@@ -263,6 +263,7 @@ class _Config:
     interpret: bool = False  # ... in Pallas' interpret mode (off GPUs: tests)
     block: int = lbfgs_kernel.DEFAULT_BLOCK
     warps: int = lbfgs_kernel.DEFAULT_WARPS
+    mesh: Any = None  # the driver's mesh when one problem is split along n: the passes under shard_map
 
 
 def _diag_now(cfg: _Config, x: jax.Array, h0: jax.Array) -> jax.Array | None:
@@ -335,10 +336,15 @@ def finish_iteration(
     y = gt - st.g
     slot = st.head
     fused = cfg.pallas and not masked and cfg.diag_fn is None and not cfg.use_h0
-    if fused:  # pass A: one sweep over P and the vectors (lbfgs_kernel)
+    tuning = {"block": cfg.block, "num_warps": cfg.warps, "interpret": cfg.interpret}
+    if fused and cfg.mesh is not None:  # pass A on every device's columns, its sums added over devices
+        g_prods, y_prods, dots, xt = lbfgs_kernel.pair_products_split(
+            cfg.mesh, st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, **tuning
+        )
+        sy, yy, yg, gg, xx = (dots[i] for i in range(5))
+    elif fused:  # pass A: one sweep over P and the vectors (lbfgs_kernel)
         g_prods, y_prods, dots, xt = lbfgs_kernel.pair_products(
-            st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, block=cfg.block, num_warps=cfg.warps,
-            interpret=cfg.interpret,
+            st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, **tuning
         )
         sy, yy, yg, gg, xx = (dots[i] for i in range(5))
     else:
@@ -369,10 +375,12 @@ def finish_iteration(
     zero = jnp.zeros((), jnp.int32)
     if fused:  # pass B: the direction and the new pair written into P in one sweep
         w, gd = compact_coefficients(new, m)
-        d, P, gt = lbfgs_kernel.direction_and_store(
-            st.P, w, new.gamma, stp, gt, st.g, st.d, slot, st.count, block=cfg.block, num_warps=cfg.warps,
-            interpret=cfg.interpret,
-        )
+        if cfg.mesh is not None:  # columnwise: each device its own columns, no communication
+            d, P, gt = lbfgs_kernel.direction_and_store_split(
+                cfg.mesh, st.P, w, new.gamma, stp, gt, st.g, st.d, slot, st.count, **tuning
+            )
+        else:
+            d, P, gt = lbfgs_kernel.direction_and_store(st.P, w, new.gamma, stp, gt, st.g, st.d, slot, st.count, **tuning)
         new = new._replace(g=gt)
         diag_ok = jnp.asarray(True)
     elif cfg.diag_fn is None and not cfg.use_h0:
@@ -496,6 +504,13 @@ def iterate_packed(cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array) ->
 # --------------------------------------------------------------------------------------------------
 # the solver
 # --------------------------------------------------------------------------------------------------
+
+
+def _current_mesh() -> Any:
+    """The mesh the driver compiles a split run's loop for (None on one device)."""
+    from .. import distributed
+
+    return distributed.current_mesh()
 
 
 def _digest(arr: np.ndarray) -> str:
@@ -642,16 +657,19 @@ class LBFGS(Solver):
             diag_fn=self.diag if callable(self.diag) else None, use_h0=isinstance(self.diag, np.ndarray),
             pallas=plan is not None and plan.use_pallas, interpret=plan is not None and plan.interpret,
             block=self.kernel_block or lbfgs_kernel.DEFAULT_BLOCK, warps=self.kernel_warps or lbfgs_kernel.DEFAULT_WARPS,
+            mesh=_current_mesh() if plan is not None and plan.use_pallas and plan.split else None,
         )
 
-    def kernel_plan(self, problem: Problem) -> lbfgs_kernel.KernelPlan:
-        """Which form (fused Pallas passes or XLA) runs the iterations on ``problem`` here, and why."""
-        from .. import distributed
+    def kernel_plan(self, problem: Problem, devices: int | None = None) -> lbfgs_kernel.KernelPlan:
+        """Which form (fused Pallas passes or XLA) runs the iterations on ``problem`` here, and why.
 
-        plan = lbfgs_kernel.plan(self.kernel, self.m, self.n_starts(problem), self.diag is not None)
-        if plan.use_pallas and distributed.current_mesh() is not None:
-            return lbfgs_kernel.KernelPlan(False, False, "the run is split over devices: the XLA form (XLA splits it)")
-        return plan
+        ``devices``: how many devices the run is split over; None: the driver's mesh while it
+        compiles the loop (one device otherwise).  A single problem is split along ``n``, several
+        starts along the starts (the plan then says the XLA form runs them anyway)."""
+        if devices is None:
+            mesh = _current_mesh()
+            devices = 1 if mesh is None else mesh.size
+        return lbfgs_kernel.plan(self.kernel, self.m, self.n_starts(problem), self.diag is not None, devices)
 
     def n_starts(self, problem: Problem) -> int:
         if self.starts is not None:
@@ -874,9 +892,7 @@ class LBFGS(Solver):
         hist_len = np.minimum(st.iteration[:kh], self.max_iterations) + 1
         xs = np.asarray(problem.expand(st.x))
         stats = dict(stats)
-        plan = self.kernel_plan(problem)
-        if stats.get("devices", 1) > 1 and plan.use_pallas:
-            plan = lbfgs_kernel.KernelPlan(False, False, "the run was split over devices: the XLA form (XLA splits it)")
+        plan = self.kernel_plan(problem, devices=int(stats.get("devices", 1)))  # the driver's mesh is gone here
         stats.update(
             evaluations=int(st.nfev.sum()), starts=K, converged=int(sum(s.success for s in statuses)),
             kernel=plan.name, kernel_reason=plan.reason,

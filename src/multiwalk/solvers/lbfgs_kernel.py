@@ -18,6 +18,12 @@ evaluation (read ``x, d``, write the trial point and its gradient) an iteration 
 Reductions are two-stage: each program (``block`` columns) writes its partial sums, XLA sums
 the (programs, 64) table.  So sums are folded in another order than XLA's: iterates agree with
 the XLA form up to rounding.  Off GPUs the kernels run in Pallas' interpret mode (tests only).
+
+One problem split along ``n`` over a mesh (``mw.solve(..., devices=k)``): :func:`pair_products_split`
+and :func:`direction_and_store_split` run each pass as a :func:`jax.shard_map` over the mesh
+axis, the kernel on every device's columns, and a ``lax.psum`` of pass A's ``4m + 5`` sums (a
+few hundred bytes); the ``n``-sized arrays never leave their device.  The sums are then folded
+per device and across devices: the iterates equal the one-device run's up to rounding.
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["KERNELS", "KernelPlan", "plan", "pair_products", "direction_and_store", "DEFAULT_BLOCK", "DEFAULT_WARPS"]
+__all__ = [
+    "KERNELS", "KernelPlan", "plan", "pair_products", "direction_and_store", "pair_products_split",
+    "direction_and_store_split", "DEFAULT_BLOCK", "DEFAULT_WARPS",
+]
 
 KERNELS = ("auto", "xla", "pallas")
 DEFAULT_BLOCK = 1024  # columns per program (a power of two; tuned on an H200, docs/benchmarks.md)
@@ -38,36 +47,53 @@ _WIDTH = 64  # partial sums per program in pass A's table: 2 x 2m products + 5 d
 
 @dataclass(frozen=True)
 class KernelPlan:
-    """Which form runs the passes, and why: ``use_pallas``, ``interpret`` (CPU), ``reason``."""
+    """Which form runs the passes, and why: ``use_pallas``, ``interpret`` (CPU), ``reason``;
+    ``split``: the problem is split along ``n`` over devices (the passes run under shard_map)."""
 
     use_pallas: bool
     interpret: bool
     reason: str
+    split: bool = False
 
     @property
     def name(self) -> str:
-        return ("pallas (interpret mode)" if self.interpret else "pallas") if self.use_pallas else "xla"
+        if not self.use_pallas:
+            return "xla"
+        notes = (["interpret mode"] if self.interpret else []) + (["split over devices"] if self.split else [])
+        return f"pallas ({', '.join(notes)})" if notes else "pallas"
 
 
-def plan(kernel: str, m: int, starts: int, diag: bool) -> KernelPlan:
+def plan(kernel: str, m: int, starts: int, diag: bool, devices: int = 1) -> KernelPlan:
     """How ``LBFGS(kernel=kernel)`` runs: ``"xla"``; ``"auto"``: the kernels on a GPU for one start
-    with ``H0 = gamma I``, else XLA; ``"pallas"``: the kernels (interpret mode off GPUs) where they
-    apply.  The kernels serve one problem on one device (the driver's split over devices, several
-    starts and a user ``diag`` run the XLA form)."""
+    with ``H0 = gamma I`` on one device, else XLA; ``"pallas"``: the kernels (interpret mode off
+    GPUs) where they apply.  Several starts and a user ``diag`` run the XLA form.  ``devices``:
+    how many devices one problem is split over along ``n``: ``"pallas"`` then runs the split
+    fused form (:func:`pair_products_split`); ``"auto"`` keeps the XLA form there until the split
+    fused form is measured on GPUs."""
     if kernel == "xla":
         return KernelPlan(False, False, "kernel='xla' was asked for")
     backend = jax.default_backend()
     on_gpu = backend in ("gpu", "cuda")
-    if kernel == "auto" and not on_gpu:
-        return KernelPlan(False, False, f"kernel='auto' uses the Pallas kernels on GPUs only (backend: {backend})")
     if starts > 1:
         return KernelPlan(False, False, f"{starts} starts run in lockstep by the XLA form (the kernels serve one problem)")
+    if kernel == "auto" and devices > 1:
+        return KernelPlan(
+            False, False,
+            f"kernel='auto' keeps the XLA form for one problem split over {devices} devices: the split fused "
+            "form is tested on CPUs but not yet measured on GPUs (kernel='pallas' selects it)",
+        )
+    if kernel == "auto" and not on_gpu:
+        return KernelPlan(False, False, f"kernel='auto' uses the Pallas kernels on GPUs only (backend: {backend})")
     if diag:
         return KernelPlan(False, False, "a user diag runs the two-loop recursion (XLA form)")
     if 4 * m + 5 > _WIDTH:
         return KernelPlan(False, False, f"m={m} is above the kernels' {(_WIDTH - 5) // 4}; using the XLA form")
     where = "on the GPU" if on_gpu else f"in interpret mode (backend: {backend}; for tests, slow)"
-    return KernelPlan(True, not on_gpu, f"kernel={kernel!r}: the fused Pallas passes {where}")
+    split = (
+        f", split along n over {devices} devices (each pass a shard_map of the kernel on every device's columns, "
+        "its small sums added by psum)" if devices > 1 else ""
+    )
+    return KernelPlan(True, not on_gpu, f"kernel={kernel!r}: the fused Pallas passes {where}{split}", devices > 1)
 
 
 def _compiler_params(num_warps: int, interpret: bool) -> dict[str, Any]:
@@ -214,3 +240,72 @@ def direction_and_store(
         interpret=interpret, input_output_aliases={3: 1, 5: 2, 6: 0}, name="lbfgs_direction_and_store",
         **_compiler_params(num_warps, interpret),
     )(ints, floats, w, P, gt, g, d)
+
+
+# --------------------------------------------------------------------------------------------------
+# one problem split along n over devices
+# --------------------------------------------------------------------------------------------------
+
+
+def _shard_map(f: Any, mesh: Any, in_specs: Any, out_specs: Any) -> Any:
+    """``jax.shard_map`` without the replication check: pallas_call has no replication rule, and the
+    outputs declared whole are psums (equal on every device by construction)."""
+    import inspect
+
+    sm = getattr(jax, "shard_map", None)
+    if sm is not None:
+        check = "check_vma" if "check_vma" in inspect.signature(sm).parameters else "check_rep"
+        return sm(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, **{check: False})
+    from jax.experimental.shard_map import shard_map  # older JAX
+
+    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
+
+
+def _specs(mesh: Any) -> tuple[Any, Any, Any, str]:
+    """``(columns of a vector, columns of P, whole, axis name)`` for the mesh's one axis."""
+    from jax.sharding import PartitionSpec
+
+    (axis,) = mesh.axis_names
+    return PartitionSpec(axis), PartitionSpec(None, axis), PartitionSpec(), axis
+
+
+def pair_products_split(
+    mesh: Any, P: jax.Array, gt: jax.Array, g: jax.Array, d: jax.Array, xt: jax.Array, stp: jax.Array,
+    slot: jax.Array, count: jax.Array, x: jax.Array, *, block: int = DEFAULT_BLOCK, num_warps: int = DEFAULT_WARPS,
+    interpret: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """:func:`pair_products` of one problem split along ``n`` over ``mesh`` (1-D): the kernel on each
+    device's columns (``n / devices`` of them; ``P``'s second axis and the vectors split alike),
+    its ``4m + 5`` sums added over devices (``lax.psum``); ``x_new`` stays split."""
+    vec, mat, whole, axis = _specs(mesh)
+
+    def local(P, gt, g, d, xt, stp, slot, count, x):  # noqa: ANN001, ANN202
+        pg, py, dots, x_new = pair_products(
+            P, gt, g, d, xt, stp, slot, count, x, block=block, num_warps=num_warps, interpret=interpret
+        )
+        pg, py, dots = jax.lax.psum((pg, py, dots), axis)
+        return pg, py, dots, x_new
+
+    f = _shard_map(
+        local, mesh, (mat, vec, vec, vec, vec, whole, whole, whole, vec), (whole, whole, whole, vec)
+    )
+    return f(P, gt, g, d, xt, stp, slot, count, x)
+
+
+def direction_and_store_split(
+    mesh: Any, P: jax.Array, w: jax.Array, gamma: jax.Array, stp: jax.Array, gt: jax.Array, g: jax.Array,
+    d: jax.Array, slot: jax.Array, count: jax.Array, *, block: int = DEFAULT_BLOCK, num_warps: int = DEFAULT_WARPS,
+    interpret: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:func:`direction_and_store` of one problem split along ``n`` over ``mesh``: purely columnwise,
+    so each device runs the kernel on its columns with no communication (``w``, ``gamma``,
+    ``stp``, ``slot``, ``count`` are whole on every device)."""
+    vec, mat, whole, _ = _specs(mesh)
+
+    def local(P, w, gamma, stp, gt, g, d, slot, count):  # noqa: ANN001, ANN202
+        return direction_and_store(
+            P, w, gamma, stp, gt, g, d, slot, count, block=block, num_warps=num_warps, interpret=interpret
+        )
+
+    f = _shard_map(local, mesh, (mat, whole, whole, whole, vec, vec, vec, whole, whole), (vec, mat, vec))
+    return f(P, w, gamma, stp, gt, g, d, slot, count)

@@ -1,0 +1,89 @@
+"""One L-BFGS problem split along n over 1, 2 and 4 CPU devices with the fused Pallas passes
+(``LBFGS(kernel="pallas")``, interpret mode), for tests/test_lbfgs_split.py (run as a subprocess).
+
+JAX makes its CPU devices when it starts, so ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
+is set before it is imported; the script prints one JSON object (plain numbers, bools, strings).
+Sizes are small: the time goes into compiling one loop per device count (~7 s each on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+
+import multiwalk as mw  # noqa: E402
+from multiwalk.solve import _COMPILED  # noqa: E402
+
+# n = 768 with 128 columns per program: 768 and 384 columns per device are whole programs (the
+# kernels' unmasked form), 192 on 4 devices ends in a half-masked program.
+N = 768
+BLOCK = 128
+
+
+def coupled(x, weights):
+    """A smooth convex objective whose term (x[1:] - x[:-1]) reads across the devices' boundaries."""
+    return (weights * (x - 0.5) ** 2).sum() + ((x[1:] - x[:-1]) ** 2).sum() + 0.1 * (x**4).sum()
+
+
+def problem(n: int) -> mw.Problem:
+    weights = np.linspace(1.0, 4.0, n)
+    return mw.Problem(objective=lambda x: coupled(x, weights), x0=np.linspace(-1.0, 1.0, n))
+
+
+def collectives() -> list[str]:
+    """The kinds of collective operations in the last compiled loop."""
+    text = list(_COMPILED.values())[-1].as_text()
+    return sorted(set(re.findall(r"\b(all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)\b", text)))
+
+
+def main() -> dict:
+    t0 = time.perf_counter()
+    big = problem(N)
+    # eps = 1e-7: convergence is reached well above the rounding floor of f (at 1e-9 the last line
+    # searches of every form, split or not, end on rounding, and their evaluation counts differ)
+    solver = mw.LBFGS(m=3, max_iterations=60, eps=1e-7, kernel="pallas", kernel_block=BLOCK)
+    runs = {}
+    out: dict = {"devices": jax.device_count()}
+    for k in (1, 2, 4):
+        runs[k] = mw.solve(big, solver, progress=False, devices=k)
+        out[f"kernel_{k}"] = runs[k].stats["kernel"]
+        out[f"reason_{k}"] = runs[k].stats["kernel_reason"]
+        out[f"devices_{k}"] = runs[k].stats["devices"]
+        out[f"collectives_{k}"] = collectives()
+        if k > 1:
+            out[f"P_spec_{k}"] = str(list(_COMPILED.values())[-1].input_shardings[0][0].starts.P.spec)
+    a = runs[1]
+    out["status_1"] = int(a.status)
+    for k in (2, 4):
+        b = runs[k]
+        rows = min(a.history_length[0], b.history_length[0])
+        out[f"iterations_{k}"] = [a.iterations, b.iterations]
+        out[f"nfev_{k}"] = [a.nfev, b.nfev]
+        out[f"status_{k}"] = int(b.status)
+        f_a, f_b = a.history["f"][:rows, 0], b.history["f"][:rows, 0]
+        out[f"f_hist_diff_{k}"] = float(np.max(np.abs(f_b - f_a)) / f_a[0])
+        out[f"x_maxdiff_{k}"] = float(np.max(np.abs(b.x - a.x)))
+    # n not a multiple of the device count: the driver refuses before compiling (ValueError)
+    try:
+        mw.solve(problem(N + 2), solver, progress=False, devices=4)
+        out["uneven_error"] = ""
+    except ValueError as err:
+        out["uneven_error"] = str(err)
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+if __name__ == "__main__":
+    json.dump(main(), sys.stdout)

@@ -1,0 +1,66 @@
+"""One L-BFGS problem split along n over devices with the fused Pallas passes (``kernel="pallas"``).
+
+The runs happen in a subprocess (tests/lbfgs_split_check.py) with 4 virtual CPU devices and the
+kernels in Pallas' interpret mode: n = 768 on 1, 2 and 4 devices (~25 s on 2 cores, compiling).
+Tolerances: the split run sums pass A's products per device and then across devices (psum), the
+one-device run per 128-column program then over programs: the same terms folded in another order,
+so f agrees to float64 rounding (eps 2.2e-16) and x to far below the convergence tolerance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from subprocess_check import run_check_script
+
+import multiwalk as mw
+from multiwalk.solvers import lbfgs_kernel
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return run_check_script("lbfgs_split_check.py")
+
+
+def test_split_runs_use_the_fused_passes_under_shard_map(report):
+    assert report["devices"] == 4
+    assert report["kernel_1"] == "pallas (interpret mode)"
+    for k in (2, 4):
+        assert report[f"devices_{k}"] == k
+        assert report[f"kernel_{k}"] == "pallas (interpret mode, split over devices)"
+        assert f"split along n over {k} devices" in report[f"reason_{k}"]
+        assert report[f"P_spec_{k}"] == "P(None, None, 'batch')"  # P (1, 2m, n) stays split along n
+        # psum of the small sums (all-reduce) and the objective's neighbour term (collective-permute);
+        # no all-gather: no n-sized array is gathered (the unsplit kernel on a split P needs one)
+        assert "all-reduce" in report[f"collectives_{k}"]
+        assert "all-gather" not in report[f"collectives_{k}"]
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_split_iterates_equal_the_one_device_run(report, k):
+    assert report["status_1"] == report[f"status_{k}"] == int(mw.lbfgs.LBFGSStatus.SUCCESS)
+    a, b = report[f"iterations_{k}"]
+    assert a == b and a > 10  # a real run, the same number of iterations
+    assert report[f"nfev_{k}"][0] == report[f"nfev_{k}"][1]  # the same line searches
+    # f at every iteration relative to f at the start: sums folded in another order (float64,
+    # 768 terms; measured <= 1.6e-16), so 1e-12 leaves room and still catches any real difference
+    assert report[f"f_hist_diff_{k}"] < 1e-12
+    # x: both stopped at ||g|| < 1e-7 max(1, ||x||); rounding moves the last iterate by ~1e-10
+    assert report[f"x_maxdiff_{k}"] < 1e-8
+
+
+def test_n_must_divide_over_the_devices(report):
+    msg = report["uneven_error"]
+    assert msg.startswith("devices=4:") and "= 770" in msg and "multiple of 4" in msg and "devices=2" in msg
+
+
+def test_auto_keeps_the_xla_form_when_split():
+    """``kernel="auto"`` runs the XLA form for a split problem until the split form is measured on GPUs."""
+    auto = lbfgs_kernel.plan("auto", 7, 1, False, devices=2)
+    assert not auto.use_pallas and "not yet measured on GPUs" in auto.reason and "kernel='pallas'" in auto.reason
+    split = lbfgs_kernel.plan("pallas", 7, 1, False, devices=4)
+    assert split.use_pallas and split.split and "split along n over 4 devices" in split.reason
+    assert not lbfgs_kernel.plan("pallas", 7, 8, False, devices=4).use_pallas  # starts split: XLA form
+    problem = mw.Problem(objective=lambda x: (x**2).sum(), x0=np.ones(8))
+    assert mw.LBFGS(kernel="pallas").kernel_plan(problem, devices=2).split
+    assert mw.LBFGS(kernel="pallas").kernel_plan(problem).split is False  # no mesh here: one device
