@@ -159,6 +159,9 @@ def main() -> int:
     p.add_argument("--ex-steps", type=int, default=400, help="Exchange Monte Carlo steps")
     p.add_argument("--lbfgs-n", type=float, default=1e9,
                    help="variables of the split L-BFGS problem on the most devices (0: skip)")
+    p.add_argument("--split-kernel", choices=("auto", "xla", "pallas"), default="auto",
+                   help="LBFGS(kernel=...) of the split problem: 'auto' runs split problems in the XLA form, "
+                        "'pallas' the fused passes per device (shard_map)")
     common.add_out_option(p, "scaling")
     args = p.parse_args()
     common.select_platform(args.device)
@@ -285,6 +288,7 @@ def main() -> int:
         has_kernel = "kernel" in {f.name for f in dataclasses.fields(mw.LBFGS)}
 
         def lbfgs(kernel: str | None = None) -> Any:
+            kernel = kernel or (args.split_kernel if args.split_kernel != "auto" else None)
             extra = {"kernel": kernel} if kernel and has_kernel else {}
             return mw.LBFGS(m=M, eps=0.0, max_iterations=20, **extra)
 
