@@ -106,12 +106,12 @@ def breakdown(mw, problem, R: int, steps: int) -> None:  # noqa: ANN001
         return jax.vmap(lambda t: solver._draws(problem, st.key, t))(s + jnp.arange(K, dtype=jnp.int32))
 
     def kernel(st, move, u):  # noqa: ANN001, ANN202
-        t = st.t_of_rep
+        # the state is in temperature order: row t's replica, statistics and beta side by side
         moves = exchange_kernel.Moves(st.x, st.fx, st.n_accepted, st.n_nonfinite, st.best_fx, st.best_step,
-                                      st.best_x, st.stat_n[t], st.stat_sum[t], st.stat_sum2[t], st.stat_changed[t],
-                                      st.stat_fbase[t], st.stat_lse[t])
+                                      st.best_x, st.stat_n, st.stat_sum, st.stat_sum2, st.stat_changed,
+                                      st.stat_fbase, st.stat_lse)
         return exchange_kernel.metropolis_steps(
-            plan.graph, moves, st.stat_prev[t], jnp.asarray(betas, dt)[t], jnp.asarray(solver.reweighting_dbeta(), dt)[t],
+            plan.graph, moves, st.stat_prev, jnp.asarray(betas, dt), jnp.asarray(solver.reweighting_dbeta(), dt),
             move, u, st.step, K, step_width=np.asarray((0.5, 0.5)), lower=np.asarray(problem.lower),
             upper=np.asarray(problem.upper), thermalization=solver.thermalization, atol=_ATOL, rtol=_RTOL,
             interpret=plan.interpret)
@@ -128,11 +128,9 @@ def breakdown(mw, problem, R: int, steps: int) -> None:  # noqa: ANN001
     def part_no_kernel(i, st):  # noqa: ANN001, ANN202
         u_ex, move, u = draws(st, st.step)
         st = solver._exchange(problem, st, u_ex[0])
-        t, rep = st.t_of_rep, st.rep_of_t
-        g = [a[t] for a in (st.stat_sum, st.stat_sum2, st.stat_fbase, st.stat_lse)]
-        g = [a + u[0] + move[0, :, 0] for a in g]
-        return st._replace(step=st.step + K, stat_sum=g[0][rep], stat_sum2=g[1][rep], stat_fbase=g[2][rep],
-                           stat_lse=g[3][rep], stat_prev=st.x[rep])
+        g = [a + u[0] + move[0, :, 0] for a in (st.stat_sum, st.stat_sum2, st.stat_fbase, st.stat_lse)]
+        return st._replace(step=st.step + K, stat_sum=g[0], stat_sum2=g[1], stat_fbase=g[2], stat_lse=g[3],
+                           stat_prev=st.x)
 
     move0, u0 = jax.random.normal(jax.random.PRNGKey(1), (K, R, 2), dt), jax.random.uniform(jax.random.PRNGKey(2), (K, R), dt)
 

@@ -1,7 +1,8 @@
 """The collectives in the compiled loops of split runs, for tests/test_collectives.py (run as a subprocess).
 
-Runs ReplicaExchange (burn-in and sampling) and PatternSearch (XLA form) with ``devices=2`` on two
-virtual CPU devices, then reads the HLO of the loops the driver compiled and cached, and prints
+Runs ReplicaExchange (burn-in and sampling), PatternSearch (XLA form) and Exchange (ODAT-SE's, XLA
+form, with step records) with ``devices=2`` on two virtual CPU devices (``--devices N``: N devices;
+Exchange then also runs split over N), then reads the HLO of the loops the driver compiled and cached, and prints
 one JSON object: per solver and phase, each collective's kind and element count.  A walker-parallel
 loop should only move a few numbers between devices per iteration (a best value and its point);
 a collective as large as the batch means every device gathers every walker, which scales no better
@@ -14,8 +15,10 @@ import importlib
 import json
 import os
 import re
+import sys
 
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+N_DEVICES = int(sys.argv[sys.argv.index("--devices") + 1]) if "--devices" in sys.argv else 2
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={N_DEVICES}"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402
@@ -56,17 +59,31 @@ def loop_collectives(run) -> dict[int, list[list]]:
 
 def main() -> dict:
     box = mw.Problem(objective=sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3))
+    report: dict = {"devices": jax.device_count()}
+    if "--exchange-only" not in sys.argv:
+        solve_others(box, report)
+    # ODAT-SE's exchange: 16 replicas (8 per device on 2, 4 on 4), swaps every step, step records kept
+    ex_solver = mw.Exchange(betas=tuple(np.geomspace(10.0, 0.1, 16)), numsteps=6, step_width=(0.5, 0.5, 0.5),
+                            record=4, kernel="xla")
+    ex_run = {}
+    report["ex"] = loop_collectives(
+        lambda: ex_run.setdefault("r", mw.solve(box, ex_solver, progress=False, devices=N_DEVICES))
+    )
+    report["ex_devices"] = ex_run["r"].stats["devices"]
+    report["batch"] = {"re": 48 * 4, "ps": 96, "ex": 16}  # chains (nseq x nbeta), walkers, replicas
+    return report
+
+
+def solve_others(box: mw.Problem, report: dict) -> None:
+    """ReplicaExchange and PatternSearch on 2 devices."""
     re_solver = mw.ReplicaExchange(nseq=48, nbeta=4, nburn=4, niter=4)
     ps_solver = mw.PatternSearch(n_walkers=96, iterations=4, rounds=1, kernel="xla")
-    report: dict = {"devices": jax.device_count()}
     re_run = {}
     report["re"] = loop_collectives(lambda: re_run.setdefault("r", mw.solve(box, re_solver, progress=False, devices=2)))
     report["re_devices"] = re_run["r"].stats["devices"]
     ps_run = {}
     report["ps"] = loop_collectives(lambda: ps_run.setdefault("r", mw.solve(box, ps_solver, progress=False, devices=2)))
     report["ps_devices"] = ps_run["r"].stats["devices"]
-    report["batch"] = {"re": 48 * 4, "ps": 96}  # chains (nseq x nbeta), walkers
-    return report
 
 
 if __name__ == "__main__":

@@ -15,10 +15,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def run_check_script(name: str) -> dict:
-    """Run ``tests/<name>`` with ``src`` on the path and without the caller's XLA_FLAGS; its JSON report."""
+def run_check_script(name: str, *args: str) -> dict:
+    """Run ``tests/<name> args...`` with ``src`` on the path and without the caller's XLA_FLAGS; its JSON report."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["PYTHONPATH"] = str(HERE.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, str(HERE / name)], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run([sys.executable, str(HERE / name), *args], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,11 +1,15 @@
 """Split runs move only a few numbers between devices per iteration (no whole-batch gathers).
 
-tests/collectives_check.py runs ReplicaExchange (192 chains) and PatternSearch (96 walkers, XLA
-form) on 2 virtual CPU devices in a subprocess (~15 s on 2 cores) and reports the collectives in
-the HLO of the compiled loops.  Before the fix, PatternSearch's best point (``x[argmin(fx)]``)
-all-gathered every walker's point and value each iteration (288 and 96 elements), and
-ReplicaExchange's burn-in ring buffer (``jnp.put_along_axis``) all-gathered whole-batch scatter
-indices for each trial (576 and 192 elements): on GPUs every device then waits for every walker.
+tests/collectives_check.py runs ReplicaExchange (192 chains), PatternSearch (96 walkers, XLA
+form) and Exchange (16 replicas) on 2 virtual CPU devices in a subprocess (~10 s on 2 cores), and
+Exchange alone on 4 (~5 s), and reports the collectives in the HLO of the compiled loops.  Before
+the fix, PatternSearch's best point (``x[argmin(fx)]``) all-gathered every walker's point and value
+each iteration (288 and 96 elements), and ReplicaExchange's burn-in ring buffer
+(``jnp.put_along_axis``) all-gathered whole-batch scatter indices for each trial (576 and 192
+elements): on GPUs every device then waits for every walker.
+Exchange (ODAT-SE's, 16 replicas, XLA form) kept its temperature-indexed state whole on every
+device and all-reduced every replica's f, and f with x (16 and 64 elements), each step; its state
+is now in temperature order and split with it, so only the rows beside a device boundary move.
 That the results stay the same on 1, 2 and 4 devices is tests/test_devices.py's job.
 """
 
@@ -18,6 +22,11 @@ from subprocess_check import run_check_script
 @pytest.fixture(scope="module")
 def report() -> dict:
     return run_check_script("collectives_check.py")
+
+
+@pytest.fixture(scope="module")
+def report4() -> dict:
+    return run_check_script("collectives_check.py", "--devices", "4", "--exchange-only")
 
 
 def test_runs_were_split_over_two_devices(report):
@@ -38,3 +47,24 @@ def test_pattern_search_reduces_its_best_point_not_the_walkers(report):
     # the argmin over walkers (a value and an index per device: 2 + 2) and the best point with its
     # value (3 coordinates + 1); every collective far below the 96 walkers: 3 + 1 = 4 is the limit
     assert all(n <= 4 for _, n in ops), ops
+
+
+def test_exchange_moves_only_the_rows_at_the_device_boundary(report):
+    assert report["ex_devices"] == 2
+    ops = report["ex"]["0"]
+    assert ops  # neighbouring temperatures on the two devices must meet somehow
+    # only neighbour exchanges, no reduction or gather over replicas
+    assert {kind for kind, _ in ops} == {"collective-permute"}, ops
+    # a collective-permute moves one row per device: of the packed float columns (fx, best fx,
+    # x, best x: 2 + 2 * 3 = 8) or int columns (node, replica, 2 counters, best step, swap flag:
+    # 6); 8 is the limit, below the 16 replicas and the old all-reduce of 16 x (1 + 3) = 64
+    assert all(n <= 8 for _, n in ops), ops
+    assert len(ops) <= 4, ops  # 2 packed arrays x (up, down)
+
+
+def test_exchange_on_four_devices_too(report4):
+    # 4 replicas per device: every device has two boundaries, still one row per collective
+    assert report4["devices"] == 4 and report4["ex_devices"] == 4
+    ops = report4["ex"]["0"]
+    assert ops and {kind for kind, _ in ops} == {"collective-permute"}, ops
+    assert all(n <= 8 for _, n in ops) and len(ops) <= 4, ops  # the same limits as on 2 devices

@@ -504,10 +504,9 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                 from types import SimpleNamespace
 
                 from ..solve import _read_checkpoint
-                from ..solvers.exchange import ExchangeState
+                from ..solvers.exchange import checkpoint_replica_rows
 
-                leaves = _read_checkpoint(ckpt)[1]
-                state0 = SimpleNamespace(**{k: leaves[ExchangeState._fields.index(k)] for k in ("x", "fx", "node")})
+                state0 = SimpleNamespace(**checkpoint_replica_rows(_read_checkpoint(ckpt)[1]))  # state is by temperature
             writer = StepWriter(
                 setup.output_dir, setup.labels, betas, setup.as_beta, nprocs, per,
                 coordinates=None if setup.mesh is None else setup.mesh.coordinates, separate_T=setup.separate_T,

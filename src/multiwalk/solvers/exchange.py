@@ -21,9 +21,21 @@ Per-temperature statistics of the result (ODAT-SE's ``fx.txt``: mean of f, its s
 log(Z/Z0) by reweighting, the fraction of steps whose point changed) are accumulated on the
 device from step ``numsteps_thermalization`` on, so no file has to be read back.
 
+Layout: the state is kept in TEMPERATURE order.  Row ``t`` of the per-replica arrays (point,
+value, counters, best point, step records) belongs to the replica now at temperature ``t``
+(``state.replica[t]`` says which); an accepted exchange swaps the rows of the two replicas (their
+configurations and bookkeeping move, the temperatures stay), which is the same Markov chain as
+ODAT-SE's swap of temperatures.  So the per-temperature statistics sit beside the replica they
+sample, and when the rows are split over devices only a pair straddling two devices needs a
+neighbour's row: one row per array per device and step crosses (``jnp.roll`` of a split axis, a
+collective-permute), not every replica's f and x.  :meth:`Exchange.result` and the step-file
+writer (``on_steps``) get replica order back (:func:`replica_order`).
+
 Randomness: the key of step ``s`` is ``fold_in(key, s)``, so chunking, checkpoints and resumes
 give identical runs; a run of N steps continued to 2N (``numsteps`` is resumable) equals a run
-of 2N steps.
+of 2N steps.  Step ``s``'s draws are indexed by temperature row (not by replica), so each
+device draws only its own rows (jax_threefry_partitionable) and a run is the same on any number
+of devices.
 
 Two forms run the same steps (``kernel``): the XLA form, a few XLA kernels per step over all
 replicas, and on a GPU the Pallas form (:mod:`~multiwalk.solvers.exchange_kernel`), which runs
@@ -47,7 +59,7 @@ from ..spaces import Mesh
 from . import exchange_kernel
 from .base import Phase, Solver, check_int_option
 
-__all__ = ["Exchange", "ExchangeResult", "ExchangeState", "temperature_ladder"]
+__all__ = ["Exchange", "ExchangeResult", "ExchangeState", "replica_order", "temperature_ladder"]
 
 _INIT_STREAM = 0x7FFFFFFF  # key stream of the start points; steps use 1, 2, 3, ...
 _ATOL, _RTOL = 1e-8, 1e-5  # numpy.allclose's defaults: ODAT-SE's test of "the point changed"
@@ -85,21 +97,23 @@ def temperature_ladder(
 
 
 class ExchangeState(NamedTuple):
+    """Every (T, ...) / (B, T, ...) array is in temperature order: row t is the replica at
+    temperature t (``replica[t]``); T = R."""
+
     key: jax.Array  # (2,) uint32, the run's key; step s folds in s
     step: jax.Array  # () int32, the next step (ODAT-SE's istep); step 0 is the start
     direction: jax.Array  # () bool, True: the next exchange pairs (0,1), (2,3), ...
-    x: jax.Array  # (R, d) current point of each replica
-    node: jax.Array  # (R,) int32 current mesh node (discrete space; zeros otherwise)
-    fx: jax.Array  # (R,)
-    rep_of_t: jax.Array  # (T,) int32 replica at each temperature (ODAT-SE's T2rep)
-    t_of_rep: jax.Array  # (R,) int32 temperature index of each replica (rep2T)
-    n_accepted: jax.Array  # (R,) int32 accepted moves
-    n_nonfinite: jax.Array  # (R,) int32 in-range proposals whose f was NaN (rejected)
-    n_exchange_tries: jax.Array  # (max(T-1, 1),) int32 exchange attempts of pair (t, t+1)
-    n_exchanges: jax.Array  # (max(T-1, 1),) int32 accepted
-    best_fx: jax.Array  # (R,) lowest f of each replica's results so far
-    best_step: jax.Array  # (R,) int32 the (first) step it was reached
-    best_x: jax.Array  # (R, d)
+    x: jax.Array  # (T, d) current point of the replica at each temperature
+    node: jax.Array  # (T,) int32 current mesh node (discrete space; zeros otherwise)
+    fx: jax.Array  # (T,)
+    replica: jax.Array  # (T,) int32 the replica at each temperature (ODAT-SE's T2rep)
+    n_accepted: jax.Array  # (T,) int32 accepted moves (of the replica, travelling with it)
+    n_nonfinite: jax.Array  # (T,) int32 in-range proposals whose f was NaN (rejected)
+    n_exchange_tries: jax.Array  # (T,) int32 exchange attempts of pair (t, t+1) (the last row stays 0)
+    n_exchanges: jax.Array  # (T,) int32 accepted
+    best_fx: jax.Array  # (T,) lowest f of the replica's results so far
+    best_step: jax.Array  # (T,) int32 the (first) step it was reached
+    best_x: jax.Array  # (T, d)
     stat_n: jax.Array  # (T,) int32 samples at each temperature after thermalisation
     stat_sum: jax.Array  # (T,) sum of f
     stat_sum2: jax.Array  # (T,) sum of f^2
@@ -107,10 +121,44 @@ class ExchangeState(NamedTuple):
     stat_prev: jax.Array  # (T, d) the point at each temperature one step ago
     stat_fbase: jax.Array  # (T,) first sample's f, the reweighting's reference
     stat_lse: jax.Array  # (T,) log sum exp(-dbeta (f - fbase)) over the samples
-    rec_values: jax.Array  # (B, R, 1 + d) of the last B steps, slot s % B: trial f (inf outside the box), then
-    #   the trial point (continuous; (B, R, 1) in a discrete space)
-    rec_ints: jax.Array  # (B, R, 3) int32: temperature index, accepted (result = trial, else the result of
-    #   the step before), trial node (discrete; 0 otherwise)
+    rec_values: jax.Array  # (B, T, 1 + d) of the last B steps, slot s % B: trial f (inf outside the box), then
+    #   the trial point (continuous; (B, T, 1) in a discrete space)
+    rec_ints: jax.Array  # (B, T, 3) int32: the replica, accepted (result = trial, else the result of the
+    #   step before), trial node (discrete; 0 otherwise); replica_order() turns column 0 into the temperature
+
+
+# the rows that travel with a replica when it swaps temperature (the statistics stay: per temperature)
+_TRAVELLING = ("x", "node", "fx", "replica", "n_accepted", "n_nonfinite", "best_fx", "best_step", "best_x")
+
+
+def replica_order(state: ExchangeState) -> ExchangeState:
+    """The state with its per-replica rows in replica order, on the host (numpy): row r of ``x``,
+    ``fx``, ``node``, the counters, best points and of every record slot is replica r; the
+    records' column 0 becomes the replica's temperature index at that step (ODAT-SE's files'
+    ``T`` column).  ``replica`` and the per-temperature statistics are left as they are."""
+    st = jax.tree_util.tree_map(np.asarray, state)
+    t_of_rep = np.argsort(st.replica, kind="stable")  # a permutation: replica r is at temperature t_of_rep[r]
+    rows = {name: getattr(st, name)[t_of_rep] for name in _TRAVELLING if name != "replica"}
+    ints = st.rec_ints.copy()
+    if ints.shape[0]:
+        reps = ints[:, :, 0]  # (B, T) the replica at each temperature, per slot
+        t_of = np.zeros_like(reps)  # slots never written hold zeros: any in-range rows
+        np.put_along_axis(t_of, reps, np.arange(reps.shape[1], dtype=reps.dtype)[None, :], axis=1)
+        ints = np.take_along_axis(ints, t_of[:, :, None], axis=1)
+        ints[:, :, 0] = t_of
+        values = np.take_along_axis(st.rec_values, t_of[:, :, None], axis=1)
+    else:
+        values = st.rec_values
+    return st._replace(**rows, rec_values=values, rec_ints=ints)
+
+
+def checkpoint_replica_rows(leaves: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """``x``, ``fx`` and ``node`` of each replica, in replica order, from a checkpoint's arrays (the
+    leaves of an :class:`ExchangeState`, in field order): where a continued run's step files
+    start from."""
+    field = {name: np.asarray(leaves[i]) for i, name in enumerate(ExchangeState._fields) if i < len(leaves)}
+    t_of_rep = np.argsort(field["replica"], kind="stable")
+    return {name: field[name][t_of_rep] for name in ("x", "fx", "node")}
 
 
 @dataclass(frozen=True)
@@ -261,25 +309,25 @@ class Exchange(Solver):
         return min(limits) if limits else None
 
     def batch_axes(self, problem: Problem, state: ExchangeState) -> ExchangeState | None:
-        """Replicas are split over devices (their points, values, counters, best points and
-        records ``rec_*``, (B, R, ...)).  What is indexed by temperature (the ladder's replica order and the
-        statistics, R numbers each) stays whole on every device: the exchange of neighbouring
-        temperatures reads every replica's f, a gather of R values per step that XLA inserts,
-        and it is decided identically everywhere.  The Pallas form stays on one device (its
-        kernel is one custom call XLA cannot split); ``kernel="xla"`` runs split."""
+        """Temperatures are split over devices, each with its replica (every (T, ...) array along
+        its first axis, the records ``rec_*`` (B, T, ...) along the second): an exchange needs only
+        the neighbouring row across each device boundary, and the statistics are updated where
+        their samples are.  Only the key, the step and the exchange direction are on every device.
+        The Pallas form stays on one device (its kernel is one custom call XLA cannot split);
+        ``kernel="xla"`` runs split."""
         if self.kernel_plan(problem).use_pallas:
             return None
-        per_replica = {"x", "node", "fx", "t_of_rep", "n_accepted", "n_nonfinite", "best_fx", "best_step", "best_x"}
+        whole = {"key", "step", "direction"}
         return ExchangeState(
-            *[0 if name in per_replica else 1 if name.startswith("rec_") else None for name in ExchangeState._fields]
+            *[None if name in whole else 1 if name.startswith("rec_") else 0 for name in ExchangeState._fields]
         )
 
     def batch_option(self, problem: Problem) -> str:
         return "the number of replicas (len(betas))"
 
     def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
-        if self.on_steps is not None:
-            self.on_steps(state, first, last)
+        if self.on_steps is not None:  # the writers read replica order (a permutation on the host)
+            self.on_steps(replica_order(state), first, last)
 
     def on_sync(self, problem: Problem) -> None:
         if self.on_flush is not None:
@@ -323,7 +371,7 @@ class Exchange(Solver):
         i32 = jnp.int32
         T = R
         first = jnp.asarray(self.thermalization == 0)
-        arange = jnp.arange(R, dtype=i32)
+        arange = jnp.arange(R, dtype=i32)  # replica r starts at temperature r
         state = ExchangeState(
             key=key,
             step=jnp.asarray(1, i32),
@@ -331,12 +379,11 @@ class Exchange(Solver):
             x=x,
             node=node,
             fx=fx,
-            rep_of_t=arange,
-            t_of_rep=arange,
+            replica=arange,
             n_accepted=jnp.zeros(R, i32),
             n_nonfinite=nan.astype(i32),
-            n_exchange_tries=jnp.zeros(max(T - 1, 1), i32),
-            n_exchanges=jnp.zeros(max(T - 1, 1), i32),
+            n_exchange_tries=jnp.zeros(T, i32),
+            n_exchanges=jnp.zeros(T, i32),
             best_fx=fx,
             best_step=jnp.zeros(R, i32),
             best_x=x,
@@ -360,17 +407,18 @@ class Exchange(Solver):
         slot = jnp.asarray(s) % self.record
         upd = jax.lax.dynamic_update_index_in_dim
         values = fx[:, None] if self.mesh is not None else jnp.concatenate([fx[:, None], x], axis=1)
-        ints = jnp.stack([st.t_of_rep, accepted.astype(jnp.int32), node.astype(jnp.int32)], axis=1)
+        ints = jnp.stack([st.replica, accepted.astype(jnp.int32), node.astype(jnp.int32)], axis=1)
         return st._replace(rec_values=upd(st.rec_values, values, slot, 0), rec_ints=upd(st.rec_ints, ints, slot, 0))
 
     # ----------------------------------------------------------------- one step
     def _draws(self, problem: Problem, key: jax.Array, s: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """The random numbers of step ``s``: exchange uniforms (T-1,), move draws (Gaussian
-        (R, d), or uniform (R,) to pick a mesh neighbour) and acceptance uniforms (R,)."""
+        """The random numbers of step ``s``, per temperature row: exchange uniforms (T,) (row t
+        for the pair (t, t+1); the last is not used), move draws (Gaussian (T, d), or uniform (T,)
+        to pick a mesh neighbour) and acceptance uniforms (T,)."""
         dt = problem.dtype
         R = self.n_replicas
         k_exchange, k_move, k_accept = jax.random.split(jax.random.fold_in(key, s), 3)
-        u_exchange = jax.random.uniform(k_exchange, (max(R - 1, 1),), dt)
+        u_exchange = jax.random.uniform(k_exchange, (R,), dt)
         if self.mesh is None:
             move = jax.random.normal(k_move, (R, problem.n), dt)
         else:
@@ -439,26 +487,25 @@ class Exchange(Solver):
             m = jnp.maximum(jnp.minimum(jnp.minimum(K, nex - s % nex), n - i), 0)  # no exchange inside the block
             u_exchange, move, u_accept = jax.vmap(lambda t: self._draws(problem, st.key, t))(s + jnp.arange(K, dtype=i32))
             st = self._exchange(problem, st, u_exchange[0], m > 0)
-            t, rep = st.t_of_rep, st.rep_of_t
+            # temperature order: row t's replica, its temperature's statistics and beta side by side
             moves = exchange_kernel.Moves(
                 x=st.x, fx=st.fx, n_accepted=st.n_accepted, n_nonfinite=st.n_nonfinite, best_fx=st.best_fx,
-                best_step=st.best_step, best_x=st.best_x, stat_n=st.stat_n[t], stat_sum=st.stat_sum[t],
-                stat_sum2=st.stat_sum2[t], stat_changed=st.stat_changed[t], stat_fbase=st.stat_fbase[t],
-                stat_lse=st.stat_lse[t],
+                best_step=st.best_step, best_x=st.best_x, stat_n=st.stat_n, stat_sum=st.stat_sum,
+                stat_sum2=st.stat_sum2, stat_changed=st.stat_changed, stat_fbase=st.stat_fbase,
+                stat_lse=st.stat_lse,
             )
             out = exchange_kernel.metropolis_steps(
-                kplan.graph, moves, st.stat_prev[t], betas[t], dbeta[t], move, u_accept, s, m,
+                kplan.graph, moves, st.stat_prev, betas, dbeta, move, u_accept, s, m,
                 step_width=np.asarray(self.step_width), lower=np.asarray(problem.lower), upper=np.asarray(problem.upper),
                 thermalization=self.thermalization, atol=_ATOL, rtol=_RTOL,
                 block=self.kernel_block or exchange_kernel.DEFAULT_BLOCK,
                 num_warps=self.kernel_warps or exchange_kernel.DEFAULT_WARPS, interpret=kplan.interpret,
             )
-            # per replica -> per temperature (the replica at t is rep_of_t[t])
             st = st._replace(
                 x=out.x, fx=out.fx, n_accepted=out.n_accepted, n_nonfinite=out.n_nonfinite, best_fx=out.best_fx,
-                best_step=out.best_step, best_x=out.best_x, stat_n=out.stat_n[rep], stat_sum=out.stat_sum[rep],
-                stat_sum2=out.stat_sum2[rep], stat_changed=out.stat_changed[rep], stat_fbase=out.stat_fbase[rep],
-                stat_lse=out.stat_lse[rep], stat_prev=out.x[rep], step=s + m,
+                best_step=out.best_step, best_x=out.best_x, stat_n=out.stat_n, stat_sum=out.stat_sum,
+                stat_sum2=out.stat_sum2, stat_changed=out.stat_changed, stat_fbase=out.stat_fbase,
+                stat_lse=out.stat_lse, stat_prev=out.x, step=s + m,
             )
             return i + m, st
 
@@ -506,8 +553,8 @@ class Exchange(Solver):
         # 1. temperature exchange, alternating even-odd and odd-even pairs (ODAT-SE's order)
         st = self._exchange(problem, st, u_exchange)
 
-        # 2. Metropolis move of every replica at its temperature
-        beta_r = betas[st.t_of_rep]
+        # 2. Metropolis move of every replica at its temperature (row t: beta_t)
+        beta_r = betas
         if self.mesh is None:
             lo, hi = jnp.asarray(problem.lower, dt), jnp.asarray(problem.upper, dt)
             proposal = st.x + move * jnp.asarray(self.step_width, dt)
@@ -548,35 +595,45 @@ class Exchange(Solver):
     def _exchange(self, problem: Problem, st: ExchangeState, u_exchange: jax.Array, active: Any = True) -> ExchangeState:
         """Step ``st.step``'s temperature exchange (when ``step % numsteps_exchange == 0`` and
         ``active``), the pairs ``(t, t+1)`` from even and odd ``t`` in turn, with the uniforms
-        ``u_exchange`` (T-1,)."""
-        R = T = self.n_replicas
+        ``u_exchange`` (T,) (row t: pair (t, t+1)).  A swap exchanges the two rows of every
+        travelling array (:data:`_TRAVELLING`); the rows' neighbours are reached by ``jnp.roll``
+        along the temperature axis, which a split axis turns into a collective-permute of one
+        row per device boundary (tests/test_collectives.py)."""
+        T = self.n_replicas
         if T == 1:
             return st
         s = st.step
-        betas = jnp.asarray(self.betas, problem.dtype)
+        b = np.asarray(self.betas)
+        dt = problem.dtype
+        # beta_{t+1} - beta_t in the working precision, as ODAT-SE's test computes it (0 past the top)
+        gap = jnp.asarray(np.append(b[1:], b[-1]), dt) - jnp.asarray(b, dt)
         do = ((s % self.numsteps_exchange) == 0) & active
-        lower = jnp.arange(T - 1)
-        valid = do & ((lower % 2) == jnp.where(st.direction, 0, 1))
-        f_t = st.fx[st.rep_of_t]
-        logp = (betas[1:] - betas[:-1]) * (f_t[1:] - f_t[:-1])
-        u = u_exchange
-        swap = valid & ((logp >= 0) | (u < jnp.exp(jnp.minimum(logp, 0))))  # NaN logp never swaps
-        at_lower = jnp.concatenate([swap, jnp.zeros(1, bool)])
-        at_upper = jnp.concatenate([jnp.zeros(1, bool), swap])
-        rep = st.rep_of_t
-        rep = jnp.where(at_lower, jnp.roll(rep, -1), jnp.where(at_upper, jnp.roll(rep, 1), rep))
-        st = st._replace(
-            rep_of_t=rep,
-            t_of_rep=jnp.zeros(R, jnp.int32).at[rep].set(jnp.arange(T, dtype=jnp.int32)),
+        t = jnp.arange(T)
+        valid = do & (t < T - 1) & ((t % 2) == jnp.where(st.direction, 0, 1))
+        # the travelling rows packed into one float and one int array, so that a split run moves
+        # them across a device boundary in 4 collective-permutes per step (2 up, 2 down), not 2 per array
+        d = st.x.shape[1]
+        floats = jnp.concatenate([st.fx[:, None], st.best_fx[:, None], st.x, st.best_x], axis=1)
+        ints = jnp.stack([st.node, st.replica, st.n_accepted, st.n_nonfinite, st.best_step], axis=1)
+        floats_above, ints_above = jnp.roll(floats, -1, axis=0), jnp.roll(ints, -1, axis=0)  # row t: row t+1's
+        logp = gap * (floats_above[:, 0] - st.fx)
+        swap = valid & ((logp >= 0) | (u_exchange < jnp.exp(jnp.minimum(logp, 0))))  # NaN logp never swaps
+        # row t+1 takes row t's replica where pair (t, t+1) swaps; swap[T-1] is False, so nothing wraps
+        ints_below = jnp.roll(jnp.concatenate([ints, swap[:, None].astype(ints.dtype)], axis=1), 1, axis=0)
+        floats_below = jnp.roll(floats, 1, axis=0)
+        from_below = ints_below[:, -1] == 1
+        floats = jnp.where(swap[:, None], floats_above, jnp.where(from_below[:, None], floats_below, floats))
+        ints = jnp.where(swap[:, None], ints_above, jnp.where(from_below[:, None], ints_below[:, :-1], ints))
+        return st._replace(
+            fx=floats[:, 0], best_fx=floats[:, 1], x=floats[:, 2:2 + d], best_x=floats[:, 2 + d:],
+            node=ints[:, 0], replica=ints[:, 1], n_accepted=ints[:, 2], n_nonfinite=ints[:, 3], best_step=ints[:, 4],
             direction=jnp.where(do & (T > 2), ~st.direction, st.direction),
             n_exchange_tries=st.n_exchange_tries + valid,
             n_exchanges=st.n_exchanges + swap,
         )
-        return st
 
     def _accumulate(self, st: ExchangeState, s: jax.Array, dt: Any) -> ExchangeState:
-        f_t = st.fx[st.rep_of_t]
-        x_t = st.x[st.rep_of_t]
+        f_t, x_t = st.fx, st.x  # temperature order: row t is the sample at temperature t
         counted = s >= self.thermalization
         changed = ~jnp.all(jnp.abs(x_t - st.stat_prev) <= _ATOL + _RTOL * jnp.abs(st.stat_prev), axis=1)
         first = counted & (st.stat_n == 0)
@@ -625,7 +682,7 @@ class Exchange(Solver):
     def result(
         self, problem: Problem, state: ExchangeState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> ExchangeResult:
-        st = jax.tree_util.tree_map(np.asarray, state)
+        st = replica_order(state)
         R = self.n_replicas
         per = self.nreplica_per_proc or R
         r = np.arange(R)
@@ -659,13 +716,13 @@ class Exchange(Solver):
             replica_x=st.x,
             replica_fx=st.fx,
             replica_node=st.node if self.mesh is not None else None,
-            temperature_index=st.t_of_rep,
+            temperature_index=np.argsort(st.replica, kind="stable").astype(np.int32),
             betas=np.asarray(self.betas),
             steps=steps,
             acceptance=st.n_accepted / max(steps - 1, 1),
             exchange_rate=exch[: max(R - 1, 0)],
             statistics=self.statistics(st),
-            state=state,
+            state=st,
         )
 
 
@@ -679,7 +736,7 @@ class ExchangeResult(Result):
     ``steps``: the next step number (steps 0 .. steps-1 are done).  ``acceptance`` (R,): accepted
     moves per step of each replica; ``exchange_rate`` (T-1,): accepted / attempted swaps of
     pair (t, t+1).  ``statistics``: per temperature, :meth:`Exchange.statistics`.
-    ``state``: the final solver state (for writers).
+    ``state``: the final solver state in replica order (:func:`replica_order`; numpy, for writers).
     """
 
     best_replica: int = 0

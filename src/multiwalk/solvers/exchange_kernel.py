@@ -14,8 +14,8 @@ Per step and replica, in the XLA form's order and precision: propose ``x + step_
 ``f = inf`` outside ``lower <= x < upper``, accept when ``log(u) < -beta (f_new - f)`` (NaN never),
 count accepted / non-finite moves, keep the replica's best point, and add the result to the
 statistics of its temperature (``fx.txt``: count, sum of f and f^2, points that changed,
-log-sum-exp of the reweighting terms).  The statistics arrive gathered per replica (each
-replica's temperature holds it alone between exchanges) and go back per temperature in XLA.
+log-sum-exp of the reweighting terms).  The caller keeps its state in temperature order (row t:
+the replica at temperature t and that temperature's statistics), so no row is gathered.
 
 The objective is the user's ``jax.numpy`` function of ONE point, evaluated through its
 :class:`~multiwalk.scalarise.ScalarGraph` on ``[block]`` vectors (Triton takes power-of-two
@@ -116,9 +116,9 @@ def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> Excha
 
 
 class Moves(NamedTuple):
-    """Per replica (R rows): the state the kernel reads and writes.  Statistics are those of each
-    replica's temperature (gathered by the caller); ``prev`` is the point at that temperature one
-    step before the first step (``stat_prev[t_of_rep]``)."""
+    """Per replica (R rows, in the caller's temperature order): the state the kernel reads and
+    writes.  Statistics are those of each row's temperature; ``prev`` is the point at that
+    temperature one step before the first step (``stat_prev``)."""
 
     x: jax.Array  # (R, d)
     fx: jax.Array  # (R,)
