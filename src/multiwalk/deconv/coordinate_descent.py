@@ -58,6 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import distributed as dist
+from ..kernels import check_kernel_option
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import coordinate_descent_kernel as cdk
@@ -161,8 +162,7 @@ class CoordinateDescent(Solver):
             )
         if self.lipschitz not in ("autocorrelation", "exact"):
             raise ValueError(f"lipschitz must be 'autocorrelation' or 'exact', got {self.lipschitz!r}")
-        if self.kernel not in cdk.KERNELS:
-            raise ValueError(f"kernel must be one of {cdk.KERNELS}, got {self.kernel!r}")
+        check_kernel_option(self.kernel)
         if self.block is not None:
             pair = self.block if isinstance(self.block, (tuple, list)) else (self.block, self.block)
             if len(pair) != 2:
@@ -222,7 +222,9 @@ class CoordinateDescent(Solver):
         else:  # AC[0], the map update's own diagonal, >= every L[k]
             lipschitz = np.full(problem.shape, float(np.sum(np.asarray(psf, np.float64) ** 2)))
         lipschitz = lipschitz.astype(problem.dtype)
-        make = jax.jit(lambda d, p, x0, lip: self._initial_state(problem, d, p, x0, lip))
+        from ..solve import cached_jit  # kept across solve() calls of the same problem
+
+        make = cached_jit(problem, self, "init", lambda d, p, x0, lip: self._initial_state(problem, d, p, x0, lip))
         if shardings is None:
             return lambda key: make(dirty, psf, start, lipschitz)
         # Split: made whole on one device, then placed, so that its objective (a sum over the

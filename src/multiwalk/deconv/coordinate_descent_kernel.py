@@ -30,13 +30,10 @@ on ties).  Off GPUs the kernel runs in Pallas' interpret mode (for tests: correc
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 
+from ..kernels import KERNELS, KernelPlan, backend, compiler_params, is_power_of_two, pallas_plan, xla_plan
 from . import greedy
 
 __all__ = [
@@ -44,43 +41,20 @@ __all__ = [
     "DEFAULT_WARPS",
 ]
 
-log = logging.getLogger("multiwalk")
-
-KERNELS = ("auto", "xla", "pallas")
 DEFAULT_BLOCK = (32, 128)  # block rows x columns of the kernel form (powers of two; see docs/benchmarks.md)
 DEFAULT_WARPS = 4
-
-
-@dataclass(frozen=True)
-class KernelPlan:
-    """Which form runs an update, and why: ``use_pallas``, ``interpret`` (CPU), ``reason``."""
-
-    use_pallas: bool
-    interpret: bool
-    reason: str
-
-    @property
-    def name(self) -> str:
-        return ("pallas (interpret mode)" if self.interpret else "pallas") if self.use_pallas else "xla"
-
-
-def _power_of_two(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
 
 
 def plan(kernel: str, block: tuple[int, int]) -> KernelPlan:
     """How ``CoordinateDescent(kernel=kernel)`` runs: ``"xla"``; ``"auto"``: Pallas on a GPU, else XLA;
     ``"pallas"``: the kernel (interpret mode off GPUs).  Blocks must be powers of two (Triton)."""
-    if kernel == "xla":
-        return KernelPlan(False, False, "kernel='xla' was asked for")
-    backend = jax.default_backend()
-    on_gpu = backend in ("gpu", "cuda", "rocm")
-    if kernel == "auto" and not on_gpu:
-        return KernelPlan(False, False, f"kernel='auto' uses the Pallas kernel on GPUs only (backend: {backend})")
-    if not all(_power_of_two(b) for b in block):
+    name, on_gpu = backend()
+    decided = xla_plan(kernel, name, on_gpu)
+    if decided is not None:
+        return decided
+    if not all(is_power_of_two(b) for b in block):
         return KernelPlan(False, False, f"block {block} is not a power of two per axis (Triton needs that); using the XLA form")
-    where = "on the GPU" if on_gpu else f"in interpret mode (backend: {backend}; for tests, slow)"
-    return KernelPlan(True, not on_gpu, f"kernel={kernel!r}: the fused Pallas update {where}")
+    return pallas_plan(kernel, name, on_gpu, "the fused Pallas update")
 
 
 def kernel_pad(geo: greedy.Geometry, kernel_shape: tuple[int, int]) -> tuple[int, int]:
@@ -215,17 +189,11 @@ def update_and_rescan(
             else:
                 l_out[pi, pj] = f_ref[2]
 
-    extra: dict[str, Any] = {}
-    if not interpret:
-        from jax.experimental.pallas import triton as plgpu
-
-        extra["compiler_params"] = plgpu.CompilerParams(num_warps=num_warps, num_stages=1)
     arrays = (gradient, x, marks if constant else signed_lipschitz, *blocks)
     out_shape = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays)
     aliases = {2: 0, 3: 1, 4: 2}
     aliases.update({6 + k: 3 + k for k in range(len(blocks))})
     return pl.pallas_call(
         body, out_shape=out_shape, grid=(t1, t2), interpret=interpret, name="cd_update_and_rescan",
-        input_output_aliases=aliases,
-        **extra,
+        input_output_aliases=aliases, **compiler_params(num_warps, interpret),
     )(ints, floats, gradient, x, arrays[2], kernel, *blocks)

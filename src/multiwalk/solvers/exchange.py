@@ -53,6 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem
 from ..result import Result, Status
 from ..spaces import Mesh
@@ -229,14 +230,8 @@ class Exchange(Solver):
         check_int_option("max_chunk_steps", self.max_chunk_steps, 1, none_ok=True)
         check_int_option("unroll", self.unroll, 1, none_ok=True)
         check_int_option("nreplica_per_proc", self.nreplica_per_proc, 1, none_ok=True)
-        if self.kernel not in exchange_kernel.KERNELS:
-            raise ValueError(f"kernel must be one of {exchange_kernel.KERNELS}, got {self.kernel!r}")
-        check_int_option("kernel_block", self.kernel_block, 1, none_ok=True)
-        check_int_option("kernel_warps", self.kernel_warps, 1, none_ok=True)
-        for name in ("kernel_block", "kernel_warps"):
-            v = getattr(self, name)
-            if v is not None and v & (v - 1):
-                raise ValueError(f"{name} must be a power of two, got {v}")
+        check_kernel_option(self.kernel)
+        check_launch_options(self)
         if self.record == 1:
             raise ValueError("record must be 0 (no per-step records) or at least 2")
         per = self.nreplica_per_proc or self.n_replicas

@@ -26,47 +26,30 @@ libdevice's).  On a CPU the kernel runs in Pallas' interpret mode (tests: correc
 
 from __future__ import annotations
 
-import logging
-import warnings
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import kernels
+from ..kernels import KERNELS, KernelPlan
 from ..problem import Problem
-from ..scalarise import Node, ScalarGraph, Unsupported, scalarise
-from .pattern_search_kernel import _next_power_of_two, _triton_lacks
+from ..scalarise import Node, ScalarGraph
 
 __all__ = ["KERNELS", "ExchangePlan", "Moves", "plan", "metropolis_steps", "DEFAULT_BLOCK", "DEFAULT_WARPS",
            "MAX_STEPS"]
 
-log = logging.getLogger("multiwalk")
-
-KERNELS = ("auto", "xla", "pallas")
 DEFAULT_BLOCK = 128  # replicas per Pallas program (a power of two); 128 x 4 warps was fastest on an H200
 DEFAULT_WARPS = 4  # warps per program: one replica per thread
 MAX_STEPS = 16  # steps one launch may run: their random numbers (K x R x (d + 1)) are drawn at once
 MAX_FREE = 64  # more coordinates than this: too many registers per replica
 MAX_OPS = 20_000  # graph operations per step (the step loop's body is one evaluation of f)
 
-
-@dataclass(frozen=True)
-class ExchangePlan:
-    """Which form runs the Metropolis steps, and why: ``use_pallas``, ``interpret`` (CPU), ``reason``, ``graph``."""
-
-    use_pallas: bool
-    interpret: bool
-    reason: str
-    graph: ScalarGraph | None = None
-
-    @property
-    def name(self) -> str:
-        return ("pallas (interpret mode)" if self.interpret else "pallas") if self.use_pallas else "xla"
+ExchangePlan = KernelPlan  # which form runs the Metropolis steps, and why (the plan every kernel module makes)
 
 
-def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> ExchangePlan:
+def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> KernelPlan:
     """Decide how ``Exchange(kernel=kernel)`` runs ``problem`` (traces ``f``, compiles nothing).
 
     ``"xla"``: the XLA form.  ``"auto"``: the kernel on a GPU for a continuous space without
@@ -74,12 +57,10 @@ def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> Excha
     under ``jax.distributed`` the XLA form splits the replicas).  ``"pallas"``: the kernel (in
     interpret mode off GPUs) wherever it applies, else the XLA form with a warning.  Never raises.
     """
-    if kernel == "xla":
-        return ExchangePlan(False, False, "kernel='xla' was asked for")
-    backend = jax.default_backend()
-    on_gpu = backend in ("gpu", "cuda", "rocm")
-    if kernel == "auto" and not on_gpu:
-        return ExchangePlan(False, False, f"kernel='auto' uses the Pallas kernel on GPUs only (backend: {backend})")
+    name, on_gpu = kernels.backend()
+    decided = kernels.xla_plan(kernel, name, on_gpu)
+    if decided is not None:
+        return decided
     reason = None
     graph = None
     if jax.process_count() > 1:  # the kernel is one custom call on one device: no replicas over processes
@@ -91,28 +72,16 @@ def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> Excha
     elif problem.n > MAX_FREE:
         reason = f"{problem.n} coordinates, more than the kernel's {MAX_FREE}"
     else:
-        try:
-            graph = scalarise(problem.chi2_full, problem.n, problem.dtype)
-        except Unsupported as err:
-            reason = f"the objective cannot be scalarised: {err}"
-        except Exception as err:  # noqa: BLE001 - never fail a run over the faster form
-            reason = f"scalarising the objective failed: {type(err).__name__}: {err}"
+        graph, reason = kernels.scalarise_objective(problem.chi2_full, problem.n, problem.dtype)
     if graph is not None:
-        lacking = _triton_lacks(graph) if on_gpu else []
+        lacking = kernels.triton_lacks(graph) if on_gpu else []
         if len(graph.ops) > MAX_OPS:
             reason = f"the objective has {len(graph.ops)} scalar operations, more than {MAX_OPS}"
         elif lacking:
             reason = f"Pallas' Triton lowering has no rule for {', '.join(lacking)}"
     if reason is not None:
-        reason += "; using the XLA form"
-        if kernel == "pallas":
-            warnings.warn(f"Exchange(kernel='pallas'): {reason}", RuntimeWarning, stacklevel=1)
-        else:
-            log.debug("Exchange kernel: %s", reason)
-        return ExchangePlan(False, False, reason)
-    assert graph is not None
-    where = "on the GPU" if on_gpu else f"in interpret mode (backend: {backend}; for tests, slow)"
-    return ExchangePlan(True, not on_gpu, f"kernel={kernel!r}: the Pallas kernel {where}", graph)
+        return kernels.fallback_plan(kernel, "Exchange", reason)
+    return kernels.pallas_plan(kernel, name, on_gpu, graph=graph)
 
 
 class Moves(NamedTuple):
@@ -169,7 +138,7 @@ def metropolis_steps(
     r, d = state.x.shape
     K = move.shape[0]
     dt = state.x.dtype
-    b = min(block, _next_power_of_two(r))
+    b = min(block, kernels.next_power_of_two(r))
     rp = -(-r // b) * b
     programs = rp // b
     ins = list(state) + [prev, beta, dbeta]
@@ -270,15 +239,11 @@ def metropolis_steps(
         fbase_out[rows] = st_fbase
         lse_out[rows] = st_lse
 
-    extra: dict[str, Any] = {}
-    if not interpret:
-        from jax.experimental.pallas import triton as plgpu
-
-        extra["compiler_params"] = plgpu.CompilerParams(num_warps=num_warps, num_stages=1)
     out_shape = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ins[: len(Moves._fields)])
     scalars = jnp.stack([jnp.asarray(first_step, i32), jnp.minimum(jnp.asarray(n_steps, i32), K)])
     out = pl.pallas_call(
-        kernel, out_shape=out_shape, grid=(programs,), interpret=interpret, name="exchange_metropolis_steps", **extra
+        kernel, out_shape=out_shape, grid=(programs,), interpret=interpret, name="exchange_metropolis_steps",
+        **kernels.compiler_params(num_warps, interpret),
     )(scalars, *ins, move, u_accept)
     if rp != r:
         out = [a[:r] for a in out]

@@ -51,6 +51,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.linalg import solve_triangular
 
+from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem, _resolve_dtype
 from ..result import Result, Status
 from . import lbfgs_kernel
@@ -587,13 +588,8 @@ class LBFGS(Solver):
     resumable_options = ("kernel", "kernel_block", "kernel_warps")  # how, not what: a resume may change them
 
     def __post_init__(self) -> None:
-        if self.kernel not in lbfgs_kernel.KERNELS:
-            raise ValueError(f"kernel must be one of {lbfgs_kernel.KERNELS}, got {self.kernel!r}")
-        for name in ("kernel_block", "kernel_warps"):
-            value = getattr(self, name)
-            check_int_option(name, value, 1, none_ok=True)
-            if value is not None and value & (value - 1):
-                raise ValueError(f"{name} must be a power of two (Triton needs that), got {value}")
+        check_kernel_option(self.kernel)
+        check_launch_options(self, why=" (Triton needs that)")
         check_int_option("m", self.m, 1)
         check_int_option("max_iterations", self.max_iterations, 1)
         check_int_option("maxfev", self.maxfev, 1)
@@ -741,10 +737,11 @@ class LBFGS(Solver):
 
     def initial_state_fn(self, problem: Problem, shardings: Any = None) -> Callable[[jax.Array], LBFGSRun]:
         # x0 and diag go in as arguments: as constants they would be compiled into the program.
-        if shardings is None:
-            init = jax.jit(lambda k, x, h: self.init(problem, k, x, h))
-        else:  # x0 and h0 arrive split like the state's x and h0 (below), and the state is made split
-            init = jax.jit(lambda k, x, h: self.init(problem, k, x, h), out_shardings=shardings)
+        # Split: x0 and h0 arrive split like the state's x and h0 (below), and the state is made split.
+        # cached_jit: a repeated solve() of the same problem reuses the compiled start.
+        from ..solve import cached_jit
+
+        init = cached_jit(problem, self, "init", lambda k, x, h: self.init(problem, k, x, h), shardings)
 
         def initial_state(key: jax.Array) -> LBFGSRun:
             x0 = None if self.starts is not None else self._x0(problem, key)

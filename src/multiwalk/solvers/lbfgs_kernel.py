@@ -28,39 +28,23 @@ per device and across devices: the iterates equal the one-device run's up to rou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from ..kernels import KERNELS, KernelPlan, backend, compiler_params, pallas_plan, xla_plan
 
 __all__ = [
     "KERNELS", "KernelPlan", "plan", "pair_products", "direction_and_store", "pair_products_split",
     "direction_and_store_split", "DEFAULT_BLOCK", "DEFAULT_WARPS",
 ]
 
-KERNELS = ("auto", "xla", "pallas")
 DEFAULT_BLOCK = 1024  # columns per program (a power of two; tuned on an H200, docs/benchmarks.md)
 DEFAULT_WARPS = 4
 _WIDTH = 64  # partial sums per program in pass A's table: 2 x 2m products + 5 dot products <= 64
-
-
-@dataclass(frozen=True)
-class KernelPlan:
-    """Which form runs the passes, and why: ``use_pallas``, ``interpret`` (CPU), ``reason``;
-    ``split``: the problem is split along ``n`` over devices (the passes run under shard_map)."""
-
-    use_pallas: bool
-    interpret: bool
-    reason: str
-    split: bool = False
-
-    @property
-    def name(self) -> str:
-        if not self.use_pallas:
-            return "xla"
-        notes = (["interpret mode"] if self.interpret else []) + (["split over devices"] if self.split else [])
-        return f"pallas ({', '.join(notes)})" if notes else "pallas"
+_WHAT = "the Pallas kernels"  # two passes, so the plan's reasons speak of kernels
+_GPU_BACKENDS = ("gpu", "cuda")  # the passes load and store through Triton's CUDA path (ROCm never tried)
 
 
 def plan(kernel: str, m: int, starts: int, diag: bool, devices: int = 1) -> KernelPlan:
@@ -72,8 +56,7 @@ def plan(kernel: str, m: int, starts: int, diag: bool, devices: int = 1) -> Kern
     fused form is measured on GPUs."""
     if kernel == "xla":
         return KernelPlan(False, False, "kernel='xla' was asked for")
-    backend = jax.default_backend()
-    on_gpu = backend in ("gpu", "cuda")
+    name, on_gpu = backend(_GPU_BACKENDS)
     if starts > 1:
         return KernelPlan(False, False, f"{starts} starts run in lockstep by the XLA form (the kernels serve one problem)")
     if kernel == "auto" and devices > 1:
@@ -82,26 +65,18 @@ def plan(kernel: str, m: int, starts: int, diag: bool, devices: int = 1) -> Kern
             f"kernel='auto' keeps the XLA form for one problem split over {devices} devices: the split fused "
             "form is tested on CPUs but not yet measured on GPUs (kernel='pallas' selects it)",
         )
-    if kernel == "auto" and not on_gpu:
-        return KernelPlan(False, False, f"kernel='auto' uses the Pallas kernels on GPUs only (backend: {backend})")
+    decided = xla_plan(kernel, name, on_gpu, _WHAT)
+    if decided is not None:
+        return decided
     if diag:
         return KernelPlan(False, False, "a user diag runs the two-loop recursion (XLA form)")
     if 4 * m + 5 > _WIDTH:
         return KernelPlan(False, False, f"m={m} is above the kernels' {(_WIDTH - 5) // 4}; using the XLA form")
-    where = "on the GPU" if on_gpu else f"in interpret mode (backend: {backend}; for tests, slow)"
     split = (
         f", split along n over {devices} devices (each pass a shard_map of the kernel on every device's columns, "
         "its small sums added by psum)" if devices > 1 else ""
     )
-    return KernelPlan(True, not on_gpu, f"kernel={kernel!r}: the fused Pallas passes {where}{split}", devices > 1)
-
-
-def _compiler_params(num_warps: int, interpret: bool) -> dict[str, Any]:
-    if interpret:
-        return {}
-    from jax.experimental.pallas import triton as plgpu
-
-    return {"compiler_params": plgpu.CompilerParams(num_warps=num_warps, num_stages=1)}
+    return pallas_plan(kernel, name, on_gpu, "the fused Pallas passes", detail=split, split=devices > 1)
 
 
 def _loader(interpret: bool):  # noqa: ANN202
@@ -182,7 +157,7 @@ def pair_products(
     partial, x_new = pl.pallas_call(
         body, out_shape=(jax.ShapeDtypeStruct((programs, _WIDTH), dt), jax.ShapeDtypeStruct((n,), dt)),
         grid=(programs,), interpret=interpret, input_output_aliases={7: 1},
-        name="lbfgs_pair_products", **_compiler_params(num_warps, interpret),
+        name="lbfgs_pair_products", **compiler_params(num_warps, interpret),
     )(ints, stp, P, gt, g, d, xt, x)
     total = jnp.sum(partial, axis=0)
     return total[:two_m], total[two_m : 2 * two_m], total[2 * two_m : 2 * two_m + 5], x_new
@@ -238,7 +213,7 @@ def direction_and_store(
     return pl.pallas_call(
         body, out_shape=(vec, jax.ShapeDtypeStruct(P.shape, dt), vec), grid=(programs,),
         interpret=interpret, input_output_aliases={3: 1, 5: 2, 6: 0}, name="lbfgs_direction_and_store",
-        **_compiler_params(num_warps, interpret),
+        **compiler_params(num_warps, interpret),
     )(ints, floats, w, P, gt, g, d)
 
 

@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem
 from ..result import Result, Status
 from . import pattern_search_kernel
@@ -142,13 +143,8 @@ class PatternSearch(Solver):
             raise TypeError(f"reset must be True or False, got {self.reset!r}")
         if self.restart not in _RESTARTS:
             raise ValueError(f"restart must be one of {_RESTARTS}, got {self.restart!r}")
-        if self.kernel not in pattern_search_kernel.KERNELS:
-            raise ValueError(f"kernel must be one of {pattern_search_kernel.KERNELS}, got {self.kernel!r}")
-        for name in ("kernel_block", "kernel_warps"):
-            v = getattr(self, name)
-            check_int_option(name, v, 1, none_ok=True)
-            if v is not None and v & (v - 1):
-                raise ValueError(f"{name} must be a power of two, got {v}")
+        check_kernel_option(self.kernel)
+        check_launch_options(self)
 
     # ----------------------------------------------------------------- set-up
     @property

@@ -24,51 +24,24 @@ tests: correct, not fast).
 
 from __future__ import annotations
 
-import logging
-import warnings
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import kernels
+from ..kernels import KERNELS, KernelPlan
 from ..problem import Problem
-from ..scalarise import Node, ScalarGraph, Unsupported, scalarise
+from ..scalarise import Node, ScalarGraph
 
 __all__ = ["KERNELS", "KernelPlan", "Sweeps", "plan", "sweeps", "DEFAULT_BLOCK", "DEFAULT_WARPS", "MAX_ITERATIONS"]
 
-log = logging.getLogger("multiwalk")
-
-KERNELS = ("auto", "xla", "pallas")
 DEFAULT_BLOCK = 32  # walkers per Pallas program (a power of two); 32 x 1 warp was fastest on an H200
 DEFAULT_WARPS = 1  # warps per program: block / (32 * warps) walkers per thread
 MAX_ITERATIONS = 64  # iterations one launch may run (its per-iteration best rows: max_iter x programs x d)
 MAX_FREE = 256  # more free parameters than this: the unrolled sweep would be too long to compile
 MAX_EMITTED = 60_000  # graph operations emitted per iteration (full evaluation + 2 partial per coordinate)
-
-
-@dataclass(frozen=True)
-class KernelPlan:
-    """Which form runs a step, and why: ``use_pallas``, ``interpret`` (CPU), ``reason``, ``graph``."""
-
-    use_pallas: bool
-    interpret: bool
-    reason: str
-    graph: ScalarGraph | None = None
-
-    @property
-    def name(self) -> str:
-        return ("pallas (interpret mode)" if self.interpret else "pallas") if self.use_pallas else "xla"
-
-
-def _triton_lacks(graph: ScalarGraph) -> list[str]:
-    """Primitives of ``graph`` that the Pallas Triton lowering has no rule for ([] if unknown)."""
-    try:
-        from jax._src.pallas.triton.lowering import triton_lowering_rules
-    except Exception:  # noqa: BLE001 - a private module: if it moved, let compilation decide
-        return []
-    return sorted({p.name for p in graph.primitives if p not in triton_lowering_rules})
 
 
 def plan(problem: Problem, kernel: str) -> KernelPlan:
@@ -78,45 +51,26 @@ def plan(problem: Problem, kernel: str) -> KernelPlan:
     scalarised, else the XLA form.  ``"pallas"``: the kernel (in interpret mode off GPUs), or
     the XLA form with a warning when ``f`` cannot be scalarised.  Never raises.
     """
-    if kernel == "xla":
-        return KernelPlan(False, False, "kernel='xla' was asked for")
-    backend = jax.default_backend()
-    on_gpu = backend in ("gpu", "cuda", "rocm")
-    if kernel == "auto" and not on_gpu:
-        return KernelPlan(False, False, f"kernel='auto' uses the Pallas kernel on GPUs only (backend: {backend})")
+    name, on_gpu = kernels.backend()
+    decided = kernels.xla_plan(kernel, name, on_gpu)
+    if decided is not None:
+        return decided
     reason = None
     graph = None
     if problem.n_free > MAX_FREE:
         reason = f"{problem.n_free} free parameters, more than the kernel's {MAX_FREE}"
     else:
-        try:
-            graph = scalarise(problem.chi2_free, problem.n_free, problem.dtype)
-        except Unsupported as err:
-            reason = f"the objective cannot be scalarised: {err}"
-        except Exception as err:  # noqa: BLE001 - never fail a run over the faster form
-            reason = f"scalarising the objective failed: {type(err).__name__}: {err}"
+        graph, reason = kernels.scalarise_objective(problem.chi2_free, problem.n_free, problem.dtype)
     if graph is not None:
         emitted = len(graph.ops) + 2 * sum(len(dep) for dep in graph.dependents)
-        lacking = _triton_lacks(graph) if on_gpu else []
+        lacking = kernels.triton_lacks(graph) if on_gpu else []
         if emitted > MAX_EMITTED:
             reason = f"the sweep would emit {emitted} scalar operations, more than {MAX_EMITTED}"
         elif lacking:
             reason = f"Pallas' Triton lowering has no rule for {', '.join(lacking)}"
     if reason is not None:
-        reason += "; using the XLA form"
-        if kernel == "pallas":
-            # One location, so Python's default filter shows it once, however often the plan is made.
-            warnings.warn(f"PatternSearch(kernel='pallas'): {reason}", RuntimeWarning, stacklevel=1)
-        else:
-            log.debug("PatternSearch kernel: %s", reason)
-        return KernelPlan(False, False, reason)
-    assert graph is not None
-    where = "on the GPU" if on_gpu else f"in interpret mode (backend: {backend}; for tests, slow)"
-    return KernelPlan(True, not on_gpu, f"kernel={kernel!r}: the Pallas kernel {where}", graph)
-
-
-def _next_power_of_two(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
+        return kernels.fallback_plan(kernel, "PatternSearch", reason)
+    return kernels.pallas_plan(kernel, name, on_gpu, graph=graph)
 
 
 class Sweeps(NamedTuple):
@@ -166,7 +120,7 @@ def sweeps(
 
     w, d = x.shape
     dt = x.dtype
-    b = min(block, _next_power_of_two(w))
+    b = min(block, kernels.next_power_of_two(w))
     wp = -(-w // b) * b
     programs = wp // b
     if wp != w:  # pad with copies of the last walker: computed, then dropped (never the first best)
@@ -259,11 +213,6 @@ def sweeps(
         halv_out[rows] = halv
         reset_out[rows] = resets
 
-    extra: dict[str, Any] = {}
-    if not interpret:
-        from jax.experimental.pallas import triton as plgpu
-
-        extra["compiler_params"] = plgpu.CompilerParams(num_warps=num_warps, num_stages=1)
     i32 = jnp.int32
     out_shape = (
         jax.ShapeDtypeStruct((wp, d), dt),
@@ -277,7 +226,8 @@ def sweeps(
     )
     n_arr = jnp.reshape(jnp.asarray(n_iter, i32), (1,))
     out = pl.pallas_call(
-        kernel, out_shape=out_shape, grid=(programs,), interpret=interpret, name="pattern_search_sweeps", **extra
+        kernel, out_shape=out_shape, grid=(programs,), interpret=interpret, name="pattern_search_sweeps",
+        **kernels.compiler_params(num_warps, interpret),
     )(n_arr, x, fx, scale, n_bad.astype(i32), n_halvings.astype(i32), n_resets.astype(i32))
     x, fx, scale, n_bad, n_halvings, n_resets, block_f, block_x = out
     if wp != w:

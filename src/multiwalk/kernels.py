@@ -1,0 +1,151 @@
+"""What the Pallas kernel modules share: the plan of which form runs, and its small helpers.
+
+Four solvers have a Pallas (Triton) form beside their XLA form
+(:mod:`~multiwalk.solvers.pattern_search_kernel`, :mod:`~multiwalk.solvers.exchange_kernel`,
+:mod:`~multiwalk.solvers.lbfgs_kernel`, :mod:`~multiwalk.deconv.coordinate_descent_kernel`).
+Each is chosen by the same option (``kernel="auto" | "xla" | "pallas"``) and reports its choice
+the same way (``stats["kernel"]``, ``stats["kernel_reason"]``): that part lives here.  What each
+kernel supports (sizes, spaces, objectives) stays in its own module's ``plan``.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from .scalarise import ScalarGraph, Unsupported, scalarise
+
+__all__ = [
+    "KERNELS", "GPU_BACKENDS", "KernelPlan", "check_kernel_option", "check_launch_options", "backend",
+    "xla_plan", "pallas_plan", "fallback_plan", "scalarise_objective", "triton_lacks", "next_power_of_two",
+    "is_power_of_two", "compiler_params",
+]
+
+log = logging.getLogger("multiwalk")
+
+KERNELS = ("auto", "xla", "pallas")  # the values of every solver's ``kernel`` option
+GPU_BACKENDS = ("gpu", "cuda", "rocm")  # jax.default_backend() names under which "auto" picks Pallas
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Which form runs a solver's step, and why.
+
+    ``use_pallas``: the Pallas kernel (else the XLA form); ``interpret``: in Pallas' interpret
+    mode (off GPUs, for tests); ``reason``: one line for ``stats["kernel_reason"]``; ``graph``:
+    the scalarised objective the kernel evaluates (kernels that take one); ``split``: one problem
+    split over devices (the kernel runs under shard_map on each device's part).
+    """
+
+    use_pallas: bool
+    interpret: bool
+    reason: str
+    graph: ScalarGraph | None = None
+    split: bool = False
+
+    @property
+    def name(self) -> str:
+        """``stats["kernel"]``: ``"xla"``, ``"pallas"`` or ``"pallas (interpret mode, ...)"``."""
+        if not self.use_pallas:
+            return "xla"
+        notes = (["interpret mode"] if self.interpret else []) + (["split over devices"] if self.split else [])
+        return f"pallas ({', '.join(notes)})" if notes else "pallas"
+
+
+def check_kernel_option(kernel: Any) -> None:
+    """Raise ValueError unless ``kernel`` is one of :data:`KERNELS` (a solver's ``__post_init__``)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+
+
+def check_launch_options(options: Any, names: tuple[str, ...] = ("kernel_block", "kernel_warps"), why: str = "") -> None:
+    """Raise ValueError unless each option ``names`` of ``options`` is None or a power of two >= 1.
+
+    ``why``: words put after "power of two" in the message (e.g. ``" (Triton needs that)"``).
+    """
+    from .solvers.base import check_int_option  # here, not at the top: solvers import this module
+
+    for name in names:
+        value = getattr(options, name)
+        check_int_option(name, value, 1, none_ok=True)
+        if value is not None and not is_power_of_two(value):
+            raise ValueError(f"{name} must be a power of two{why}, got {value}")
+
+
+def backend(gpu_backends: tuple[str, ...] = GPU_BACKENDS) -> tuple[str, bool]:
+    """``(jax.default_backend(), whether it is one of gpu_backends)``."""
+    name = jax.default_backend()
+    return name, name in gpu_backends
+
+
+def xla_plan(kernel: str, name: str, on_gpu: bool, what: str = "the Pallas kernel") -> KernelPlan | None:
+    """The plan the option alone decides, or None: ``"xla"`` asked for, or ``"auto"`` off a GPU."""
+    if kernel == "xla":
+        return KernelPlan(False, False, "kernel='xla' was asked for")
+    if kernel == "auto" and not on_gpu:
+        return KernelPlan(False, False, f"kernel='auto' uses {what} on GPUs only (backend: {name})")
+    return None
+
+
+def pallas_plan(
+    kernel: str, name: str, on_gpu: bool, what: str = "the Pallas kernel", graph: ScalarGraph | None = None,
+    detail: str = "", split: bool = False,
+) -> KernelPlan:
+    """The plan that runs the kernel: on the GPU, else in interpret mode; ``detail`` ends the reason."""
+    where = "on the GPU" if on_gpu else f"in interpret mode (backend: {name}; for tests, slow)"
+    return KernelPlan(True, not on_gpu, f"kernel={kernel!r}: {what} {where}{detail}", graph, split)
+
+
+def fallback_plan(kernel: str, solver: str, reason: str) -> KernelPlan:
+    """The XLA form because the kernel cannot run (``reason``): a RuntimeWarning when
+    ``kernel="pallas"`` was asked for, else a debug log line."""
+    reason += "; using the XLA form"
+    if kernel == "pallas":
+        # One location, so Python's default filter shows it once, however often the plan is made.
+        warnings.warn(f"{solver}(kernel='pallas'): {reason}", RuntimeWarning, stacklevel=1)
+    else:
+        log.debug("%s kernel: %s", solver, reason)
+    return KernelPlan(False, False, reason)
+
+
+def scalarise_objective(f: Callable[[jax.Array], jax.Array], n: int, dtype: Any) -> tuple[ScalarGraph | None, str | None]:
+    """``(graph, None)`` for ``f`` of one point of ``n`` values, or ``(None, why not)``; never raises."""
+    try:
+        return scalarise(f, n, dtype), None
+    except Unsupported as err:
+        return None, f"the objective cannot be scalarised: {err}"
+    except Exception as err:  # noqa: BLE001 - never fail a run over the faster form
+        return None, f"scalarising the objective failed: {type(err).__name__}: {err}"
+
+
+def triton_lacks(graph: ScalarGraph) -> list[str]:
+    """Primitives of ``graph`` that the Pallas Triton lowering has no rule for ([] if unknown)."""
+    try:
+        from jax._src.pallas.triton.lowering import triton_lowering_rules
+    except Exception:  # noqa: BLE001 - a private module: if it moved, let compilation decide
+        return []
+    return sorted({p.name for p in graph.primitives if p not in triton_lowering_rules})
+
+
+def next_power_of_two(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for n <= 1)."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def is_power_of_two(n: int) -> bool:
+    """Whether ``n`` is 1, 2, 4, ... (Triton's block shapes must be)."""
+    return n > 0 and n & (n - 1) == 0
+
+
+def compiler_params(num_warps: int, interpret: bool) -> dict[str, Any]:
+    """``pallas_call`` keyword arguments for the Triton launch (none in interpret mode)."""
+    if interpret:
+        return {}
+    from jax.experimental.pallas import triton as plgpu
+
+    return {"compiler_params": plgpu.CompilerParams(num_warps=num_warps, num_stages=1)}
