@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
-from .scalarise import ScalarGraph, Unsupported, scalarise
+from .scalarise import Node, ScalarGraph, Unsupported, scalarise
 
 __all__ = [
     "KERNELS", "GPU_BACKENDS", "KernelPlan", "check_kernel_option", "check_launch_options", "backend",
     "xla_plan", "pallas_plan", "fallback_plan", "scalarise_objective", "triton_lacks", "next_power_of_two",
-    "is_power_of_two", "compiler_params",
+    "is_power_of_two", "compiler_params", "LaneValues",
 ]
 
 log = logging.getLogger("multiwalk")
@@ -149,3 +150,29 @@ def compiler_params(num_warps: int, interpret: bool) -> dict[str, Any]:
     from jax.experimental.pallas import triton as plgpu
 
     return {"compiler_params": plgpu.CompilerParams(num_warps=num_warps, num_stages=1)}
+
+
+class LaneValues:
+    """Inside a kernel body of one value per lane: constants as ``[block]`` vectors of ``dtype``.
+
+    ``const(node)``: a constant of the scalarised objective (made once per node until
+    :meth:`clear`; Triton folds it); ``full(v)``: ``v`` in every lane.  Call :meth:`clear` on
+    entering a loop body, so that values made inside it stay in it.
+    """
+
+    def __init__(self, block: int, dtype: Any) -> None:
+        self.block = block
+        self.dtype = dtype
+        self._consts: dict[int, jax.Array] = {}
+
+    def const(self, node: Node) -> jax.Array:
+        key = id(node)
+        if key not in self._consts:
+            self._consts[key] = jnp.full((self.block,), node.value, node.dtype)
+        return self._consts[key]
+
+    def full(self, v: Any, dtype: Any = None) -> jax.Array:
+        return jnp.full((self.block,), v, self.dtype if dtype is None else dtype)
+
+    def clear(self) -> None:
+        self._consts.clear()

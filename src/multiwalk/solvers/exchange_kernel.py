@@ -26,7 +26,7 @@ libdevice's).  On a CPU the kernel runs in Pallas' interpret mode (tests: correc
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +35,7 @@ import numpy as np
 from .. import kernels
 from ..kernels import KERNELS, KernelPlan
 from ..problem import Problem
-from ..scalarise import Node, ScalarGraph
+from ..scalarise import ScalarGraph
 
 __all__ = ["KERNELS", "ExchangePlan", "Moves", "plan", "metropolis_steps", "DEFAULT_BLOCK", "DEFAULT_WARPS",
            "MAX_STEPS"]
@@ -155,16 +155,8 @@ def metropolis_steps(
                fbase_out, lse_out):
         pid = pl.program_id(0)
         rows = pl.ds(pid * b, b)
-        consts: dict[int, jax.Array] = {}
-
-        def const(node: Node) -> jax.Array:  # a constant of f as a [b] vector (Triton folds it)
-            key = id(node)
-            if key not in consts:
-                consts[key] = jnp.full((b,), node.value, node.dtype)
-            return consts[key]
-
-        def full(v: Any, dtype: Any = dt) -> jax.Array:
-            return jnp.full((b,), v, dtype)
+        lanes = kernels.LaneValues(b, dt)
+        const, full = lanes.const, lanes.full
 
         s0 = scalars_ref[0]
         beta_r = beta_ref[rows]

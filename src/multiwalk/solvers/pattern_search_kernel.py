@@ -33,7 +33,7 @@ import numpy as np
 from .. import kernels
 from ..kernels import KERNELS, KernelPlan
 from ..problem import Problem
-from ..scalarise import Node, ScalarGraph
+from ..scalarise import ScalarGraph
 
 __all__ = ["KERNELS", "KernelPlan", "Sweeps", "plan", "sweeps", "DEFAULT_BLOCK", "DEFAULT_WARPS", "MAX_ITERATIONS"]
 
@@ -135,23 +135,15 @@ def sweeps(
                x_out, fx_out, scale_out, bad_out, halv_out, reset_out, best_f_out, best_x_out):
         pid = pl.program_id(0)
         rows = pl.ds(pid * b, b)
-        consts: dict[int, jax.Array] = {}
-
-        def const(node: Node) -> jax.Array:  # a constant of f as a [b] vector (Triton folds it)
-            key = id(node)
-            if key not in consts:
-                consts[key] = jnp.full((b,), node.value, node.dtype)
-            return consts[key]
-
-        def full(v: Any, dtype: Any = dt) -> jax.Array:
-            return jnp.full((b,), v, dtype)
+        lanes = kernels.LaneValues(b, dt)
+        const, full = lanes.const, lanes.full
 
         lane = jax.lax.iota(jnp.int32, b)
 
         def iteration(t: jax.Array, carry: tuple) -> tuple:
             xs, kept, f_x, s, bad, halv, resets = carry
             xs = list(xs)
-            consts.clear()  # values made in this loop body stay in it
+            lanes.clear()  # values made in this loop body stay in it
             # The graph's values at x that trial points reuse, carried from the last iteration
             # (kept up to date as the walker moves, so equal to a fresh evaluation at x).
             vals: list[Any] = [None] * (d + len(graph.ops))
@@ -201,7 +193,7 @@ def sweeps(
 
         xs0 = [x_ref[rows, j] for j in range(d)]
         vals0 = graph.evaluate(xs0, const)  # once per launch: every node at the starting points
-        consts.clear()
+        lanes.clear()
         carry = (tuple(xs0), tuple(vals0[i] for i in graph.cached), fx_ref[rows], scale_ref[rows], bad_ref[rows],
                  halv_ref[rows], reset_ref[rows])
         xs, _, f_x, s, bad, halv, resets = jax.lax.fori_loop(0, n_ref[0], iteration, carry)
