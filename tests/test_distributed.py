@@ -18,35 +18,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from odatse_inputs import himmelblau_exchange
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-INPUT = """
-[base]
-dimension = 2
-output_dir = "output"
-
-[solver]
-name = "analytical"
-function_name = "himmelblau"
-
-[algorithm]
-name = "exchange"
-seed = 12345
-label_list = ["z1", "z2"]
-
-[algorithm.param]
-min_list = [-6.0, -6.0]
-max_list = [6.0, 6.0]
-step_list = [0.5, 0.5]
-
-[algorithm.exchange]
-Tmin = 1.0
-Tmax = 100.0
-numsteps = 60
-numsteps_exchange = 5
-nreplica_per_proc = 4
-"""
+INPUT = himmelblau_exchange(numsteps=60, numsteps_exchange=5)
 
 
 def _env(devices: int) -> dict[str, str]:

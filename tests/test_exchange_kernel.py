@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from odatse_inputs import himmelblau_exchange
 
 import multiwalk as mw
 from multiwalk.cli import main
@@ -99,32 +100,9 @@ def test_kernel_plan_and_its_reasons():
 
 
 # ---------------------------------------------------------------------------- the threaded writer
-INPUT = """
-[base]
-dimension = 2
-output_dir = "output"
-
-[solver]
-name = "analytical"
-function_name = "himmelblau"
-
-[algorithm]
-name = "exchange"
-seed = 777
-{checkpoint}
-
-[algorithm.param]
-min_list = [-6.0, -6.0]
-max_list = [6.0, 6.0]
-step_list = [0.5, 0.5]
-
-[algorithm.exchange]
-Tmin = 1.0
-Tmax = 100.0
-numsteps = 300
-numsteps_exchange = 10
-nreplica_per_proc = 3
-"""
+def _input(checkpoint: str = "") -> str:
+    """The ODAT-SE input these tests run: 3 replicas per process, 300 steps, seed 777."""
+    return himmelblau_exchange(seed=777, numsteps=300, nreplica_per_proc=3, labels=False, algorithm_extra=checkpoint)
 
 
 def _cli(folder: Path, *args: str) -> int:
@@ -145,7 +123,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 def in_the_caller(tmp_path_factory) -> Path:
     """The reference: step files written between chunks by the caller (--write-threads 0)."""
     folder = tmp_path_factory.mktemp("caller")
-    (folder / "input.toml").write_text(INPUT.format(checkpoint=""))
+    (folder / "input.toml").write_text(_input())
     assert _cli(folder, "--write-threads", "0") == 0
     return folder
 
@@ -154,7 +132,7 @@ def test_threaded_writer_writes_the_same_bytes(in_the_caller, tmp_path, monkeypa
     # pieces of 7 lines: every chunk is cut into many row ranges and temperature groups, formatted
     # on 3 threads and put back in order
     monkeypatch.setattr(odatse_io, "ROWS_PER_PIECE", 7)
-    (tmp_path / "input.toml").write_text(INPUT.format(checkpoint=""))
+    (tmp_path / "input.toml").write_text(_input())
     assert _cli(tmp_path, "--write-threads", "3") == 0
     ours, reference = _files(tmp_path), _files(in_the_caller)
     assert len(reference) == 4 + 6 + 2  # trial/result of 2 processes, 6 result_T, fx, best_result
@@ -167,7 +145,7 @@ def test_files_reach_every_checkpoint_and_a_crash_resumes(in_the_caller, tmp_pat
     reference files."""
     solve_module = sys.modules["multiwalk.solve"]  # the module: mw.solve is the function
 
-    (tmp_path / "input.toml").write_text(INPUT.format(checkpoint="checkpoint = true\ncheckpoint_steps = 20"))
+    (tmp_path / "input.toml").write_text(_input("checkpoint = true\ncheckpoint_steps = 20"))
     original_write, original_on_steps, original_ckpt = (
         odatse_io.StepWriter._write, odatse_io.StepWriter.on_steps, solve_module._write_checkpoint)
     seen = []
@@ -205,7 +183,7 @@ def test_files_reach_every_checkpoint_and_a_crash_resumes(in_the_caller, tmp_pat
 
 
 def test_writer_thread_errors_reach_the_caller(tmp_path, monkeypatch):
-    (tmp_path / "input.toml").write_text(INPUT.format(checkpoint=""))
+    (tmp_path / "input.toml").write_text(_input())
 
     def failing(columns):
         raise OSError("disk full (simulated)")

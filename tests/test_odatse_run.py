@@ -14,6 +14,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from odatse_inputs import himmelblau_exchange
 
 import multiwalk as mw
 from multiwalk.cli import main
@@ -23,32 +24,7 @@ from multiwalk.io import odatse as odatse_io
 from multiwalk.solvers.exchange import temperature_ladder
 from multiwalk.spaces import Mesh, build_neighbor_list, read_mesh, read_neighbor_list
 
-HIMMELBLAU = """
-[base]
-dimension = 2
-output_dir = "output"
-
-[solver]
-name = "analytical"
-function_name = "himmelblau"
-
-[algorithm]
-name = "exchange"
-seed = 12345
-label_list = ["z1", "z2"]
-
-[algorithm.param]
-min_list = [-6.0, -6.0]
-max_list = [6.0, 6.0]
-step_list = [0.5, 0.5]
-
-[algorithm.exchange]
-Tmin = 1.0
-Tmax = 100.0
-numsteps = {numsteps}
-numsteps_exchange = 10
-nreplica_per_proc = 4
-"""
+HIMMELBLAU = himmelblau_exchange(numsteps="{numsteps}")  # filled in by .format(numsteps=...)
 
 
 def write_input(folder: Path, text: str, name: str = "input.toml") -> Path:
