@@ -282,8 +282,9 @@ def _compiled_chunk_runner(
     if sharded and arrays is not None:
         arrays = dist.place(arrays, placement.replicated)
     avals = tuple((tuple(np.shape(x)), str(x.dtype)) for x in jax.tree_util.tree_leaves(state))
+    fingerprint = _fingerprint(problem, True) if arrays is not None else _full_fingerprint(problem)
     common = (
-        _fingerprint(problem, arrays is not None), solver, phase, jax.tree_util.tree_structure(state), avals,
+        fingerprint, solver, phase, jax.tree_util.tree_structure(state), avals,
         placement.key() if sharded else (),
     )
     if arrays is None:  # compiled for this very problem object
@@ -312,8 +313,88 @@ def _compiled_chunk_runner(
 
 
 def _forget(problem_id: int) -> None:
-    for key in [k for k in _COMPILED if k[0] == problem_id]:
-        _COMPILED.pop(key, None)
+    for cache in (_COMPILED, _SMALL):
+        for key in [k for k in cache if k[0] == problem_id]:
+            cache.pop(key, None)
+
+
+# Compiled starts (``initial_state_fn``) and progress summaries, reused like the loops: keyed by
+# the problem object's id and its full fingerprint (they close over the problem, so its data are
+# constants in them), forgotten by the same finalizer.  Only executables and shapes are kept,
+# never the traced Python function: that closes over the problem and would keep it alive.
+# A separate dict: tests and benchmarks read the last loop as _COMPILED's last entry.
+_SMALL: dict[tuple, Any] = {}
+_SMALL_MAX = 64
+# While solve() runs: id(problem) -> its full fingerprint, digested once per call, not per use.
+_FINGERPRINTS: dict[int, str | None] = {}
+
+
+def _remember_small(problem: Any, key: tuple, value: Any) -> None:
+    if len(_SMALL) >= _SMALL_MAX:
+        _SMALL.pop(next(iter(_SMALL)))
+    _SMALL[key] = value
+    weakref.finalize(problem, _forget, id(problem)).atexit = False  # nothing to free at exit
+
+
+def _full_fingerprint(problem: Any) -> str:
+    """``_fingerprint(problem)``, digested once per solve() call (a large problem's bounds and
+    data take a while to digest)."""
+    fingerprint = _FINGERPRINTS.get(id(problem))
+    if fingerprint is None:
+        fingerprint = _fingerprint(problem)
+        if id(problem) in _FINGERPRINTS:  # inside solve(problem, ...): keep it for the call
+            _FINGERPRINTS[id(problem)] = fingerprint
+    return fingerprint
+
+
+def _small_key(problem: Any, solver: Any, name: str, *parts: Any) -> tuple:
+    return (id(problem), _full_fingerprint(problem), solver, name, str(jax.config.jax_default_device), *parts)
+
+
+def _arg_key(x: Any) -> Any:
+    """What of one argument an executable is compiled for: shape, dtype, and where it lies
+    (uncommitted arrays go where the executable runs, so their device does not count)."""
+    if isinstance(x, jax.Array):
+        return (x.shape, str(x.dtype), x.aval.weak_type, x.sharding if x.committed else None)
+    if isinstance(x, np.ndarray) or np.isscalar(x):
+        return (np.shape(x), str(np.asarray(x).dtype), not isinstance(x, (np.ndarray, np.generic)))
+    raise TypeError(f"cached_jit: arguments must be arrays, got {type(x).__name__}")
+
+
+def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_shardings: Any = None) -> Callable:
+    """``jax.jit(fun, out_shardings=...)`` whose executable is kept across solve() calls.
+
+    For a solver's small functions that close over ``problem`` (the start in
+    ``initial_state_fn``, the progress summary): the second solve() of the same problem, with
+    arguments of the same shapes, dtypes and placement, runs the kept executable instead of
+    tracing and compiling again (~0.5 s on a CPU).  Called under a trace (``jax.eval_shape``,
+    an outer ``jit``) it traces ``fun`` as ``jax.jit`` does.  ``name`` tells the functions of
+    one solver apart."""
+    options = {} if out_shardings is None else {"out_shardings": out_shardings}
+
+    def call(*args: Any) -> Any:
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return jax.jit(fun, **options)(*args)
+        placed = jax.tree_util.tree_flatten(out_shardings)
+        key = _small_key(problem, solver, name, tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
+        compiled = _SMALL.get(key)
+        if compiled is None:
+            compiled = jax.jit(fun, **options).lower(*args).compile()
+            _remember_small(problem, key, compiled)
+        return compiled(*args)
+
+    return call
+
+
+def _initial_shapes(problem: Any, solver: Solver, init_fn: Callable, key: jax.Array) -> Any:
+    """``jax.eval_shape(init_fn, key)``, kept across solve() calls like the start itself."""
+    cache_key = _small_key(problem, solver, "initial shapes", key.shape, str(key.dtype))
+    shapes = _SMALL.get(cache_key)
+    if shapes is None:
+        shapes = jax.eval_shape(init_fn, key)
+        _remember_small(problem, cache_key, shapes)
+    return shapes
 
 
 # ---------------------------------------------------------------------------- the driver
@@ -371,6 +452,35 @@ def solve(
     bounds, data, sigma, fixed values or ``args`` arrays were changed in place is compiled
     anew; as with ``jax.jit``, global arrays read by the function are baked in at compilation.
     """
+    # The problem's full fingerprint is digested once in this call (on first use), not once for
+    # each small function (see cached_jit); nested calls on the same problem digest again.
+    _FINGERPRINTS[id(problem)] = None
+    try:
+        return _solve(
+            problem, solver, seed=seed, progress=progress, time_limit=time_limit, checkpoint=checkpoint,
+            resume=resume, callback=callback, chunk_seconds=chunk_seconds, checkpoint_every=checkpoint_every,
+            devices=devices, distributed=distributed,
+        )
+    finally:
+        _FINGERPRINTS.pop(id(problem), None)
+
+
+def _solve(
+    problem: Problem,
+    solver: Solver,
+    *,
+    seed: int = 0,
+    progress: bool | None = None,
+    time_limit: float | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    resume: str | os.PathLike | None = None,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    chunk_seconds: float = 1.0,
+    checkpoint_every: float = 0.0,
+    devices: Any = None,
+    distributed: bool | dict[str, Any] = False,
+) -> Result:
+    """The body of :func:`solve`."""
     if distributed:  # before anything touches a device
         if not isinstance(distributed, (bool, dict)):
             raise TypeError(f"distributed must be True/False or a dict of initialize() keywords, got {distributed!r}")
@@ -393,7 +503,7 @@ def solve(
     init_fn = solver.initial_state_fn(problem)
     placement = dist.Placement((None,), None, None)
     if devices is not None or jax.device_count() > 1:
-        placement = dist.choose_devices(solver, problem, jax.eval_shape(init_fn, key), devices)
+        placement = dist.choose_devices(solver, problem, _initial_shapes(problem, solver, init_fn, key), devices)
     if placement.sharded:  # each device creates its part of the state
         state = solver.initial_state_fn(problem, placement.shardings)(key)
     elif devices is not None:  # one device, chosen
@@ -438,10 +548,10 @@ def solve(
             "n_leaves": len(jax.tree_util.tree_leaves(state)),
         }
 
-    if placement.sharded:
-        summary_fn = jax.jit(lambda s: solver.summary(problem, s), out_shardings=placement.replicated)
-    else:
-        summary_fn = jax.jit(lambda s: solver.summary(problem, s))
+    summary_fn = cached_jit(
+        problem, solver, "summary", lambda s: solver.summary(problem, s),
+        placement.replicated if placement.sharded else None,
+    )
     stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0, "devices": len(placement.devices)}
     if placement.note:
         stats["devices_note"] = placement.note

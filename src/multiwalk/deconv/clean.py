@@ -95,7 +95,9 @@ class Clean(Solver):
         return self.initial_state_fn(problem)(key)
 
     def initial_state_fn(self, problem: Deconvolution, shardings: Any = None) -> Callable[[jax.Array], CleanState]:
-        make = jax.jit(lambda d, p, x0: self._initial_state(problem, d, p, x0), out_shardings=shardings)
+        from ..solve import cached_jit  # kept across solve() calls of the same problem
+
+        make = cached_jit(problem, self, "init", lambda d, p, x0: self._initial_state(problem, d, p, x0), shardings)
         return lambda key: make(problem.dirty, problem.psf, problem.model)
 
     def batch_axes(self, problem: Deconvolution, state: CleanState) -> CleanState:

@@ -222,7 +222,9 @@ class CoordinateDescent(Solver):
         else:  # AC[0], the map update's own diagonal, >= every L[k]
             lipschitz = np.full(problem.shape, float(np.sum(np.asarray(psf, np.float64) ** 2)))
         lipschitz = lipschitz.astype(problem.dtype)
-        make = jax.jit(lambda d, p, x0, lip: self._initial_state(problem, d, p, x0, lip))
+        from ..solve import cached_jit  # kept across solve() calls of the same problem
+
+        make = cached_jit(problem, self, "init", lambda d, p, x0, lip: self._initial_state(problem, d, p, x0, lip))
         if shardings is None:
             return lambda key: make(dirty, psf, start, lipschitz)
         # Split: made whole on one device, then placed, so that its objective (a sum over the

@@ -77,16 +77,17 @@ class Solver(abc.ABC):
         """The initial state pytree."""
 
     def initial_state_fn(self, problem: Problem, shardings: Any = None) -> Callable[[jax.Array], Any]:
-        """``key -> initial state``, jitted (the driver calls this, not ``init``, afresh in every
-        solve() call, so the start is traced and compiled in each call; only the loop is cached).
+        """``key -> initial state``, jitted (the driver calls this, not ``init``, in every solve()
+        call; through :func:`multiwalk.solve.cached_jit`, so a repeated solve() of the same
+        problem reuses the compiled start; an override should jit through it too).
 
         ``shardings`` (a pytree like the state, from ``batch_axes``; only passed when the run is
         split over devices): the state is created split, each device computing its own part.
         Solvers whose start needs large arrays (an ``x0`` of 1e7 values) override it to pass
         them as arguments rather than compile them into the program as constants."""
-        if shardings is None:
-            return jax.jit(lambda k: self.init(problem, k))
-        return jax.jit(lambda k: self.init(problem, k), out_shardings=shardings)
+        from ..solve import cached_jit  # here: the driver module imports this one
+
+        return cached_jit(problem, self, "init", lambda k: self.init(problem, k), shardings)
 
     def batch_axes(self, problem: Problem, state: Any) -> Any:
         """Which axis of each state leaf indexes walkers, for ``solve(..., devices=...)``.

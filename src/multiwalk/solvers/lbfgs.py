@@ -737,10 +737,11 @@ class LBFGS(Solver):
 
     def initial_state_fn(self, problem: Problem, shardings: Any = None) -> Callable[[jax.Array], LBFGSRun]:
         # x0 and diag go in as arguments: as constants they would be compiled into the program.
-        if shardings is None:
-            init = jax.jit(lambda k, x, h: self.init(problem, k, x, h))
-        else:  # x0 and h0 arrive split like the state's x and h0 (below), and the state is made split
-            init = jax.jit(lambda k, x, h: self.init(problem, k, x, h), out_shardings=shardings)
+        # Split: x0 and h0 arrive split like the state's x and h0 (below), and the state is made split.
+        # cached_jit: a repeated solve() of the same problem reuses the compiled start.
+        from ..solve import cached_jit
+
+        init = cached_jit(problem, self, "init", lambda k, x, h: self.init(problem, k, x, h), shardings)
 
         def initial_state(key: jax.Array) -> LBFGSRun:
             x0 = None if self.starts is not None else self._x0(problem, key)

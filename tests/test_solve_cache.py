@@ -1,0 +1,93 @@
+"""A repeated `mw.solve` of the same problem reuses the compiled start and progress summary
+(`multiwalk.solve.cached_jit`), not only the loop, and keeps no problem alive once it is garbage.
+
+Traces are counted by a side effect in the objective: Python code in it runs only while jax
+traces it, so a solve that runs kept executables leaves the count unchanged.  This counts what
+the cache exists to avoid (tracing, hence compiling), and does not depend on timings.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import weakref
+
+import jax
+import numpy as np
+import pytest
+
+import multiwalk as mw
+
+driver = importlib.import_module("multiwalk.solve")  # the package exports the function solve
+
+TRACES = {"n": 0}
+
+
+def counted_sphere(x):
+    TRACES["n"] += 1  # runs at trace time only
+    return ((x - 0.5) ** 2).sum()
+
+
+def make_problem() -> mw.Problem:
+    return mw.Problem(objective=counted_sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3), x0=np.zeros(3))
+
+
+SOLVERS = {
+    "ReplicaExchange": mw.ReplicaExchange(nseq=2, nbeta=4, nburn=5, niter=10),
+    "LBFGS": mw.LBFGS(max_iterations=20),
+}
+
+
+@pytest.fixture(scope="module")
+def problem() -> mw.Problem:
+    return make_problem()
+
+
+@pytest.mark.parametrize("name", list(SOLVERS))
+def test_second_solve_traces_nothing_and_gives_the_same_result(problem, name):
+    solver = SOLVERS[name]
+    before = TRACES["n"]
+    first = mw.solve(problem, solver, seed=3, progress=True)  # progress: the summary runs too
+    assert TRACES["n"] > before  # the first call traced the start and the loop
+    before = TRACES["n"]
+    second = mw.solve(problem, solver, seed=3, progress=True)
+    assert TRACES["n"] == before, "the second solve traced the objective again (start, summary or loop)"
+    # exact: the same executables on the same inputs
+    assert np.array_equal(first.x, second.x) and first.fun == second.fun
+
+
+def test_a_problem_changed_in_place_gets_a_new_start(problem):
+    # The start closes over the bounds (random starting points in the box): after a change in
+    # place the kept start must not be used.  The samples all lie in the new box (exact bound).
+    p = make_problem()
+    solver = SOLVERS["ReplicaExchange"]
+    mw.solve(p, solver, seed=0, progress=False)
+    p.lower[:] = 1.0
+    before = TRACES["n"]
+    moved = mw.solve(p, solver, seed=0, progress=False)
+    assert TRACES["n"] > before
+    assert np.all(moved.samples >= 1.0)
+
+
+def test_initial_state_fn_works_under_eval_shape(problem):
+    # benchmarks/scaling.py and the driver's device choice ask for the start's shapes by tracing it.
+    for solver in SOLVERS.values():
+        shapes = jax.eval_shape(solver.initial_state_fn(problem), driver._key(0))
+        state = solver.initial_state_fn(problem)(driver._key(0))
+        same = jax.tree.map(lambda s, a: s.shape == a.shape and s.dtype == a.dtype, shapes, state)
+        assert all(jax.tree_util.tree_leaves(same))
+
+
+def test_a_solved_problem_is_collected_and_its_entries_forgotten():
+    # The caches hold executables keyed by id(problem), never the problem itself: once the user
+    # drops it (and its result), it is garbage, and the finalizer forgets its entries.
+    p = make_problem()
+    pid = id(p)
+    for solver in SOLVERS.values():
+        result = mw.solve(p, solver, seed=0, progress=True)
+    assert any(k[0] == pid for k in driver._SMALL)
+    ref = weakref.ref(p)
+    del p, result
+    gc.collect()
+    assert ref() is None, "a cache kept the problem alive"
+    assert not any(k[0] == pid for k in driver._SMALL) and not any(k[0] == pid for k in driver._COMPILED)
