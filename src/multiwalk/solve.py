@@ -624,7 +624,11 @@ def _solve(
                 info = {k: float(v) for k, v in summary_fn(state).items()}
                 bar.update(n_run, phase.name, info)
                 if checkpoint_due:
-                    solver.on_sync(problem)  # what on_chunk handed to threads is written first
+                    # what on_chunk handed to threads is written first; if that fails, the files lag
+                    # this state and the last checkpoint must stay (the except below writes none)
+                    unaccounted = True
+                    solver.on_sync(problem)
+                    unaccounted = False
                     _write_checkpoint(checkpoint_path, state, meta_now())
                     last_checkpoint = time.perf_counter()
                 if callback is not None:
@@ -654,10 +658,8 @@ def _solve(
         # under jax.distributed: the gather is a collective that the other processes may not join).
         # (not when on_chunk failed: what it writes would lag that state; the last checkpoint stays)
         if checkpoint_path is not None and not unaccounted and not _deleted(state) and not dist.multi_process():
-            try:
-                solver.on_sync(problem)
-            finally:
-                _write_checkpoint(checkpoint_path, state, meta_now())
+            solver.on_sync(problem)  # when it fails, the files lag the state: no checkpoint of it
+            _write_checkpoint(checkpoint_path, state, meta_now())
         raise
     finally:
         bar.close()
