@@ -10,6 +10,7 @@ a single value.
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import time
 
@@ -164,6 +165,23 @@ def test_resume_for_another_problem_is_refused(half):
     other = mw.Problem(objective=sphere, lower=-5.0 * np.ones(2), upper=5.0 * np.ones(2))
     with pytest.raises(ValueError, match=re.escape(str(ck))):
         mw.solve(other, solver(), seed=0, progress=False, resume=ck)
+
+
+def test_resume_with_other_state_layout_says_what_differs(problem, half, workdir):
+    # A checkpoint whose state has another number of arrays (a solver whose state changed between
+    # versions): the message names the file, both counts, and what to do.
+    _, ck = half
+    with np.load(ck, allow_pickle=False) as npz:
+        meta = json.loads(str(npz["__meta__"]))
+        leaves = [npz[f"leaf_{i:04d}"] for i in range(meta["n_leaves"])]
+    meta["n_leaves"] -= 1
+    old = workdir / "old_layout.npz"
+    np.savez(old, __meta__=np.array(json.dumps(meta)), **{f"leaf_{i:04d}": a for i, a in enumerate(leaves[:-1])})
+    with pytest.raises(ValueError, match=re.escape(str(old))) as err:
+        mw.solve(problem, solver(), seed=0, progress=False, resume=old)
+    msg = str(err.value)
+    assert f"holds {len(leaves) - 1} state arrays" in msg and f"now has {len(leaves)}" in msg
+    assert "start the run anew" in msg
 
 
 def test_resume_missing_file(problem, workdir):

@@ -107,7 +107,13 @@ def _restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: lis
             )
     fresh_leaves, treedef = jax.tree_util.tree_flatten(dist.to_host(fresh_state))
     if len(fresh_leaves) != len(leaves):
-        raise ValueError(f"{path}: the checkpoint does not match this problem and solver")
+        # e.g. a state whose fields changed between multiwalk versions (mw.Exchange's layout
+        # changed in 6376614): say what differs and what to do, not only that it differs
+        raise ValueError(
+            f"{path}: the checkpoint holds {len(leaves)} state arrays but a {type(solver).__name__} state "
+            f"now has {len(fresh_leaves)}: it was written by another version of multiwalk or for another "
+            "problem; resume it with the version that wrote it, or start the run anew"
+        )
     out = []
     for new, old in zip(fresh_leaves, leaves):
         if new.shape == old.shape:
