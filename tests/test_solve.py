@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
+import signal
+import sys
 import time
 
 import numpy as np
@@ -293,6 +296,41 @@ def test_interrupt_returns_a_consistent_partial_result(interrupted, full):
     assert res.stats["iterations"] == {"burn-in": NBURN, "sampling": k}
     assert np.array_equal(res.samples, full.samples[:k])
     assert np.array_equal(res.chi2, full.chi2[:k])
+
+
+class TerminateAfter(InterruptAfter):
+    """A callback that sends this process SIGTERM (as a batch system does at a job's time limit)
+    on its 3rd call in the sampling phase."""
+
+    def __call__(self, info: dict) -> None:
+        self.infos.append(dict(info))
+        if sum(i["phase"] == "sampling" for i in self.infos) == self.n:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or sys.platform == "win32", reason="POSIX signals")
+def test_sigterm_stops_like_ctrl_c_and_keeps_the_checkpoint(problem, workdir, full):
+    # If the driver did not catch SIGTERM, this test's own handler would (instead of the default,
+    # which kills the test process) and the first assertion fails.
+    escaped: list = []
+    def test_handler(*args):
+        escaped.append(args)
+
+    previous = signal.signal(signal.SIGTERM, test_handler)
+    ck = workdir / "terminated.npz"
+    cb = TerminateAfter(3)
+    try:
+        res = mw.solve(problem, solver(), seed=0, progress=False, callback=cb, checkpoint=ck)
+    finally:
+        handler_after = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, previous)
+    assert not escaped, "SIGTERM reached the handler that was there before solve()"
+    assert handler_after is test_handler  # the driver put the handler it found back
+    assert res.status == mw.Status.INTERRUPTED
+    assert sum(i["phase"] == "sampling" for i in cb.infos) == 3  # no chunk ran after the signal
+    k = res.samples.shape[0]
+    assert 0 < k < NITER and np.array_equal(res.samples, full.samples[:k])
+    assert ck.is_file()  # the state up to the signal is on disk: resumable
 
 
 def test_callback_info_has_progress_fields(interrupted):

@@ -17,7 +17,7 @@ class Status(enum.IntEnum):
     SUCCESS = 0  #: the solver ran to its natural end (all iterations, or converged)
     MAX_STEPS = 1  #: a convergence solver used its whole iteration budget without converging
     TIME_LIMIT = 2  #: stopped at solve(..., time_limit=...); the result is partial
-    INTERRUPTED = 3  #: stopped by Ctrl-C (KeyboardInterrupt); the result is partial
+    INTERRUPTED = 3  #: stopped by Ctrl-C or SIGTERM (a batch system's time limit); the result is partial
     FAILED = 4  #: the solver could not go on (e.g. no finite objective value anywhere)
 
     def describe(self) -> str:
@@ -25,7 +25,7 @@ class Status(enum.IntEnum):
             Status.SUCCESS: "finished",
             Status.MAX_STEPS: "the iteration budget was used up before convergence",
             Status.TIME_LIMIT: "stopped at the time limit; the result holds what was done",
-            Status.INTERRUPTED: "interrupted (Ctrl-C); the result holds what was done",
+            Status.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); the result holds what was done",
             Status.FAILED: "failed",
         }[self]
 

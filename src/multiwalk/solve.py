@@ -207,14 +207,29 @@ def _key(seed: int) -> jax.Array:
 
 
 class _CtrlC:
-    """While a run is on: the first SIGINT sets ``pressed``, a second raises KeyboardInterrupt."""
+    """While a run is on: the first SIGINT (Ctrl-C) or SIGTERM sets ``pressed``, a second raises
+    KeyboardInterrupt.
+
+    SIGTERM counts as a Ctrl-C because it is how batch systems end a job (SLURM sends it at the
+    time limit, then SIGKILL after a grace period; ``kill`` sends it by default): the run stops
+    after the chunk in flight, writes its checkpoint and returns the partial result instead of
+    dying with nothing saved.
+    """
+
+    SIGNALS = ("SIGINT", "SIGTERM")
 
     def __init__(self) -> None:
         self.pressed = False
         self.forced = False
-        self._previous = None
+        self._previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for name in self.SIGNALS:
+                signum = getattr(signal, name, None)
+                if signum is not None:  # SIGTERM cannot be caught everywhere (Windows has no handler for it)
+                    try:
+                        self._previous[signum] = signal.signal(signum, self._handle)
+                    except (OSError, ValueError):
+                        pass
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.pressed:
@@ -223,9 +238,10 @@ class _CtrlC:
         self.pressed = True
 
     def restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            # None: the previous handler was not set from Python; the default is what was there
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        self._previous = {}
 
 
 def _deleted(state: Any) -> bool:
