@@ -92,6 +92,14 @@ def _loader(interpret: bool):  # noqa: ANN202
     return load, store
 
 
+def _stored_row(r: int, m: int, slot: jax.Array, count: jax.Array) -> jax.Array:
+    """Whether row ``r`` of the pair buffer (S rows 0..m-1, Y rows m..2m-1) holds a stored pair:
+    its ring age (1 = the newest stored pair, ...; 0 = ``slot``, which the new pair replaces)
+    is between 1 and ``count``."""
+    age = jax.lax.rem(slot + jnp.int32(m - r % m), jnp.int32(m))
+    return (age >= 1) & (age <= count)
+
+
 def _inside(c0: jax.Array, block: int, n: int) -> jax.Array | None:
     """Lanes of the program starting at column ``c0`` that lie inside ``n``; None when ``block``
     divides ``n`` (known while tracing): then no lane is ever outside and loads need no mask."""
@@ -124,7 +132,7 @@ def pair_products(
     m = two_m // 2
     dt = P.dtype
     programs = pl.cdiv(n, block)
-    load, _ = _loader(interpret)
+    load, store = _loader(interpret)
     ints = jnp.stack([slot, count]).astype(jnp.int32)
     stp = jnp.reshape(stp, (1,)).astype(dt)
 
@@ -138,16 +146,11 @@ def pair_products(
         y = gtv - load(g_ref.at[cols], mask=inside, other=0.0)
         s = stp_ref[0] * load(d_ref.at[cols], mask=inside, other=0.0)
         xv = load(x_ref.at[cols], mask=inside, other=0.0)
-        _, store = _loader(interpret)
         store(x_out.at[cols], xv, mask=inside)
         lane = jax.lax.broadcasted_iota(jnp.int32, (_WIDTH,), 0)
         out = jnp.zeros((_WIDTH,), dt)
         for r in range(two_m):
-            k = r % m
-            # ring age: 1 = the newest stored pair, ...; 0 = the slot the new pair replaces
-            age = jax.lax.rem(sl + jnp.int32(m - k), jnp.int32(m))
-            keep = (age >= 1) & (age <= cnt)
-            p = load(p_ref.at[jnp.int32(r), cols], mask=_and(inside, keep, block), other=0.0)
+            p = load(p_ref.at[jnp.int32(r), cols], mask=_and(inside, _stored_row(r, m, sl, cnt), block), other=0.0)
             out = jnp.where(lane == r, jnp.sum(p * gtv), out)
             out = jnp.where(lane == two_m + r, jnp.sum(p * y), out)
         for i, v in enumerate((s * y, y * y, y * gtv, gtv * gtv, xv * xv)):
@@ -196,10 +199,7 @@ def direction_and_store(
         gtv = load(gt_ref.at[cols], mask=inside, other=0.0)
         acc = -f_ref[0] * gtv
         for r in range(two_m):
-            k = r % m
-            age = jax.lax.rem(sl + jnp.int32(m - k), jnp.int32(m))
-            keep = (age >= 1) & (age <= cnt)
-            p = load(p_ref.at[jnp.int32(r), cols], mask=_and(inside, keep, block), other=0.0)
+            p = load(p_ref.at[jnp.int32(r), cols], mask=_and(inside, _stored_row(r, m, sl, cnt), block), other=0.0)
             acc = acc + w_ref[r] * p
         s = f_ref[1] * load(d_ref.at[cols], mask=inside, other=0.0)
         y = gtv - load(g_ref.at[cols], mask=inside, other=0.0)
