@@ -9,6 +9,7 @@ state, so nothing computed is lost.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -420,6 +421,23 @@ def _initial_shapes(problem: Any, solver: Solver, init_fn: Callable, key: jax.Ar
 
 
 # ---------------------------------------------------------------------------- the driver
+def _one_fingerprint_per_call(run: Callable[..., Result]) -> Callable[..., Result]:
+    """``run(problem, solver, **options)`` with the problem's full fingerprint digested once in
+    the call (on first use, see :func:`_full_fingerprint`), not once for each small function
+    (see :func:`cached_jit`); nested calls on the same problem digest again."""
+
+    @functools.wraps(run)
+    def call(problem: Problem, solver: Solver, **options: Any) -> Result:
+        _FINGERPRINTS[id(problem)] = None
+        try:
+            return run(problem, solver, **options)
+        finally:
+            _FINGERPRINTS.pop(id(problem), None)
+
+    return call
+
+
+@_one_fingerprint_per_call
 def solve(
     problem: Problem,
     solver: Solver,
@@ -474,35 +492,6 @@ def solve(
     bounds, data, sigma, fixed values or ``args`` arrays were changed in place is compiled
     anew; as with ``jax.jit``, global arrays read by the function are baked in at compilation.
     """
-    # The problem's full fingerprint is digested once in this call (on first use), not once for
-    # each small function (see cached_jit); nested calls on the same problem digest again.
-    _FINGERPRINTS[id(problem)] = None
-    try:
-        return _solve(
-            problem, solver, seed=seed, progress=progress, time_limit=time_limit, checkpoint=checkpoint,
-            resume=resume, callback=callback, chunk_seconds=chunk_seconds, checkpoint_every=checkpoint_every,
-            devices=devices, distributed=distributed,
-        )
-    finally:
-        _FINGERPRINTS.pop(id(problem), None)
-
-
-def _solve(
-    problem: Problem,
-    solver: Solver,
-    *,
-    seed: int = 0,
-    progress: bool | None = None,
-    time_limit: float | None = None,
-    checkpoint: str | os.PathLike | None = None,
-    resume: str | os.PathLike | None = None,
-    callback: Callable[[dict[str, Any]], None] | None = None,
-    chunk_seconds: float = 1.0,
-    checkpoint_every: float = 0.0,
-    devices: Any = None,
-    distributed: bool | dict[str, Any] = False,
-) -> Result:
-    """The body of :func:`solve`."""
     if distributed:  # before anything touches a device
         if not isinstance(distributed, (bool, dict)):
             raise TypeError(f"distributed must be True/False or a dict of initialize() keywords, got {distributed!r}")
