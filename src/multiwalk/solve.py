@@ -484,8 +484,9 @@ def solve(
         MPI).  Every process runs the same call; the batch is split over all processes'
         devices, process 0 writes the checkpoint, and every process gets the whole result.
 
-    Ctrl-C (KeyboardInterrupt) stops the run cleanly: the result holds everything computed up
-    to the last finished chunk and has ``status=Status.INTERRUPTED``.
+    Ctrl-C (KeyboardInterrupt) or SIGTERM (a batch system's time limit) stops the run cleanly:
+    the result holds everything computed up to the last finished chunk and has
+    ``status=Status.INTERRUPTED``.
 
     Compiled loops are kept and reused by later calls with the same ``problem`` object and
     equal solver options (``stats["compile_seconds"]`` then drops to ~0).  A problem whose
