@@ -23,7 +23,7 @@ from .scalarise import Node, ScalarGraph, Unsupported, scalarise
 
 __all__ = [
     "KERNELS", "GPU_BACKENDS", "KernelPlan", "check_kernel_option", "check_launch_options", "backend",
-    "xla_plan", "pallas_plan", "fallback_plan", "scalarise_objective", "triton_lacks", "next_power_of_two",
+    "xla_plan", "pallas_plan", "fallback_plan", "scalarise_objective", "triton_lacks", "lowering_reason", "next_power_of_two",
     "is_power_of_two", "compiler_params", "LaneValues",
 ]
 
@@ -131,6 +131,13 @@ def triton_lacks(graph: ScalarGraph) -> list[str]:
     except Exception:  # noqa: BLE001 - a private module: if it moved, let compilation decide
         return []
     return sorted({p.name for p in graph.primitives if p not in triton_lowering_rules})
+
+
+def lowering_reason(graph: ScalarGraph, on_gpu: bool) -> str | None:
+    """Why ``graph`` cannot be lowered by Triton on this backend (primitives it has no rule
+    for), or None; only checked on a GPU (interpret mode lowers anything)."""
+    lacking = triton_lacks(graph) if on_gpu else []
+    return f"Pallas' Triton lowering has no rule for {', '.join(lacking)}" if lacking else None
 
 
 def next_power_of_two(n: int) -> int:

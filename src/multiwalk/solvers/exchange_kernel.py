@@ -74,11 +74,10 @@ def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> Kerne
     else:
         graph, reason = kernels.scalarise_objective(problem.chi2_full, problem.n, problem.dtype)
     if graph is not None:
-        lacking = kernels.triton_lacks(graph) if on_gpu else []
         if len(graph.ops) > MAX_OPS:
             reason = f"the objective has {len(graph.ops)} scalar operations, more than {MAX_OPS}"
-        elif lacking:
-            reason = f"Pallas' Triton lowering has no rule for {', '.join(lacking)}"
+        else:
+            reason = kernels.lowering_reason(graph, on_gpu)
     if reason is not None:
         return kernels.fallback_plan(kernel, "Exchange", reason)
     return kernels.pallas_plan(kernel, name, on_gpu, graph=graph)

@@ -63,11 +63,10 @@ def plan(problem: Problem, kernel: str) -> KernelPlan:
         graph, reason = kernels.scalarise_objective(problem.chi2_free, problem.n_free, problem.dtype)
     if graph is not None:
         emitted = len(graph.ops) + 2 * sum(len(dep) for dep in graph.dependents)
-        lacking = kernels.triton_lacks(graph) if on_gpu else []
         if emitted > MAX_EMITTED:
             reason = f"the sweep would emit {emitted} scalar operations, more than {MAX_EMITTED}"
-        elif lacking:
-            reason = f"Pallas' Triton lowering has no rule for {', '.join(lacking)}"
+        else:
+            reason = kernels.lowering_reason(graph, on_gpu)
     if reason is not None:
         return kernels.fallback_plan(kernel, "PatternSearch", reason)
     return kernels.pallas_plan(kernel, name, on_gpu, graph=graph)
