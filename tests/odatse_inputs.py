@@ -1,10 +1,13 @@
-"""ODAT-SE input.toml texts the tests share (not a test module: pytest collects only test_*.py).
+"""ODAT-SE input.toml texts, and the reading of a run's output files, that the tests share (not a
+test module: pytest collects only test_*.py).
 
 Imported as ``from odatse_inputs import himmelblau_exchange``: pytest puts this folder on
 ``sys.path`` (the tests folder has no ``__init__.py``).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 def himmelblau_exchange(
@@ -43,3 +46,9 @@ numsteps = {numsteps}
 numsteps_exchange = {numsteps_exchange}
 nreplica_per_proc = {nreplica_per_proc}
 """
+
+
+def output_files(folder: Path) -> dict[str, bytes]:
+    """Every ``*.txt`` file a run in ``folder`` wrote under ``folder/output``: relative path -> bytes."""
+    out = folder / "output"
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.txt"))}

@@ -18,7 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from odatse_inputs import himmelblau_exchange
+from odatse_inputs import himmelblau_exchange, output_files
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -37,11 +37,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _outputs(folder: Path) -> dict[str, bytes]:
-    out = folder / "output"
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.txt"))}
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +75,7 @@ def test_both_processes_succeed_on_4_devices(runs):
 
 
 def test_outputs_identical_to_one_process(runs):
-    single, split = _outputs(runs["one"]), _outputs(runs["two"])
+    single, split = output_files(runs["one"]), output_files(runs["two"])
     # ODAT-SE's files: folders 0 and 1 (nprocs = 2 processes), fx.txt and best_result.txt
     assert {"0/trial.txt", "1/result.txt", "fx.txt", "best_result.txt"} <= set(single)
     assert set(split) == set(single)

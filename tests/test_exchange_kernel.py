@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from odatse_inputs import himmelblau_exchange
+from odatse_inputs import himmelblau_exchange, output_files
 
 import multiwalk as mw
 from multiwalk.cli import main
@@ -114,11 +114,6 @@ def _cli(folder: Path, *args: str) -> int:
         os.chdir(old)
 
 
-def _files(folder: Path) -> dict[str, bytes]:
-    out = folder / "output"
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.txt"))}
-
-
 @pytest.fixture(scope="module")
 def in_the_caller(tmp_path_factory) -> Path:
     """The reference: step files written between chunks by the caller (--write-threads 0)."""
@@ -134,7 +129,7 @@ def test_threaded_writer_writes_the_same_bytes(in_the_caller, tmp_path, monkeypa
     monkeypatch.setattr(odatse_io, "ROWS_PER_PIECE", 7)
     (tmp_path / "input.toml").write_text(_input())
     assert _cli(tmp_path, "--write-threads", "3") == 0
-    ours, reference = _files(tmp_path), _files(in_the_caller)
+    ours, reference = output_files(tmp_path), output_files(in_the_caller)
     assert len(reference) == 4 + 6 + 2  # trial/result of 2 processes, 6 result_T, fx, best_result
     assert ours == reference
 
@@ -178,7 +173,7 @@ def test_files_reach_every_checkpoint_and_a_crash_resumes(in_the_caller, tmp_pat
     assert len(seen) == 3 and all(file_step == state_step for file_step, state_step in seen), seen
     monkeypatch.setattr(odatse_io.StepWriter, "on_steps", original_on_steps)
     assert _cli(tmp_path, "--resume") == 0
-    ours, reference = _files(tmp_path), _files(in_the_caller)
+    ours, reference = output_files(tmp_path), output_files(in_the_caller)
     assert ours == reference
 
 
