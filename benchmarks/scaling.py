@@ -160,8 +160,8 @@ def main() -> int:
     p.add_argument("--lbfgs-n", type=float, default=1e9,
                    help="variables of the split L-BFGS problem on the most devices (0: skip)")
     p.add_argument("--split-kernel", choices=("auto", "xla", "pallas"), default="auto",
-                   help="LBFGS(kernel=...) of the split problem: 'auto' runs split problems in the XLA form, "
-                        "'pallas' the fused passes per device (shard_map)")
+                   help="LBFGS(kernel=...) of the split problem: 'auto' and 'pallas' run the fused passes per "
+                        "device (shard_map) on GPUs, 'xla' the XLA form")
     common.add_out_option(p, "scaling")
     args = p.parse_args()
     common.select_platform(args.device)

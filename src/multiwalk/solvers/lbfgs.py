@@ -26,10 +26,9 @@ over the pairs).  With a user ``diag`` (the seed's ``diagco``) the two-loop recu
 On a GPU the two passes of one problem run as two fused Pallas kernels (``kernel="auto"``,
 :mod:`multiwalk.solvers.lbfgs_kernel`), and its loop carries the state's scalars packed
 (:meth:`LBFGS.run_chunk`); ``kernel="xla"`` keeps the XLA form (same iterates up to rounding).
-One problem split along ``n`` over devices (``mw.solve(..., devices=k)``) runs the XLA form under
-``kernel="auto"``, and with ``kernel="pallas"`` the passes per device under ``jax.shard_map``
-(:func:`~multiwalk.solvers.lbfgs_kernel.pair_products_split`): the objective still sees the
-global ``x``.
+One problem split along ``n`` over GPUs (``mw.solve(..., devices=k)``) runs the passes per device
+under ``jax.shard_map`` (:func:`~multiwalk.solvers.lbfgs_kernel.pair_products_split`): the
+objective still sees the global ``x``.
 
 Many independent problems (``x0`` of shape ``(K, n)``, or ``starts=K``) run in lockstep, each with
 its own line search and status; the driver stops when all have finished.  The same pure functions
@@ -557,11 +556,9 @@ class LBFGS(Solver):
     kernel : ``"auto"`` (default), ``"xla"`` or ``"pallas"``: how the two passes over the stored
         pairs run - as XLA operations, or as two fused Pallas (Triton) kernels
         (:mod:`multiwalk.solvers.lbfgs_kernel`; one start, ``H0 = gamma I``).
-        ``"auto"`` uses the kernels on one GPU; for one problem split along ``n`` over devices it
-        keeps the XLA form (the split fused form is not yet measured on GPUs), and ``"pallas"``
-        runs the kernels on each device's columns (``jax.shard_map``, the small sums added by
-        ``psum``).  Same iterates up to rounding; ``result.stats["kernel"]`` and
-        ``["kernel_reason"]`` say which ran and why.
+        ``"auto"`` uses the kernels on GPUs; one problem split along ``n`` over devices runs them
+        on each device's columns (``jax.shard_map``, the small sums added by ``psum``).  Same iterates up to
+        rounding; ``result.stats["kernel"]`` and ``["kernel_reason"]`` say which ran and why.
     kernel_block, kernel_warps : Pallas launch tuning: columns per program (a power of two)
         and warps per program (None: the module's defaults).
 
