@@ -146,6 +146,9 @@ def lbfgs_table(rows: list[dict[str, Any]]) -> list[str]:
 def main() -> int:
     p = common.new_parser(__doc__)
     p.add_argument("--max-devices", type=int, default=None, help="largest device count (default: all)")
+    p.add_argument("--device-counts", default=None,
+                   help="comma-separated device counts to run, 1 included (default: 1, 2, 4, 8 up to --max-devices); "
+                        "e.g. 1,4 on a 4-GPU host when the 2-GPU rows are known")
     p.add_argument("--quick", action="store_true", help="small batches (a CPU check of the script)")
     p.add_argument("--budget", type=float, default=230.0, help="seconds after which no new configuration starts")
     p.add_argument("--cases", default="re,ps,lbfgs,exchange,split",
@@ -184,6 +187,14 @@ def main() -> int:
     env = common.environment(dev, on_gpu, mw, args.quick)
     n_max = min(args.max_devices or jax.device_count(), jax.device_count())
     counts = [k for k in (1, 2, 4, 8) if k <= n_max]
+    if args.device_counts:
+        try:
+            asked = sorted({int(k) for k in args.device_counts.split(",")})
+        except ValueError:
+            p.error(f"--device-counts: whole numbers separated by commas, got {args.device_counts!r}")
+        if asked[0] != 1 or asked[-1] > n_max:
+            p.error(f"--device-counts {args.device_counts}: must include 1 and stay <= {n_max} (the devices here)")
+        counts = asked
     env["device_counts"] = counts
     env["command"] = " ".join(sys.argv)
     log(f"{env['device']} x {jax.device_count()}; device counts {counts}")
