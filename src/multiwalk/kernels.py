@@ -23,8 +23,8 @@ from .scalarise import Node, ScalarGraph, Unsupported, scalarise
 
 __all__ = [
     "KERNELS", "GPU_BACKENDS", "KernelPlan", "check_kernel_option", "check_launch_options", "backend",
-    "xla_plan", "pallas_plan", "fallback_plan", "scalarise_objective", "triton_lacks", "lowering_reason", "next_power_of_two",
-    "is_power_of_two", "compiler_params", "LaneValues",
+    "xla_plan", "pallas_plan", "fallback_plan", "graph_plan", "scalarise_objective", "triton_lacks", "lowering_reason",
+    "next_power_of_two", "is_power_of_two", "row_blocks", "pad_rows", "compiler_params", "LaneValues",
 ]
 
 log = logging.getLogger("multiwalk")
@@ -114,6 +114,23 @@ def fallback_plan(kernel: str, solver: str, reason: str) -> KernelPlan:
     return KernelPlan(False, False, reason)
 
 
+def graph_plan(
+    kernel: str, solver: str, name: str, on_gpu: bool, graph: ScalarGraph | None, reason: str | None,
+    too_large: Callable[[ScalarGraph], str | None],
+) -> KernelPlan:
+    """The plan once a kernel module has its objective's ``graph`` (or the ``reason`` it has none).
+
+    ``too_large(graph)``: why the kernel would not take that graph (its own size limits), or None;
+    then the Triton lowering is checked (:func:`lowering_reason`).  Any reason: the XLA form
+    (:func:`fallback_plan`); none: the kernel (:func:`pallas_plan`).
+    """
+    if graph is not None:
+        reason = too_large(graph) or lowering_reason(graph, on_gpu)
+    if reason is not None:
+        return fallback_plan(kernel, solver, reason)
+    return pallas_plan(kernel, name, on_gpu, graph=graph)
+
+
 def scalarise_objective(f: Callable[[jax.Array], jax.Array], n: int, dtype: Any) -> tuple[ScalarGraph | None, str | None]:
     """``(graph, None)`` for ``f`` of one point of ``n`` values, or ``(None, why not)``; never raises."""
     try:
@@ -148,6 +165,23 @@ def next_power_of_two(n: int) -> int:
 def is_power_of_two(n: int) -> bool:
     """Whether ``n`` is 1, 2, 4, ... (Triton's block shapes must be)."""
     return n > 0 and n & (n - 1) == 0
+
+
+def row_blocks(n: int, block: int) -> tuple[int, int, int]:
+    """``(b, n_padded, programs)`` for ``n`` rows, one Pallas program per ``b`` rows: ``b`` is
+    ``block`` (a power of two), or less for few rows; ``n_padded = programs * b >= n``."""
+    b = min(block, next_power_of_two(n))
+    n_padded = -(-n // b) * b
+    return b, n_padded, n_padded // b
+
+
+def pad_rows(arrays: Any, n_padded: int) -> list[jax.Array]:
+    """Each array (rows on axis 0) padded to ``n_padded`` rows with copies of its last row: whole
+    blocks for the kernel, whose extra rows are computed and then dropped (``a[:n]``)."""
+    return [
+        a if a.shape[0] == n_padded else jnp.pad(a, ((0, n_padded - a.shape[0]),) + ((0, 0),) * (a.ndim - 1), mode="edge")
+        for a in arrays
+    ]
 
 
 def compiler_params(num_warps: int, interpret: bool) -> dict[str, Any]:

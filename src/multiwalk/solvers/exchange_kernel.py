@@ -73,14 +73,14 @@ def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> Kerne
         reason = f"{problem.n} coordinates, more than the kernel's {MAX_FREE}"
     else:
         graph, reason = kernels.scalarise_objective(problem.chi2_full, problem.n, problem.dtype)
-    if graph is not None:
-        if len(graph.ops) > MAX_OPS:
-            reason = f"the objective has {len(graph.ops)} scalar operations, more than {MAX_OPS}"
-        else:
-            reason = kernels.lowering_reason(graph, on_gpu)
-    if reason is not None:
-        return kernels.fallback_plan(kernel, "Exchange", reason)
-    return kernels.pallas_plan(kernel, name, on_gpu, graph=graph)
+    return kernels.graph_plan(kernel, "Exchange", name, on_gpu, graph, reason, _too_large)
+
+
+def _too_large(graph: ScalarGraph) -> str | None:
+    """Why the step loop would not take ``graph`` (its body is one evaluation of f), or None."""
+    if len(graph.ops) > MAX_OPS:
+        return f"the objective has {len(graph.ops)} scalar operations, more than {MAX_OPS}"
+    return None
 
 
 class Moves(NamedTuple):
@@ -137,12 +137,9 @@ def metropolis_steps(
     r, d = state.x.shape
     K = move.shape[0]
     dt = state.x.dtype
-    b = min(block, kernels.next_power_of_two(r))
-    rp = -(-r // b) * b
-    programs = rp // b
-    ins = list(state) + [prev, beta, dbeta]
-    if rp != r:  # pad with copies of the last replica: computed, then dropped
-        ins = [jnp.pad(a, ((0, rp - r),) + ((0, 0),) * (a.ndim - 1), mode="edge") for a in ins]
+    b, rp, programs = kernels.row_blocks(r, block)
+    ins = kernels.pad_rows(list(state) + [prev, beta, dbeta], rp)  # copies of the last replica: computed, then dropped
+    if rp != r:
         move = jnp.pad(move, ((0, 0), (0, rp - r), (0, 0)))
         u_accept = jnp.pad(u_accept, ((0, 0), (0, rp - r)), constant_values=0.5)
     width_c, lo_c, hi_c = (np.asarray(v, dtype=dt) for v in (step_width, lower, upper))

@@ -61,15 +61,15 @@ def plan(problem: Problem, kernel: str) -> KernelPlan:
         reason = f"{problem.n_free} free parameters, more than the kernel's {MAX_FREE}"
     else:
         graph, reason = kernels.scalarise_objective(problem.chi2_free, problem.n_free, problem.dtype)
-    if graph is not None:
-        emitted = len(graph.ops) + 2 * sum(len(dep) for dep in graph.dependents)
-        if emitted > MAX_EMITTED:
-            reason = f"the sweep would emit {emitted} scalar operations, more than {MAX_EMITTED}"
-        else:
-            reason = kernels.lowering_reason(graph, on_gpu)
-    if reason is not None:
-        return kernels.fallback_plan(kernel, "PatternSearch", reason)
-    return kernels.pallas_plan(kernel, name, on_gpu, graph=graph)
+    return kernels.graph_plan(kernel, "PatternSearch", name, on_gpu, graph, reason, _too_large)
+
+
+def _too_large(graph: ScalarGraph) -> str | None:
+    """Why the unrolled sweep would not take ``graph`` (full evaluation + 2 partial per coordinate), or None."""
+    emitted = len(graph.ops) + 2 * sum(len(dep) for dep in graph.dependents)
+    if emitted > MAX_EMITTED:
+        return f"the sweep would emit {emitted} scalar operations, more than {MAX_EMITTED}"
+    return None
 
 
 class Sweeps(NamedTuple):
@@ -119,14 +119,9 @@ def sweeps(
 
     w, d = x.shape
     dt = x.dtype
-    b = min(block, kernels.next_power_of_two(w))
-    wp = -(-w // b) * b
-    programs = wp // b
-    if wp != w:  # pad with copies of the last walker: computed, then dropped (never the first best)
-        rows = ((0, wp - w),)
-        x = jnp.pad(x, rows + ((0, 0),), mode="edge")
-        fx, scale, n_bad, n_halvings, n_resets = (
-            jnp.pad(a, rows, mode="edge") for a in (fx, scale, n_bad, n_halvings, n_resets))
+    b, wp, programs = kernels.row_blocks(w, block)
+    # pad with copies of the last walker: computed, then dropped (never the first best)
+    x, fx, scale, n_bad, n_halvings, n_resets = kernels.pad_rows((x, fx, scale, n_bad, n_halvings, n_resets), wp)
     d0_c, lo_c, hi_c = (np.asarray(v, dtype=dt) for v in (d0, lower, upper))
     tol_c = np.asarray(tol_scale * (1 + 1e-6), dtype=dt)  # as the XLA form rounds it
 
