@@ -16,16 +16,15 @@ The problem is solved twice: with the modern API (``mw.Problem(objective=...)`` 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from example_options import parse_options  # noqa: E402  (examples/example_options.py)
 
 import multiwalk as mw  # noqa: E402
 from multiwalk.compat.imgpu import Mcgpu  # noqa: E402
@@ -57,13 +56,7 @@ def summary(label: str, x: np.ndarray, fun: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="demo_output", help="folder for the figures (created)")
-    parser.add_argument("--quick", action="store_true", help="smaller run (for tests)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (both runs use it)")
-    opts = parser.parse_args(argv)
-    out = Path(opts.out)
-    out.mkdir(parents=True, exist_ok=True)
+    opts, out = parse_options(__doc__, argv)
     sizes = dict(nbeta=32, nseq=8, nburn=300, niter=400) if opts.quick else dict(nbeta=32, nseq=14, nburn=400, niter=1000)
     print(f"Rosenbrock: z = (1-x)^2 + 100 (y-x^2)^2, chi2 = z^2;  box {LOWER} .. {UPPER};  {sizes}, seed {opts.seed}")
 

@@ -17,7 +17,6 @@ seed the two give identical samples.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ matplotlib.use("Agg")
 import jax.numpy as jnp  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from example_options import parse_options  # noqa: E402  (examples/example_options.py)
 
 import multiwalk as mw  # noqa: E402
 from multiwalk.compat.imgpu import Mcgpu  # noqa: E402
@@ -106,13 +106,7 @@ def plot_curves(path: Path, found: dict[str, np.ndarray], exact: np.ndarray, sam
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="demo_output", help="folder for the figures (created)")
-    parser.add_argument("--quick", action="store_true", help="smaller run (for tests)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (both runs use it)")
-    opts = parser.parse_args(argv)
-    out = Path(opts.out)
-    out.mkdir(parents=True, exist_ok=True)
+    opts, out = parse_options(__doc__, argv)
     sizes = dict(nbeta=16, nseq=8, nburn=200, niter=300) if opts.quick else dict(nbeta=32, nseq=14, nburn=300, niter=500)
     exact = exact_roots()
     print(f"solvsys: x^2 + y^2 = 1, y = {A} x + {B};  box {LOWER} .. {UPPER};  {sizes}, seed {opts.seed}")
