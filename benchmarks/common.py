@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -83,6 +83,30 @@ def make_log(t_start: float) -> Callable[[str], None]:
         print(f"[{time.perf_counter() - t_start:7.1f} s] {msg}", flush=True)
 
     return log
+
+
+class Start(NamedTuple):
+    """What :func:`start_run` gives a script: its device, the clock and log, and the report's environment."""
+
+    dev: Any
+    on_gpu: bool
+    t_start: float  # time.perf_counter() at the start
+    log: Callable[[str], None]
+    env: dict[str, Any]
+
+
+def start_run(device: str, quick: bool) -> Start | None:
+    """After :func:`select_platform`: the first device (:func:`first_device`), the clock started
+    now, its ``log`` and the :func:`environment`; None (after an error message) if ``--device``
+    cannot be met (the script exits with 2)."""
+    found = first_device(device)
+    if found is None:
+        return None
+    import multiwalk as mw
+
+    dev, on_gpu = found
+    t_start = time.perf_counter()
+    return Start(dev, on_gpu, t_start, make_log(t_start), environment(dev, on_gpu, mw, quick))
 
 
 # ============================================================================ timing

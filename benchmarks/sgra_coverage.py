@@ -40,13 +40,10 @@ def main() -> int:
     from multiwalk.eht import fit_xringaus, load_array, simulate
     from multiwalk.models import LOWER, PARAM_NAMES, UPPER, xringaus
 
-    found = common.first_device(args.device)
-    if found is None:
+    run = common.start_run(args.device, quick=False)
+    if run is None:
         return 2
-    dev, on_gpu = found
-    t_start = time.perf_counter()
-    log = common.make_log(t_start)
-    env = common.environment(dev, on_gpu, mw, quick=False)
+    t_start, log, env = run.t_start, run.log, run.env
     rng = np.random.default_rng(args.seed)
     array = load_array("EHT2017")
     solver = mw.ReplicaExchange(nbeta=args.nbeta, nseq=args.nseq, nburn=args.nburn, niter=args.niter)

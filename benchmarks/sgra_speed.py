@@ -40,13 +40,10 @@ def main() -> int:
     from multiwalk.eht.fit import _summarise
     from multiwalk.models import PARAM_NAMES, xringaus
 
-    found = common.first_device(args.device)
-    if found is None:
+    run = common.start_run(args.device, args.quick)
+    if run is None:
         return 2
-    dev, on_gpu = found
-    t_start = time.perf_counter()
-    log = common.make_log(t_start)
-    env = common.environment(dev, on_gpu, mw, args.quick)
+    on_gpu, t_start, log, env = run.on_gpu, run.t_start, run.log, run.env
     truth = np.array([DEMO_TRUTH[n] for n in PARAM_NAMES])
     data = simulate(load_array("EHT2017"), lambda u, v: np.asarray(xringaus(truth, u, v)), scan_seconds=300.0,
                     cadence_seconds=args.cadence_seconds, fractional_noise=0.05, seed=0)
