@@ -21,7 +21,7 @@ from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import greedy, patches
 from .problem import Deconvolution
-from .result import DeconvolutionResult, final_images
+from .result import DeconvolutionResult, final_model, final_status
 
 __all__ = ["Clean"]
 
@@ -155,21 +155,16 @@ class Clean(Solver):
     def result(
         self, problem: Deconvolution, state: CleanState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> DeconvolutionResult:
-        n, m = problem.shape
         iterations = int(state.iteration)
-        model = np.asarray(state.x[:n, :m])
-        residual, fun = final_images(problem, model, None)
+        model, residual, fun = final_model(problem, state.x, None)
         peak = float(jnp.max(state.block_best))
-        if status == Status.SUCCESS and not (peak < self.threshold or peak == 0):
-            status = Status.MAX_STEPS
-            message = (
-                f"the residual peak {peak:.4g} is still above threshold={self.threshold:g} after "
-                f"max_iterations={self.max_iterations}"
-            )
-        elif status == Status.SUCCESS:
-            message = f"the residual peak {peak:.4g} is below threshold={self.threshold:g} ({iterations} iterations)"
-        else:
-            message = status.describe()
+        status, message = final_status(
+            status,
+            peak < self.threshold or peak == 0,
+            f"the residual peak {peak:.4g} is still above threshold={self.threshold:g} after "
+            f"max_iterations={self.max_iterations}",
+            f"the residual peak {peak:.4g} is below threshold={self.threshold:g} ({iterations} iterations)",
+        )
         return DeconvolutionResult(
             x=model, fun=fun, status=status, message=message, stats=dict(stats, iterations=iterations), model=model,
             residual=residual, iterations=iterations, objective=None, steps=np.asarray(state.steps[:iterations]),

@@ -64,7 +64,7 @@ from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import coordinate_descent_kernel as cdk
 from . import greedy, patches
 from .problem import Deconvolution
-from .result import DeconvolutionResult, final_images
+from .result import DeconvolutionResult, final_model, final_status
 
 __all__ = ["CoordinateDescent", "proximal_step"]
 
@@ -424,21 +424,15 @@ class CoordinateDescent(Solver):
     def result(
         self, problem: Deconvolution, state: CDState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> DeconvolutionResult:
-        n, m = problem.shape
         iterations = int(state.iteration)
-        model = np.asarray(state.x[:n, :m])
-        residual, objective = final_images(problem, model, self._penalty)
-        converged = bool(self.done(problem, state, 0))
-        if status == Status.SUCCESS and not converged:
-            status = Status.MAX_STEPS
-            message = (
-                f"the largest pixel change is still {float(jnp.max(state.block_best)):.3g} >= epsilon={self.epsilon:g} "
-                f"after max_iterations={self.max_iterations}: raise max_iterations (or epsilon)"
-            )
-        elif status == Status.SUCCESS:
-            message = f"converged: no pixel can change by epsilon={self.epsilon:g} or more ({iterations} iterations)"
-        else:
-            message = status.describe()
+        model, residual, objective = final_model(problem, state.x, self._penalty)
+        status, message = final_status(
+            status,
+            bool(self.done(problem, state, 0)),
+            f"the largest pixel change is still {float(jnp.max(state.block_best)):.3g} >= epsilon={self.epsilon:g} "
+            f"after max_iterations={self.max_iterations}: raise max_iterations (or epsilon)",
+            f"converged: no pixel can change by epsilon={self.epsilon:g} or more ({iterations} iterations)",
+        )
         plan = self.kernel_plan()
         history = np.asarray(state.history[:iterations])
         stats = dict(stats, iterations=iterations, kernel=plan.name, kernel_reason=plan.reason)

@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..result import Result
+from ..result import Result, Status
 from . import greedy
 from .problem import Deconvolution
 
-__all__ = ["DeconvolutionResult", "final_images"]
+__all__ = ["DeconvolutionResult", "final_images", "final_model", "final_status"]
 
 
 @dataclass(repr=False)
@@ -50,3 +50,26 @@ def final_images(
     if penalty is not None:
         value = value + penalty(jnp.asarray(model))
     return np.asarray(residual), float(value)
+
+
+def final_model(
+    problem: Deconvolution, x: jax.Array, penalty: Callable[[jax.Array], jax.Array] | None
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(model, residual, objective)`` at a run's end: the solver's image ``x`` (padded to at
+    least N x M) cut to the problem's N x M, then :func:`final_images` of it."""
+    n, m = problem.shape
+    model = np.asarray(x[:n, :m])
+    residual, value = final_images(problem, model, penalty)
+    return model, residual, value
+
+
+def final_status(status: Status, converged: bool, unconverged_message: str, converged_message: str) -> tuple[Status, str]:
+    """A minor-cycle run's status and message: a run that ended normally (``Status.SUCCESS``)
+    without meeting its stopping rule ran out of iterations (``Status.MAX_STEPS``,
+    ``unconverged_message``); one that met it, ``converged_message``; any other status keeps
+    its own description (time limit, interrupted, ...)."""
+    if status == Status.SUCCESS and not converged:
+        return Status.MAX_STEPS, unconverged_message
+    if status == Status.SUCCESS:
+        return status, converged_message
+    return status, status.describe()
