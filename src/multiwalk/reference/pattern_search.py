@@ -41,23 +41,14 @@ from typing import Any
 
 import numpy as np
 
+from ..functions.yao import PAPER_FUNCTIONS
+
 __all__ = [
     "pattern_search_numpy",
     "pattern_search_numpy_batched",
     "default_delta0",
-    "sphere",
-    "schwefel_2_22",
-    "schwefel_1_2",
-    "schwefel_2_21",
-    "rosenbrock",
-    "step",
-    "quartic",
-    "rastrigin",
-    "ackley",
-    "griewank",
+    *PAPER_FUNCTIONS,  # the twelve test functions, by yao's names
     "penalty_u",
-    "penalized_1",
-    "penalized_2",
     "FUNCTIONS",
     "noisy_quartic",
 ]
@@ -166,22 +157,9 @@ def penalized_2(x: np.ndarray) -> np.ndarray:
     return 0.1 * body + np.sum(penalty_u(x, 5.0, 100.0, 4), axis=-1)
 
 
-#: The twelve functions of the paper, by the names of ``multiwalk.functions.yao.TABLE`` (quartic
-#: noise-free here; see :func:`noisy_quartic`).
-FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "ackley": ackley,
-    "griewank": griewank,
-    "penalized_1": penalized_1,
-    "penalized_2": penalized_2,
-    "quartic": quartic,
-    "rastrigin": rastrigin,
-    "rosenbrock": rosenbrock,
-    "schwefel_1_2": schwefel_1_2,
-    "schwefel_2_22": schwefel_2_22,
-    "schwefel_2_21": schwefel_2_21,
-    "sphere": sphere,
-    "step": step,
-}
+#: The twelve functions of the paper, by the names and in the order of
+#: ``multiwalk.functions.yao.PAPER_FUNCTIONS`` (quartic noise-free here; see :func:`noisy_quartic`).
+FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {name: globals()[name] for name in PAPER_FUNCTIONS}
 
 
 # ============================================================================ the search
