@@ -23,7 +23,7 @@ from .scalarise import Node, ScalarGraph, Unsupported, scalarise
 
 __all__ = [
     "KERNELS", "GPU_BACKENDS", "KernelPlan", "check_kernel_option", "check_launch_options", "backend",
-    "xla_plan", "pallas_plan", "fallback_plan", "graph_plan", "scalarise_objective", "triton_lacks", "lowering_reason",
+    "xla_plan", "pallas_plan", "fallback_plan", "objective_plan", "scalarise_objective", "triton_lacks", "lowering_reason",
     "next_power_of_two", "is_power_of_two", "row_blocks", "pad_rows", "compiler_params", "LaneValues",
 ]
 
@@ -114,16 +114,25 @@ def fallback_plan(kernel: str, solver: str, reason: str) -> KernelPlan:
     return KernelPlan(False, False, reason)
 
 
-def graph_plan(
-    kernel: str, solver: str, name: str, on_gpu: bool, graph: ScalarGraph | None, reason: str | None,
-    too_large: Callable[[ScalarGraph], str | None],
+def objective_plan(
+    kernel: str, solver: str, objective: Callable[[jax.Array], jax.Array], n: int, dtype: Any,
+    refusal: Callable[[], str | None], too_large: Callable[[ScalarGraph], str | None],
 ) -> KernelPlan:
-    """The plan once a kernel module has its objective's ``graph`` (or the ``reason`` it has none).
-
-    ``too_large(graph)``: why the kernel would not take that graph (its own size limits), or None;
-    then the Triton lowering is checked (:func:`lowering_reason`).  Any reason: the XLA form
-    (:func:`fallback_plan`); none: the kernel (:func:`pallas_plan`).
+    """The plan of a kernel that evaluates ``objective`` (of ONE point of ``n`` values) through
+    its scalarised graph.  Checked in this order: the option alone (:func:`xla_plan`);
+    ``refusal()``: why this run does not suit the kernel, or None; scalarising the objective;
+    ``too_large(graph)``: the kernel's own size limits, or None; the Triton lowering
+    (:func:`lowering_reason`).  The first reason found: the XLA form (:func:`fallback_plan`);
+    none: the kernel (:func:`pallas_plan`).  Never raises.
     """
+    name, on_gpu = backend()
+    decided = xla_plan(kernel, name, on_gpu)
+    if decided is not None:
+        return decided
+    reason = refusal()
+    graph = None
+    if reason is None:
+        graph, reason = scalarise_objective(objective, n, dtype)
     if graph is not None:
         reason = too_large(graph) or lowering_reason(graph, on_gpu)
     if reason is not None:

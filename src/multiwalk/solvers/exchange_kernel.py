@@ -57,23 +57,19 @@ def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> Kerne
     under ``jax.distributed`` the XLA form splits the replicas).  ``"pallas"``: the kernel (in
     interpret mode off GPUs) wherever it applies, else the XLA form with a warning.  Never raises.
     """
-    name, on_gpu = kernels.backend()
-    decided = kernels.xla_plan(kernel, name, on_gpu)
-    if decided is not None:
-        return decided
-    reason = None
-    graph = None
-    if jax.process_count() > 1:  # the kernel is one custom call on one device: no replicas over processes
-        reason = "several processes (jax.distributed) split the replicas in the XLA form"
-    elif discrete:
-        reason = "a discrete (mesh) space runs in the XLA form"
-    elif record:
-        reason = "the per-step records of the step files (record > 0) are written by the XLA form"
-    elif problem.n > MAX_FREE:
-        reason = f"{problem.n} coordinates, more than the kernel's {MAX_FREE}"
-    else:
-        graph, reason = kernels.scalarise_objective(problem.chi2_full, problem.n, problem.dtype)
-    return kernels.graph_plan(kernel, "Exchange", name, on_gpu, graph, reason, _too_large)
+
+    def refusal() -> str | None:
+        if jax.process_count() > 1:  # the kernel is one custom call on one device: no replicas over processes
+            return "several processes (jax.distributed) split the replicas in the XLA form"
+        if discrete:
+            return "a discrete (mesh) space runs in the XLA form"
+        if record:
+            return "the per-step records of the step files (record > 0) are written by the XLA form"
+        if problem.n > MAX_FREE:
+            return f"{problem.n} coordinates, more than the kernel's {MAX_FREE}"
+        return None
+
+    return kernels.objective_plan(kernel, "Exchange", problem.chi2_full, problem.n, problem.dtype, refusal, _too_large)
 
 
 def _too_large(graph: ScalarGraph) -> str | None:

@@ -51,17 +51,15 @@ def plan(problem: Problem, kernel: str) -> KernelPlan:
     scalarised, else the XLA form.  ``"pallas"``: the kernel (in interpret mode off GPUs), or
     the XLA form with a warning when ``f`` cannot be scalarised.  Never raises.
     """
-    name, on_gpu = kernels.backend()
-    decided = kernels.xla_plan(kernel, name, on_gpu)
-    if decided is not None:
-        return decided
-    reason = None
-    graph = None
-    if problem.n_free > MAX_FREE:
-        reason = f"{problem.n_free} free parameters, more than the kernel's {MAX_FREE}"
-    else:
-        graph, reason = kernels.scalarise_objective(problem.chi2_free, problem.n_free, problem.dtype)
-    return kernels.graph_plan(kernel, "PatternSearch", name, on_gpu, graph, reason, _too_large)
+
+    def refusal() -> str | None:
+        if problem.n_free > MAX_FREE:
+            return f"{problem.n_free} free parameters, more than the kernel's {MAX_FREE}"
+        return None
+
+    return kernels.objective_plan(
+        kernel, "PatternSearch", problem.chi2_free, problem.n_free, problem.dtype, refusal, _too_large
+    )
 
 
 def _too_large(graph: ScalarGraph) -> str | None:
