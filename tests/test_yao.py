@@ -27,24 +27,6 @@ from scipy import stats
 
 from multiwalk.functions import yao
 
-# Yao et al. (1999) Table I: the box of each function.
-YAO_BOUNDS = {
-    "sphere": (-100.0, 100.0),
-    "schwefel_2_22": (-10.0, 10.0),
-    "schwefel_1_2": (-100.0, 100.0),
-    "schwefel_2_21": (-100.0, 100.0),
-    "rosenbrock": (-30.0, 30.0),
-    "step": (-100.0, 100.0),
-    "quartic": (-1.28, 1.28),
-    "schwefel_2_26": (-500.0, 500.0),
-    "rastrigin": (-5.12, 5.12),
-    "ackley": (-32.0, 32.0),
-    "griewank": (-600.0, 600.0),
-    "penalized_1": (-50.0, 50.0),
-    "penalized_2": (-50.0, 50.0),
-}
-NAMES = list(YAO_BOUNDS)  # the thirteen names in Table I order (f1 ... f13)
-
 
 # --------------------------------------------------------------------------- the reference (NumPy float64)
 def ref_u(x: float, a: float, k: float, m: int) -> float:
@@ -125,6 +107,23 @@ def ref_penalized_2(x):  # f13
     return 0.1 * body + sum(ref_u(xi, 5.0, 100.0, 4) for xi in x)
 
 
+# Yao et al. (1999) Table I: the box of each function.
+YAO_BOUNDS = {
+    "sphere": (-100.0, 100.0),
+    "schwefel_2_22": (-10.0, 10.0),
+    "schwefel_1_2": (-100.0, 100.0),
+    "schwefel_2_21": (-100.0, 100.0),
+    "rosenbrock": (-30.0, 30.0),
+    "step": (-100.0, 100.0),
+    "quartic": (-1.28, 1.28),
+    "schwefel_2_26": (-500.0, 500.0),
+    "rastrigin": (-5.12, 5.12),
+    "ackley": (-32.0, 32.0),
+    "griewank": (-600.0, 600.0),
+    "penalized_1": (-50.0, 50.0),
+    "penalized_2": (-50.0, 50.0),
+}
+NAMES = list(YAO_BOUNDS)  # the thirteen names in Table I order (f1 ... f13)
 REF = {name: globals()[f"ref_{name}"] for name in NAMES}
 
 
