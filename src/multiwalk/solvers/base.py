@@ -39,6 +39,15 @@ def check_number_option(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a finite number, got {value!r}")
 
 
+def end_status(status: Status, success_message: str, found_finite: bool, failed_message: str) -> tuple[Status, str]:
+    """A walkers' solver's final status and message: the driver's ``status`` described, or
+    ``success_message`` when the run ended normally; ``Status.FAILED`` with ``failed_message``
+    when no finite objective value was ever found (whatever stopped the run)."""
+    if not found_finite:
+        return Status.FAILED, failed_message
+    return status, success_message if status == Status.SUCCESS else status.describe()
+
+
 class Phase(NamedTuple):
     """One stretch of iterations with the same ``step`` code: a name and a length."""
 

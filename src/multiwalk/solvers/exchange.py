@@ -58,7 +58,7 @@ from ..problem import Problem
 from ..result import Result, Status
 from ..spaces import Mesh
 from . import exchange_kernel
-from .base import Phase, Solver, check_int_option
+from .base import Phase, Solver, check_int_option, end_status
 
 __all__ = ["Exchange", "ExchangeResult", "ExchangeState", "replica_order", "temperature_ladder"]
 
@@ -692,12 +692,12 @@ class Exchange(Solver):
         stats["replica_steps"] = int(sum(done)) * R
         kplan = self.kernel_plan(problem)
         stats["kernel"], stats["kernel_reason"] = kplan.name, kplan.reason
-        message = status.describe()
-        if status == Status.SUCCESS:
-            message = f"ran {steps - 1} Monte Carlo steps of {R} replicas after the start (step 0)"
-        if not np.isfinite(st.best_fx[i_best]):
-            status = Status.FAILED
-            message = "no replica ever had a finite f: check the function inside the box or the mesh"
+        status, message = end_status(
+            status,
+            f"ran {steps - 1} Monte Carlo steps of {R} replicas after the start (step 0)",
+            bool(np.isfinite(st.best_fx[i_best])),
+            "no replica ever had a finite f: check the function inside the box or the mesh",
+        )
         with np.errstate(invalid="ignore", divide="ignore"):
             exch = np.where(st.n_exchange_tries > 0, st.n_exchanges / np.maximum(st.n_exchange_tries, 1), np.nan)
         return ExchangeResult(

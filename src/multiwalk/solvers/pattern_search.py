@@ -54,7 +54,7 @@ from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem
 from ..result import Result, Status
 from . import pattern_search_kernel
-from .base import Phase, Solver, check_int_option
+from .base import Phase, Solver, check_int_option, end_status
 
 __all__ = ["PatternSearch", "PatternSearchResult"]
 
@@ -417,12 +417,12 @@ class PatternSearch(Solver):
         stats["nonfinite"] = int(st.n_nonfinite.sum())
         plan = self.kernel_plan(problem)
         stats["kernel"], stats["kernel_reason"] = plan.name, plan.reason
-        message = status.describe()
-        if status == Status.SUCCESS:
-            message = f"ran {rounds} round(s) of {self.iterations} iterations ({iters} in all)"
-        if not np.isfinite(st.best_f):
-            status = Status.FAILED
-            message = f"no finite objective value in {stats['evaluations']} evaluations (all NaN or inf)"
+        status, message = end_status(
+            status,
+            f"ran {rounds} round(s) of {self.iterations} iterations ({iters} in all)",
+            bool(np.isfinite(st.best_f)),
+            f"no finite objective value in {stats['evaluations']} evaluations (all NaN or inf)",
+        )
         return PatternSearchResult(
             x=np.asarray(problem.expand(st.best_x)),
             fun=float(st.best_f),

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..problem import Problem
 from ..result import Result, Status
-from .base import Phase, Solver, check_int_option
+from .base import Phase, Solver, check_int_option, end_status
 
 __all__ = ["ReplicaExchange", "ReplicaExchangeResult"]
 
@@ -344,12 +344,12 @@ class ReplicaExchange(Solver):
         stats["nonfinite"] = int(st.n_nonfinite.sum())
         stats["chains"] = self.nseq * self.nbeta
         stats["updates"] = int(sum(done)) * self.nseq * self.nbeta * problem.n_free
-        message = status.describe()
-        if status == Status.SUCCESS:
-            message = f"ran {done[0]} burn-in and {done[1]} sampling iterations"
-        if not np.isfinite(st.best_chi2[i_best]):
-            status = Status.FAILED
-            message = "no chain ever had a finite chi2 (all NaN or inf): check the objective inside the box"
+        status, message = end_status(
+            status,
+            f"ran {done[0]} burn-in and {done[1]} sampling iterations",
+            bool(np.isfinite(st.best_chi2[i_best])),
+            "no chain ever had a finite chi2 (all NaN or inf): check the objective inside the box",
+        )
         return ReplicaExchangeResult(
             x=x_best,
             fun=float(st.best_chi2[i_best]),
