@@ -103,7 +103,27 @@ def run_odatse(folder: Path) -> dict:
     return {"wall": wall, "run": totals[2], "post": totals[3], "work": totals[2] + totals[3], "best_fx": float(best["fx"])}
 
 
+def _parse_ours(folder: Path, text: str, wall: float) -> dict:
+    m = re.search(r"run (\S+) s, step files (\S+) s, files after the run (\S+) s, compile (\S+) s, "
+                  r"chunk loop (\S+) s, wall (\S+) s \(\w+, ([^,]+) steps", text)
+    run_s, files_s, post_s, compile_s, loop_s, solve_wall = (float(v) for v in m.groups()[:6])
+    kernel = m.group(7)
+    beside = re.search(r"beside the sampling: (\S+) s of formatting and writing \((\d+) (thread|process)e?s?"
+                       r"(?:, waited (\S+) s for the offsets)?", text)
+    best = dict(ln.split(" = ") for ln in (folder / "output" / "best_result.txt").read_text().splitlines())
+    # work: the chunk loop (the compiled chunks, the host's work between them: the records to the
+    # writer, waiting for the step files) and the files after it (the last chunk's step files,
+    # fx.txt, best_result.txt, ending the writer), like ODAT-SE's run + post; set-up and
+    # compilation are reported apart
+    return {"wall": wall, "run": run_s, "files": files_s, "compile": compile_s, "loop": loop_s, "post": post_s,
+            "work": loop_s + post_s, "setup": solve_wall - loop_s - post_s, "best_fx": float(best["fx"]),
+            "kernel": kernel, "files_busy": float(beside.group(1)) if beside else files_s,
+            "writer": f"{beside.group(2)} {beside.group(3)}" if beside else "caller",
+            "ring_wait": float(beside.group(4)) if beside and beside.group(4) else 0.0}
+
+
 def run_ours(folder: Path, *extra: str) -> dict:
+    """``multiwalk run`` in this Python process (JAX imported once; a repeated input's compilation cached)."""
     from multiwalk.cli import main
 
     buf = io.StringIO()
@@ -119,23 +139,32 @@ def run_ours(folder: Path, *extra: str) -> dict:
     text = buf.getvalue()
     if code != 0:
         raise RuntimeError(f"multiwalk run failed ({code}): {text[-2000:]}")
-    m = re.search(r"run (\S+) s, step files (\S+) s, files after the run (\S+) s, compile (\S+) s, wall (\S+) s"
-                  r" \(\w+, ([^,]+) steps", text)
-    run_s, files_s, post_s, compile_s, solve_wall = (float(v) for v in m.groups()[:5])
-    kernel = m.group(6)
-    beside = re.search(r"beside the sampling: (\S+) s of formatting and writing \((\d+) (thread|process)", text)
-    best = dict(ln.split(" = ") for ln in (folder / "output" / "best_result.txt").read_text().splitlines())
-    # work: the compiled chunks, the step files written between them, fx.txt and best_result.txt
-    # (like ODAT-SE's run + post); set-up and compilation are reported apart
-    return {"wall": wall, "run": run_s, "files": files_s, "compile": compile_s, "work": run_s + files_s + post_s,
-            "setup": solve_wall - run_s - files_s - post_s, "best_fx": float(best["fx"]), "kernel": kernel,
-            "files_busy": float(beside.group(1)) if beside else files_s, "write_threads": int(beside.group(2)) if beside else 0}
+    return _parse_ours(folder, text, wall)
+
+
+def run_ours_fresh(folder: Path, *extra: str) -> dict:
+    """``python -m multiwalk run`` in a new process, as a user starts it: JAX imported and the
+    chunks compiled afresh (the writer processes start before the compilation); ``wall``: the
+    whole command, Python's start included."""
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    paths = [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([src, *paths])
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "multiwalk", "run", "input.toml", "--no-progress", *extra],
+                          cwd=folder, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"multiwalk run failed ({proc.returncode}): {proc.stdout[-1000:]} {proc.stderr[-2000:]}")
+    return _parse_ours(folder, proc.stdout, wall)
 
 
 def case_a(out: Path, replicas: int, steps: int, log, threads: tuple[int, ...] = (),
-           processes: tuple[int, ...] = (), skip_odatse: bool = False) -> dict:
-    """ODAT-SE and ours (default ``--write-threads``; 0: files between chunks; no step files; and
-    each ``--write-threads`` of ``threads`` and ``--write-processes`` of ``processes``) on the same input."""
+           processes: tuple[str, ...] = (), skip_odatse: bool = False, fresh: tuple[str, ...] = ()) -> dict:
+    """ODAT-SE and ours (the default writer; ``--write-threads 0``: files between chunks; no step
+    files; each ``--write-threads`` of ``threads`` and ``--write-processes`` of ``processes``) on
+    the same input, in this process; and each ``--write-processes`` of ``fresh`` as a fresh
+    ``multiwalk run`` (a new process: compilation and the writer's start-up as a user gets them)."""
     from multiwalk.solvers.exchange import temperature_ladder
 
     therm = steps // 10
@@ -143,6 +172,7 @@ def case_a(out: Path, replicas: int, steps: int, log, threads: tuple[int, ...] =
     extra = {"ours": [], "ours_serial": ["--write-threads", "0"], "ours_nofiles": ["--no-step-files"]}
     extra.update({f"ours_threads_{n}": ["--write-threads", str(n)] for n in threads})
     extra.update({f"ours_processes_{n}": ["--write-processes", str(n)] for n in processes})
+    extra.update({f"fresh_processes_{n}": ["--write-processes", str(n)] for n in fresh})
     for name in ("odatse", *extra):
         folder = out / f"A_{replicas}_{steps}_{name}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -150,6 +180,8 @@ def case_a(out: Path, replicas: int, steps: int, log, threads: tuple[int, ...] =
         if name == "odatse":
             nan = float("nan")
             res[name] = {"wall": nan, "work": nan, "best_fx": nan} if skip_odatse else run_odatse(folder)
+        elif name.startswith("fresh_"):
+            res[name] = run_ours_fresh(folder, *extra[name])
         else:
             res[name] = run_ours(folder, *extra[name])
         log(f"A R={replicas} N={steps} {name}: {res[name]}")
@@ -218,14 +250,31 @@ def report(env: dict, a: list[dict], b: dict | None) -> str:
             )
         variants = [k for k in a[0] if k.startswith(("ours_threads_", "ours_processes_"))]
         if variants:
-            lines += ["", "Step-file writers (run+files, s, and ratio to ODAT-SE; the busiest writer's own busy time in "
-                      "brackets):", "",
+            lines += ["", "Step-file writers in this process (run+files, s, and ratio to ODAT-SE; the busiest writer's "
+                      "own busy time in brackets):", "",
                       "| replicas | steps | " + " | ".join(f"--write-{k.split('_')[1]} {k.rsplit('_', 1)[1]}" for k in variants)
                       + " |", "|---:|---:|" + "---:|" * len(variants)]
             for r in a:
                 lines.append(f"| {r['replicas']} | {r['steps']} | "
                              + " | ".join(f"{r[k]['work']:.3f} ({r[k]['files_busy']:.3f}) "
                                           f"{r['odatse']['work'] / r[k]['work']:.0f}x" for k in variants) + " |")
+        fresh = [k for k in a[0] if k.startswith("fresh_processes_")]
+        if fresh:
+            lines += ["", "Fresh `multiwalk run` processes (`--write-processes N`; 0: threads): run+files (chunk loop + "
+                      "files after it), ratio to ODAT-SE's run+post, the writer, its busiest worker's busy time, the "
+                      "longest wait for the pieces' offsets, set-up + compile, and the whole command's wall time "
+                      "(Python start and JAX import included) against ODAT-SE's:", "",
+                      "| replicas | steps | --write-processes | writer | run+files (s) | ratio | busiest (s) | "
+                      "ring wait (s) | set-up + compile (s) | wall (s) | ODAT-SE wall (s) | wall ratio |",
+                      "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            for r in a:
+                o = r["odatse"]
+                for k in fresh:
+                    m = r[k]
+                    lines.append(f"| {r['replicas']} | {r['steps']} | {k.rsplit('_', 1)[1]} | {m['writer']} "
+                                 f"| {m['work']:.3f} | {o['work'] / m['work']:.0f}x | {m['files_busy']:.3f} "
+                                 f"| {m['ring_wait']:.3f} | {m['setup']:.2f} | {m['wall']:.2f} | {o['wall']:.2f} "
+                                 f"| {o['wall'] / m['wall']:.1f}x |")
         for r in (r for r in a if r["temperatures"]):
             lines += ["", f"Mean f per temperature, R = {r['replicas']}, N = {r['steps']} (errors from 20 blocks):", "",
                       "| T | exact | ODAT-SE | ours | (ours - ODAT-SE) / error |", "|---:|---:|---:|---:|---:|"]
@@ -259,6 +308,8 @@ def main() -> int:
     p.add_argument("--replicas", default="16:20000,256:2000", help="case A: replicas:numsteps, comma-separated")
     p.add_argument("--write-threads", default="", help="case A: also ours with each --write-threads of this list")
     p.add_argument("--write-processes", default="", help="case A: also ours with each --write-processes of this list")
+    p.add_argument("--fresh", default="", help="case A: also a fresh `multiwalk run` process with each --write-processes "
+                   "of this list (0: threads, auto: the default)")
     p.add_argument("--skip-odatse", action="store_true", help="case A: ours only (ratios then read 'nan')")
     p.add_argument("--gpu-replicas", default="10000,100000,1000000")
     p.add_argument("--gpu-steps", type=int, default=2000)
@@ -282,8 +333,9 @@ def main() -> int:
     cases = args.cases.split(",")
     sizes = [tuple(int(v) for v in item.split(":")) for item in args.replicas.split(",")]
     threads = tuple(int(v) for v in args.write_threads.split(",") if v)
-    processes = tuple(int(v) for v in args.write_processes.split(",") if v)
-    a = [case_a(out, r, n, log, threads, processes, args.skip_odatse) for r, n in sizes] if "A" in cases else []
+    processes = tuple(v for v in args.write_processes.split(",") if v)
+    fresh = tuple(v for v in args.fresh.split(",") if v)
+    a = [case_a(out, r, n, log, threads, processes, args.skip_odatse, fresh) for r, n in sizes] if "A" in cases else []
     b = None
     if "B" in cases:
         b = case_b(out, [int(r) for r in args.gpu_replicas.split(",")], args.gpu_steps, args.odatse_steps, args.dtype,

@@ -1,70 +1,132 @@
 """Step files written by worker processes (``StepWriter(processes=k)``, ``--write-processes``):
-the same bytes as the writer in the caller, every file owned by exactly one worker, a worker's
-error raised in the caller.  Synthetic records (no JAX run): the writer only reads them."""
+every trial/result file split over the workers by line ranges (positional writes at offsets
+passed down a ring of pipes), result_T files by groups; the same bytes as the writer in the
+caller at odd chunk lengths and with more workers than lines, a worker's error or death raised in
+the caller, no slot files left in /dev/shm, Ctrl-C leaving complete files that --resume extends.
+Synthetic records (no JAX run) except the last test: the writer only reads them."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from odatse_inputs import himmelblau_exchange, output_files
 
+from multiwalk.cli import main
 from multiwalk.io import odatse as odatse_io
-from multiwalk.io.step_processes import plan_jobs
+from multiwalk.io.step_processes import default_write_processes, plan_pieces
 
 
-def _records(m: int, n: int, d: int, seed: int, first: bool) -> tuple[np.ndarray, np.ndarray]:
-    """A chunk's record: trial f and x (m, n, 1 + d), ints (m, n, 3) = temperature index (a
-    permutation per step), accepted, node."""
+def _records(m: int, n: int, d: int, seed: int, first: bool, nodes: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A chunk's record: trial f and x (m, n, 1 + d) (only f, (m, n, 1), with ``nodes`` mesh
+    nodes), ints (m, n, 3) = temperature index (a permutation per step), accepted, node."""
     rng = np.random.default_rng(seed)
-    values = np.concatenate([rng.exponential(50, (m, n, 1)), rng.uniform(-6, 6, (m, n, d))], axis=2)
-    values[0, 0, 1] = 3e-5  # a number polars spells otherwise (repr's 3e-05): the workers must fix it too
+    values = np.concatenate([rng.exponential(50, (m, n, 1)), rng.uniform(-6, 6, (m, n, 0 if nodes else d))], axis=2)
+    values[0, 0, 0] = 3e-5  # a number polars spells otherwise (repr's 3e-05): the workers must fix it too
     ints = np.zeros((m, n, 3), np.int32)
     ints[..., 0] = np.argsort(rng.random((m, n)), axis=1)
     ints[..., 1] = rng.random((m, n)) < 0.5
+    if nodes:
+        ints[..., 2] = rng.integers(0, nodes, (m, n))
     if first:
         ints[0, :, 1] = 1  # step 0: every replica's start is its result
     return values, ints
 
 
-def _write(folder: Path, n: int, nprocs: int, chunks: list[int], record: int, **kw) -> dict[str, bytes]:
+def _chunks(n: int, chunks: list[int], nodes: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    out, step = [], 0
+    for k, m in enumerate(chunks):
+        out.append(_records(m, n, 2, k, step == 0, nodes))
+        step += m
+    return out
+
+
+def _write(folder: Path, n: int, nprocs: int, chunks: list[int], record: int, nodes: int = 0, start: int = 0,
+           **kw) -> dict[str, bytes]:
+    """Write the chunks (from ``start`` on: a writer resumed there, every replica's last result
+    from the chunks before) through a StepWriter; the files' bytes."""
     betas = 1.0 / np.logspace(0, 2, n)
-    writer = odatse_io.StepWriter(folder, ["a", "b"], betas, False, nprocs, n // nprocs, **kw)
+    coordinates = np.random.default_rng(9).uniform(-1, 1, (nodes, 2)) if nodes else None
+    records = _chunks(n, chunks, nodes)
+    state = None
+    if start:  # the replicas' results at step start - 1, as a checkpoint would give them
+        values = np.concatenate([v for v, _ in records], axis=0)[:start]
+        ints = np.concatenate([i for _, i in records], axis=0)[:start]
+        _, result, last = odatse_io._chunk_rows(values, ints, coordinates, None)
+        state = SimpleNamespace(fx=last[:, 0], x=last[:, 1:], node=ints[-1, :, 2] if nodes else np.zeros(n, int))
+        if nodes:  # the node of each replica's result: its last accepted trial's node
+            src = odatse_io._result_sources(ints, False)[-1] - n
+            state.node = ints.reshape(-1, 3)[src, 2]
+    writer = odatse_io.StepWriter(folder, ["a", "b"], betas, False, nprocs, n // nprocs, coordinates=coordinates,
+                                  resume_step=start or None, state=state, **kw)
     step = 0
     try:
-        for k, m in enumerate(chunks):
-            values, ints = _records(m, n, 2, k, step == 0)
-            slots = np.arange(step, step + m) % record  # the state's ring buffer of the last `record` steps
-            rec_values = np.zeros((record, n, 3))
-            rec_ints = np.zeros((record, n, 3), np.int32)
-            rec_values[slots], rec_ints[slots] = values, ints
-            writer.on_steps(SimpleNamespace(rec_values=rec_values, rec_ints=rec_ints), step, step + m - 1)
+        for values, ints in records:
+            m = values.shape[0]
+            if step >= start:
+                slots = np.arange(step, step + m) % record  # the state's ring buffer of the last `record` steps
+                rec_values = np.zeros((record, n, values.shape[2]))
+                rec_ints = np.zeros((record, n, 3), np.int32)
+                rec_values[slots], rec_ints[slots] = values, ints
+                writer.on_steps(SimpleNamespace(rec_values=rec_values, rec_ints=rec_ints), step, step + m - 1)
             step += m
     finally:
         writer.close()
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.txt"))}
 
 
+def _shm_leftovers() -> set[str]:
+    where = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    return {p.name for p in where.glob("multiwalk-steps-*")}
+
+
 def test_processes_write_the_same_bytes(tmp_path):
-    # 2 emulated processes x 3 walkers, chunks of uneven lengths (one shorter than the record),
-    # 1 and 4 workers (4 > the 4 trial/result files: result_T groups go to their own workers)
-    chunks, record = [5, 7, 3, 7], 7
+    # 2 emulated processes x 3 walkers, chunks of odd lengths (15, 21, 9, 3 lines per file: the
+    # line ranges cut steps in the middle), 1, 2 and 4 workers, and 8 workers: more than the 6
+    # result_T files and than the last chunk's 3 lines (empty pieces)
+    chunks, record = [5, 7, 3, 1], 7
+    before = _shm_leftovers()
     reference = _write(tmp_path / "caller", 6, 2, chunks, record, threads=0)
     assert len(reference) == 4 + 6  # trial/result of 2 processes, 6 result_T
     assert b" 3e-05 " in reference["0/trial.txt"]
-    for workers in (1, 5):
+    for workers in (1, 2, 4, 8):
         assert _write(tmp_path / f"p{workers}", 6, 2, chunks, record, processes=workers) == reference, workers
+    assert _shm_leftovers() <= before  # the slot files are removed at the end
 
 
-def test_plan_gives_every_file_to_one_worker():
-    for workers, nprocs, per in [(1, 1, 8), (4, 1, 256), (16, 1, 1024), (3, 2, 5), (8, 4, 2), (64, 1, 3)]:
-        plan = plan_jobs(workers, nprocs, per, True)
-        assert 1 <= len(plan) <= workers and all(plan)
-        proc_jobs = sorted(j for jobs in plan for j in jobs if j[0] != "T")
-        assert proc_jobs == sorted((kind, p) for p in range(nprocs) for kind in ("trial", "result"))
-        temps = sorted(t for jobs in plan for j in jobs if j[0] == "T" for t in range(j[1], j[2]))
-        assert temps == list(range(nprocs * per))  # each result_T file exactly once
+def test_processes_discrete_space_and_resume(tmp_path):
+    # a mesh (coordinates from node indices); a writer resumed at step 6 (inside the records)
+    # appends to the files of one stopped there: the same bytes as one writer, 3 workers
+    chunks, record = [6, 4, 5], 8
+    reference = _write(tmp_path / "caller", 4, 1, chunks, record, nodes=5, threads=0)
+    assert _write(tmp_path / "p3", 4, 1, chunks, record, nodes=5, processes=3) == reference
+    _write(tmp_path / "r", 4, 1, chunks[:1], record, nodes=5, processes=3)  # steps 0 .. 5
+    assert _write(tmp_path / "r", 4, 1, chunks, record, nodes=5, start=6, processes=3) == reference
+
+
+def test_plan_covers_every_line_and_file_once():
+    for workers, lines, n in [(1, 8, 8), (4, 1000, 256), (16, 125 * 256, 256), (3, 2, 5), (8, 3, 6), (64, 1, 3)]:
+        plan = plan_pieces(workers, lines, n)
+        assert len(plan) == workers
+        covered = [q for (q0, q1), _ in plan for q in range(q0, q1)]
+        temps = [t for _, (a, b) in plan for t in range(a, b)]
+        assert covered == list(range(lines)) and temps == list(range(n))  # in order, each once
+        sizes = [q1 - q0 for (q0, q1), _ in plan]
+        assert max(sizes) - min(sizes) <= 1  # balanced to one line
+
+
+def test_auto_rule():
+    # threads below 8 CPUs or 200,000 replica-steps; else one process per CPU less two, at most 16
+    assert default_write_processes(10**7, cpus=2) == 0
+    assert default_write_processes(10**5, cpus=16) == 0
+    assert default_write_processes(512_000, cpus=16) == 14
+    assert default_write_processes(512_000, cpus=64) == 16
 
 
 def test_worker_error_reaches_the_caller(tmp_path):
@@ -77,3 +139,70 @@ def test_worker_error_reaches_the_caller(tmp_path):
         writer.close()
     with pytest.raises(ValueError, match="processes must be 0"):
         odatse_io.StepWriter(tmp_path, ["a", "b"], np.ones(n), False, 1, n, processes=-1)
+
+
+def test_a_dead_worker_is_an_error_not_a_hang(tmp_path):
+    # the middle one of 3 workers is killed after the first chunk: the next chunk's flush raises
+    # (the parent sees it end, and the worker after it in the ring reads EOF), close() ends the
+    # others and leaves no slot files
+    n = 6
+    before = _shm_leftovers()
+    writer = odatse_io.StepWriter(tmp_path, ["a", "b"], 1.0 / np.logspace(0, 2, n), False, 1, n, processes=3)
+    records = _chunks(n, [4, 4])
+    try:
+        writer.on_steps(SimpleNamespace(rec_values=records[0][0], rec_ints=records[0][1]), 0, 3)
+        writer.flush()
+        victim = writer._processes._procs[1]
+        victim.kill()
+        victim.wait()
+        with pytest.raises(RuntimeError, match="ended"):  # in on_steps (it sees the end) or at the flush
+            writer.on_steps(SimpleNamespace(rec_values=records[1][0], rec_ints=records[1][1]), 4, 7)
+            writer.flush()
+    finally:
+        with contextlib.suppress(RuntimeError):  # the same error again; the other workers are ended
+            writer.close()
+    assert _shm_leftovers() <= before
+    # the first chunk is complete in every file
+    assert len((tmp_path / "0" / "trial.txt").read_text().splitlines()) >= 1 + 4 * n
+
+
+def test_ctrl_c_leaves_complete_files_that_resume_extends(tmp_path, monkeypatch):
+    """multiwalk run --write-processes 2, Ctrl-C after the third chunk, --resume (also with 2
+    processes): the same files as a run written between chunks."""
+    text = himmelblau_exchange(seed=5, numsteps=160, nreplica_per_proc=3, labels=False,
+                               algorithm_extra="checkpoint = true\ncheckpoint_steps = 20")
+
+    def cli(folder: Path, *args: str) -> int:
+        old = os.getcwd()
+        os.chdir(folder)
+        try:
+            return main(["run", "input.toml", "--no-progress", "--nprocs", "2", *args])
+        finally:
+            os.chdir(old)
+
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    (reference / "input.toml").write_text(text)
+    assert cli(reference, "--write-threads", "0") == 0
+    (tmp_path / "input.toml").write_text(text)
+    before = _shm_leftovers()
+    calls = []
+    original = odatse_io.StepWriter.on_steps
+
+    def on_steps(self, state, first, last):
+        original(self, state, first, last)
+        calls.append(last)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # the driver ends the run after this chunk
+
+    monkeypatch.setattr(odatse_io.StepWriter, "on_steps", on_steps)
+    assert cli(tmp_path, "--write-processes", "2") == 130
+    monkeypatch.setattr(odatse_io.StepWriter, "on_steps", original)
+    assert 0 < calls[-1] < 159
+    # complete files up to the interrupted run's last step: every file ends with a whole line of it
+    for name in ("0/trial.txt", "1/result.txt", "result_T5.txt"):
+        lines = (tmp_path / "output" / name).read_bytes().split(b"\n")
+        assert lines[-1] == b"" and int(lines[-2].split()[0]) == calls[-1], name
+    assert _shm_leftovers() <= before
+    assert cli(tmp_path, "--resume", "--write-processes", "2") == 0
+    assert output_files(tmp_path) == output_files(reference)

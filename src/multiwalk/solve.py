@@ -583,6 +583,8 @@ def solve(
         for i in range(phase_index, len(phases)):
             if done[i] < phases[i].length:
                 executables[i] = _compiled_chunk_runner(problem, solver, i, state, placement)  # (compiled, arrays)
+        if executables:
+            summary_fn(state)  # the progress summary too (compiled on first use), so the loop holds no compilation
     except BaseException:
         ctrl_c.restore()
         raise
@@ -594,6 +596,7 @@ def solve(
     t_run = 0.0  # seconds spent running chunks (compilation excluded)
     unaccounted = False  # a chunk ran but is not yet in ``done`` (on_chunk is between them)
     last_checkpoint = time.perf_counter()
+    t_loop = last_checkpoint  # the chunk loop's wall time: chunks, on_chunk (writers), checkpoints
 
     try:
         while status == Status.SUCCESS and phase_index < len(phases):
@@ -683,6 +686,7 @@ def solve(
     stats["run_seconds"] = t_run
     stats["iterations"] = {p.name: d for p, d in zip(phases, done)}
     solver.on_sync(problem)
+    stats["loop_seconds"] = time.perf_counter() - t_loop  # run_seconds + the host's work between chunks
     if checkpoint_path is not None:
         _write_checkpoint(checkpoint_path, state, meta_now())
     # One gather at the end: the result builders read the state with np.asarray (which gathers

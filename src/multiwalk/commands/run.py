@@ -468,7 +468,12 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             raise InputError(f"{ckpt}: that run stopped before its end (step {done + 1} of {saved['numsteps']}): use --resume")
     record = _record_length(R, setup.dimension) if args.step_files else 0
     max_chunk = setup.checkpoint_steps if setup.checkpoint else None
-    if record and (args.write_threads != 0 or args.write_processes):
+    processes = args.write_processes
+    if processes == "auto":  # worker processes where they pay (many cores, a long run), else threads
+        from ..io.step_processes import default_write_processes
+
+        processes = default_write_processes(R * setup.numsteps) if args.write_threads is None else 0
+    if record and (args.write_threads != 0 or processes):
         # chunks of at most ~1/16 of the run: each chunk's files are written while the next one is
         # sampled, so only the last chunk's writing is not hidden (the same on every process)
         piece = max(16, -(-setup.numsteps // 16))
@@ -511,7 +516,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                 setup.output_dir, setup.labels, betas, setup.as_beta, nprocs, per,
                 coordinates=None if setup.mesh is None else setup.mesh.coordinates, separate_T=setup.separate_T,
                 resume_step=None if meta is None else int(meta["done"][0]) + 1, state=state0,
-                threads=args.write_threads, processes=args.write_processes,
+                threads=args.write_threads, processes=processes,
             )
         elif writes:
             setup.output_dir.mkdir(parents=True, exist_ok=True)
@@ -529,12 +534,12 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                 resume=ckpt if meta is not None else None, checkpoint_every=math.inf if every is None else every,
             )
             wall = time.perf_counter() - t0
+            t1 = time.perf_counter()  # "files after the run": the steps left, closing the writer, fx, best
             if writer is not None:
                 writer.on_steps(result.state, 0, result.steps - 1)  # steps not written yet (a run of no chunk)
         finally:
             if writer is not None:
                 writer.close()  # every line handed to the writer thread is in the files
-        t1 = time.perf_counter()
         best_rank, walker = divmod(result.best_replica, per)
         if writes:
             write_best_result(setup.output_dir / "best_result.txt", R, per, result.best_replica, result.best_step,
@@ -554,7 +559,8 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     print(
         f"{result.message}; {R} replicas, steps 0..{result.steps - 1}; run {st['run_seconds']:.3f} s, "
         f"step files {0.0 if writer is None else writer.seconds:.3f} s, files after the run {post:.3f} s, "
-        f"compile {st['compile_seconds']:.2f} s, wall {wall + post:.2f} s ({jax.devices()[0].platform}, "
+        f"compile {st['compile_seconds']:.2f} s, chunk loop {st.get('loop_seconds', math.nan):.3f} s, "
+        f"wall {wall + post:.2f} s ({jax.devices()[0].platform}, "
         f"{st['kernel']} steps, "
         f"{st['devices']} device{'s' if st['devices'] > 1 else ''}"
         f"{', ' + str(st['processes']) + ' processes' if 'processes' in st else ''})"
@@ -562,8 +568,9 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     if writer is not None and (writer.threads or writer.processes):
         who = (f"{writer.processes} process{'es' if writer.processes > 1 else ''}" if writer.processes else
                f"{writer.threads} thread{'s' if writer.threads > 1 else ''}")
+        ring = (f", waited {writer.ring_wait_seconds:.3f} s for the offsets of its pieces" if writer.processes else "")
         print(f"step files written beside the sampling: {writer.busy_seconds:.3f} s of formatting and writing "
-              f"({who}); the run waited {writer.seconds:.3f} s for them")
+              f"({who}{ring}); the run waited {writer.seconds:.3f} s for them")
     if "devices_note" in st:
         print(f"note: {st['devices_note']}")
     print(f"output in {setup.output_dir}; checkpoint {ckpt}")
@@ -643,7 +650,19 @@ def run_multiwalk_solver(setup: RunSetup, args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- the command
+def _processes_option(text: str) -> int | str:
+    """``--write-processes``: ``auto`` or a number (checked for sign in the handler, before anything runs)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of processes or auto, got {text!r}") from None
+
+
 def add_parser(commands: Any) -> None:
+    from ..io.step_processes import AUTO_MIN_CORES, AUTO_MIN_REPLICA_STEPS
+
     p = commands.add_parser(
         "run",
         help="run an ODAT-SE input file (replica-exchange Monte Carlo and more), writing ODAT-SE's output files",
@@ -679,10 +698,12 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--write-threads", type=int, default=None, metavar="N",
                    help="exchange: threads that format the step files while the next steps are sampled (default: the "
                         "CPUs, at most 4; 0: write them between the chunks); the files are the same")
-    p.add_argument("--write-processes", type=int, default=0, metavar="N",
+    p.add_argument("--write-processes", type=_processes_option, default="auto", metavar="N|auto",
                    help="exchange: worker processes that format and write the step files while the next steps are "
-                        "sampled, each owning some of the files (default 0: threads, see --write-threads); the files "
-                        "are the same")
+                        "sampled, each a share of every file (0: threads, see --write-threads). Default auto: "
+                        f"processes (one per CPU less two, at most 16) when {AUTO_MIN_CORES} or more CPUs are usable "
+                        f"and the run has {AUTO_MIN_REPLICA_STEPS:,} or more replica-steps, and --write-threads is "
+                        "not given; threads otherwise. The files are the same")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision (default float64)")
     p.add_argument("--unroll", type=int, default=None, metavar="K",
                    help="exchange: Monte Carlo steps per compiled loop trip (default: 8 on a GPU, 1 on a CPU); "
@@ -712,8 +733,8 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 raise InputError(str(err)) from None
         if args.write_threads is not None and args.write_threads < 0:
             raise InputError(f"--write-threads must be 0 (write between chunks) or more, got {args.write_threads}")
-        if args.write_processes < 0:
-            raise InputError(f"--write-processes must be 0 (no writer processes) or more, got {args.write_processes}")
+        if args.write_processes != "auto" and args.write_processes < 0:
+            raise InputError(f"--write-processes must be 0 (no writer processes), more, or auto, got {args.write_processes}")
         if args.unroll is not None and args.unroll < 1:
             raise InputError(f"--unroll must be at least 1, got {args.unroll}")
         if args.time_limit is not None and not args.time_limit > 0:

@@ -48,15 +48,23 @@ def number(v: float) -> str:
 
 
 def truncate_from_step(path: Path, step: int) -> None:
-    """Cut ``path`` (a step file, in step order) just before its first line of step >= ``step``."""
+    """Cut ``path`` (a step file, in step order) just before its first line of step >= ``step``,
+    or before its first line that is not a whole line (no step number, or no line end): a crash
+    of the writer processes may leave the chunk in flight with holes (zero bytes) or cut short."""
     if not path.exists():
         return
     with open(path, "rb+") as fh:
         offset = 0
         for line in fh:
             words = line.split(None, 1)
-            if words and not words[0].startswith(b"#") and int(words[0]) >= step:
+            if not line.endswith(b"\n"):
                 break
+            if words and not words[0].startswith(b"#"):
+                try:
+                    if int(words[0]) >= step:
+                        break
+                except ValueError:
+                    break
             offset += len(line)
         fh.truncate(offset)
 
@@ -131,6 +139,38 @@ def _value_rows(fx: np.ndarray, x: np.ndarray | None, node: np.ndarray | None,
     return np.concatenate([fx, np.asarray(x, dtype=np.float64).reshape(fx.size, -1)], axis=1)
 
 
+def _result_sources(ints: np.ndarray, has_last: bool) -> np.ndarray:
+    """``(m, n)``: where each replica's result at each step of a chunk comes from, as a row of
+    ``[last results (n rows); trial rows (m n rows, numbered step * n + replica)]``: its trial at
+    the last step <= s that was accepted, or (none in this chunk) its result from before the
+    chunk (``has_last``: there is one, i.e. the chunk does not start at step 0)."""
+    m, n = ints.shape[:2]
+    row = np.arange(m * n).reshape(m, n)
+    last = np.maximum.accumulate(np.where(ints[..., 1] != 0, row, -1), axis=0)
+    if not has_last and np.any(last[0] < 0):
+        raise RuntimeError("the first step written must be step 0 (every replica's start is its result)")
+    return np.where(last >= 0, last + n, np.arange(n))
+
+
+def _gather_rows(values: np.ndarray, ints: np.ndarray, coordinates: np.ndarray | None,
+                 last_result: np.ndarray | None, idx: np.ndarray) -> np.ndarray:
+    """Rows ``fx x1 x2 ...`` (k, 1 + d) at ``idx`` (k,) of ``[last_result; trial rows]`` (as
+    :func:`_result_sources` numbers them), gathered from the records without building every
+    trial row of the chunk."""
+    m, n = ints.shape[:2]
+    trial = np.maximum(idx - n, 0)
+    flat = values.reshape(m * n, -1)
+    if coordinates is None:
+        rows = flat.take(trial, axis=0).astype(np.float64, copy=False)
+    else:
+        rows = np.concatenate([flat[trial, :1].astype(np.float64), coordinates[ints[..., 2].reshape(-1)[trial]]], axis=1)
+    if last_result is not None:
+        old = np.flatnonzero(idx < n)
+        if old.size:
+            rows[old] = last_result[idx[old]]
+    return rows
+
+
 def _chunk_rows(values: np.ndarray, ints: np.ndarray, coordinates: np.ndarray | None,
                 last_result: np.ndarray | None, need_result: bool = True,
                 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -140,50 +180,56 @@ def _chunk_rows(values: np.ndarray, ints: np.ndarray, coordinates: np.ndarray | 
     (``last_result``: those of the chunk before, None at step 0).  Without ``need_result``
     only the trial rows."""
     m, n = values.shape[:2]
-    fx, acc = values[..., 0], ints[..., 1].astype(bool)
+    fx = values[..., 0]
     x, node = (values[..., 1:], None) if coordinates is None else (None, ints[..., 2])
     trial = _value_rows(fx, x, node, coordinates)
     if not need_result:
         return trial, None, None
-    # each replica's result at each step: its trial at the last step <= s that was accepted,
-    # or (none in this chunk) its result from before the chunk
-    row = np.arange(m * n).reshape(m, n)
-    last = np.maximum.accumulate(np.where(acc, row, -1), axis=0)
-    if last_result is None:
-        if np.any(last[0] < 0):
-            raise RuntimeError("the first step written must be step 0 (every replica's start is its result)")
-        result = trial[last.reshape(-1)]
-    else:
-        kept = np.where(last >= 0, last + n, np.arange(n))  # rows of [last_result, trial]
-        result = np.concatenate([last_result, trial])[kept.reshape(-1)]
+    src = _result_sources(ints, last_result is not None).reshape(-1)
+    result = trial[src - n] if last_result is None else np.concatenate([last_result, trial])[src]
     return trial, result, result[(m - 1) * n:]
+
+
+def _proc_lines(steps: np.ndarray, ints: np.ndarray, rows_of: Any, p: int, per: int, t_series: pl.Series,
+                q0: int, q1: int) -> bytes:
+    """Lines ``q0 .. q1-1`` (``step walker T fx x...``) of emulated process ``p``'s ``m * per``
+    lines of the chunk (line q: relative step q // per, walker q % per); ``rows_of(flat)`` gives
+    the rows (k, 1 + d) of trial rows ``flat`` (step * n + replica): trial or result."""
+    if q1 <= q0:
+        return b""
+    n = ints.shape[1]
+    q = np.arange(q0, q1)
+    s, walker = np.divmod(q, per)
+    flat = s * n + p * per + walker
+    head = {"step": steps.astype(np.int64)[s], "walker": walker, "T": t_series.gather(ints[..., 0].reshape(-1)[flat])}
+    return _csv_bytes({**head, **_numbers(rows_of(flat))})
 
 
 def _proc_bytes(steps: np.ndarray, ints: np.ndarray, rows: np.ndarray, p: int, per: int, t_series: pl.Series,
                 a: int = 0, b: int | None = None) -> bytes:
     """Lines ``step walker T fx x...`` of emulated process ``p`` (walkers ``p per .. (p+1) per - 1``)
     at the chunk's steps ``a .. b-1`` (relative), from ``rows`` (m n, 1 + d) (trial or result)."""
-    m, n = ints.shape[:2]
-    b = m if b is None else b
-    idx = ((np.arange(a, b) * n)[:, None] + (p * per + np.arange(per))).reshape(-1)
-    head = {"step": np.repeat(steps[a:b].astype(np.int64), per), "walker": np.tile(np.arange(per, dtype=np.int64), b - a),
-            "T": t_series.gather(ints[..., 0].reshape(-1)[idx])}
-    return _csv_bytes({**head, **_numbers(rows[idx])})
+    b = ints.shape[0] if b is None else b
+    return _proc_lines(steps, ints, rows.__getitem__, p, per, t_series, a * per, b * per)
 
 
-def _t_group_bytes(steps: np.ndarray, ints: np.ndarray, result: np.ndarray, a: int, b: int,
+def _t_group_bytes(steps: np.ndarray, ints: np.ndarray, result: Any, a: int, b: int,
                    t_files: list[Path]) -> list[tuple[Path, memoryview]]:
     """``(path, lines)`` of result_T ``a .. b-1`` for the chunk: ``step walker fx x...`` of the
-    replica at temperature t at each step, from the result rows (m n, 1 + d)."""
+    replica at temperature t at each step, from the result rows (m n, 1 + d), or ``result(flat)``
+    giving the result rows at trial rows ``flat`` (step * n + replica)."""
     m, n = ints.shape[:2]
+    if b <= a:
+        return []
     # row of the replica at temperature t at each step (every step holds each t once)
-    at_t = np.empty((m, n), np.int64)
-    np.put_along_axis(at_t, ints[..., 0].astype(np.int64), np.arange(m * n).reshape(m, n), axis=1)
-    rows_t = at_t[:, a:b].T.reshape(-1)  # (t, step)
+    at_t = np.empty(m * n, np.int64)
+    at_t[(ints[..., 0].astype(np.int64) + (np.arange(m) * n)[:, None]).reshape(-1)] = np.arange(m * n)
+    rows_t = at_t.reshape(m, n)[:, a:b].T.reshape(-1)  # (t, step)
+    values = result[rows_t] if isinstance(result, np.ndarray) else result(rows_t)
     # one CSV write for the group (one write_csv per file costs ~0.2 ms each: 256 files and
     # short chunks made that the bottleneck), cut at every m-th line end
     data = memoryview(_csv_bytes({"step": np.tile(steps.astype(np.int64), b - a), "walker": rows_t % n,
-                                  **_numbers(result[rows_t])}))
+                                  **_numbers(values)}))
     ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)[m - 1::m] + 1
     return [(path, data[lo:hi]) for path, lo, hi in zip(t_files[a:b], [0, *ends[:-1].tolist()], ends.tolist())]
 
@@ -223,8 +269,9 @@ class StepWriter:
     ``threads = 0``: every chunk is written in ``on_steps`` itself, one piece at a time.
 
     ``processes >= 1`` (``threads`` then unused): that many worker processes format and
-    write the files, each owning a fixed set of them (:mod:`multiwalk.io.step_processes`; polars'
-    writer does not run in parallel in threads of one process); same bytes, same flush semantics.
+    write the files, each a range of every trial/result file's lines and a group of result_T
+    files (:mod:`multiwalk.io.step_processes`; polars' writer does not run in parallel in
+    threads of one process); same bytes, same flush semantics.
     """
 
     def __init__(
@@ -238,8 +285,24 @@ class StepWriter:
         if int(processes) < 0:
             raise ValueError(f"processes must be 0 (no writer processes) or a positive number, got {processes}")
         self.processes = int(processes)
+        self._processes = None
         if self.processes:
             self.threads = 0  # the processes do all the formatting and writing
+            from .step_processes import ProcessWriter
+
+            # started first: they import numpy and polars while the files are set up here (and
+            # multiwalk run sets up the writer before the JAX compilation)
+            self._processes = ProcessWriter(self.processes)
+        try:
+            self._set_up(output_dir, labels, betas, as_beta, nprocs, per, coordinates, separate_T, resume_step, state)
+        except BaseException:
+            if self._processes is not None:
+                self._processes.close()
+            raise
+
+    def _set_up(self, output_dir: Path, labels: list[str], betas: np.ndarray, as_beta: bool, nprocs: int, per: int,
+                coordinates: np.ndarray | None, separate_T: bool, resume_step: int | None, state: Any) -> None:
+        """The files (headers, or cut back to ``resume_step``), their descriptors, the writer threads."""
         self.output_dir = Path(output_dir)
         self.nprocs, self.per = nprocs, per
         self.n = nprocs * per
@@ -286,15 +349,13 @@ class StepWriter:
             self._fds = {f: os.open(f, flags) for f in self._all_files}
         self.seconds = 0.0  # the caller's time in on_steps and flush (copying the records, waiting)
         self.busy_seconds = 0.0  # time spent preparing, formatting and writing (in whichever thread)
+        self.ring_wait_seconds = 0.0  # writer processes: the longest wait for the offsets of the pieces
         self._pending: list[Any] = []  # futures of chunks handed to the writer thread, oldest first
         self._writer = self._formatters = None
-        self._processes = None
-        if self.processes:
-            from .step_processes import ProcessWriter
-
-            self._processes = ProcessWriter(
-                self.processes, nprocs, per, {"trial": [d / "trial.txt" for d in self.proc_dirs],
-                                              "result": [d / "result.txt" for d in self.proc_dirs]},
+        if self._processes is not None:
+            self._processes.start(
+                nprocs, per, {"trial": [d / "trial.txt" for d in self.proc_dirs],
+                              "result": [d / "result.txt" for d in self.proc_dirs]},
                 self.t_files, self.t_strings, self.coordinates, self.last_result)
         if self.threads:
             from concurrent.futures import ThreadPoolExecutor
@@ -317,6 +378,8 @@ class StepWriter:
         if steps.size > record:
             raise RuntimeError(f"steps {steps[0]}..{steps[-1]} do not fit the record of {record} steps")
         slots = steps % record
+        if int(steps[0]) < first:
+            raise RuntimeError(f"step {steps[0]} is before the chunk's steps {first}..{last} (the record slots given)")
         if self._processes is not None:  # the processes read the records from shared memory
             self._processes.raise_failed()
             self._processes.submit(steps, state.rec_values, state.rec_ints, slots)
@@ -350,6 +413,7 @@ class StepWriter:
             if self._processes is not None:
                 self._processes.flush()
                 self.busy_seconds = max(self._processes.busy)  # the busiest writer process
+                self.ring_wait_seconds = max(self._processes.ring_wait)
             while self._pending:
                 self._pending.pop(0).result()
         finally:

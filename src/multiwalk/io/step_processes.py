@@ -2,21 +2,38 @@
 
 Why processes: polars' ``write_csv``, which formats the step files, runs on one core per call
 and does not run in parallel from several Python threads of one process (two threads took twice
-one thread's time), so the threaded writer stopped scaling at ~2 threads.  Here each worker
-process owns a fixed set of files (``trial.txt`` / ``result.txt`` of an emulated process, or a
-group of ``result_T<t>.txt``), formats its files' lines of each chunk with the same functions as
-the threaded writer (same bytes) and appends them itself, in chunk order: no ordering between
-workers is needed, and the parent does no formatting and no writing.
+one thread's time), so the threaded writer stops scaling at ~2 threads.
+
+How the work is split (:func:`plan_pieces`): each of the ``W`` workers formats, of every chunk,
+
+* line range ``w`` of ``W`` near-equal ranges of every ``trial.txt`` and ``result.txt`` (the
+  lines of a chunk, step by step and walker by walker), written with ``os.pwrite`` at its offset
+  in the file; the offsets come down a ring of pipes: worker ``w`` learns where its pieces start
+  from worker ``w - 1`` (who adds its pieces' byte lengths to its own start), worker 0 from the
+  last worker's end of the chunk before;
+* temperature group ``w`` of ``W`` near-equal groups of the ``result_T<t>.txt`` files, which it
+  owns and appends to (a result_T file gets only ``m`` lines a chunk: splitting them by steps
+  would cost ``W`` writes per file).
+
+So every worker has about ``2.75 m n / W`` lines a chunk (a result_T line costs ~0.75 of a
+trial line: one column fewer), whatever ``W``, ``n`` or the number of emulated processes, and
+no worker owns a whole trial.txt (which bounded the first version of this writer: 0.5 µs a line
+on one worker).  The bytes are those of the threaded writer: the same formatting functions
+(:mod:`multiwalk.io.odatse`), pieces of whole lines in order (tests/test_step_processes.py).
 
 The parent copies each chunk's record into one of three memory-mapped slot files (in /dev/shm
-where there is one: the copy it made anyway) and sends each worker the slot's number; a slot is
-reused once every worker has said it is done with that chunk.  Workers are fresh interpreters
-running this file as a script (no fork of a process running JAX, and no import of JAX or of the
-parent's main module: they start in ~0.3 s, under the JAX compilation), talking over their
-stdin/stdout with pickled messages; they run in their own session and ignore Ctrl-C (the parent
-lets them finish the chunks handed over, so the files stay complete), and end when the parent
-closes their pipe or dies.  A worker's error is sent back
-and raised by the parent's next ``on_steps``/``flush``.
+where there is one) and sends each worker the slot's number; a slot is reused once every worker
+has said it is done with that chunk.  Workers are fresh interpreters running this file as a
+script (no fork of a process running JAX, no import of JAX or of the parent's main module); they
+are started first thing (:class:`ProcessWriter` before the files are set up, and ``multiwalk
+run`` sets up the writer before the JAX compilation), so their start-up (~0.3-0.5 s: Python,
+numpy, polars) overlaps the compilation.  They talk over their stdin/stdout with pickled
+messages, run in their own session and ignore Ctrl-C (the parent lets them finish the chunks
+handed over, so the files stay complete), and end when the parent closes their pipe or dies.  A
+worker's error is sent back and raised by the parent's next ``on_steps``/``flush``; the workers
+after it in the ring then skip that chunk's positional writes and every later chunk (the files
+stop at the last complete chunk, which the last checkpoint does not pass: the driver checkpoints
+only after a successful flush, and ``--resume`` cuts the files back to the checkpoint).
 """
 
 from __future__ import annotations
@@ -29,35 +46,75 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ProcessWriter", "plan_jobs"]
+__all__ = ["ProcessWriter", "plan_pieces", "default_write_processes", "AUTO_MIN_CORES", "AUTO_MIN_REPLICA_STEPS"]
 
 SLOTS = 3  # chunks in shared memory: two waiting for the workers (as the threaded writer) + the one being copied
 
+# ``--write-processes auto`` (:func:`default_write_processes`): worker processes only where they
+# pay: enough cores for the workers beside the sampling, and a run long enough to cover their
+# start-up and per-chunk overheads (docs/benchmarks.md, ODAT-SE section, has the measurements)
+AUTO_MIN_CORES = 8
+AUTO_MIN_REPLICA_STEPS = 200_000
 
-def plan_jobs(workers: int, nprocs: int, per: int, separate_T: bool) -> list[list[tuple]]:
-    """Files of each worker: ``("trial", p)``, ``("result", p)`` (process p's files) and
-    ``("T", a, b)`` (result_T a .. b-1), balanced by their cost (lines, a result_T line
-    counted 0.75 of a trial line: one column fewer, measured ~130 vs ~180 ns per line).
-    Every worker gets at least one job when there are enough files."""
-    n = nprocs * per
-    jobs: list[tuple[float, tuple]] = [(float(per), (kind, p)) for p in range(nprocs) for kind in ("trial", "result")]
-    if separate_T:
-        groups = max(1, min(n, workers - len(jobs))) if workers > len(jobs) else max(1, min(n, workers))
-        edges = np.linspace(0, n, groups + 1).round().astype(int).tolist()
-        jobs += [(0.75 * (b - a), ("T", a, b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
-    plan: list[list[tuple]] = [[] for _ in range(max(1, min(workers, len(jobs))))]
-    load = [0.0] * len(plan)
-    for cost, job in sorted(jobs, key=lambda j: -j[0]):  # longest first onto the least loaded worker
-        k = int(np.argmin(load))
-        plan[k].append(job)
-        load[k] += cost
-    return plan
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
+    """Worker processes for ``--write-processes auto``: 0 (the threaded writer) below
+    :data:`AUTO_MIN_CORES` usable CPUs or :data:`AUTO_MIN_REPLICA_STEPS` replica-steps of step
+    files, else one per CPU less two (the sampling and the parent's copying), at most 16."""
+    cpus = _usable_cpus() if cpus is None else int(cpus)
+    if cpus < AUTO_MIN_CORES or replica_steps < AUTO_MIN_REPLICA_STEPS:
+        return 0
+    return min(16, cpus - 2)
+
+
+def _split(total: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` near-equal ``[a, b)`` ranges of ``range(total)`` (some empty when total < parts)."""
+    edges = [(total * k) // parts for k in range(parts + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def plan_pieces(workers: int, lines: int, n: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Each worker's share of a chunk: ``((q0, q1), (a, b))``: lines ``q0 .. q1-1`` of every
+    trial.txt and result.txt (``lines`` = the chunk's steps x replicas per emulated process) and
+    the result_T files ``a .. b-1`` of the ``n``.  Ranges cover everything once, in order."""
+    return list(zip(_split(lines, workers), _split(n, workers)))
+
+
+def _read_exact(fd: int, size: int) -> bytes:
+    """``size`` bytes from a pipe; EOFError when its writer is gone."""
+    data = b""
+    while len(data) < size:
+        more = os.read(fd, size - len(data))
+        if not more:
+            raise EOFError
+        data += more
+    return data
+
+
+def _write_all(fd: int, data: Any) -> None:
+    view = memoryview(data)
+    while view.nbytes:
+        view = view[os.write(fd, view):]
+
+
+def _pwrite_all(fd: int, data: Any, offset: int) -> None:
+    view = memoryview(data)
+    while view.nbytes:
+        k = os.pwrite(fd, view, offset)
+        view, offset = view[k:], offset + k
 
 
 def _worker(inbox: Any, outbox: Any) -> None:
-    """One writer process: reads its spec, then appends its jobs' lines of each chunk it is sent,
-    in order; answers ``(chunk, error or None, busy seconds)`` per chunk; ends on ``None`` or
-    when the pipe closes."""
+    """One writer process: reads its spec, then formats and writes its share of each chunk it is
+    sent, in order; answers ``(chunk, error or None, busy seconds, ring-wait seconds, skipped)``
+    per chunk; ends on ``None`` or when the pipe closes."""
     import importlib.util
 
     import polars as pl
@@ -70,10 +127,17 @@ def _worker(inbox: Any, outbox: Any) -> None:
         spec = inbox.recv()
     except EOFError:
         return
+    W, w, per, n = spec["workers"], spec["index"], spec["per"], spec["n"]
+    ring_in, ring_out = spec["ring"]
     t_series = pl.Series(spec["t_strings"], dtype=pl.String)
-    fds = {path: os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_BINARY", 0)) for path in spec["files"]}
-    last_result = spec["last_result"]
-    need_result = any(job[0] != "trial" for job in spec["jobs"])
+    coordinates, last_result = spec["coordinates"], spec["last_result"]
+    proc_files = spec["proc_files"]  # [trial of process 0, result of process 0, trial of 1, ...]
+    flags = getattr(os, "O_BINARY", 0)
+    proc_fds = [os.open(path, os.O_WRONLY | flags) for path in proc_files]  # positional writes
+    t_fds = {path: os.open(path, os.O_WRONLY | os.O_APPEND | flags) for path in spec["t_own"]}
+    base = np.asarray(spec["base"], np.int64)  # where the next chunk starts in each proc file
+    first_chunk = True
+    broken = False  # a piece before ours failed: positions unknown from here on
     try:
         while True:
             try:
@@ -84,82 +148,148 @@ def _worker(inbox: Any, outbox: Any) -> None:
                 return
             chunk, (vpath, vshape), (ipath, ishape), first = msg
             t0 = time.perf_counter()
+            error: BaseException | None = None
+            pieces: list[bytes] = []
             try:
                 values = np.memmap(vpath, np.float64, "r", shape=vshape)
                 ints = np.memmap(ipath, np.int32, "r", shape=ishape)
-                steps = np.arange(first, first + vshape[0])
-                trial, result, new_last = formats._chunk_rows(values, ints, spec["coordinates"], last_result, need_result)
-                for job in spec["jobs"]:
-                    if job[0] == "T":
-                        for path, data in formats._t_group_bytes(steps, ints, result, job[1], job[2], spec["t_files"]):
-                            _write_all(fds[path], data)
-                    else:
-                        rows = trial if job[0] == "trial" else result
-                        data = formats._proc_bytes(steps, ints, rows, job[1], spec["per"], t_series)
-                        _write_all(fds[spec["proc_files"][job[0]][job[1]]], data)
-                del values, ints
-                last_result = new_last
-                error = None
+                m = vshape[0]
+                steps = np.arange(first, first + m)
+                (q0, q1), (a, b) = plan_pieces(W, m * per, n)[w]
+                src = formats._result_sources(ints, last_result is not None).reshape(-1)
+
+                def trial_of(flat: np.ndarray, values: Any = values, ints: Any = ints) -> np.ndarray:
+                    return formats._gather_rows(values, ints, coordinates, None, flat + n)
+
+                def result_of(flat: np.ndarray, values: Any = values, ints: Any = ints, src: Any = src,
+                              last: Any = last_result) -> np.ndarray:
+                    return formats._gather_rows(values, ints, coordinates, last, src[flat])
+
+                for p in range(len(proc_files) // 2):
+                    for rows_of in (trial_of, result_of):
+                        pieces.append(formats._proc_lines(steps, ints, rows_of, p, per, t_series, q0, q1))
+                for path, data in formats._t_group_bytes(steps, ints, result_of, a, b, spec["t_files"]):
+                    _write_all(t_fds[path], data)
+                new_last = result_of(np.arange((m - 1) * n, m * n))
+                del values, ints, trial_of, result_of  # the maps close
             except BaseException as err:  # noqa: BLE001 - every error goes back to the parent
                 error = err
             busy = time.perf_counter() - t0
+            # where our pieces start: from the worker before us in the ring (worker 0: from the
+            # last worker's end of the chunk before, or the files' sizes at the first chunk)
+            t1 = time.perf_counter()
+            wait = 0.0
+            skipped = False
             try:
-                outbox.send((chunk, error, busy))
+                if W == 1 or (w == 0 and first_chunk):
+                    offsets = None if broken else base
+                else:
+                    got = np.frombuffer(_read_exact(ring_in, 8 * (1 + len(proc_files))), np.int64)
+                    offsets = got[1:] if got[0] and not broken else None
+                    wait = time.perf_counter() - t1
+                if offsets is None or error is not None:
+                    broken = True
+                lengths = np.array([len(piece) for piece in pieces] if pieces else [0] * len(proc_files), np.int64)
+                ends = offsets + lengths if not broken else np.zeros(len(proc_files), np.int64)
+                if W > 1:  # pass on where the next pieces start (ring_out of the last worker: worker 0)
+                    _write_all(ring_out, np.concatenate([[0 if broken else 1], ends]).astype(np.int64).tobytes())
+                if broken:
+                    skipped = error is None
+                    if skipped:
+                        error = RuntimeError("step-file writer process skipped: a piece before its own failed")
+                else:
+                    for fd, piece, offset in zip(proc_fds, pieces, offsets.tolist()):
+                        if piece:
+                            _pwrite_all(fd, piece, offset)
+                    base = ends
+                    last_result = new_last
+            except EOFError:  # the worker before us in the ring is gone
+                broken = True
+                error = error or RuntimeError(f"step-file writer process {w}: the writer before it in the ring ended")
+            except BaseException as err:  # noqa: BLE001
+                broken = True
+                error = error or err
+            first_chunk = False
+            busy += time.perf_counter() - t1 - wait  # formatting and writing; the ring wait apart
+            try:
+                outbox.send((chunk, error, busy, wait, skipped))
             except Exception:  # noqa: BLE001 - an error that does not pickle goes back as text
-                outbox.send((chunk, RuntimeError(f"step-file writer process: {error!r}"), busy))
+                outbox.send((chunk, RuntimeError(f"step-file writer process: {error!r}"), busy, wait, skipped))
     finally:
-        for fd in fds.values():
+        for fd in [*proc_fds, *t_fds.values()]:
             os.close(fd)
 
 
-def _write_all(fd: int, data: Any) -> None:
-    view = memoryview(data)
-    while view.nbytes:
-        view = view[os.write(fd, view):]
-
-
 class ProcessWriter:
-    """The parent's side: ``workers`` worker processes writing the files of :func:`plan_jobs`.
+    """The parent's side: ``workers`` worker processes formatting and writing the step files.
 
-    ``proc_files``: ``{"trial": [path per process], "result": [...]}``; ``t_files``: result_T
-    paths; ``t_strings``: each temperature's spelling; ``last_result`` (n, 1 + d) or None (fresh run).
+    Created first (it starts the workers, which import numpy and polars meanwhile), then
+    :meth:`start` sends them their share: ``proc_files`` ``{"trial": [path per process],
+    "result": [...]}`` (their current sizes are where the workers write on), ``t_files``: result_T
+    paths, ``t_strings``: each temperature's spelling, ``last_result`` (n, 1 + d) or None (fresh run).
     """
 
-    def __init__(self, workers: int, nprocs: int, per: int, proc_files: dict[str, list[Path]], t_files: list[Path],
-                 t_strings: list[str], coordinates: np.ndarray | None, last_result: np.ndarray | None) -> None:
+    def __init__(self, workers: int) -> None:
         import subprocess
         import sys
-        import tempfile
         from multiprocessing.connection import Connection
 
-        n = nprocs * per
-        plan = plan_jobs(workers, nprocs, per, bool(t_files))
+        if int(workers) < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.workers = int(workers)
+        W = self.workers
         self._conns: list[tuple[Any, Any]] = []  # (to the worker, from the worker)
         self._procs: list[Any] = []
-        for jobs in plan:
-            files = [proc_files[j[0]][j[1]] for j in jobs if j[0] != "T"]
-            files += [f for j in jobs if j[0] == "T" for f in t_files[j[1]:j[2]]]
-            spec = {"jobs": jobs, "files": files, "proc_files": proc_files, "t_files": t_files, "t_strings": t_strings,
-                    "per": per, "n": n, "coordinates": coordinates, "last_result": last_result}
-            proc = subprocess.Popen([sys.executable, "-u", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    start_new_session=True)  # Ctrl-C in the terminal does not reach it
-            to_worker = Connection(os.dup(proc.stdin.fileno()), readable=False)
-            from_worker = Connection(os.dup(proc.stdout.fileno()), writable=False)
-            proc.stdin.close()
-            proc.stdout.close()
-            to_worker.send(spec)
-            self._conns.append((to_worker, from_worker))
-            self._procs.append(proc)
-        shm = Path("/dev/shm")
-        self._dir = tempfile.mkdtemp(prefix="multiwalk-steps-", dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None)
+        self._dir: str | None = None
         self._slots: list[tuple[Path, Path]] = []  # (values file, ints file) per slot, made at the first chunk
         self._maps: list[tuple[np.memmap, np.memmap]] = []
+        # the ring: pipe k carries worker k's ends of the pieces to worker k + 1 (the last: to 0)
+        pipes = [os.pipe() for _ in range(W)] if W > 1 else []
+        self._ring = [(pipes[(k - 1) % W][0], pipes[k][1]) if pipes else (-1, -1) for k in range(W)]
+        try:
+            for k in range(W):
+                proc = subprocess.Popen(
+                    [sys.executable, "-u", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    pass_fds=self._ring[k] if pipes else (),
+                    start_new_session=True)  # Ctrl-C in the terminal does not reach it
+                to_worker = Connection(os.dup(proc.stdin.fileno()), readable=False)
+                from_worker = Connection(os.dup(proc.stdout.fileno()), writable=False)
+                proc.stdin.close()
+                proc.stdout.close()
+                self._conns.append((to_worker, from_worker))
+                self._procs.append(proc)
+        except BaseException:
+            self._stop()
+            raise
+        finally:
+            for r, wr in pipes:  # the workers hold them now: a worker's death is EOF for the next one
+                os.close(r)
+                os.close(wr)
         self._slot_shape: tuple[tuple[int, ...], tuple[int, ...]] | None = None
         self._pending: list[tuple[int, int]] = []  # (chunk, slot) handed over, oldest first
-        self._acked = [0] * len(self._conns)  # chunks each worker has answered
+        self._acked = [0] * W  # chunks each worker has answered
         self._next_chunk = 0
-        self.busy = [0.0] * len(self._conns)  # each worker's formatting and writing seconds
-        self.workers = len(self._conns)
+        self._raised = False  # an error was raised: later "skipped" answers say nothing new
+        self.busy = [0.0] * W  # each worker's formatting and writing seconds
+        self.ring_wait = [0.0] * W  # each worker's wait for the worker before it in the ring
+
+    def start(self, nprocs: int, per: int, proc_files: dict[str, list[Path]], t_files: list[Path],
+              t_strings: list[str], coordinates: np.ndarray | None, last_result: np.ndarray | None) -> None:
+        """Send every worker its share (:func:`plan_pieces`) and where the files end now."""
+        import tempfile
+
+        n = nprocs * per
+        ordered = [proc_files[kind][p] for p in range(nprocs) for kind in ("trial", "result")]
+        base = [os.path.getsize(path) for path in ordered]
+        for k, (to_worker, _) in enumerate(self._conns):
+            a, b = plan_pieces(self.workers, 1, n)[k][1]  # the result_T group does not depend on the chunk
+            spec = {"workers": self.workers, "index": k, "ring": self._ring[k], "per": per, "n": n,
+                    "proc_files": ordered, "base": base, "t_files": t_files, "t_own": t_files[a:b],
+                    "t_strings": t_strings, "coordinates": coordinates, "last_result": last_result}
+            to_worker.send(spec)
+        shm = Path("/dev/shm")
+        self._dir = tempfile.mkdtemp(prefix="multiwalk-steps-", dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None)
+
     def _blocks(self, vshape: tuple[int, ...], ishape: tuple[int, ...]) -> None:
         """Slot files big enough for the record (made once; the record's size is fixed)."""
         if self._slot_shape == (vshape, ishape):
@@ -175,6 +305,8 @@ class ProcessWriter:
 
     def submit(self, steps: np.ndarray, rec_values: Any, rec_ints: Any, slots: np.ndarray) -> None:
         """Hand over steps ``steps`` (consecutive) at rows ``slots`` of the records (m, n, ...)."""
+        if self._dir is None:
+            raise RuntimeError("ProcessWriter.start() was not called")
         rec_values, rec_ints = np.asarray(rec_values), np.asarray(rec_ints)
         self._blocks(rec_values.shape, rec_ints.shape)
         while len(self._pending) >= SLOTS - 1:  # at most two chunks wait: the third slot is free
@@ -196,38 +328,54 @@ class ProcessWriter:
             to_worker.send(msg)
         self._pending.append((chunk, slot))
 
-    def _receive(self, k: int) -> BaseException | None:
-        """One answer of worker ``k``: its chunk counted as done, its error returned."""
+    def _receive(self, k: int) -> tuple[BaseException | None, bool]:
+        """One answer of worker ``k``: its chunk counted as done; its error and whether it only
+        skipped (a piece before its own failed)."""
         try:
-            got, err, busy = self._conns[k][1].recv()
+            got, err, busy, wait, skipped = self._conns[k][1].recv()
         except EOFError:
             raise RuntimeError(
                 f"a step-file writer process ended unexpectedly (exit code {self._procs[k].poll()}); "
                 "the files reach the last checkpoint: continue with --resume") from None
         self._acked[k] = got + 1
         self.busy[k] += busy
-        return err
+        self.ring_wait[k] += wait
+        return err, skipped
+
+    def _raise(self, root: BaseException | None, skipped: BaseException | None) -> None:
+        """Raise the first real error; a "skipped" one only if no error was raised before."""
+        error = root or (None if self._raised else skipped)
+        if error is not None:
+            self._raised = True
+            raise error
 
     def _wait(self, chunk: int) -> None:
         """Wait until every worker has answered ``chunk`` (and those before); raise the first error."""
-        error = None
+        root = skipped = None
         for k in range(len(self._conns)):
             while self._acked[k] <= chunk:
-                err = self._receive(k)  # every answer read, the first error kept
-                error = error or err
+                err, skip = self._receive(k)  # every answer read, the first error kept
+                if err is not None and not skip:
+                    root = root or err
+                elif err is not None:
+                    skipped = skipped or err
         self._pending = [(c, s) for c, s in self._pending if c > chunk]
-        if error is not None:
-            raise error
+        self._raise(root, skipped)
 
     def raise_failed(self) -> None:
         """Raise an error a worker has already reported (reads only the answers already there)."""
+        root = skipped = None
         for k, (_, from_worker) in enumerate(self._conns):
             while from_worker.poll():
-                error = self._receive(k)
-                if error is not None:
-                    self._pending = [(c, s) for c, s in self._pending if c >= min(self._acked)]
-                    raise error
+                err, skip = self._receive(k)
+                if err is not None and not skip:
+                    root = root or err
+                elif err is not None:
+                    skipped = skipped or err
         self._pending = [(c, s) for c, s in self._pending if c >= min(self._acked)]
+        if root is not None:
+            self._raise(root, None)
+        # a skip is raised once the failing worker's own answer is read (flush waits for it)
 
     def flush(self) -> None:
         """Wait until every chunk handed over is in the files; raises a worker's error."""
@@ -241,29 +389,36 @@ class ProcessWriter:
                 path.unlink(missing_ok=True)
         self._slots = []
 
-    def close(self) -> None:
-        """:meth:`flush`, then end the workers and remove the slot files."""
+    def _stop(self) -> None:
+        """End the workers (after the chunks handed over), remove the slot files."""
         import shutil
 
+        for to_worker, _ in self._conns:
+            try:
+                to_worker.send(None)
+            except OSError:
+                pass
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - a worker that does not end is ended
+                proc.kill()
+                proc.wait()
+        for pair in self._conns:
+            for conn in pair:
+                conn.close()
+        self._conns, self._procs = [], []
+        self._free_blocks()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def close(self) -> None:
+        """:meth:`flush`, then end the workers and remove the slot files."""
         try:
             self.flush()
         finally:
-            for to_worker, _ in self._conns:
-                try:
-                    to_worker.send(None)
-                except OSError:
-                    pass
-            for proc in self._procs:
-                try:
-                    proc.wait(timeout=30)
-                except Exception:  # noqa: BLE001 - a worker that does not end is ended
-                    proc.kill()
-            for pair in self._conns:
-                for conn in pair:
-                    conn.close()
-            self._conns = []
-            self._free_blocks()
-            shutil.rmtree(self._dir, ignore_errors=True)
+            self._stop()
 
 
 if __name__ == "__main__":  # a writer process (ProcessWriter starts this file as a script)

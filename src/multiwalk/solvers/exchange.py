@@ -132,24 +132,34 @@ class ExchangeState(NamedTuple):
 _TRAVELLING = ("x", "node", "fx", "replica", "n_accepted", "n_nonfinite", "best_fx", "best_step", "best_x")
 
 
-def replica_order(state: ExchangeState) -> ExchangeState:
+def replica_order(state: ExchangeState, steps: np.ndarray | None = None) -> ExchangeState:
     """The state with its per-replica rows in replica order, on the host (numpy): row r of ``x``,
     ``fx``, ``node``, the counters, best points and of every record slot is replica r; the
     records' column 0 becomes the replica's temperature index at that step (ODAT-SE's files'
-    ``T`` column).  ``replica`` and the per-temperature statistics are left as they are."""
+    ``T`` column).  ``replica`` and the per-temperature statistics are left as they are.
+
+    ``steps`` (step numbers): only the record slots of these steps (``step % B``) are put in
+    replica order; the other slots of the returned records are left UNSET (whatever memory held).
+    The step-file writer reads only the chunk's steps: reordering all B slots after every chunk
+    cost ~40 ms per chunk at B = 1024, 256 replicas (2-core machine), more than the chunk itself."""
     st = jax.tree_util.tree_map(np.asarray, state)
     t_of_rep = np.argsort(st.replica, kind="stable")  # a permutation: replica r is at temperature t_of_rep[r]
     rows = {name: getattr(st, name)[t_of_rep] for name in _TRAVELLING if name != "replica"}
-    ints = st.rec_ints.copy()
-    if ints.shape[0]:
-        reps = ints[:, :, 0]  # (B, T) the replica at each temperature, per slot
-        t_of = np.zeros_like(reps)  # slots never written hold zeros: any in-range rows
-        np.put_along_axis(t_of, reps, np.arange(reps.shape[1], dtype=reps.dtype)[None, :], axis=1)
-        ints = np.take_along_axis(ints, t_of[:, :, None], axis=1)
-        ints[:, :, 0] = t_of
-        values = np.take_along_axis(st.rec_values, t_of[:, :, None], axis=1)
-    else:
-        values = st.rec_values
+    B, n = st.rec_ints.shape[:2]
+    if not B:
+        return st._replace(**rows)
+    slots = np.arange(B) if steps is None else np.unique(np.asarray(steps, np.int64) % B)
+    m = slots.size
+    # flat row gathers ((slot, row) -> slot * n + row): take_along_axis over (B, n, k) was ~4x slower
+    reps = st.rec_ints[slots, :, 0].astype(np.int64)  # (m, n) the replica at each temperature
+    t_of = np.zeros(m * n, np.int64)  # slots never written hold zeros: any in-range rows
+    t_of[(reps + (np.arange(m) * n)[:, None]).reshape(-1)] = np.tile(np.arange(n), m)
+    src = (t_of.reshape(m, n) + (slots * n)[:, None]).reshape(-1)  # (slot, temperature row) of each replica
+    ints = np.empty_like(st.rec_ints)
+    values = np.empty_like(st.rec_values)
+    ints[slots] = st.rec_ints.reshape(B * n, -1).take(src, axis=0).reshape(m, n, -1)
+    ints[slots, :, 0] = t_of.reshape(m, n)
+    values[slots] = st.rec_values.reshape(B * n, -1).take(src, axis=0).reshape(m, n, -1)
     return st._replace(**rows, rec_values=values, rec_ints=ints)
 
 
@@ -322,7 +332,9 @@ class Exchange(Solver):
 
     def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
         if self.on_steps is not None:  # the writers read replica order (a permutation on the host)
-            self.on_steps(replica_order(state), first, last)
+            # only the slots of steps first .. last are reordered (the writer writes from first + 1,
+            # or from 0 at the start, which is first then)
+            self.on_steps(replica_order(state, np.arange(first, last + 1)), first, last)
 
     def on_sync(self, problem: Problem) -> None:
         if self.on_flush is not None:
