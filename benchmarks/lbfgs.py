@@ -8,13 +8,17 @@ Run from the repository root (see benchmarks/README.md)::
 
 What is measured, in one run (the seed: CUDA L-BFGS, m = 7, eps = 1e-5, x0 = (-1.2, 1, ...)):
 
-* ours: ``mw.solve(Problem(objective=extended_rosenbrock, x0=x0, dtype=...), LBFGS(m=7, eps=1e-5))``,
+* ours: ``mw.solve(Problem(objective=extended_rosenbrock, value_and_grad=..., x0=x0, dtype=...),
+  LBFGS(m=7, eps=1e-5))`` with f and g from ``cute.extended_rosenbrock_value_and_grad`` (one fused
+  pass, the seed's ``eval_fg``; ``--gradients autodiff`` or ``analytic,autodiff``: ``jax.value_and_grad``),
   called twice; the second call reuses the compiled loop and its ``stats["run_seconds"]`` (the
   driver's chunks, device-synchronised, compilation and the host copies of x0 / the result
   excluded) is reported, with the whole call's wall time beside it.
 * optax.lbfgs(memory_size=7) with its default zoom line search, in one jitted ``lax.while_loop``
   with the same stop rule ``||g|| <= eps * max(1, ||x||)`` (optax's documented ``run_opt`` loop);
-  compiled first, then the median of 3 calls, each synchronised.
+  compiled first, then the median of 3 calls, each synchronised.  optax gets the same f and g:
+  its zoom line search calls ``jax.value_and_grad(value_fn)``, so ``value_fn`` carries the analytic
+  gradient as a ``jax.custom_vjp`` (:func:`with_gradient`).
 * scipy's L-BFGS-B (maxcor=7, the same stop rule by a callback) on the host CPU, float64, with a
   vectorised NumPy objective and gradient; one call (it takes tens of seconds at 1e7).  Skipped
   above ``--scipy-max-n``.
@@ -49,6 +53,26 @@ def numpy_rosenbrock(x: np.ndarray) -> tuple[float, np.ndarray]:
     g[0::2] = -400.0 * a * t - 2.0 * (1.0 - a)
     g[1::2] = 200.0 * t
     return f, g
+
+
+def with_gradient(value_and_grad):
+    """``f(x)`` whose ``jax.value_and_grad`` is ``value_and_grad(x)`` (one fused pass): how optax, which
+    differentiates its ``value_fn`` itself, gets the same evaluation as ours."""
+    import jax
+
+    @jax.custom_vjp
+    def f(x):
+        return value_and_grad(x)[0]
+
+    def forward(x):
+        value, grad = value_and_grad(x)
+        return value, grad
+
+    def backward(grad, cotangent):
+        return (cotangent * grad,)
+
+    f.defvjp(forward, backward)
+    return f
 
 
 def read_bandwidth(nbytes: int, dtype) -> float:
@@ -95,9 +119,13 @@ def torch_copy_bandwidth(nbytes: int, reps: int = 20) -> float | None:
     return out
 
 
-def run_ours(mw, cute, n: int, dtype: str, kernel: str = "auto") -> dict:
+def run_ours(mw, cute, n: int, dtype: str, kernel: str = "auto", gradient: str = "analytic") -> dict:
     x0 = cute.start("extended_rosenbrock", n)
-    problem = mw.Problem(objective=cute.extended_rosenbrock, x0=x0, dtype=dtype)
+    from multiwalk.functions import cute_kernel
+
+    vg = {"analytic": cute.extended_rosenbrock_value_and_grad, "autodiff": None,
+          "analytic-along": cute_kernel.extended_rosenbrock_along}[gradient]
+    problem = mw.Problem(objective=cute.extended_rosenbrock, value_and_grad=vg, x0=x0, dtype=dtype)
     solver = mw.LBFGS(m=M, eps=EPS, kernel=kernel)
     first = mw.solve(problem, solver, progress=False)
     t0 = time.perf_counter()
@@ -106,17 +134,18 @@ def run_ours(mw, cute, n: int, dtype: str, kernel: str = "auto") -> dict:
     return {
         "seconds": r.stats["run_seconds"], "wall_seconds": wall, "compile_seconds": first.stats["compile_seconds"],
         "iterations": r.iterations, "nfev": r.nfev, "f": r.fun, "gnorm": r.gnorm, "status": r.status.name,
-        "chunks": r.stats["chunks"], "kernel": r.stats["kernel"],
+        "chunks": r.stats["chunks"], "kernel": r.stats["kernel"], "gradient": gradient,
     }
 
 
-def run_optax(cute, n: int, dtype: str) -> dict:
+def run_optax(cute, n: int, dtype: str, gradient: str = "analytic") -> dict:
     import jax
     import jax.numpy as jnp
     import optax
     from optax import tree_utils as otu
 
-    f = cute.extended_rosenbrock
+    analytic = gradient.startswith("analytic")  # optax cannot use .along: it evaluates f and g at points
+    f = with_gradient(cute.extended_rosenbrock_value_and_grad) if analytic else cute.extended_rosenbrock
     opt = optax.lbfgs(memory_size=M)
     value_and_grad = optax.value_and_grad_from_state(f)
 
@@ -153,6 +182,7 @@ def run_optax(cute, n: int, dtype: str) -> dict:
         "seconds": statistics.median(times), "first_call_seconds": compile_and_first,
         "iterations": int(otu.tree_get(state, "count")), "f": float(f(x)),
         "gnorm": float(jnp.linalg.norm(otu.tree_get(state, "grad"))), "version": optax.__version__,
+        "gradient": gradient,
     }
 
 
@@ -190,6 +220,10 @@ def main() -> int:
     p.add_argument("--scipy-max-n", type=float, default=1e7, help="run scipy up to this n (default 1e7)")
     p.add_argument("--no-optax", action="store_true")
     p.add_argument("--kernels", default="auto", help="comma-separated LBFGS(kernel=...) forms to time (auto, xla, pallas)")
+    p.add_argument("--gradients", default="analytic",
+                   help="comma-separated: analytic (cute's fused value_and_grad), analytic-along (the same with "
+                        "cute_kernel's one-pass line evaluation for our line search), autodiff (jax.value_and_grad); "
+                        "the first is the table's, the others are logged for both ours and optax")
     args = p.parse_args()
     common.select_platform(args.device)
     import jax
@@ -220,12 +254,24 @@ def main() -> int:
         item = 8 if dtype == "float64" else 4
         for n in sizes:
             row = {"n": n, "dtype": dtype}
+            gradients = args.gradients.split(",")
             for kernel in args.kernels.split(",")[1:]:  # other forms, logged for comparison
-                o = run_ours(mw, cute, n, dtype, kernel)
+                o = run_ours(mw, cute, n, dtype, kernel, gradients[0])
                 row[f"ours_{kernel}"] = o
                 log(f"{dtype} n={n:.0e}: kernel={kernel} [{o['kernel']}] {o['seconds'] * 1e3:.1f} ms "
                     f"({o['iterations']} it, {o['nfev']} ev, f {o['f']:.3e}, {o['status']})")
-            ours = run_ours(mw, cute, n, dtype, args.kernels.split(",")[0])
+            for gradient in gradients[1:]:  # other evaluations, logged for ours and optax
+                o = run_ours(mw, cute, n, dtype, args.kernels.split(",")[0], gradient)
+                row[f"ours_{gradient}"] = o
+                log(f"{dtype} n={n:.0e}: gradient={gradient} {o['seconds'] * 1e3:.1f} ms "
+                    f"({o['iterations']} it, {o['nfev']} ev, f {o['f']:.3e}, {o['status']})")
+                if not args.no_optax:
+                    try:
+                        row[f"optax_{gradient}"] = q = run_optax(cute, n, dtype, gradient)
+                        log(f"   optax gradient={gradient} {q['seconds'] * 1e3:.1f} ms ({q['iterations']} it, f {q['f']:.3e})")
+                    except Exception as err:  # noqa: BLE001 - the peer may fail at this size
+                        log(f"   optax gradient={gradient} failed: {type(err).__name__}: {str(err)[:200]}")
+            ours = run_ours(mw, cute, n, dtype, args.kernels.split(",")[0], gradients[0])
             row["ours"] = ours
             log(f"{dtype} n={n:.0e}: ours {ours['seconds'] * 1e3:.1f} ms ({ours['iterations']} it, {ours['nfev']} ev, "
                 f"f {ours['f']:.3e}, {ours['status']}); wall {ours['wall_seconds'] * 1e3:.0f} ms")
@@ -235,7 +281,7 @@ def main() -> int:
             row["floor_per_iteration"] = (4 * M + 10) * n * item / bw
             if not args.no_optax:
                 try:
-                    row["optax"] = run_optax(cute, n, dtype)
+                    row["optax"] = run_optax(cute, n, dtype, gradients[0])
                     o = row["optax"]
                     log(f"   optax {o['seconds'] * 1e3:.1f} ms ({o['iterations']} it, f {o['f']:.3e})")
                 except Exception as err:  # noqa: BLE001 - the peer may be missing or fail at this size
@@ -249,7 +295,7 @@ def main() -> int:
 
     lines = [
         f"L-BFGS, Extended Rosenbrock, m = {M}, eps = {EPS}, x0 = (-1.2, 1, ...); {env['device']}, {env['date']}, "
-        f"JAX {env['jax']}.",
+        f"JAX {env['jax']}; f and g for ours and optax: {args.gradients.split(',')[0]}.",
         "",
         f"Bandwidth measured in the same run: XLA copy {copy_bw / 1e9:.0f} GB/s (read + write), XLA read-only "
         f"{read_bw / 1e9:.0f} GB/s, PyTorch copy {(torch_bw or 0) / 1e9:.0f} GB/s (read + write); the floor uses the largest.",

@@ -124,6 +124,11 @@ def _add_lbfgs_options(p: argparse.ArgumentParser) -> None:
         help="print a table row every K iterations; 0: the first and last only (default: %(default)s)",
     )
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision (default: %(default)s)")
+    p.add_argument(
+        "--gradient", choices=["analytic", "autodiff"], default="analytic",
+        help="f and g by the function's analytic value_and_grad in one pass (the seed's eval_fg), or by "
+        "jax.value_and_grad (default: %(default)s)",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this much run time")
     p.add_argument(
@@ -161,7 +166,11 @@ def _setup(args: argparse.Namespace) -> tuple[Problem, LBFGS, float]:
         m=args.m, eps=args.eps, max_iterations=args.max_iterations, maxfev=args.maxfev, gtol=args.gtol,
         ftol=args.ftol, xtol=xtol, print_every=args.print_every,
     )
-    problem = Problem(objective=fn, x0=cute.start(name, args.n), dtype=args.dtype)
+    x0 = cute.start(name, args.n)
+    if args.gradient == "analytic":  # one fused pass for f and g, as the seed's eval_fg
+        problem = Problem(objective=fn, value_and_grad=cute.TABLE[name].value_and_grad, x0=x0, dtype=args.dtype)
+    else:
+        problem = Problem(objective=fn, x0=x0, dtype=args.dtype)
     return problem, solver, xtol
 
 

@@ -195,11 +195,33 @@ def _chronological(head: jax.Array, count: jax.Array, m: int) -> tuple[jax.Array
     return (head - count + i) % m, i < count
 
 
-def compact_coefficients(st: LBFGSState, m: int) -> tuple[jax.Array, jax.Array]:
+def _solve_upper(R: jax.Array, v: jax.Array, transpose: bool, unrolled: bool = False) -> jax.Array:
+    """``R^-1 v`` (``transpose``: ``R^-T v``) for the small upper-triangular ``R`` (m, m).
+
+    ``unrolled`` (the fused GPU path): by substitution unrolled over the static ``m``, a few small
+    fusions where ``solve_triangular`` is two cuBLAS trsm calls (the 7x7 algebra of a direction
+    alone: 0.017 ms instead of 0.062 ms on an H200, benchmarks/lbfgs_variants.py; whole solves
+    did not show the difference above their noise).  Elsewhere ``solve_triangular`` (LAPACK on a
+    CPU): the summation order of its rounding is what the XLA form's tests were written against
+    (tests/test_devices.py's split run at eps = 1e-9 ends otherwise)."""
+    if not unrolled:
+        return solve_triangular(R, v, trans="T" if transpose else 0, lower=False)
+    m = R.shape[0]
+    out: list[jax.Array] = [jnp.zeros((), v.dtype)] * m
+    for i in range(m) if transpose else range(m - 1, -1, -1):
+        acc = v[i]
+        # R^T is lower triangular (its row i is R's column i, entries j < i); R: row i, entries j > i
+        for j in range(i) if transpose else range(i + 1, m):
+            acc = acc - (R[j, i] if transpose else R[i, j]) * out[j]
+        out[i] = acc / R[i, i]
+    return jnp.stack(out)
+
+
+def compact_coefficients(st: LBFGSState, m: int, unrolled: bool = False) -> tuple[jax.Array, jax.Array]:
     """``(w, g'd)`` such that ``d = -H g = -gamma g + w @ P`` (compact representation, H0 = gamma I).
 
     Only the small matrices are used: ``w`` has one coefficient per stored row of ``P`` (ring
-    order, zero on unused slots)."""
+    order, zero on unused slots).  ``unrolled``: the triangular solves of :func:`_solve_upper`."""
     order, valid = _chronological(st.head, st.count, m)
     both = valid[:, None] & valid[None, :]
     SY = st.SY[order][:, order]
@@ -210,8 +232,8 @@ def compact_coefficients(st: LBFGSState, m: int) -> tuple[jax.Array, jax.Array]:
     a = jnp.where(valid, st.a[order], 0.0)
     b = jnp.where(valid, st.b[order], 0.0)
     gamma = st.gamma
-    u = solve_triangular(R, a, lower=False)  # R^-1 S'g
-    p = solve_triangular(R, D * u + gamma * (YY @ u) - gamma * b, trans="T", lower=False)
+    u = _solve_upper(R, a, False, unrolled)  # R^-1 S'g
+    p = _solve_upper(R, D * u + gamma * (YY @ u) - gamma * b, True, unrolled)
     # d = -gamma g - S p + gamma Y u, the coefficients put back in ring order
     w = jnp.zeros(2 * m, st.g.dtype).at[order].set(-p).at[m + order].set(gamma * u)
     gd = -gamma * st.gg - a @ p + gamma * (b @ u)
@@ -323,7 +345,8 @@ def finish_iteration(
     cfg: _Config, st: LBFGSState, ls: LineSearchState, xt: jax.Array, ft: jax.Array, gt: jax.Array,
     dgt: jax.Array, h0: jax.Array, masked: bool,
 ) -> LBFGSState:
-    """End the iteration whose line search ``ls`` is done; ``xt, ft, gt`` is its last evaluation.
+    """End the iteration whose line search ``ls`` is done; ``xt, ft, gt`` is its last evaluation
+    (``xt`` None on the one-device fused path: pass A forms ``x + stp d`` itself).
 
     On most unusual endings MCSRCH evaluates its best step last, so x is the best point found;
     as in Nocedal's lbfgs.f, a search cut short by ``maxfev=1`` or by ``stpmin`` can leave x at a
@@ -346,7 +369,7 @@ def finish_iteration(
             cfg.mesh, st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, **tuning
         )
         sy, yy, yg, gg, xx = (dots[i] for i in range(5))
-    elif fused:  # pass A: one sweep over P and the vectors (lbfgs_kernel)
+    elif fused:  # pass A: one sweep over P and the vectors (lbfgs_kernel); xt None: formed in the kernel
         g_prods, y_prods, dots, xt = lbfgs_kernel.pair_products(
             st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, **tuning
         )
@@ -378,7 +401,7 @@ def finish_iteration(
     )
     zero = jnp.zeros((), jnp.int32)
     if fused:  # pass B: the direction and the new pair written into P in one sweep
-        w, gd = compact_coefficients(new, m)
+        w, gd = compact_coefficients(new, m, unrolled=True)
         if cfg.mesh is not None:  # columnwise: each device its own columns, no communication
             d, P, gt = lbfgs_kernel.direction_and_store_split(
                 cfg.mesh, st.P, w, new.gamma, stp, gt, st.g, st.d, slot, st.count, **tuning
@@ -480,18 +503,47 @@ def _unpack(layout: _ScalarLayout, rest: list, floats: jax.Array, ints: jax.Arra
     return jax.tree.unflatten(layout.treedef, leaves)
 
 
-def iterate_packed(cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array) -> LBFGSState:
-    """:func:`iterate` (one problem, unmasked) with the line search's state carried packed."""
+def line_evaluation(problem: Problem) -> Callable | None:
+    """The user's one-pass evaluation along a line, ``along(x, d, stp) -> (f, g, g'd)`` at ``x + stp d``
+    (an ``along`` attribute of ``Problem(value_and_grad=...)``, e.g. cute's Extended Rosenbrock),
+    in the problem's dtype; None without one, or when fixed parameters or ``args`` stand between
+    the solver's ``x`` and the user's."""
+    along = getattr(problem._user_vg, "along", None)
+    if along is None or problem.fixed or problem._takes_args:
+        return None
+    dt = problem.dtype
+
+    def evaluate(x: jax.Array, d: jax.Array, stp: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        f, g, gd = along(x, d, stp)
+        return jnp.asarray(f).astype(dt), jnp.asarray(g).astype(dt), jnp.asarray(gd).astype(dt)
+
+    return evaluate
+
+
+def iterate_packed(
+    cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array, along: Callable | None = None
+) -> LBFGSState:
+    """:func:`iterate` (one problem, unmasked) with the line search's state carried packed.
+    ``along``: :func:`line_evaluation`'s one-pass evaluation, used where the trial point need not
+    be kept (one device, fused passes)."""
     layout = _scalar_layout(st.ls)
     dt = st.x.dtype
 
+    # With the fused passes on one device, pass A forms the accepted trial point x + stp d again
+    # from x and d (which it reads anyway), so the evaluations do not write theirs (n values each).
+    keep_trial = not (cfg.pallas and cfg.mesh is None)
+
     def evaluate(ls):
-        xt = trial_point(st._replace(ls=ls))
-        ft, gt = vg(xt)
-        dgt = gt @ st.d
+        if along is not None and not keep_trial:
+            xt = None
+            ft, gt, dgt = along(st.x, st.d, ls.stp)
+        else:
+            xt = trial_point(st._replace(ls=ls))
+            ft, gt = vg(xt)
+            dgt = gt @ st.d
         ls, _, _, _ = line_search_update(ls, ft, dgt)
         _, lf, li = _pack(layout, ls, dt)
-        return lf, li, xt, ft, gt, dgt
+        return lf, li, xt if keep_trial else None, ft, gt, dgt
 
     def body(carry):
         lf, li = carry[:2]
@@ -804,6 +856,7 @@ class LBFGS(Solver):
             return super().run_chunk(problem, state, phase, n)
         cfg = self._config(problem.dtype, plan)
         vg = problem.value_and_grad_free
+        along = line_evaluation(problem)
         dt = state.starts.x.dtype
         one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), state.starts)
         layout = _scalar_layout(one)
@@ -817,7 +870,7 @@ class LBFGS(Solver):
 
         def body(carry):
             i, rest, floats, ints, table = carry
-            new = iterate_packed(cfg, vg, _unpack(layout, rest, floats, ints), state.h0)
+            new = iterate_packed(cfg, vg, _unpack(layout, rest, floats, ints), state.h0, along)
             row = jnp.stack([new.f, new.gnorm, new.stp, new.nfev.astype(dt)])[None]
             table = lax.dynamic_update_slice(table, row, (new.iteration, jnp.zeros((), new.iteration.dtype)))
             return (i + 1, *_pack(layout, new, dt), table)

@@ -107,7 +107,7 @@ def _and(inside: jax.Array | None, keep: jax.Array, block: int) -> jax.Array:
 
 
 def pair_products(
-    P: jax.Array, gt: jax.Array, g: jax.Array, d: jax.Array, xt: jax.Array, stp: jax.Array,
+    P: jax.Array, gt: jax.Array, g: jax.Array, d: jax.Array, xt: jax.Array | None, stp: jax.Array,
     slot: jax.Array, count: jax.Array, x: jax.Array, *, block: int = DEFAULT_BLOCK, num_warps: int = DEFAULT_WARPS,
     interpret: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -115,7 +115,9 @@ def pair_products(
 
     ``x_new`` is ``xt`` written into the buffer of the old iterate ``x`` (aliased): inside the
     solver's loop the new iterate must land in the loop's own buffer, and writing it here (n
-    values) replaces the copy XLA would otherwise make (n read + n written).
+    values) replaces the copy XLA would otherwise make (n read + n written).  ``xt=None``: the
+    kernel forms ``x_new = x + stp d`` itself from ``x`` and the ``d`` it reads anyway, so the
+    line search's evaluations need not write their trial points (n values each).
 
     ``P`` (2m, n) in ring order; rows of ``slot`` (``slot`` and ``m + slot``) and of unfilled
     slots (ring position ``>= count`` counted back from ``slot``) are not read: their products
@@ -130,7 +132,10 @@ def pair_products(
     ints = jnp.stack([slot, count]).astype(jnp.int32)
     stp = jnp.reshape(stp, (1,)).astype(dt)
 
-    def body(ints_ref, stp_ref, p_ref, gt_ref, g_ref, d_ref, x_ref, _old_x, out_ref, x_out):  # noqa: ANN001
+    recompute = xt is None
+
+    def body(ints_ref, stp_ref, p_ref, gt_ref, g_ref, d_ref, *refs):  # noqa: ANN001
+        x_ref, out_ref, x_out = (refs[0], refs[1], refs[2]) if recompute else (refs[0], refs[2], refs[3])
         pid = pl.program_id(0)
         c0 = pid * block
         cols = pl.ds(c0, block)
@@ -140,6 +145,8 @@ def pair_products(
         y = gtv - load(g_ref.at[cols], mask=inside, other=0.0)
         s = stp_ref[0] * load(d_ref.at[cols], mask=inside, other=0.0)
         xv = load(x_ref.at[cols], mask=inside, other=0.0)
+        if recompute:  # the trial point the line search accepted (trial_point's x + stp d)
+            xv = xv + s
         store(x_out.at[cols], xv, mask=inside)
         lane = jax.lax.broadcasted_iota(jnp.int32, (_WIDTH,), 0)
         out = jnp.zeros((_WIDTH,), dt)
@@ -153,9 +160,9 @@ def pair_products(
 
     partial, x_new = pl.pallas_call(
         body, out_shape=(jax.ShapeDtypeStruct((programs, _WIDTH), dt), jax.ShapeDtypeStruct((n,), dt)),
-        grid=(programs,), interpret=interpret, input_output_aliases={7: 1},
+        grid=(programs,), interpret=interpret, input_output_aliases={6 if recompute else 7: 1},
         name="lbfgs_pair_products", **compiler_params(num_warps, interpret),
-    )(ints, stp, P, gt, g, d, xt, x)
+    )(ints, stp, P, gt, g, d, *([x] if recompute else [xt, x]))
     total = jnp.sum(partial, axis=0)
     return total[:two_m], total[two_m : 2 * two_m], total[2 * two_m : 2 * two_m + 5], x_new
 

@@ -1,0 +1,171 @@
+"""The analytic value-and-gradient forms of the CUTE functions (``cute.*_value_and_grad``, the seed's
+``eval_fg``), their use by ``multiwalk lbfgs`` and the benchmark, and pass A forming the trial point.
+
+Tolerances:
+* float64: analytic vs ``jax.value_and_grad`` to 1e-13 relative (f) and 1e-13 (1 + max|g|) (g): both
+  are the same sums of a few float64 products, differing only in the order of the roundings
+  (a wrong constant or index is an O(1) error).
+* float32: 1e-5 relative, a few eps32 over the handful of operations per term.
+* the seed's run (n = 1e6, m = 7): the same 37 iterations and 51 evaluations as the printout; f to
+  1e-3 relative of the printed 6.75226e-10 (near the minimum f is ~1e-9 of its start value, so
+  the summation order of the GPU/CPU reduction moves its last digits; the counts are exact).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multiwalk as mw
+from multiwalk import cli
+from multiwalk.functions import cute
+from multiwalk.solvers import lbfgs_kernel
+
+NAMES = list(cute.TABLE)
+SIZES = {"extended_rosenbrock": [2, 10], "extended_beale": [2, 6], "extended_powell": [4, 12],
+         "extended_wood": [4, 12], "extended_trigonometric": [1, 7]}
+
+
+def _points(name: str, n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(n)
+    return [cute.start(name, n), cute.start(name, n, source="mgh"), rng.uniform(-2.0, 2.0, n)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_analytic_matches_autodiff_float64(name):
+    entry = cute.TABLE[name]
+    with jax.enable_x64(True):
+        auto = jax.jit(jax.value_and_grad(entry.fn))
+        fused = jax.jit(entry.value_and_grad)
+        for n in SIZES[name]:
+            for x in _points(name, n):
+                x = jnp.asarray(x, jnp.float64)
+                f0, g0 = auto(x)
+                f1, g1 = fused(x)
+                assert g1.shape == (n,) and g1.dtype == jnp.float64
+                assert float(f1) == pytest.approx(float(f0), rel=1e-13, abs=1e-13)
+                np.testing.assert_allclose(g1, g0, rtol=0, atol=1e-13 * (1.0 + float(jnp.max(jnp.abs(g0)))))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_analytic_float32_and_vmap(name):
+    entry = cute.TABLE[name]
+    n = SIZES[name][-1]
+    batch = jnp.asarray(np.stack(_points(name, n)), jnp.float32)
+    f0, g0 = jax.vmap(jax.value_and_grad(entry.fn))(batch)
+    f1, g1 = jax.jit(jax.vmap(entry.value_and_grad))(batch)
+    assert f1.dtype == jnp.float32 and g1.shape == batch.shape
+    np.testing.assert_allclose(f1, f0, rtol=1e-5)
+    np.testing.assert_allclose(g1, g0, rtol=0, atol=1e-5 * (1.0 + float(jnp.max(jnp.abs(g0)))))
+
+
+@pytest.mark.parametrize(("name", "n"), [("extended_rosenbrock", 3), ("extended_powell", 6), ("extended_trigonometric", 0)])
+def test_analytic_bad_n(name, n):
+    with pytest.raises(ValueError, match=f"{name}: n = {n}"):
+        cute.TABLE[name].value_and_grad(jnp.zeros(n))
+
+
+def test_pass_a_forms_the_trial_point():
+    """pair_products(xt=None) writes x + stp d (what the evaluations no longer write) and gives the
+    same sums as when handed that point; interpret mode, n not a multiple of the block."""
+    with jax.enable_x64(True):
+        m, n = 3, 700
+        k = jax.random.split(jax.random.PRNGKey(1), 6)
+        P = jax.random.normal(k[0], (2 * m, n), jnp.float64)
+        gt, g, d, x = (jax.random.normal(k[i], (n,), jnp.float64) for i in range(1, 5))
+        stp, slot, count = jnp.asarray(0.3), jnp.asarray(1, jnp.int32), jnp.asarray(2, jnp.int32)
+        xt = x + stp * d
+        given = lbfgs_kernel.pair_products(P, gt, g, d, xt, stp, slot, count, x * 1.0, block=256, interpret=True)
+        formed = lbfgs_kernel.pair_products(P, gt, g, d, None, stp, slot, count, x * 1.0, block=256, interpret=True)
+        # the same float64 operations on the same inputs: equal to rounding (1e-14 relative)
+        np.testing.assert_allclose(formed[3], xt, rtol=1e-14, atol=1e-14)
+        for a, b in zip(formed[:3], given[:3]):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_cli_gradient_option():
+    args = cli.build_parser().parse_args(["lbfgs", "--function", "wood", "--n", "8"])
+    problem, _, _ = cli._setup(args)
+    assert args.gradient == "analytic" and problem.has_value_and_grad
+    args = cli.build_parser().parse_args(["lbfgs", "--function", "wood", "--n", "8", "--gradient", "autodiff"])
+    problem, _, _ = cli._setup(args)
+    assert not problem.has_value_and_grad
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["lbfgs", "--gradient", "numeric"])
+
+
+def test_benchmark_gives_optax_the_same_gradient():
+    """benchmarks/lbfgs.py's with_gradient: jax.value_and_grad of the wrapped f is the analytic pair."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import lbfgs as bench
+    finally:
+        sys.path.pop(0)
+    x = jnp.asarray(cute.start("extended_rosenbrock", 8), jnp.float32) + 0.1
+    f, g = jax.value_and_grad(bench.with_gradient(cute.extended_rosenbrock_value_and_grad))(x)
+    f0, g0 = cute.extended_rosenbrock_value_and_grad(x)
+    assert float(f) == float(f0)  # the custom vjp returns the analytic pair itself: exactly equal
+    np.testing.assert_array_equal(g, g0)
+
+
+def test_seed_run_with_the_analytic_gradient():
+    """The seed's printout (n = 1e6, m = 7: 37 iterations, 51 evaluations, f = 6.75226e-10) with f and
+    g from the analytic form, as `multiwalk lbfgs` now runs it."""
+    n = 10**6
+    with jax.enable_x64(True):
+        problem = mw.Problem(
+            objective=cute.extended_rosenbrock, value_and_grad=cute.extended_rosenbrock_value_and_grad,
+            x0=cute.start("extended_rosenbrock", n),
+        )
+        r = mw.solve(problem, mw.LBFGS(m=7, eps=1e-5), progress=False)
+    assert (r.iterations, r.nfev, r.status.name) == (37, 51, "SUCCESS")
+    assert r.fun == pytest.approx(6.75226e-10, rel=1e-3)
+
+
+# --------------------------------------------------------------------------- one pass along a line
+@pytest.mark.parametrize(("n", "rows"), [(1000, 128), (1024, 128), (2, 4)])
+def test_rosenbrock_along_kernel(n, rows):
+    """The Pallas kernel (interpret mode; n/2 a multiple of rows or not) against the jax.numpy form:
+    float64 sums folded in another order, so 1e-13 relative (f, g'd) and 1e-13 (1 + max|g|) (g)."""
+    from multiwalk.functions import cute_kernel
+
+    with jax.enable_x64(True):
+        k = jax.random.split(jax.random.PRNGKey(n), 2)
+        x, d = jax.random.normal(k[0], (n,), jnp.float64), jax.random.normal(k[1], (n,), jnp.float64)
+        stp = jnp.asarray(0.37)
+        f, g, gd = cute_kernel.rosenbrock_along_kernel(x, d, stp, rows=rows, interpret=True)
+        f0, g0 = cute.extended_rosenbrock_value_and_grad(x + stp * d)
+        assert float(f) == pytest.approx(float(f0), rel=1e-13)
+        assert float(gd) == pytest.approx(float(g0 @ d), rel=1e-13)
+        np.testing.assert_allclose(g, g0, rtol=0, atol=1e-13 * (1.0 + float(jnp.max(jnp.abs(g0)))))
+
+
+def test_lbfgs_uses_along_on_the_fused_path():
+    """LBFGS(kernel='pallas') (interpret mode here) evaluates through value_and_grad.along when it is
+    there, with the iterates of the XLA form: the same iteration and evaluation counts, f to 1e-10
+    relative (the fused passes fold sums in another order; test_lbfgs_kernel.py allows the same)."""
+    from multiwalk.functions import cute_kernel
+
+    calls = []
+
+    def vg(x):
+        return cute.extended_rosenbrock_value_and_grad(x)
+
+    def along(x, d, stp):
+        calls.append(x.shape)  # at trace time: the solver's loop was built on along
+        return cute_kernel.rosenbrock_along(x, d, stp)  # the jax.numpy form off GPUs
+
+    vg.along = along
+    n = 600
+    with jax.enable_x64(True):
+        x0 = cute.start("extended_rosenbrock", n)
+        fused = mw.solve(mw.Problem(value_and_grad=vg, x0=x0), mw.LBFGS(kernel="pallas", kernel_block=256), progress=False)
+        ref = mw.solve(mw.Problem(objective=cute.extended_rosenbrock, x0=x0), mw.LBFGS(kernel="xla"), progress=False)
+    assert calls and calls[0] == (n,)
+    assert (fused.iterations, fused.nfev, fused.status) == (ref.iterations, ref.nfev, ref.status)
+    assert fused.fun == pytest.approx(ref.fun, rel=1e-10, abs=1e-20)
