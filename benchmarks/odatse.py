@@ -142,11 +142,11 @@ def run_ours(folder: Path, *extra: str) -> dict:
     return _parse_ours(folder, text, wall)
 
 
-def run_ours_fresh(folder: Path, *extra: str) -> dict:
+def run_ours_fresh(folder: Path, *extra: str, env_extra: dict | None = None) -> dict:
     """``python -m multiwalk run`` in a new process, as a user starts it: JAX imported and the
     chunks compiled afresh (the writer processes start before the compilation); ``wall``: the
-    whole command, Python's start included."""
-    env = dict(os.environ)
+    whole command, Python's start included.  ``env_extra``: environment variables set for it."""
+    env = {**os.environ, **(env_extra or {})}
     src = str(Path(__file__).resolve().parents[1] / "src")
     paths = [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join([src, *paths])
@@ -160,7 +160,8 @@ def run_ours_fresh(folder: Path, *extra: str) -> dict:
 
 
 def case_a(out: Path, replicas: int, steps: int, log, threads: tuple[int, ...] = (),
-           processes: tuple[str, ...] = (), skip_odatse: bool = False, fresh: tuple[str, ...] = ()) -> dict:
+           processes: tuple[str, ...] = (), skip_odatse: bool = False, fresh: tuple[str, ...] = (),
+           stats: bool = True) -> dict:
     """ODAT-SE and ours (the default writer; ``--write-threads 0``: files between chunks; no step
     files; each ``--write-threads`` of ``threads`` and ``--write-processes`` of ``processes``) on
     the same input, in this process; and each ``--write-processes`` of ``fresh`` as a fresh
@@ -172,7 +173,8 @@ def case_a(out: Path, replicas: int, steps: int, log, threads: tuple[int, ...] =
     extra = {"ours": [], "ours_serial": ["--write-threads", "0"], "ours_nofiles": ["--no-step-files"]}
     extra.update({f"ours_threads_{n}": ["--write-threads", str(n)] for n in threads})
     extra.update({f"ours_processes_{n}": ["--write-processes", str(n)] for n in processes})
-    extra.update({f"fresh_processes_{n}": ["--write-processes", str(n)] for n in fresh})
+    # fresh items: N (--write-processes N) or N@VAR=VALUE (with that environment variable)
+    extra.update({f"fresh_processes_{n}": ["--write-processes", n.split("@")[0]] for n in fresh})
     for name in ("odatse", *extra):
         folder = out / f"A_{replicas}_{steps}_{name}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -181,14 +183,16 @@ def case_a(out: Path, replicas: int, steps: int, log, threads: tuple[int, ...] =
             nan = float("nan")
             res[name] = {"wall": nan, "work": nan, "best_fx": nan} if skip_odatse else run_odatse(folder)
         elif name.startswith("fresh_"):
-            res[name] = run_ours_fresh(folder, *extra[name])
+            env = dict(item.split("=", 1) for item in name.split("@")[1:])
+            res[name] = run_ours_fresh(folder, *extra[name], env_extra=env)
         else:
             res[name] = run_ours(folder, *extra[name])
         log(f"A R={replicas} N={steps} {name}: {res[name]}")
     temps = 1.0 / temperature_ladder(replicas, Tmin=1.0, Tmax=100.0)
-    exact = exact_means(temps)
     rows = []
-    for t in range(0 if skip_odatse else replicas):
+    if stats and not skip_odatse:
+        exact = exact_means(temps)
+    for t in range(replicas if stats and not skip_odatse else 0):
         mo, eo = block_stats(out / f"A_{replicas}_{steps}_odatse" / "output" / f"result_T{t}.txt", therm)
         mm, em = block_stats(out / f"A_{replicas}_{steps}_ours" / "output" / f"result_T{t}.txt", therm)
         rows.append({"T": float(temps[t]), "exact": float(exact[t]), "odatse": mo, "odatse_err": eo, "ours": mm,
@@ -271,7 +275,7 @@ def report(env: dict, a: list[dict], b: dict | None) -> str:
                 o = r["odatse"]
                 for k in fresh:
                     m = r[k]
-                    lines.append(f"| {r['replicas']} | {r['steps']} | {k.rsplit('_', 1)[1]} | {m['writer']} "
+                    lines.append(f"| {r['replicas']} | {r['steps']} | {k.split('_', 2)[2]} | {m['writer']} "
                                  f"| {m['work']:.3f} | {o['work'] / m['work']:.0f}x | {m['files_busy']:.3f} "
                                  f"| {m['ring_wait']:.3f} | {m['setup']:.2f} | {m['wall']:.2f} | {o['wall']:.2f} "
                                  f"| {o['wall'] / m['wall']:.1f}x |")
@@ -311,6 +315,8 @@ def main() -> int:
     p.add_argument("--fresh", default="", help="case A: also a fresh `multiwalk run` process with each --write-processes "
                    "of this list (0: threads, auto: the default)")
     p.add_argument("--skip-odatse", action="store_true", help="case A: ours only (ratios then read 'nan')")
+    p.add_argument("--no-stats", action="store_true", help="case A: skip the per-temperature statistics (the exact "
+                   "means take ~1 minute at 1024 temperatures)")
     p.add_argument("--gpu-replicas", default="10000,100000,1000000")
     p.add_argument("--gpu-steps", type=int, default=2000)
     p.add_argument("--gpu-unroll", default="", help="case B: --unroll values of the XLA form tried at the smallest size")
@@ -335,7 +341,8 @@ def main() -> int:
     threads = tuple(int(v) for v in args.write_threads.split(",") if v)
     processes = tuple(v for v in args.write_processes.split(",") if v)
     fresh = tuple(v for v in args.fresh.split(",") if v)
-    a = [case_a(out, r, n, log, threads, processes, args.skip_odatse, fresh) for r, n in sizes] if "A" in cases else []
+    a = ([case_a(out, r, n, log, threads, processes, args.skip_odatse, fresh, not args.no_stats) for r, n in sizes]
+         if "A" in cases else [])
     b = None
     if "B" in cases:
         b = case_b(out, [int(r) for r in args.gpu_replicas.split(",")], args.gpu_steps, args.odatse_steps, args.dtype,

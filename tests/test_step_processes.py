@@ -20,6 +20,7 @@ from odatse_inputs import himmelblau_exchange, output_files
 
 from multiwalk.cli import main
 from multiwalk.io import odatse as odatse_io
+from multiwalk.io import step_processes
 from multiwalk.io.step_processes import default_write_processes, plan_pieces
 
 
@@ -86,10 +87,11 @@ def _shm_leftovers() -> set[str]:
     return {p.name for p in where.glob("multiwalk-steps-*")}
 
 
-def test_processes_write_the_same_bytes(tmp_path):
+def test_processes_write_the_same_bytes(tmp_path, monkeypatch):
     # 2 emulated processes x 3 walkers, chunks of odd lengths (15, 21, 9, 3 lines per file: the
     # line ranges cut steps in the middle), 1, 2 and 4 workers, and 8 workers: more than the 6
-    # result_T files and than the last chunk's 3 lines (empty pieces)
+    # result_T files and than the last chunk's 3 lines (empty pieces); short chunks gathered in
+    # one slot until it is full (the default at these sizes) and every chunk sent on its own
     chunks, record = [5, 7, 3, 1], 7
     before = _shm_leftovers()
     reference = _write(tmp_path / "caller", 6, 2, chunks, record, threads=0)
@@ -97,6 +99,9 @@ def test_processes_write_the_same_bytes(tmp_path):
     assert b" 3e-05 " in reference["0/trial.txt"]
     for workers in (1, 2, 4, 8):
         assert _write(tmp_path / f"p{workers}", 6, 2, chunks, record, processes=workers) == reference, workers
+    monkeypatch.setattr(step_processes, "DISPATCH_LINES_PER_WORKER", 1)
+    for workers in (2, 8):
+        assert _write(tmp_path / f"q{workers}", 6, 2, chunks, record, processes=workers) == reference, workers
     assert _shm_leftovers() <= before  # the slot files are removed at the end
 
 

@@ -49,6 +49,7 @@ import numpy as np
 __all__ = ["ProcessWriter", "plan_pieces", "default_write_processes", "AUTO_MIN_CORES", "AUTO_MIN_REPLICA_STEPS"]
 
 SLOTS = 3  # chunks in shared memory: two waiting for the workers (as the threaded writer) + the one being copied
+DISPATCH_LINES_PER_WORKER = 2048  # short chunks are sent together until each worker gets this many trial lines
 
 # ``--write-processes auto`` (:func:`default_write_processes`): worker processes only where they
 # pay: enough cores for the workers beside the sampling, and a run long enough to cover their
@@ -247,10 +248,13 @@ class ProcessWriter:
         pipes = [os.pipe() for _ in range(W)] if W > 1 else []
         self._ring = [(pipes[(k - 1) % W][0], pipes[k][1]) if pipes else (-1, -1) for k in range(W)]
         try:
+            # one polars thread per worker (unless POLARS_MAX_THREADS says otherwise): the workers
+            # are the parallelism; W workers x one pool of all CPUs each oversubscribed the CPUs
+            env = {**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "1")}
             for k in range(W):
                 proc = subprocess.Popen(
                     [sys.executable, "-u", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    pass_fds=self._ring[k] if pipes else (),
+                    pass_fds=self._ring[k] if pipes else (), env=env,
                     start_new_session=True)  # Ctrl-C in the terminal does not reach it
                 to_worker = Connection(os.dup(proc.stdin.fileno()), readable=False)
                 from_worker = Connection(os.dup(proc.stdout.fileno()), writable=False)
@@ -267,6 +271,7 @@ class ProcessWriter:
                 os.close(wr)
         self._slot_shape: tuple[tuple[int, ...], tuple[int, ...]] | None = None
         self._pending: list[tuple[int, int]] = []  # (chunk, slot) handed over, oldest first
+        self._open: tuple[int, int, int] | None = None  # (slot, first step, steps) gathered, not yet sent
         self._acked = [0] * W  # chunks each worker has answered
         self._next_chunk = 0
         self._raised = False  # an error was raised: later "skipped" answers say nothing new
@@ -304,26 +309,46 @@ class ProcessWriter:
                                np.memmap(paths[1], np.int32, "w+", shape=ishape)))
 
     def submit(self, steps: np.ndarray, rec_values: Any, rec_ints: Any, slots: np.ndarray) -> None:
-        """Hand over steps ``steps`` (consecutive) at rows ``slots`` of the records (m, n, ...)."""
+        """Hand over steps ``steps`` (consecutive) at rows ``slots`` of the records (m, n, ...).
+
+        Short chunks (the driver's first ones: 1, 2, 4, ... steps) are gathered in one slot and
+        sent together once they hold :data:`DISPATCH_LINES_PER_WORKER` lines per worker, or at
+        :meth:`flush` (before every checkpoint and at the end): each chunk costs every worker a
+        few fixed milliseconds (three polars calls, the chunk's result rows)."""
         if self._dir is None:
             raise RuntimeError("ProcessWriter.start() was not called")
         rec_values, rec_ints = np.asarray(rec_values), np.asarray(rec_ints)
         self._blocks(rec_values.shape, rec_ints.shape)
-        while len(self._pending) >= SLOTS - 1:  # at most two chunks wait: the third slot is free
-            self._wait(self._pending[0][0])
-        used = {slot for _, slot in self._pending}
-        slot = next(k for k in range(SLOTS) if k not in used)
         m = steps.size
-        vshape, ishape = (m, *rec_values.shape[1:]), (m, *rec_ints.shape[1:])
+        if self._open is not None and (self._open[2] + m > rec_values.shape[0] or int(steps[0]) != self._open[1] + self._open[2]):
+            self._dispatch()  # does not fit the slot, or not the next steps
+        if self._open is None:
+            while len(self._pending) >= SLOTS - 1:  # at most two chunks wait: the third slot is free
+                self._wait(self._pending[0][0])
+            used = {slot for _, slot in self._pending}
+            self._open = (next(k for k in range(SLOTS) if k not in used), int(steps[0]), 0)
+        slot, first, k = self._open
         vmap, imap = self._maps[slot]
         if rec_values.dtype == np.float64:
-            np.take(rec_values, slots, axis=0, out=vmap[:m])  # straight into the slot, no temporary
+            np.take(rec_values, slots, axis=0, out=vmap[k:k + m])  # straight into the slot, no temporary
         else:
-            vmap[:m] = rec_values[slots]
-        np.take(rec_ints.astype(np.int32, copy=False), slots, axis=0, out=imap[:m])
+            vmap[k:k + m] = rec_values[slots]
+        np.take(rec_ints.astype(np.int32, copy=False), slots, axis=0, out=imap[k:k + m])
+        self._open = (slot, first, k + m)
+        if (k + m) * rec_values.shape[1] >= DISPATCH_LINES_PER_WORKER * self.workers:
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Send the open slot's steps to every worker."""
+        if self._open is None:
+            return
+        slot, first, m = self._open
+        self._open = None
+        vmap, imap = self._maps[slot]
+        vshape, ishape = (m, *vmap.shape[1:]), (m, *imap.shape[1:])
         chunk = self._next_chunk
         self._next_chunk += 1
-        msg = (chunk, (str(self._slots[slot][0]), vshape), (str(self._slots[slot][1]), ishape), int(steps[0]))
+        msg = (chunk, (str(self._slots[slot][0]), vshape), (str(self._slots[slot][1]), ishape), first)
         for to_worker, _ in self._conns:
             to_worker.send(msg)
         self._pending.append((chunk, slot))
@@ -379,6 +404,7 @@ class ProcessWriter:
 
     def flush(self) -> None:
         """Wait until every chunk handed over is in the files; raises a worker's error."""
+        self._dispatch()
         while self._pending:
             self._wait(self._pending[-1][0])
 
@@ -390,20 +416,29 @@ class ProcessWriter:
         self._slots = []
 
     def _stop(self) -> None:
-        """End the workers (after the chunks handed over), remove the slot files."""
+        """End the workers (after the chunks handed over), remove the slot files.  The workers'
+        exit (~0.1 s: an interpreter with polars) is not waited for: a background thread reaps
+        them (and ends one that has not ended after 30 s); the files are complete before this
+        (every chunk answered) or were given up (an error)."""
         import shutil
+        import threading
 
         for to_worker, _ in self._conns:
             try:
                 to_worker.send(None)
             except OSError:
                 pass
-        for proc in self._procs:
-            try:
-                proc.wait(timeout=30)
-            except Exception:  # noqa: BLE001 - a worker that does not end is ended
-                proc.kill()
-                proc.wait()
+        procs = self._procs
+
+        def reap() -> None:
+            for proc in procs:
+                try:
+                    proc.wait(timeout=30)
+                except Exception:  # noqa: BLE001 - a worker that does not end is ended
+                    proc.kill()
+                    proc.wait()
+
+        threading.Thread(target=reap, name="multiwalk-reap-writers", daemon=True).start()
         for pair in self._conns:
             for conn in pair:
                 conn.close()
