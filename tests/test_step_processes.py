@@ -132,6 +132,8 @@ def test_auto_rule():
     assert default_write_processes(10**5, cpus=16) == 0
     assert default_write_processes(512_000, cpus=16) == 14
     assert default_write_processes(512_000, cpus=64) == 16
+    # a usage error before anything runs (the input file is not even read)
+    assert main(["run", "no-such-input.toml", "--write-processes", "-3"]) == 2
 
 
 def test_worker_error_reaches_the_caller(tmp_path):

@@ -703,7 +703,8 @@ def add_parser(commands: Any) -> None:
                         "sampled, each a share of every file (0: threads, see --write-threads). Default auto: "
                         f"processes (one per CPU less two, at most 16) when {AUTO_MIN_CORES} or more CPUs are usable "
                         f"and the run has {AUTO_MIN_REPLICA_STEPS:,} or more replica-steps, and --write-threads is "
-                        "not given; threads otherwise. The files are the same")
+                        "not given; threads otherwise (on a 16-core host the processes were 1.5-1.9x faster than the "
+                        "threads, on 2 cores no faster: docs/benchmarks.md). The files are the same")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision (default float64)")
     p.add_argument("--unroll", type=int, default=None, metavar="K",
                    help="exchange: Monte Carlo steps per compiled loop trip (default: 8 on a GPU, 1 on a CPU); "
