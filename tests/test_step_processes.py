@@ -138,12 +138,14 @@ def test_auto_rule():
 
 def test_worker_error_reaches_the_caller(tmp_path):
     n = 4
+    before = _shm_leftovers()
     writer = odatse_io.StepWriter(tmp_path, ["a", "b"], 1.0 / np.logspace(0, 2, n), False, 1, n, processes=2)
     values, ints = _records(3, n, 2, 0, first=False)
     ints[0, 0, 1] = 0  # a fresh run whose first step is not every replica's result: the workers refuse it
     writer.on_steps(SimpleNamespace(rec_values=values, rec_ints=ints), 0, 2)
     with pytest.raises(RuntimeError, match="first step written must be step 0"):
         writer.close()
+    assert _shm_leftovers() <= before  # removed on the error path too
     with pytest.raises(ValueError, match="processes must be 0"):
         odatse_io.StepWriter(tmp_path, ["a", "b"], np.ones(n), False, 1, n, processes=-1)
 

@@ -68,9 +68,10 @@ def _usable_cpus() -> int:
 def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
     """Worker processes for ``--write-processes auto``: 0 (the threaded writer) below
     :data:`AUTO_MIN_CORES` usable CPUs or :data:`AUTO_MIN_REPLICA_STEPS` replica-steps of step
-    files, else one per CPU less two (the sampling and the parent's copying), at most 16."""
+    files, or off POSIX systems (the ring of pipes is passed with ``pass_fds``), else one per
+    CPU less two (the sampling and the parent's copying), at most 16."""
     cpus = _usable_cpus() if cpus is None else int(cpus)
-    if cpus < AUTO_MIN_CORES or replica_steps < AUTO_MIN_REPLICA_STEPS:
+    if os.name != "posix" or cpus < AUTO_MIN_CORES or replica_steps < AUTO_MIN_REPLICA_STEPS:
         return 0
     return min(16, cpus - 2)
 
