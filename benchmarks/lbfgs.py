@@ -10,7 +10,8 @@ What is measured, in one run (the seed: CUDA L-BFGS, m = 7, eps = 1e-5, x0 = (-1
 
 * ours: ``mw.solve(Problem(objective=extended_rosenbrock, value_and_grad=..., x0=x0, dtype=...),
   LBFGS(m=7, eps=1e-5))`` with f and g from ``cute.extended_rosenbrock_value_and_grad`` (one fused
-  pass, the seed's ``eval_fg``; ``--gradients autodiff`` or ``analytic,autodiff``: ``jax.value_and_grad``),
+  pass, the seed's ``eval_fg``; on GPUs the line search evaluates through its ``.along``, one Pallas
+  kernel; ``analytic-xla``: without it; ``--gradients autodiff`` or ``analytic,autodiff``: ``jax.value_and_grad``),
   called twice; the second call reuses the compiled loop and its ``stats["run_seconds"]`` (the
   driver's chunks, device-synchronised, compilation and the host copies of x0 / the result
   excluded) is reported, with the whole call's wall time beside it.
@@ -123,8 +124,8 @@ def run_ours(mw, cute, n: int, dtype: str, kernel: str = "auto", gradient: str =
     x0 = cute.start("extended_rosenbrock", n)
     from multiwalk.functions import cute_kernel
 
-    vg = {"analytic": cute.extended_rosenbrock_value_and_grad, "autodiff": None,
-          "analytic-along": cute_kernel.extended_rosenbrock_along}[gradient]
+    vg = {"analytic": cute.extended_rosenbrock_value_and_grad, "autodiff": None,  # analytic: .along on GPUs
+          "analytic-xla": cute_kernel.extended_rosenbrock_xla}[gradient]
     problem = mw.Problem(objective=cute.extended_rosenbrock, value_and_grad=vg, x0=x0, dtype=dtype)
     solver = mw.LBFGS(m=M, eps=EPS, kernel=kernel)
     first = mw.solve(problem, solver, progress=False)
@@ -221,9 +222,9 @@ def main() -> int:
     p.add_argument("--no-optax", action="store_true")
     p.add_argument("--kernels", default="auto", help="comma-separated LBFGS(kernel=...) forms to time (auto, xla, pallas)")
     p.add_argument("--gradients", default="analytic",
-                   help="comma-separated: analytic (cute's fused value_and_grad), analytic-along (the same with "
-                        "cute_kernel's one-pass line evaluation for our line search), autodiff (jax.value_and_grad); "
-                        "the first is the table's, the others are logged for both ours and optax")
+                   help="comma-separated: analytic (cute's fused value_and_grad; our line search evaluates through "
+                        "its .along, one Pallas kernel on GPUs), analytic-xla (the same f and g without .along: XLA), "
+                        "autodiff (jax.value_and_grad); the first is the table's, the others are logged for ours and optax")
     args = p.parse_args()
     common.select_platform(args.device)
     import jax

@@ -111,8 +111,8 @@ def main() -> int:
     p.add_argument("--skip-parts", action="store_true", help="only the whole solves")
     p.add_argument("--solves", default="autodiff,analytic,blocks",
                    help="whole solves, one per f-and-g form: autodiff (jax.value_and_grad), analytic "
-                        "(cute.extended_rosenbrock_value_and_grad), analytic-along (the same with cute_kernel's "
-                        "one-pass .along), blocks, interleaved (earlier analytic forms)")
+                        "(cute.extended_rosenbrock_value_and_grad, with cute_kernel's one-pass .along on GPUs), "
+                        "analytic-xla (the same without .along), blocks, interleaved (earlier analytic forms)")
     p.add_argument("--label", default=os.environ.get("XLA_FLAGS", "") or "default flags")
     args = p.parse_args()
     common.select_platform(args.device)
@@ -128,7 +128,7 @@ def main() -> int:
     FORMS = {  # noqa: N806 - f and g of Extended Rosenbrock; None: jax.value_and_grad
         "autodiff": None, "analytic": cute.extended_rosenbrock_value_and_grad,
         "interleaved": interleaved_value_and_grad, "blocks": blocks_value_and_grad,
-        "analytic-along": cute_kernel.extended_rosenbrock_along,  # the same f, g with the one-pass .along
+        "analytic-xla": cute_kernel.extended_rosenbrock_xla,  # the same f, g without the one-pass .along
     }
     found = common.first_device(args.device)
     if found is None:

@@ -169,3 +169,63 @@ def test_lbfgs_uses_along_on_the_fused_path():
     assert calls and calls[0] == (n,)
     assert (fused.iterations, fused.nfev, fused.status) == (ref.iterations, ref.nfev, ref.status)
     assert fused.fun == pytest.approx(ref.fun, rel=1e-10, abs=1e-20)
+
+
+def test_along_plan_and_default_dispatch(monkeypatch):
+    """cute's Rosenbrock carries rosenbrock_along as .along; along_plan picks the kernel on GPUs only
+    (float32/float64, even n), else the jax.numpy form with a reason.  A GPU backend is simulated
+    and the kernel run in interpret mode, so the dispatch itself is checked here; values to 1e-13
+    relative (float64 sums folded in another order, as in test_rosenbrock_along_kernel)."""
+    from multiwalk.functions import cute_kernel
+
+    assert cute.TABLE["extended_rosenbrock"].value_and_grad.along is cute_kernel.rosenbrock_along
+    assert not hasattr(cute_kernel.extended_rosenbrock_xla, "along")  # the XLA form, to opt out
+    off = cute_kernel.along_plan(1000, jnp.float64)
+    assert not off.use_pallas and "GPUs only (backend: cpu)" in off.reason
+
+    monkeypatch.setattr(cute_kernel, "backend", lambda names: ("cuda", True))
+    assert cute_kernel.along_plan(1000, jnp.float64).use_pallas
+    assert cute_kernel.along_plan(1000, jnp.float32).use_pallas
+    assert "not float16" in cute_kernel.along_plan(1000, jnp.float16).reason
+    assert "n = 999 is odd" in cute_kernel.along_plan(999, jnp.float64).reason
+
+    calls = []
+    kernel = cute_kernel.rosenbrock_along_kernel
+
+    def interpreted(x, d, stp):
+        calls.append(x.shape)
+        return kernel(x, d, stp, rows=128, interpret=True)
+
+    monkeypatch.setattr(cute_kernel, "rosenbrock_along_kernel", interpreted)
+    with jax.enable_x64(True):
+        k = jax.random.split(jax.random.PRNGKey(7), 2)
+        x, d = jax.random.normal(k[0], (600,), jnp.float64), jax.random.normal(k[1], (600,), jnp.float64)
+        f, g, gd = cute.extended_rosenbrock_value_and_grad.along(x, d, jnp.asarray(0.2))
+        f0, g0 = cute.extended_rosenbrock_value_and_grad(x + 0.2 * d)
+        gd0 = g0 @ d
+    assert calls == [(600,)]
+    assert float(f) == pytest.approx(float(f0), rel=1e-13)
+    assert float(gd) == pytest.approx(float(gd0), rel=1e-13)
+    np.testing.assert_allclose(g, g0, rtol=0, atol=1e-13 * (1.0 + float(jnp.max(jnp.abs(g0)))))
+
+
+def test_lbfgs_reports_the_line_evaluation():
+    """stats["line_evaluation"] says how the line search evaluated: through cute's .along on the fused
+    path (kernel='pallas', interpret mode here; off GPUs along_plan's jax.numpy form, reason given),
+    by value_and_grad at x + stp d without .along.  The iterates equal those of the same fused path
+    without .along: the same counts and status, f to 1e-10 relative (the same float64 operations,
+    but XLA may fuse x + stp d into the evaluation, with other roundings, when the trial point is
+    not kept; near f ~ 1e-11 the line search's interpolation amplifies those)."""
+    from multiwalk.functions import cute_kernel
+
+    n = 400
+    x0 = cute.start("extended_rosenbrock", n)
+    solver = mw.LBFGS(kernel="pallas", kernel_block=256)
+    with jax.enable_x64(True):
+        along = mw.solve(mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0), solver, progress=False)
+        plain = mw.solve(mw.Problem(value_and_grad=cute_kernel.extended_rosenbrock_xla, x0=x0), solver, progress=False)
+    assert along.stats["line_evaluation"].startswith("value_and_grad.along: ")
+    assert "GPUs only" in along.stats["line_evaluation"]
+    assert plain.stats["line_evaluation"] == "value_and_grad at x + stp d, then g'd"
+    assert (along.iterations, along.nfev, along.status) == (plain.iterations, plain.nfev, plain.status)
+    assert along.fun == pytest.approx(plain.fun, rel=1e-10, abs=1e-20)

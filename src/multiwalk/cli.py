@@ -201,6 +201,8 @@ def _print_summary(result: LBFGSResult, wall: float) -> None:
     print(f"Average time per iteration: {per_iteration}")
     print(f"Wall time including set-up and compilation: {1e3 * wall:.1f} ms")
     print(f"Device: {where}")
+    if "line_evaluation" in result.stats:  # the one-pass kernel on GPUs, else XLA, and why
+        print(f"Line-search evaluation: {result.stats['line_evaluation']}")
 
 
 def _run_lbfgs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -1,24 +1,26 @@
 """Extended Rosenbrock evaluated along a line in ONE pass over memory: a Pallas (Triton) kernel.
 
-NOT YET CHECKED ON A GPU (2026-11-22): built and tested in Pallas' interpret mode on the CPU
-(tests/test_cute_fused.py); its first GPU compile failed on a rule the Triton lowering lacks
-(``slice``, since removed) and no GPU run was left to try again.  So it is opt-in:
-``Problem(value_and_grad=cute_kernel.extended_rosenbrock_along)`` (the analytic f and g, with
-:func:`rosenbrock_along` as its ``.along``); ``cute.extended_rosenbrock_value_and_grad`` carries no
-``.along``.  ``benchmarks/lbfgs_variants.py`` checks and times it on a GPU.
-
 A line search evaluates ``f`` and ``g`` at ``x + stp d`` and needs the slope ``g'd``.  Written in
 jax.numpy (``x + stp d``, :func:`~multiwalk.functions.cute.extended_rosenbrock_value_and_grad`,
-``g @ d``), XLA runs that as several kernels: 0.144 ms at n = 1e7 float64 on an H200, where
-reading ``x`` and ``d`` and writing ``g`` once (3 n values) takes 0.057 ms at the card's copy
-bandwidth.  :func:`rosenbrock_along` reads ``x`` and ``d`` as their ``(n/2, 2)`` pairs, forms
-the trial point in registers, and writes ``g`` and per-program partial sums of ``f`` and
-``g'd`` (summed by a small XLA reduction): the trial point itself is never stored (L-BFGS's
-pass A forms it again from ``x`` and ``d``, which it reads anyway).
+``g @ d``), XLA runs that as several kernels.  :func:`rosenbrock_along_kernel` reads ``x`` and
+``d`` as their ``(n/2, 2)`` pairs, forms the trial point in registers, and writes ``g`` and
+per-program partial sums of ``f`` and ``g'd`` (summed by a small XLA reduction): 3 n values, the
+trial point never stored (L-BFGS's pass A forms it again from ``x`` and ``d``, which it reads
+anyway).  On an H200 at n = 1e7 float64 (2026-11-22, benchmarks/lbfgs_along.py): 0.076 ms per
+evaluation against XLA's 0.139 (the floor, 3 n values at 4223 GB/s, 0.057 ms); whole L-BFGS solves
+43.0 ms against 45.9 (1.57x against 1.68x the per-iteration floor), 151.9 against 165.8 ms at 5e7,
+with the same iterations and evaluations (docs/benchmarks.md, LBFGS).
 
-Sums are folded per program, then across programs: f and ``g'd`` agree with the jax.numpy form
-up to rounding.  Off GPUs :func:`rosenbrock_along` is the jax.numpy form; the kernel runs in
-Pallas' interpret mode only when asked (tests).
+So it is the default: ``cute.extended_rosenbrock_value_and_grad`` (``cute.TABLE["extended_rosenbrock"]
+.value_and_grad``, what ``multiwalk lbfgs --function rosenbrock`` uses) carries :func:`rosenbrock_along`
+as its ``.along``, which :class:`multiwalk.LBFGS` calls in its fused passes on one device.
+:func:`along_plan` decides where the kernel runs: on GPUs, for float32 and float64; elsewhere the
+same ``(f, g, g'd)`` come from the jax.numpy form, the reason in ``LBFGS``'s
+``stats["line_evaluation"]``.  :func:`extended_rosenbrock_xla` is the same f and g without ``.along``
+(the XLA form everywhere: comparisons, or to opt out).
+
+Sums are folded per program, then across programs: f and ``g'd`` agree with the jax.numpy form up
+to rounding (tests/test_cute_fused.py, interpret mode; on the GPU 3e-16 relative).
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..kernels import compiler_params
+from ..kernels import KernelPlan, backend, compiler_params
 
-__all__ = ["rosenbrock_along", "rosenbrock_along_kernel", "extended_rosenbrock_along"]
+__all__ = ["along_plan", "rosenbrock_along", "rosenbrock_along_kernel", "extended_rosenbrock_xla"]
 
 ROWS = 512  # pairs per program (1024 coordinates; a power of two, as Triton needs)
 WARPS = 4
@@ -91,25 +93,42 @@ def rosenbrock_along_kernel(
     return total[0], g2d.reshape(n), total[1]
 
 
+_DTYPES = ("float32", "float64")  # checked on a GPU (docs/benchmarks.md); others stay with XLA
+
+
+def along_plan(n: int, dtype: object) -> KernelPlan:
+    """Where :func:`rosenbrock_along` evaluates (``n`` coordinates of ``dtype``): the kernel on a GPU
+    (``use_pallas``), else the jax.numpy form; ``reason``: one line saying which and why."""
+    name, on_gpu = backend(("gpu", "cuda"))
+    xla = "x + stp d, f and g (cute's analytic form) and g'd by XLA"
+    if not on_gpu:
+        return KernelPlan(False, False, f"{xla}: the one-pass Pallas kernel runs on GPUs only (backend: {name})")
+    if str(jnp.dtype(dtype)) not in _DTYPES:
+        return KernelPlan(False, False, f"{xla}: the one-pass kernel is checked in {' and '.join(_DTYPES)} only, "
+                                        f"not {jnp.dtype(dtype)}")
+    if n % 2:
+        return KernelPlan(False, False, f"{xla}: the one-pass kernel reads pairs, n = {n} is odd")
+    return KernelPlan(True, False, "one Pallas kernel per evaluation on the GPU (reads x and d, writes g, f and g'd)")
+
+
 def rosenbrock_along(x: jax.Array, d: jax.Array, stp: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``(f, g, g'd)`` of Extended Rosenbrock at ``x + stp d``: the fused kernel on a GPU, else the
-    jax.numpy form (the same values up to rounding)."""
-    from ..kernels import backend
+    """``(f, g, g'd)`` of Extended Rosenbrock at ``x + stp d``, ``x, d`` of shape (n,): the fused
+    kernel where :func:`along_plan` says so (GPUs), else the jax.numpy form (the same values up to
+    rounding)."""
     from .cute import extended_rosenbrock_value_and_grad
 
-    _, on_gpu = backend(("gpu", "cuda"))
-    if on_gpu and x.shape[0] % 2 == 0:
+    if along_plan(x.shape[0], x.dtype).use_pallas:
         return rosenbrock_along_kernel(x, d, stp)
     f, g = extended_rosenbrock_value_and_grad(x + stp * d)
     return f, g, g @ d
 
 
-def extended_rosenbrock_along(x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``cute.extended_rosenbrock_value_and_grad`` with :func:`rosenbrock_along` as its ``.along``: give it
-    as ``Problem(value_and_grad=...)`` and :class:`multiwalk.LBFGS` evaluates its line search in one pass."""
+rosenbrock_along.plan = along_plan  # type: ignore[attr-defined]  # LBFGS reports its reason
+
+
+def extended_rosenbrock_xla(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``cute.extended_rosenbrock_value_and_grad`` without ``.along``: LBFGS's line search then
+    evaluates ``x + stp d``, f and g, and ``g'd`` by XLA everywhere (the form before the kernel)."""
     from .cute import extended_rosenbrock_value_and_grad
 
     return extended_rosenbrock_value_and_grad(x)
-
-
-extended_rosenbrock_along.along = rosenbrock_along  # type: ignore[attr-defined]

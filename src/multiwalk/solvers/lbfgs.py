@@ -520,6 +520,20 @@ def line_evaluation(problem: Problem) -> Callable | None:
     return evaluate
 
 
+def line_evaluation_reason(problem: Problem, plan: lbfgs_kernel.KernelPlan) -> str:
+    """How the line search evaluated, for ``stats["line_evaluation"]``: through the problem's
+    ``value_and_grad.along`` (with its ``.plan(n, dtype)``'s reason where it has one), or by
+    ``value_and_grad`` at ``x + stp d``, and why."""
+    along = line_evaluation(problem)
+    plain = "value_and_grad at x + stp d, then g'd"
+    if along is None:
+        return plain
+    if not plan.use_pallas or plan.split:
+        return f"{plain} (value_and_grad.along serves the fused passes on one device only; {plan.reason})"
+    explain = getattr(problem._user_vg.along, "plan", None)
+    return f"value_and_grad.along: {explain(problem.n_free, problem.dtype).reason if explain else 'one pass along x + stp d'}"
+
+
 def iterate_packed(
     cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array, along: Callable | None = None
 ) -> LBFGSState:
@@ -611,6 +625,10 @@ class LBFGS(Solver):
         ``"auto"`` uses the kernels on GPUs; one problem split along ``n`` over devices runs them
         on each device's columns (``jax.shard_map``, the small sums added by ``psum``).  Same iterates up to
         rounding; ``result.stats["kernel"]`` and ``["kernel_reason"]`` say which ran and why.
+        With the kernels on one device, the line search evaluates through ``value_and_grad.along``
+        where the problem's ``value_and_grad`` has one (``along(x, d, stp) -> (f, g, g'd)`` at
+        ``x + stp d``; cute's Extended Rosenbrock: one Pallas kernel on GPUs);
+        ``["line_evaluation"]`` says how it evaluated.
     kernel_block, kernel_warps : Pallas launch tuning: columns per program (a power of two)
         and warps per program (None: the module's defaults).
 
@@ -949,7 +967,7 @@ class LBFGS(Solver):
         plan = self.kernel_plan(problem, devices=int(stats.get("devices", 1)))  # the driver's mesh is gone here
         stats.update(
             evaluations=int(st.nfev.sum()), starts=K, converged=int(sum(s.success for s in statuses)),
-            kernel=plan.name, kernel_reason=plan.reason,
+            kernel=plan.name, kernel_reason=plan.reason, line_evaluation=line_evaluation_reason(problem, plan),
         )
         result = LBFGSResult(
             x=xs[best], fun=float(st.f[best]), status=statuses[best], message=message, stats=stats,
