@@ -229,3 +229,18 @@ def test_lbfgs_reports_the_line_evaluation():
     assert plain.stats["line_evaluation"] == "value_and_grad at x + stp d, then g'd"
     assert (along.iterations, along.nfev, along.status) == (plain.iterations, plain.nfev, plain.status)
     assert along.fun == pytest.approx(plain.fun, rel=1e-10, abs=1e-20)
+
+
+def test_along_kernel_lowers_for_triton():
+    """The kernel's Pallas -> Triton lowering, done on the CPU for a CUDA target (no GPU needed): a
+    primitive without a Triton rule (as `slice` was, on the first GPU try) fails here, not on a GPU.
+    Exact check (it lowers or raises); ragged and whole-block n, both dtypes."""
+    from multiwalk.functions import cute_kernel
+
+    with jax.enable_x64(True):
+        for dt in (jnp.float64, jnp.float32):
+            for n in (2000, 4096):
+                x = jax.ShapeDtypeStruct((n,), dt)
+                lowered = jax.jit(cute_kernel.rosenbrock_along_kernel).trace(
+                    x, x, jax.ShapeDtypeStruct((), dt)).lower(lowering_platforms=("cuda",))
+                assert "rosenbrock_along" in lowered.as_text()
