@@ -167,9 +167,9 @@ def _worker(inbox: Any, outbox: Any) -> None:
                               last: Any = last_result) -> np.ndarray:
                     return formats._gather_rows(values, ints, coordinates, last, src[flat])
 
-                for p in range(len(proc_files) // 2):
-                    for rows_of in (trial_of, result_of):
-                        pieces.append(formats._proc_lines(steps, ints, rows_of, p, per, t_series, q0, q1))
+                # every trial and result piece of this worker in one polars call (~0.5 ms each)
+                parts = [(rows_of, p) for p in range(len(proc_files) // 2) for rows_of in (trial_of, result_of)]
+                pieces = formats._proc_lines_many(steps, ints, parts, per, t_series, q0, q1)
                 for path, data in formats._t_group_bytes(steps, ints, result_of, a, b, spec["t_files"]):
                     _write_all(t_fds[path], data)
                 new_last = result_of(np.arange((m - 1) * n, m * n))
