@@ -173,8 +173,13 @@ def case_a(out: Path, replicas: int, steps: int, log, threads: tuple[int, ...] =
     extra = {"ours": [], "ours_serial": ["--write-threads", "0"], "ours_nofiles": ["--no-step-files"]}
     extra.update({f"ours_threads_{n}": ["--write-threads", str(n)] for n in threads})
     extra.update({f"ours_processes_{n}": ["--write-processes", str(n)] for n in processes})
-    # fresh items: N (--write-processes N) or N@VAR=VALUE (with that environment variable)
-    extra.update({f"fresh_processes_{n}": ["--write-processes", n.split("@")[0]] for n in fresh})
+    # fresh items: N (--write-processes N), N/K (and --write-chunks K), N@VAR=VALUE (with that
+    # environment variable), or N/K@VAR=VALUE
+    def fresh_args(item: str) -> list[str]:
+        n, _, chunks = item.split("@")[0].partition("/")
+        return ["--write-processes", n, *(["--write-chunks", chunks] if chunks else [])]
+
+    extra.update({f"fresh_processes_{n}": fresh_args(n) for n in fresh})
     for name in ("odatse", *extra):
         folder = out / f"A_{replicas}_{steps}_{name}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -313,7 +318,8 @@ def main() -> int:
     p.add_argument("--write-threads", default="", help="case A: also ours with each --write-threads of this list")
     p.add_argument("--write-processes", default="", help="case A: also ours with each --write-processes of this list")
     p.add_argument("--fresh", default="", help="case A: also a fresh `multiwalk run` process with each --write-processes "
-                   "of this list (0: threads, auto: the default)")
+                   "of this list (0: threads, auto: the default; N/K: and --write-chunks K; N@VAR=VALUE: with that environment "
+                   "variable)")
     p.add_argument("--skip-odatse", action="store_true", help="case A: ours only (ratios then read 'nan')")
     p.add_argument("--no-stats", action="store_true", help="case A: skip the per-temperature statistics (the exact "
                    "means take ~1 minute at 1024 temperatures)")

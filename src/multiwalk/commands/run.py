@@ -474,9 +474,10 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
 
         processes = default_write_processes(R * setup.numsteps) if args.write_threads is None else 0
     if record and (args.write_threads != 0 or processes):
-        # chunks of at most ~1/16 of the run: each chunk's files are written while the next one is
-        # sampled, so only the last chunk's writing is not hidden (the same on every process)
-        piece = max(16, -(-setup.numsteps // 16))
+        # chunks of at most ~1/K of the run (K = --write-chunks, default 16): each chunk's files are
+        # written while the next one is sampled, so only the last chunk's writing is not hidden;
+        # fewer chunks, fewer of each writer's fixed per-chunk costs (the same on every process)
+        piece = max(16, -(-setup.numsteps // (args.write_chunks or 16)))
         max_chunk = min(max_chunk or piece, piece)
     if thermalization is None:
         thermalization = int(0.1 * setup.numsteps)
@@ -705,6 +706,10 @@ def add_parser(commands: Any) -> None:
                         f"and the run has {AUTO_MIN_REPLICA_STEPS:,} or more replica-steps, and --write-threads is "
                         "not given; threads otherwise (on a 16-core host the processes were 1.5-1.9x faster than the "
                         "threads, on 2 cores no faster: docs/benchmarks.md). The files are the same")
+    p.add_argument("--write-chunks", type=int, default=None, metavar="K",
+                   help="exchange: write the step files in about K pieces of the run (default 16), each while the "
+                        "next is sampled (the last one's writing is not hidden; each piece costs every writer a "
+                        "fixed ~2-3 ms); the files are the same")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision (default float64)")
     p.add_argument("--unroll", type=int, default=None, metavar="K",
                    help="exchange: Monte Carlo steps per compiled loop trip (default: 8 on a GPU, 1 on a CPU); "
@@ -738,6 +743,8 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             raise InputError(f"--write-processes must be 0 (no writer processes), more, or auto, got {args.write_processes}")
         if args.unroll is not None and args.unroll < 1:
             raise InputError(f"--unroll must be at least 1, got {args.unroll}")
+        if args.write_chunks is not None and args.write_chunks < 1:
+            raise InputError(f"--write-chunks must be at least 1, got {args.write_chunks}")
         if args.time_limit is not None and not args.time_limit > 0:
             raise InputError(f"--time-limit must be positive, got {args.time_limit}")
         with warnings.catch_warnings():
