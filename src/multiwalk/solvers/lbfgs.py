@@ -290,6 +290,12 @@ class _Config:
     block: int = lbfgs_kernel.DEFAULT_BLOCK
     warps: int = lbfgs_kernel.DEFAULT_WARPS
     mesh: Any = None  # the driver's mesh when one problem is split along n: the passes under shard_map
+    # pass A's own launch (lbfgs_kernel.pair_products): None = block / warps above; chunks of
+    # block columns per program and Triton's pipeline stages of that loop
+    a_block: int | None = None
+    a_warps: int | None = None
+    a_chunks: int = lbfgs_kernel.PASS_A_CHUNKS
+    a_stages: int = lbfgs_kernel.PASS_A_STAGES
 
 
 def _diag_now(cfg: _Config, x: jax.Array, h0: jax.Array) -> jax.Array | None:
@@ -364,6 +370,10 @@ def finish_iteration(
     slot = st.head
     fused = cfg.pallas and not masked and cfg.diag_fn is None and not cfg.use_h0
     tuning = {"block": cfg.block, "num_warps": cfg.warps, "interpret": cfg.interpret}
+    tuning_a = {
+        "block": cfg.a_block or cfg.block, "num_warps": cfg.a_warps or cfg.warps, "interpret": cfg.interpret,
+        "chunks": cfg.a_chunks, "num_stages": cfg.a_stages,
+    }
     if fused and cfg.mesh is not None:  # pass A on every device's columns, its sums added over devices
         g_prods, y_prods, dots, xt = lbfgs_kernel.pair_products_split(
             cfg.mesh, st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, **tuning
@@ -371,7 +381,7 @@ def finish_iteration(
         sy, yy, yg, gg, xx = (dots[i] for i in range(5))
     elif fused:  # pass A: one sweep over P and the vectors (lbfgs_kernel); xt None: formed in the kernel
         g_prods, y_prods, dots, xt = lbfgs_kernel.pair_products(
-            st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, **tuning
+            st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, **tuning_a
         )
         sy, yy, yg, gg, xx = (dots[i] for i in range(5))
     else:
@@ -727,6 +737,8 @@ class LBFGS(Solver):
             diag_fn=self.diag if callable(self.diag) else None, use_h0=isinstance(self.diag, np.ndarray),
             pallas=plan is not None and plan.use_pallas, interpret=plan is not None and plan.interpret,
             block=self.kernel_block or lbfgs_kernel.DEFAULT_BLOCK, warps=self.kernel_warps or lbfgs_kernel.DEFAULT_WARPS,
+            a_block=self.kernel_block or lbfgs_kernel.PASS_A_BLOCK, a_warps=self.kernel_warps or lbfgs_kernel.PASS_A_WARPS,
+            a_chunks=lbfgs_kernel.PASS_A_CHUNKS, a_stages=lbfgs_kernel.PASS_A_STAGES,
             mesh=_current_mesh() if plan is not None and plan.use_pallas and plan.split else None,
         )
 

@@ -37,11 +37,17 @@ from ..kernels import KERNELS, KernelPlan, backend, compiler_params, pallas_plan
 
 __all__ = [
     "KERNELS", "KernelPlan", "plan", "pair_products", "direction_and_store", "pair_products_split",
-    "direction_and_store_split", "DEFAULT_BLOCK", "DEFAULT_WARPS",
+    "direction_and_store_split", "DEFAULT_BLOCK", "DEFAULT_WARPS", "PASS_A_CHUNKS",
+    "PASS_A_BLOCK", "PASS_A_WARPS", "PASS_A_STAGES",
 ]
 
 DEFAULT_BLOCK = 1024  # columns per program (a power of two; tuned on an H200, docs/benchmarks.md)
 DEFAULT_WARPS = 4
+# pass A (pair_products) alone: block, warps, blocks of columns per program, pipeline stages
+PASS_A_BLOCK = DEFAULT_BLOCK
+PASS_A_WARPS = DEFAULT_WARPS
+PASS_A_CHUNKS = 1
+PASS_A_STAGES = 1
 _WIDTH = 64  # partial sums per program in pass A's table: 2 x 2m products + 5 dot products <= 64
 _WHAT = "the Pallas kernels"  # two passes, so the plan's reasons speak of kernels
 _GPU_BACKENDS = ("gpu", "cuda")  # the passes load and store through Triton's CUDA path (ROCm never tried)
@@ -109,7 +115,7 @@ def _and(inside: jax.Array | None, keep: jax.Array, block: int) -> jax.Array:
 def pair_products(
     P: jax.Array, gt: jax.Array, g: jax.Array, d: jax.Array, xt: jax.Array | None, stp: jax.Array,
     slot: jax.Array, count: jax.Array, x: jax.Array, *, block: int = DEFAULT_BLOCK, num_warps: int = DEFAULT_WARPS,
-    interpret: bool = False,
+    interpret: bool = False, chunks: int = PASS_A_CHUNKS, num_stages: int = 1,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Pass A: ``(P gt, P y, [s'y, y'y, y'gt, gt'gt, xt'xt], x_new)`` with ``y = gt - g``, ``s = stp d``.
 
@@ -121,47 +127,72 @@ def pair_products(
 
     ``P`` (2m, n) in ring order; rows of ``slot`` (``slot`` and ``m + slot``) and of unfilled
     slots (ring position ``>= count`` counted back from ``slot``) are not read: their products
-    are returned as 0 (the caller overwrites or ignores them).  Shapes (2m,), (2m,), (5,)."""
+    are returned as 0 (the caller overwrites or ignores them).  Shapes (2m,), (2m,), (5,).
+
+    ``chunks``: each program sweeps ``chunks`` consecutive blocks of ``block`` columns, adding
+    the products lane by lane, and folds its ``4m + 5`` sums across lanes once at the end (each
+    fold is a cross-warp reduction through shared memory and a barrier; with ``chunks = 1`` a
+    program folds ``4m + 5`` sums per ``block`` columns).  ``num_stages``: Triton's software
+    pipelining of that loop's loads (1: none)."""
     from jax.experimental import pallas as pl
 
     two_m, n = P.shape
     m = two_m // 2
     dt = P.dtype
-    programs = pl.cdiv(n, block)
+    span = block * chunks  # columns per program
+    programs = pl.cdiv(n, span)
     load, store = _loader(interpret)
     ints = jnp.stack([slot, count]).astype(jnp.int32)
     stp = jnp.reshape(stp, (1,)).astype(dt)
 
     recompute = xt is None
+    products = 2 * two_m + 5  # P gt, P y, then s'y, y'y, y'gt, gt'gt, xt'xt
 
     def body(ints_ref, stp_ref, p_ref, gt_ref, g_ref, d_ref, *refs):  # noqa: ANN001
         x_ref, out_ref, x_out = (refs[0], refs[1], refs[2]) if recompute else (refs[0], refs[2], refs[3])
         pid = pl.program_id(0)
-        c0 = pid * block
-        cols = pl.ds(c0, block)
-        inside = _inside(c0, block, n)
         sl, cnt = ints_ref[0], ints_ref[1]
-        gtv = load(gt_ref.at[cols], mask=inside, other=0.0)
-        y = gtv - load(g_ref.at[cols], mask=inside, other=0.0)
-        s = stp_ref[0] * load(d_ref.at[cols], mask=inside, other=0.0)
-        xv = load(x_ref.at[cols], mask=inside, other=0.0)
-        if recompute:  # the trial point the line search accepted (trial_point's x + stp d)
-            xv = xv + s
-        store(x_out.at[cols], xv, mask=inside)
+        stored = [_stored_row(r, m, sl, cnt) for r in range(two_m)]
+
+        def sweep(k, acc):  # noqa: ANN001, ANN202 - one block of columns; acc: the products so far
+            c0 = (pid * chunks + k) * block
+            cols = pl.ds(c0, block)
+            inside = _inside(c0, block, n) if chunks == 1 else (
+                None if n % span == 0 else c0 + jax.lax.broadcasted_iota(jnp.int32, (block,), 0) < n)
+            gtv = load(gt_ref.at[cols], mask=inside, other=0.0)
+            y = gtv - load(g_ref.at[cols], mask=inside, other=0.0)
+            s = stp_ref[0] * load(d_ref.at[cols], mask=inside, other=0.0)
+            xv = load(x_ref.at[cols], mask=inside, other=0.0)
+            if recompute:  # the trial point the line search accepted (trial_point's x + stp d)
+                xv = xv + s
+            store(x_out.at[cols], xv, mask=inside)
+            new = []
+            for r in range(two_m):
+                p = load(p_ref.at[jnp.int32(r), cols], mask=_and(inside, stored[r], block), other=0.0)
+                new.append((p * gtv, p * y))
+            terms = [a for a, _ in new] + [b for _, b in new] + [s * y, y * y, y * gtv, gtv * gtv, xv * xv]
+            return tuple(terms) if acc is None else tuple(a + t for a, t in zip(acc, terms))
+
+        if chunks == 1:
+            acc = sweep(0, None)
+        else:
+            zero = jnp.zeros((block,), dt)
+            acc = jax.lax.fori_loop(0, chunks, sweep, (zero,) * products)
         lane = jax.lax.broadcasted_iota(jnp.int32, (_WIDTH,), 0)
         out = jnp.zeros((_WIDTH,), dt)
-        for r in range(two_m):
-            p = load(p_ref.at[jnp.int32(r), cols], mask=_and(inside, _stored_row(r, m, sl, cnt), block), other=0.0)
-            out = jnp.where(lane == r, jnp.sum(p * gtv), out)
-            out = jnp.where(lane == two_m + r, jnp.sum(p * y), out)
-        for i, v in enumerate((s * y, y * y, y * gtv, gtv * gtv, xv * xv)):
-            out = jnp.where(lane == 2 * two_m + i, jnp.sum(v), out)
+        for i, v in enumerate(acc):
+            out = jnp.where(lane == i, jnp.sum(v), out)
         out_ref[pid, :] = out
 
+    params = compiler_params(num_warps, interpret)
+    if params and num_stages != 1:
+        from jax.experimental.pallas import triton as plgpu
+
+        params = {"compiler_params": plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)}
     partial, x_new = pl.pallas_call(
         body, out_shape=(jax.ShapeDtypeStruct((programs, _WIDTH), dt), jax.ShapeDtypeStruct((n,), dt)),
         grid=(programs,), interpret=interpret, input_output_aliases={6 if recompute else 7: 1},
-        name="lbfgs_pair_products", **compiler_params(num_warps, interpret),
+        name="lbfgs_pair_products", **params,
     )(ints, stp, P, gt, g, d, *([x] if recompute else [xt, x]))
     total = jnp.sum(partial, axis=0)
     return total[:two_m], total[two_m : 2 * two_m], total[2 * two_m : 2 * two_m + 5], x_new
