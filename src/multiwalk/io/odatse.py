@@ -146,7 +146,12 @@ def _result_sources(ints: np.ndarray, has_last: bool) -> np.ndarray:
     chunk (``has_last``: there is one, i.e. the chunk does not start at step 0)."""
     m, n = ints.shape[:2]
     row = np.arange(m * n).reshape(m, n)
-    last = np.maximum.accumulate(np.where(ints[..., 1] != 0, row, -1), axis=0)
+    last = np.where(ints[..., 1] != 0, row, -1)
+    # running max down the steps, one row at a time: np.maximum.accumulate(axis=0) walks the
+    # (m, n) array with a strided inner loop, 3x slower (0.37 vs 0.12 ms at 125 x 256; every
+    # writer process computes this for every chunk)
+    for s in range(1, m):
+        np.maximum(last[s - 1], last[s], out=last[s])
     if not has_last and np.any(last[0] < 0):
         raise RuntimeError("the first step written must be step 0 (every replica's start is its result)")
     return np.where(last >= 0, last + n, np.arange(n))

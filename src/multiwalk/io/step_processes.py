@@ -116,8 +116,14 @@ def _pwrite_all(fd: int, data: Any, offset: int) -> None:
 def _worker(inbox: Any, outbox: Any) -> None:
     """One writer process: reads its spec, then formats and writes its share of each chunk it is
     sent, in order; answers ``(chunk, error or None, busy seconds, ring-wait seconds, skipped)``
-    per chunk; ends on ``None`` or when the pipe closes."""
+    per chunk; ends on ``None`` or when the pipe closes.
+
+    A chunk is formatted as soon as it arrives, even while the chunk before still waits for its
+    offsets down the ring (its pieces kept until they come): the wait for the workers before it
+    overlaps this worker's own formatting instead of adding to it."""
     import importlib.util
+    import select
+    from collections import deque
 
     import polars as pl
 
@@ -132,91 +138,130 @@ def _worker(inbox: Any, outbox: Any) -> None:
     W, w, per, n = spec["workers"], spec["index"], spec["per"], spec["n"]
     ring_in, ring_out = spec["ring"]
     t_series = pl.Series(spec["t_strings"], dtype=pl.String)
-    coordinates, last_result = spec["coordinates"], spec["last_result"]
+    coordinates = spec["coordinates"]
     proc_files = spec["proc_files"]  # [trial of process 0, result of process 0, trial of 1, ...]
     flags = getattr(os, "O_BINARY", 0)
     proc_fds = [os.open(path, os.O_WRONLY | flags) for path in proc_files]  # positional writes
     t_fds = {path: os.open(path, os.O_WRONLY | os.O_APPEND | flags) for path in spec["t_own"]}
-    base = np.asarray(spec["base"], np.int64)  # where the next chunk starts in each proc file
-    first_chunk = True
-    broken = False  # a piece before ours failed: positions unknown from here on
+    # what the formatting carries from chunk to chunk: each replica's last result (None: step 0)
+    carry: dict[str, Any] = {"last_result": spec["last_result"], "failed": False}
+    # what the writing carries: where the next chunk starts in each proc file, and whether a piece
+    # before ours failed (positions unknown from here on)
+    ring: dict[str, Any] = {"base": np.asarray(spec["base"], np.int64), "first_chunk": True, "broken": False}
+
+    def format_chunk(msg: Any) -> tuple[int, list[bytes], BaseException | None, float]:
+        """Format (and append the result_T group of) one chunk: ``(chunk, trial/result pieces,
+        error, busy seconds)``."""
+        chunk, (vpath, vshape), (ipath, ishape), first = msg
+        t0 = time.perf_counter()
+        pieces: list[bytes] = []
+        error: BaseException | None = None
+        if carry["failed"]:  # a chunk before failed here: this one's result rows are unknown (skipped
+            return chunk, pieces, error, 0.0  # when written: the ring is broken by then)
+        try:
+            values = np.memmap(vpath, np.float64, "r", shape=vshape)
+            ints = np.memmap(ipath, np.int32, "r", shape=ishape)
+            m = vshape[0]
+            steps = np.arange(first, first + m)
+            (q0, q1), (a, b) = plan_pieces(W, m * per, n)[w]
+            last_result = carry["last_result"]
+            src = formats._result_sources(ints, last_result is not None).reshape(-1)
+
+            def trial_of(flat: np.ndarray, values: Any = values, ints: Any = ints) -> np.ndarray:
+                return formats._gather_rows(values, ints, coordinates, None, flat + n)
+
+            def result_of(flat: np.ndarray, values: Any = values, ints: Any = ints, src: Any = src,
+                          last: Any = last_result) -> np.ndarray:
+                return formats._gather_rows(values, ints, coordinates, last, src[flat])
+
+            # every trial and result piece of this worker in one polars call (~0.5 ms each)
+            parts = [(rows_of, p) for p in range(len(proc_files) // 2) for rows_of in (trial_of, result_of)]
+            pieces = formats._proc_lines_many(steps, ints, parts, per, t_series, q0, q1)
+            for path, data in formats._t_group_bytes(steps, ints, result_of, a, b, spec["t_files"]):
+                _write_all(t_fds[path], data)
+            carry["last_result"] = result_of(np.arange((m - 1) * n, m * n))
+            del values, ints, trial_of, result_of  # the maps close
+        except BaseException as err:  # noqa: BLE001 - every error goes back to the parent
+            error = err
+            carry["failed"] = True
+        return chunk, pieces, error, time.perf_counter() - t0
+
+    def needs_ring() -> bool:
+        """The next chunk's offsets come down the ring (else: from ``base``)."""
+        return W > 1 and not (w == 0 and ring["first_chunk"])
+
+    def write_chunk(chunk: int, pieces: list[bytes], error: BaseException | None, busy: float,
+                    waited: float = 0.0) -> None:
+        """Write a formatted chunk's pieces at their offsets (from the worker before us in the
+        ring; worker 0: from the last worker's end of the chunk before, or the files' sizes at
+        the first chunk), pass on where the next pieces start, answer the parent.  ``waited``:
+        seconds already spent waiting for the offsets (in the caller's select)."""
+        t1 = time.perf_counter()
+        wait = waited
+        skipped = False
+        try:
+            if not needs_ring():
+                offsets = None if ring["broken"] else ring["base"]
+            else:
+                got = np.frombuffer(_read_exact(ring_in, 8 * (1 + len(proc_files))), np.int64)
+                offsets = got[1:] if got[0] and not ring["broken"] else None
+                wait += time.perf_counter() - t1
+            if offsets is None or error is not None:
+                ring["broken"] = True
+            lengths = np.array([len(piece) for piece in pieces] if pieces else [0] * len(proc_files), np.int64)
+            ends = offsets + lengths if not ring["broken"] else np.zeros(len(proc_files), np.int64)
+            if W > 1:  # pass on where the next pieces start (ring_out of the last worker: worker 0)
+                _write_all(ring_out, np.concatenate([[0 if ring["broken"] else 1], ends]).astype(np.int64).tobytes())
+            if ring["broken"]:
+                skipped = error is None
+                if skipped:
+                    error = RuntimeError("step-file writer process skipped: a piece before its own failed")
+            else:
+                for fd, piece, offset in zip(proc_fds, pieces, offsets.tolist()):
+                    if piece:
+                        _pwrite_all(fd, piece, offset)
+                ring["base"] = ends
+        except EOFError:  # the worker before us in the ring is gone
+            ring["broken"] = True
+            error = error or RuntimeError(f"step-file writer process {w}: the writer before it in the ring ended")
+        except BaseException as err:  # noqa: BLE001
+            ring["broken"] = True
+            error = error or err
+        ring["first_chunk"] = False
+        busy += time.perf_counter() - t1 - (wait - waited)  # formatting and writing; the ring wait apart
+        try:
+            outbox.send((chunk, error, busy, wait, skipped))
+        except Exception:  # noqa: BLE001 - an error that does not pickle goes back as text
+            outbox.send((chunk, RuntimeError(f"step-file writer process: {error!r}"), busy, wait, skipped))
+
+    waiting: deque[tuple[int, list[bytes], BaseException | None, float]] = deque()  # formatted, not yet written
+    inbox_open = True
     try:
-        while True:
+        while inbox_open or waiting:
+            if waiting and not needs_ring():
+                write_chunk(*waiting.popleft())
+                continue
+            if waiting and select.select([ring_in], [], [], 0)[0]:  # its offsets are there
+                write_chunk(*waiting.popleft())
+                continue
+            if not inbox_open:  # only the ring left to wait for
+                write_chunk(*waiting.popleft())
+                continue
+            if waiting and not inbox.poll():  # nothing to format: wait for the ring or a chunk
+                t1 = time.perf_counter()
+                ready = select.select([ring_in, inbox.fileno()], [], [])[0]
+                if ring_in in ready:  # the select's wait was the ring wait
+                    write_chunk(*waiting.popleft(), waited=time.perf_counter() - t1)
+                continue
             try:
                 msg = inbox.recv()
-            except EOFError:  # the parent is gone
-                return
+            except EOFError:  # the parent is gone: the chunks formatted are still written
+                inbox_open = False
+                continue
             if msg is None:
-                return
-            chunk, (vpath, vshape), (ipath, ishape), first = msg
-            t0 = time.perf_counter()
-            error: BaseException | None = None
-            pieces: list[bytes] = []
-            try:
-                values = np.memmap(vpath, np.float64, "r", shape=vshape)
-                ints = np.memmap(ipath, np.int32, "r", shape=ishape)
-                m = vshape[0]
-                steps = np.arange(first, first + m)
-                (q0, q1), (a, b) = plan_pieces(W, m * per, n)[w]
-                src = formats._result_sources(ints, last_result is not None).reshape(-1)
-
-                def trial_of(flat: np.ndarray, values: Any = values, ints: Any = ints) -> np.ndarray:
-                    return formats._gather_rows(values, ints, coordinates, None, flat + n)
-
-                def result_of(flat: np.ndarray, values: Any = values, ints: Any = ints, src: Any = src,
-                              last: Any = last_result) -> np.ndarray:
-                    return formats._gather_rows(values, ints, coordinates, last, src[flat])
-
-                # every trial and result piece of this worker in one polars call (~0.5 ms each)
-                parts = [(rows_of, p) for p in range(len(proc_files) // 2) for rows_of in (trial_of, result_of)]
-                pieces = formats._proc_lines_many(steps, ints, parts, per, t_series, q0, q1)
-                for path, data in formats._t_group_bytes(steps, ints, result_of, a, b, spec["t_files"]):
-                    _write_all(t_fds[path], data)
-                new_last = result_of(np.arange((m - 1) * n, m * n))
-                del values, ints, trial_of, result_of  # the maps close
-            except BaseException as err:  # noqa: BLE001 - every error goes back to the parent
-                error = err
-            busy = time.perf_counter() - t0
-            # where our pieces start: from the worker before us in the ring (worker 0: from the
-            # last worker's end of the chunk before, or the files' sizes at the first chunk)
-            t1 = time.perf_counter()
-            wait = 0.0
-            skipped = False
-            try:
-                if W == 1 or (w == 0 and first_chunk):
-                    offsets = None if broken else base
-                else:
-                    got = np.frombuffer(_read_exact(ring_in, 8 * (1 + len(proc_files))), np.int64)
-                    offsets = got[1:] if got[0] and not broken else None
-                    wait = time.perf_counter() - t1
-                if offsets is None or error is not None:
-                    broken = True
-                lengths = np.array([len(piece) for piece in pieces] if pieces else [0] * len(proc_files), np.int64)
-                ends = offsets + lengths if not broken else np.zeros(len(proc_files), np.int64)
-                if W > 1:  # pass on where the next pieces start (ring_out of the last worker: worker 0)
-                    _write_all(ring_out, np.concatenate([[0 if broken else 1], ends]).astype(np.int64).tobytes())
-                if broken:
-                    skipped = error is None
-                    if skipped:
-                        error = RuntimeError("step-file writer process skipped: a piece before its own failed")
-                else:
-                    for fd, piece, offset in zip(proc_fds, pieces, offsets.tolist()):
-                        if piece:
-                            _pwrite_all(fd, piece, offset)
-                    base = ends
-                    last_result = new_last
-            except EOFError:  # the worker before us in the ring is gone
-                broken = True
-                error = error or RuntimeError(f"step-file writer process {w}: the writer before it in the ring ended")
-            except BaseException as err:  # noqa: BLE001
-                broken = True
-                error = error or err
-            first_chunk = False
-            busy += time.perf_counter() - t1 - wait  # formatting and writing; the ring wait apart
-            try:
-                outbox.send((chunk, error, busy, wait, skipped))
-            except Exception:  # noqa: BLE001 - an error that does not pickle goes back as text
-                outbox.send((chunk, RuntimeError(f"step-file writer process: {error!r}"), busy, wait, skipped))
+                inbox_open = False
+                continue
+            waiting.append(format_chunk(msg))
     finally:
         for fd in [*proc_fds, *t_fds.values()]:
             os.close(fd)
