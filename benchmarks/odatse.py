@@ -145,9 +145,12 @@ def run_ours(folder: Path, *extra: str) -> dict:
 def run_ours_fresh(folder: Path, *extra: str, env_extra: dict | None = None) -> dict:
     """``python -m multiwalk run`` in a new process, as a user starts it: JAX imported and the
     chunks compiled afresh (the writer processes start before the compilation); ``wall``: the
-    whole command, Python's start included.  ``env_extra``: environment variables set for it."""
+    whole command, Python's start included.  ``env_extra``: environment variables set for it;
+    ``MULTIWALK_BENCH_SRC=DIR`` among them runs the package from DIR instead of this checkout's
+    src (an earlier commit's tree, ``git archive COMMIT src | tar -x -C DIR/..``, compared in the
+    same run)."""
     env = {**os.environ, **(env_extra or {})}
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(env.pop("MULTIWALK_BENCH_SRC", None) or Path(__file__).resolve().parents[1] / "src").resolve())
     paths = [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join([src, *paths])
     t0 = time.perf_counter()
@@ -319,7 +322,7 @@ def main() -> int:
     p.add_argument("--write-processes", default="", help="case A: also ours with each --write-processes of this list")
     p.add_argument("--fresh", default="", help="case A: also a fresh `multiwalk run` process with each --write-processes "
                    "of this list (0: threads, auto: the default; N/K: and --write-chunks K; N@VAR=VALUE: with that environment "
-                   "variable)")
+                   "variable; @MULTIWALK_BENCH_SRC=DIR: the package from DIR, e.g. an earlier commit's src)")
     p.add_argument("--skip-odatse", action="store_true", help="case A: ours only (ratios then read 'nan')")
     p.add_argument("--no-stats", action="store_true", help="case A: skip the per-temperature statistics (the exact "
                    "means take ~1 minute at 1024 temperatures)")
