@@ -215,3 +215,68 @@ def test_ctrl_c_leaves_complete_files_that_resume_extends(tmp_path, monkeypatch)
     assert _shm_leftovers() <= before
     assert cli(tmp_path, "--resume", "--write-processes", "2") == 0
     assert output_files(tmp_path) == output_files(reference)
+
+
+def test_a_worker_formats_the_next_chunk_while_its_offsets_wait(tmp_path):
+    """The worker loop run in a thread as worker 1 of 2, the ring driven by the test: both
+    chunks are formatted (its result_T file holds both) before any offset is given, then each
+    chunk's pieces land at the offsets given, and the ends passed on are offsets + lengths."""
+    import threading
+    import time
+    from multiprocessing import Pipe
+
+    n, chunks = 4, [3, 5]
+    reference = _write(tmp_path / "ref", n, 1, chunks, 8, threads=0)
+    out = tmp_path / "w"
+    (out / "0").mkdir(parents=True)
+    header = reference["0/trial.txt"].split(b"\n", 1)[0] + b"\n"
+    for name in ("0/trial.txt", "0/result.txt"):
+        (out / name).write_bytes(header)
+    t_files = [out / f"result_T{t}.txt" for t in range(n)]
+    for t, path in enumerate(t_files):
+        path.write_bytes(reference[f"result_T{t}.txt"].split(b"\n", 1)[0] + b"\n")
+    parent_in, worker_out = Pipe(duplex=False)
+    worker_in, parent_out = Pipe(duplex=False)
+    ring_in_r, ring_in_w = os.pipe()  # the test plays worker 0 (the worker before it)
+    ring_out_r, ring_out_w = os.pipe()
+    thread = threading.Thread(target=step_processes._worker, args=(worker_in, worker_out), daemon=True)
+    thread.start()
+    procs = [out / "0" / "trial.txt", out / "0" / "result.txt"]
+    parent_out.send({"workers": 2, "index": 1, "ring": (ring_in_r, ring_out_w), "per": n, "n": n,
+                     "proc_files": procs, "base": [len(header)] * 2, "t_files": t_files, "t_own": t_files[2:],
+                     "t_strings": [odatse_io.number(1.0 / b) for b in 1.0 / np.logspace(0, 2, n)],
+                     "coordinates": None, "last_result": None})
+    first = 0
+    shares = []
+    for c, (values, ints) in enumerate(_chunks(n, chunks)):
+        vpath, ipath = tmp_path / f"v{c}", tmp_path / f"i{c}"
+        np.memmap(vpath, np.float64, "w+", shape=values.shape)[:] = values
+        np.memmap(ipath, np.int32, "w+", shape=ints.shape)[:] = ints
+        parent_out.send((c, (str(vpath), values.shape), (str(ipath), ints.shape), first))
+        shares.append(plan_pieces(2, chunks[c] * n, n)[1][0])  # worker 1's lines of this chunk
+        first += chunks[c]
+    deadline = time.monotonic() + 20  # generous: a loaded CI machine; the formatting takes ~ms
+    want_t = reference["result_T2.txt"]
+    while t_files[2].read_bytes() != want_t and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert t_files[2].read_bytes() == want_t  # both chunks formatted, no offset given yet
+    assert not parent_in.poll()  # and neither chunk answered: their pieces wait for the offsets
+    ref_lines = [ln + b"\n" for ln in reference["0/trial.txt"].split(b"\n")[1:-1]]
+    offset, expect, start = len(header), header, 0
+    for c, (q0, q1) in enumerate(shares):
+        pad = sum(len(ln) for ln in ref_lines[start:start + q0])  # what worker 0 would write before ours
+        offset += pad
+        os.write(ring_in_w, np.array([1, offset, offset], np.int64).tobytes())  # trial and result start
+        chunk, error, *_ = parent_in.recv()
+        assert (chunk, error) == (c, None)
+        mine = b"".join(ref_lines[start + q0:start + q1])
+        ends = np.frombuffer(step_processes._read_exact(ring_out_r, 24), np.int64)
+        assert ends[0] == 1 and ends[1] == offset + len(mine)  # offsets + the piece's length passed on
+        expect += b"\0" * pad + mine  # worker 0's lines left as holes here
+        offset, start = int(ends[1]), start + chunks[c] * n
+    parent_out.send(None)
+    thread.join(10)
+    assert not thread.is_alive()
+    assert (out / "0" / "trial.txt").read_bytes() == expect
+    for fd in (ring_in_r, ring_in_w, ring_out_r, ring_out_w):
+        os.close(fd)
