@@ -91,6 +91,8 @@ def test_solver_runs_chunked_pass_a():
     chunked = mw.solve(problem, Chunked(kernel="pallas"), progress=False)
     assert base.stats["kernel"] == chunked.stats["kernel"] == "pallas (interpret mode)"
     assert (chunked.iterations, chunked.nfev, chunked.status) == (base.iterations, base.nfev, base.status)
-    # f ~1e-12 at the end, differences of f values interpolated by the line search: sums folded in
-    # another order move the last bits (lbfgs_along.py saw 2e-8 relative at 1e7); 1e-6 relative.
-    np.testing.assert_allclose(chunked.fun, base.fun, rtol=1e-6)
+    # f ~3.6e-12 at the end (f(x0) ~2.4e4), reached through differences of f values interpolated
+    # by the line search: sums folded in another order move its last bits (4e-6 relative, 1.5e-17
+    # absolute, between 8 x 256 and 3 x 256 blocks per program here; lbfgs_along.py saw 2e-8 at
+    # 1e7).  The equal counts above show the same path; 1e-4 relative still catches a wrong sum.
+    np.testing.assert_allclose(chunked.fun, base.fun, rtol=1e-4)

@@ -41,12 +41,17 @@ __all__ = [
     "PASS_A_BLOCK", "PASS_A_WARPS", "PASS_A_STAGES",
 ]
 
-DEFAULT_BLOCK = 1024  # columns per program (a power of two; tuned on an H200, docs/benchmarks.md)
+# Launches tuned on an H200 at n = 1e7 float64 (benchmarks/lbfgs_tune.py, 2026-11-22 20:51 UTC,
+# docs/benchmarks.md): whole solves 42.90 ms with these against 48.02 ms with 1024 x 4 for both
+# passes in the same run, the same iterations, evaluations and status.
+DEFAULT_BLOCK = 512  # pass B's columns per program (a power of two): 0.383 ms per call vs 0.402 at 1024
 DEFAULT_WARPS = 4
-# pass A (pair_products) alone: block, warps, blocks of columns per program, pipeline stages
-PASS_A_BLOCK = DEFAULT_BLOCK
-PASS_A_WARPS = DEFAULT_WARPS
-PASS_A_CHUNKS = 1
+# pass A (pair_products) alone: block, warps, blocks of columns per program, pipeline stages.
+# 8 blocks of 256 per program: each program folds its 33 sums across warps once per 2048 columns
+# (0.418 ms per call vs 0.542 for one block of 1024)
+PASS_A_BLOCK = 256
+PASS_A_WARPS = 4
+PASS_A_CHUNKS = 8
 PASS_A_STAGES = 1
 _WIDTH = 64  # partial sums per program in pass A's table: 2 x 2m products + 5 dot products <= 64
 _WHAT = "the Pallas kernels"  # two passes, so the plan's reasons speak of kernels
