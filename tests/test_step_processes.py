@@ -1,6 +1,6 @@
 """Step files written by worker processes (``StepWriter(processes=k)``, ``--write-processes``):
 every trial/result file split over the workers by line ranges (positional writes at offsets
-passed down a ring of pipes), result_T files by groups; the same bytes as the writer in the
+summed from the lengths every worker sends every other), result_T files by groups; the same bytes as the writer in the
 caller at odd chunk lengths and with more workers than lines, a worker's error or death raised in
 the caller, no slot files left in /dev/shm, Ctrl-C leaving complete files that --resume extends.
 Synthetic records (no JAX run) except the last test: the writer only reads them."""
@@ -217,66 +217,84 @@ def test_ctrl_c_leaves_complete_files_that_resume_extends(tmp_path, monkeypatch)
     assert output_files(tmp_path) == output_files(reference)
 
 
-def test_a_worker_formats_the_next_chunk_while_its_offsets_wait(tmp_path):
-    """The worker loop run in a thread as worker 1 of 2, the ring driven by the test: both
-    chunks are formatted (its result_T file holds both) before any offset is given, then each
-    chunk's pieces land at the offsets given, and the ends passed on are offsets + lengths."""
+def test_a_worker_gets_its_offsets_from_every_earlier_worker_directly(tmp_path):
+    """The worker loop run in a thread as worker 2 of 3, the test plays workers 0 and 1 on their
+    links: the worker formats both chunks and sends its pieces' lengths to both before it is
+    given any (no chain: lengths do not wait for offsets); it does not write a chunk until the
+    lengths of BOTH earlier workers are in (worker 1's alone is not enough), then its pieces land
+    at the prefix sum of the lengths before them (the chunk's and every piece of the chunk before)."""
     import threading
     import time
     from multiprocessing import Pipe
 
-    n, chunks = 4, [3, 5]
+    n, chunks, W = 4, [3, 5], 3
     reference = _write(tmp_path / "ref", n, 1, chunks, 8, threads=0)
     out = tmp_path / "w"
     (out / "0").mkdir(parents=True)
-    header = reference["0/trial.txt"].split(b"\n", 1)[0] + b"\n"
-    for name in ("0/trial.txt", "0/result.txt"):
+    names = ("0/trial.txt", "0/result.txt")
+    headers = [reference[name].split(b"\n", 1)[0] + b"\n" for name in names]
+    for name, header in zip(names, headers):
         (out / name).write_bytes(header)
     t_files = [out / f"result_T{t}.txt" for t in range(n)]
     for t, path in enumerate(t_files):
         path.write_bytes(reference[f"result_T{t}.txt"].split(b"\n", 1)[0] + b"\n")
     parent_in, worker_out = Pipe(duplex=False)
     worker_in, parent_out = Pipe(duplex=False)
-    ring_in_r, ring_in_w = os.pipe()  # the test plays worker 0 (the worker before it)
-    ring_out_r, ring_out_w = os.pipe()
+    to_worker = {j: os.pipe() for j in (0, 1)}  # the links of workers 0 and 1 (played here) to worker 2
+    from_worker = {j: os.pipe() for j in (0, 1)}
     thread = threading.Thread(target=step_processes._worker, args=(worker_in, worker_out), daemon=True)
     thread.start()
-    procs = [out / "0" / "trial.txt", out / "0" / "result.txt"]
-    parent_out.send({"workers": 2, "index": 1, "ring": (ring_in_r, ring_out_w), "per": n, "n": n,
-                     "proc_files": procs, "base": [len(header)] * 2, "t_files": t_files, "t_own": t_files[2:],
+    a, b = plan_pieces(W, 1, n)[2][1]  # worker 2's result_T group
+    parent_out.send({"workers": W, "index": 2, "per": n, "n": n,
+                     "links_in": {j: to_worker[j][0] for j in (0, 1)},
+                     "links_out": {j: from_worker[j][1] for j in (0, 1)},
+                     "proc_files": [out / name for name in names], "base": [len(h) for h in headers],
+                     "t_files": t_files, "t_own": t_files[a:b],
                      "t_strings": [odatse_io.number(1.0 / b) for b in 1.0 / np.logspace(0, 2, n)],
                      "coordinates": None, "last_result": None})
-    first = 0
-    shares = []
+    ref_lines = [[ln + b"\n" for ln in reference[name].split(b"\n")[1:-1]] for name in names]
+    first, start = 0, 0
+    sizes = []  # sizes[c][j]: worker j's piece lengths (trial, result) of chunk c
     for c, (values, ints) in enumerate(_chunks(n, chunks)):
         vpath, ipath = tmp_path / f"v{c}", tmp_path / f"i{c}"
         np.memmap(vpath, np.float64, "w+", shape=values.shape)[:] = values
         np.memmap(ipath, np.int32, "w+", shape=ints.shape)[:] = ints
         parent_out.send((c, (str(vpath), values.shape), (str(ipath), ints.shape), first))
-        shares.append(plan_pieces(2, chunks[c] * n, n)[1][0])  # worker 1's lines of this chunk
+        sizes.append([[sum(len(ln) for ln in lines[start + q0:start + q1]) for lines in ref_lines]
+                      for (q0, q1), _ in plan_pieces(W, chunks[c] * n, n)])
         first += chunks[c]
+        start += chunks[c] * n
     deadline = time.monotonic() + 20  # generous: a loaded CI machine; the formatting takes ~ms
-    want_t = reference["result_T2.txt"]
-    while t_files[2].read_bytes() != want_t and time.monotonic() < deadline:
+    want_t = [reference[f"result_T{t}.txt"] for t in range(a, b)]
+    while [p.read_bytes() for p in t_files[a:b]] != want_t and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert t_files[2].read_bytes() == want_t  # both chunks formatted, no offset given yet
-    assert not parent_in.poll()  # and neither chunk answered: their pieces wait for the offsets
-    ref_lines = [ln + b"\n" for ln in reference["0/trial.txt"].split(b"\n")[1:-1]]
-    offset, expect, start = len(header), header, 0
-    for c, (q0, q1) in enumerate(shares):
-        pad = sum(len(ln) for ln in ref_lines[start:start + q0])  # what worker 0 would write before ours
-        offset += pad
-        os.write(ring_in_w, np.array([1, offset, offset], np.int64).tobytes())  # trial and result start
-        chunk, error, *_ = parent_in.recv()
-        assert (chunk, error) == (c, None)
-        mine = b"".join(ref_lines[start + q0:start + q1])
-        ends = np.frombuffer(step_processes._read_exact(ring_out_r, 24), np.int64)
-        assert ends[0] == 1 and ends[1] == offset + len(mine)  # offsets + the piece's length passed on
-        expect += b"\0" * pad + mine  # worker 0's lines left as holes here
-        offset, start = int(ends[1]), start + chunks[c] * n
+    assert [p.read_bytes() for p in t_files[a:b]] == want_t  # both chunks formatted, no length given yet
+    for j in (0, 1):  # both chunks' lengths sent to each earlier worker, before any offset is known
+        for c in (0, 1):
+            got = np.frombuffer(step_processes._read_exact(from_worker[j][0], 24), np.int64)
+            assert got.tolist() == [1, *sizes[c][2]], (j, c)
+    assert not parent_in.poll()  # neither chunk written: their offsets wait
+
+    def send(j: int, c: int) -> None:
+        os.write(to_worker[j][1], np.array([1, *sizes[c][j]], np.int64).tobytes())
+
+    send(1, 0)
+    assert not parent_in.poll(0.3)  # worker 1's lengths alone do not place chunk 0 (worker 0's missing)
+    send(0, 0)
+    assert parent_in.recv()[:2] == (0, None)
+    send(1, 1)
+    send(0, 1)
+    assert parent_in.recv()[:2] == (1, None)
     parent_out.send(None)
     thread.join(10)
     assert not thread.is_alive()
-    assert (out / "0" / "trial.txt").read_bytes() == expect
-    for fd in (ring_in_r, ring_in_w, ring_out_r, ring_out_w):
-        os.close(fd)
+    for i, name in enumerate(names):  # workers 0's and 1's pieces left as holes here
+        expect = headers[i]
+        for c in (0, 1):
+            expect += b"\0" * (sizes[c][0][i] + sizes[c][1][i])
+            at = len(expect)  # = the header + every piece before worker 2's of chunk c
+            expect += reference[name][at:at + sizes[c][2][i]]
+        assert (out / name).read_bytes() == expect, name
+    for j in (0, 1):  # the test's ends (the worker closed its own)
+        os.close(to_worker[j][1])
+        os.close(from_worker[j][0])

@@ -8,9 +8,12 @@ How the work is split (:func:`plan_pieces`): each of the ``W`` workers formats, 
 
 * line range ``w`` of ``W`` near-equal ranges of every ``trial.txt`` and ``result.txt`` (the
   lines of a chunk, step by step and walker by walker), written with ``os.pwrite`` at its offset
-  in the file; the offsets come down a ring of pipes: worker ``w`` learns where its pieces start
-  from worker ``w - 1`` (who adds its pieces' byte lengths to its own start), worker 0 from the
-  last worker's end of the chunk before;
+  in the file.  The offsets are prefix sums of the pieces' byte lengths, which each worker sends
+  to every other worker as soon as it has formatted its pieces (a pipe per ordered pair of
+  workers, one message a chunk): worker ``w`` writes once it has the lengths of the chunk's
+  pieces of workers ``0 .. w-1`` and of every piece of the chunks before, one hop from each.
+  (Until 2026-11-22 the offsets came down a ring, worker ``w`` from worker ``w - 1`` after it
+  had them itself: a chain of ``W`` hand-overs and wake-ups per chunk.);
 * temperature group ``w`` of ``W`` near-equal groups of the ``result_T<t>.txt`` files, which it
   owns and appends to (a result_T file gets only ``m`` lines a chunk: splitting them by steps
   would cost ``W`` writes per file).
@@ -30,8 +33,9 @@ run`` sets up the writer before the JAX compilation), so their start-up (~0.3-0.
 numpy, polars) overlaps the compilation.  They talk over their stdin/stdout with pickled
 messages, run in their own session and ignore Ctrl-C (the parent lets them finish the chunks
 handed over, so the files stay complete), and end when the parent closes their pipe or dies.  A
-worker's error is sent back and raised by the parent's next ``on_steps``/``flush``; the workers
-after it in the ring then skip that chunk's positional writes and every later chunk (the files
+worker's error is sent back and raised by the parent's next ``on_steps``/``flush``; a failed
+chunk's lengths go out as "failed", and every piece after it (the workers after it in that chunk,
+everyone in later chunks) is skipped, as when a worker ends (its links read EOF) (the files
 stop at the last complete chunk, which the last checkpoint does not pass: the driver checkpoints
 only after a successful flush, and ``--resume`` cuts the files back to the checkpoint).
 """
@@ -68,12 +72,29 @@ def _usable_cpus() -> int:
 def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
     """Worker processes for ``--write-processes auto``: 0 (the threaded writer) below
     :data:`AUTO_MIN_CORES` usable CPUs or :data:`AUTO_MIN_REPLICA_STEPS` replica-steps of step
-    files, or off POSIX systems (the ring of pipes is passed with ``pass_fds``), else one per
+    files, or off POSIX systems (the workers' links are pipes passed with ``pass_fds``), else one per
     CPU less two (the sampling and the parent's copying), at most 16."""
     cpus = _usable_cpus() if cpus is None else int(cpus)
     if os.name != "posix" or cpus < AUTO_MIN_CORES or replica_steps < AUTO_MIN_REPLICA_STEPS:
         return 0
     return min(16, cpus - 2)
+
+
+def _enough_descriptors(needed: int) -> None:
+    """Raise the soft limit of open files if the workers' links need more (W (W - 1) pipes are
+    open in the parent while the workers start); a ValueError if the hard limit is too low."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: no limit to raise here
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = needed + 256  # the pipes + what the process has open besides
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return
+    if hard != resource.RLIM_INFINITY and hard < want:
+        raise ValueError(f"writer processes: their links need ~{want} open files, the limit is {hard}; "
+                         "use fewer writer processes (--write-processes)")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 def _split(total: int, parts: int) -> list[tuple[int, int]]:
@@ -115,12 +136,15 @@ def _pwrite_all(fd: int, data: Any, offset: int) -> None:
 
 def _worker(inbox: Any, outbox: Any) -> None:
     """One writer process: reads its spec, then formats and writes its share of each chunk it is
-    sent, in order; answers ``(chunk, error or None, busy seconds, ring-wait seconds, skipped)``
+    sent, in order; answers ``(chunk, error or None, busy seconds, offset-wait seconds, skipped)``
     per chunk; ends on ``None`` or when the pipe closes.
 
-    A chunk is formatted as soon as it arrives, even while the chunk before still waits for its
-    offsets down the ring (its pieces kept until they come): the wait for the workers before it
-    overlaps this worker's own formatting instead of adding to it."""
+    A chunk is formatted as soon as it arrives, and its pieces' byte lengths are sent at once to
+    every other worker (one message per chunk on each of its links): the lengths do not depend
+    on the offsets, so no worker waits for another to have WRITTEN anything.  Its pieces are
+    written once the lengths of every piece before them are in: the chunk's pieces of the
+    workers before it and every piece of the chunks before (one hop from each worker, not a
+    chain through all of them)."""
     import importlib.util
     import select
     from collections import deque
@@ -136,134 +160,187 @@ def _worker(inbox: Any, outbox: Any) -> None:
     except EOFError:
         return
     W, w, per, n = spec["workers"], spec["index"], spec["per"], spec["n"]
-    ring_in, ring_out = spec["ring"]
+    links_in: dict[int, int] = dict(spec["links_in"])  # worker j -> the read end of j's link to us
+    links_out: dict[int, int] = dict(spec["links_out"])  # worker j -> the write end of our link to j
     t_series = pl.Series(spec["t_strings"], dtype=pl.String)
     coordinates = spec["coordinates"]
     proc_files = spec["proc_files"]  # [trial of process 0, result of process 0, trial of 1, ...]
+    F = len(proc_files)
     flags = getattr(os, "O_BINARY", 0)
     proc_fds = [os.open(path, os.O_WRONLY | flags) for path in proc_files]  # positional writes
     t_fds = {path: os.open(path, os.O_WRONLY | os.O_APPEND | flags) for path in spec["t_own"]}
     # what the formatting carries from chunk to chunk: each replica's last result (None: step 0)
     carry: dict[str, Any] = {"last_result": spec["last_result"], "failed": False}
-    # what the writing carries: where the next chunk starts in each proc file, and whether a piece
-    # before ours failed (positions unknown from here on)
-    ring: dict[str, Any] = {"base": np.asarray(spec["base"], np.int64), "first_chunk": True, "broken": False}
+    # the pieces' lengths: heard[j][chunk] from worker j (None: its chunk failed), ours in heard[w]
+    heard: dict[int, dict[int, np.ndarray | None]] = {j: {} for j in range(W)}
+    count = dict.fromkeys(links_in, 0)  # messages read from each link (the chunk of the next one)
+    alive = dict(links_in)  # links not at their end (a worker that ended: EOF)
+    # where chunk ``at`` starts in each proc file (every piece of the chunks before added up)
+    offs: dict[str, Any] = {"base": np.asarray(spec["base"], np.int64), "at": 0, "broken": None}
+
+    def hear(j: int) -> None:
+        """One message from worker ``j``'s link (``[ok, F lengths]``), or its end."""
+        try:
+            got = np.frombuffer(_read_exact(alive[j], 8 * (1 + F)), np.int64)
+        except EOFError:
+            del alive[j]
+            return
+        heard[j][count[j]] = got[1:].copy() if got[0] else None
+        count[j] += 1
+
+    def listen(timeout: float | None) -> None:
+        """Read every message already there (``timeout`` 0), or wait up to ``timeout`` for one."""
+        fds = {fd: j for j, fd in alive.items()}
+        if not fds:
+            return
+        for fd in select.select(list(fds), [], [], timeout)[0]:
+            hear(fds[fd])
+
+    def lengths(j: int, chunk: int) -> tuple[str, np.ndarray | None]:
+        """``("ok", lengths)``, ``("failed", None)``, ``("gone", None)`` (worker j ended before
+        sending them) or ``("later", None)`` (not here yet)."""
+        if chunk in heard[j]:
+            got = heard[j][chunk]
+            return ("ok", got) if got is not None else ("failed", None)
+        return ("later", None) if j == w or j in alive else ("gone", None)
+
+    def offsets_of(chunk: int) -> tuple[bool, np.ndarray | None]:
+        """``(ready, offsets)`` of our pieces of ``chunk``: ready once every length before them
+        is known; offsets None when a piece before ours failed or its worker ended (then
+        ``offs["broken"]`` says which)."""
+        if offs["broken"] is not None:
+            return True, None
+        while offs["at"] < chunk:  # every piece of the chunks before: the chunk's start
+            got = [lengths(j, offs["at"]) for j in range(W)]
+            if any(state == "later" for state, _ in got):
+                return False, None
+            if any(state != "ok" for state, _ in got):
+                offs["broken"] = "gone" if any(state == "gone" for state, _ in got) else "failed"
+                return True, None
+            offs["base"] = offs["base"] + np.sum([size for _, size in got], axis=0, dtype=np.int64)
+            for j in range(W):
+                heard[j].pop(offs["at"], None)
+            offs["at"] += 1
+        got = [lengths(j, chunk) for j in range(w)]  # the pieces of this chunk before ours
+        if any(state == "later" for state, _ in got):
+            return False, None
+        if any(state != "ok" for state, _ in got):
+            offs["broken"] = "gone" if any(state == "gone" for state, _ in got) else "failed"
+            return True, None
+        return True, offs["base"] + np.sum([size for _, size in got] or [np.zeros(F, np.int64)], axis=0, dtype=np.int64)
 
     def format_chunk(msg: Any) -> tuple[int, list[bytes], BaseException | None, float]:
-        """Format (and append the result_T group of) one chunk: ``(chunk, trial/result pieces,
-        error, busy seconds)``."""
+        """Format (and append the result_T group of) one chunk, send its pieces' lengths to every
+        other worker: ``(chunk, trial/result pieces, error, busy seconds)``."""
         chunk, (vpath, vshape), (ipath, ishape), first = msg
         t0 = time.perf_counter()
         pieces: list[bytes] = []
         error: BaseException | None = None
-        if carry["failed"]:  # a chunk before failed here: this one's result rows are unknown (skipped
-            return chunk, pieces, error, 0.0  # when written: the ring is broken by then)
-        try:
-            values = np.memmap(vpath, np.float64, "r", shape=vshape)
-            ints = np.memmap(ipath, np.int32, "r", shape=ishape)
-            m = vshape[0]
-            steps = np.arange(first, first + m)
-            (q0, q1), (a, b) = plan_pieces(W, m * per, n)[w]
-            last_result = carry["last_result"]
-            src = formats._result_sources(ints, last_result is not None).reshape(-1)
+        if not carry["failed"]:  # else a chunk before failed here: this one's result rows are unknown
+            try:
+                values = np.memmap(vpath, np.float64, "r", shape=vshape)
+                ints = np.memmap(ipath, np.int32, "r", shape=ishape)
+                m = vshape[0]
+                steps = np.arange(first, first + m)
+                (q0, q1), (a, b) = plan_pieces(W, m * per, n)[w]
+                last_result = carry["last_result"]
+                src = formats._result_sources(ints, last_result is not None).reshape(-1)
 
-            def trial_of(flat: np.ndarray, values: Any = values, ints: Any = ints) -> np.ndarray:
-                return formats._gather_rows(values, ints, coordinates, None, flat + n)
+                def trial_of(flat: np.ndarray, values: Any = values, ints: Any = ints) -> np.ndarray:
+                    return formats._gather_rows(values, ints, coordinates, None, flat + n)
 
-            def result_of(flat: np.ndarray, values: Any = values, ints: Any = ints, src: Any = src,
-                          last: Any = last_result) -> np.ndarray:
-                return formats._gather_rows(values, ints, coordinates, last, src[flat])
+                def result_of(flat: np.ndarray, values: Any = values, ints: Any = ints, src: Any = src,
+                              last: Any = last_result) -> np.ndarray:
+                    return formats._gather_rows(values, ints, coordinates, last, src[flat])
 
-            # every trial and result piece of this worker in one polars call (~0.5 ms each)
-            parts = [(rows_of, p) for p in range(len(proc_files) // 2) for rows_of in (trial_of, result_of)]
-            pieces = formats._proc_lines_many(steps, ints, parts, per, t_series, q0, q1)
-            for path, data in formats._t_group_bytes(steps, ints, result_of, a, b, spec["t_files"]):
-                _write_all(t_fds[path], data)
-            carry["last_result"] = result_of(np.arange((m - 1) * n, m * n))
-            del values, ints, trial_of, result_of  # the maps close
-        except BaseException as err:  # noqa: BLE001 - every error goes back to the parent
-            error = err
-            carry["failed"] = True
+                # every trial and result piece of this worker in one polars call (~0.5 ms each)
+                parts = [(rows_of, p) for p in range(F // 2) for rows_of in (trial_of, result_of)]
+                pieces = formats._proc_lines_many(steps, ints, parts, per, t_series, q0, q1)
+                carry["last_result"] = result_of(np.arange((m - 1) * n, m * n))
+                # the lengths go out before the result_T group is written: the others wait for them
+                publish(chunk, pieces)
+                for path, data in formats._t_group_bytes(steps, ints, result_of, a, b, spec["t_files"]):
+                    _write_all(t_fds[path], data)
+                del values, ints, trial_of, result_of  # the maps close
+            except BaseException as err:  # noqa: BLE001 - every error goes back to the parent
+                error = err
+                carry["failed"] = True
+        # failed before its lengths went out (now or at a chunk before): the pieces after ours are
+        # skipped; failed after (the result_T group): our pieces are still written, the error answered
+        publish(chunk, None)
         return chunk, pieces, error, time.perf_counter() - t0
 
-    def needs_ring() -> bool:
-        """The next chunk's offsets come down the ring (else: from ``base``)."""
-        return W > 1 and not (w == 0 and ring["first_chunk"])
+    def publish(chunk: int, pieces: list[bytes] | None) -> None:
+        """Our pieces' lengths of ``chunk`` (None: failed) to every other worker."""
+        if chunk in heard[w]:
+            return
+        heard[w][chunk] = None if pieces is None else np.array([len(p) for p in pieces], np.int64)
+        ok = pieces is not None
+        message = np.concatenate([[int(ok)], heard[w][chunk] if ok else np.zeros(F, np.int64)]).astype(np.int64).tobytes()
+        for fd in links_out.values():
+            try:
+                _write_all(fd, message)
+            except OSError:  # that worker ended: the parent reports it
+                pass
 
     def write_chunk(chunk: int, pieces: list[bytes], error: BaseException | None, busy: float,
-                    waited: float = 0.0) -> None:
-        """Write a formatted chunk's pieces at their offsets (from the worker before us in the
-        ring; worker 0: from the last worker's end of the chunk before, or the files' sizes at
-        the first chunk), pass on where the next pieces start, answer the parent.  ``waited``:
-        seconds already spent waiting for the offsets (in the caller's select)."""
+                    offsets: np.ndarray | None, wait: float) -> None:
+        """Write a formatted chunk's pieces at ``offsets`` (None: a piece before ours failed or its
+        worker ended: skipped), answer the parent.  ``wait``: seconds spent waiting for the
+        offsets."""
         t1 = time.perf_counter()
-        wait = waited
         skipped = False
         try:
-            if not needs_ring():
-                offsets = None if ring["broken"] else ring["base"]
-            else:
-                got = np.frombuffer(_read_exact(ring_in, 8 * (1 + len(proc_files))), np.int64)
-                offsets = got[1:] if got[0] and not ring["broken"] else None
-                wait += time.perf_counter() - t1
-            if offsets is None or error is not None:
-                ring["broken"] = True
-            lengths = np.array([len(piece) for piece in pieces] if pieces else [0] * len(proc_files), np.int64)
-            ends = offsets + lengths if not ring["broken"] else np.zeros(len(proc_files), np.int64)
-            if W > 1:  # pass on where the next pieces start (ring_out of the last worker: worker 0)
-                _write_all(ring_out, np.concatenate([[0 if ring["broken"] else 1], ends]).astype(np.int64).tobytes())
-            if ring["broken"]:
-                skipped = error is None
-                if skipped:
+            if offsets is None and error is None:
+                if offs["broken"] == "gone":
+                    error = RuntimeError(f"step-file writer process {w}: a writer process before it ended")
+                else:
+                    skipped = True
                     error = RuntimeError("step-file writer process skipped: a piece before its own failed")
-            else:
+            elif offsets is not None and heard[w].get(chunk) is not None:
                 for fd, piece, offset in zip(proc_fds, pieces, offsets.tolist()):
                     if piece:
                         _pwrite_all(fd, piece, offset)
-                ring["base"] = ends
-        except EOFError:  # the worker before us in the ring is gone
-            ring["broken"] = True
-            error = error or RuntimeError(f"step-file writer process {w}: the writer before it in the ring ended")
         except BaseException as err:  # noqa: BLE001
-            ring["broken"] = True
             error = error or err
-        ring["first_chunk"] = False
-        busy += time.perf_counter() - t1 - (wait - waited)  # formatting and writing; the ring wait apart
+        busy += time.perf_counter() - t1  # formatting and writing; the wait for the offsets apart
         try:
             outbox.send((chunk, error, busy, wait, skipped))
         except Exception:  # noqa: BLE001 - an error that does not pickle goes back as text
             outbox.send((chunk, RuntimeError(f"step-file writer process: {error!r}"), busy, wait, skipped))
 
     waiting: deque[tuple[int, list[bytes], BaseException | None, float]] = deque()  # formatted, not yet written
+    waited = 0.0  # seconds spent waiting for the offsets of waiting[0]
     inbox_open = True
     try:
         while inbox_open or waiting:
-            if waiting and not needs_ring():
-                write_chunk(*waiting.popleft())
+            listen(0)  # the lengths already there
+            if waiting:
+                ready, offsets = offsets_of(waiting[0][0])
+                if ready:
+                    write_chunk(*waiting.popleft(), offsets, waited)
+                    waited = 0.0
+                    continue
+            if inbox_open and (not waiting or inbox.poll()):
+                try:
+                    msg = inbox.recv()
+                except EOFError:  # the parent is gone: the chunks formatted are still written
+                    msg = None
+                if msg is None:
+                    inbox_open = False
+                else:
+                    waiting.append(format_chunk(msg))
                 continue
-            if waiting and select.select([ring_in], [], [], 0)[0]:  # its offsets are there
-                write_chunk(*waiting.popleft())
-                continue
-            if not inbox_open:  # only the ring left to wait for
-                write_chunk(*waiting.popleft())
-                continue
-            if waiting and not inbox.poll():  # nothing to format: wait for the ring or a chunk
-                t1 = time.perf_counter()
-                ready = select.select([ring_in, inbox.fileno()], [], [])[0]
-                if ring_in in ready:  # the select's wait was the ring wait
-                    write_chunk(*waiting.popleft(), waited=time.perf_counter() - t1)
-                continue
-            try:
-                msg = inbox.recv()
-            except EOFError:  # the parent is gone: the chunks formatted are still written
-                inbox_open = False
-                continue
-            if msg is None:
-                inbox_open = False
-                continue
-            waiting.append(format_chunk(msg))
+            # a chunk waits for lengths and nothing else is there: wait for a link or the parent
+            t1 = time.perf_counter()
+            fds = {fd: j for j, fd in alive.items()}
+            ready_fds = select.select([*fds, *([inbox.fileno()] if inbox_open else [])], [], [])[0]
+            for fd in ready_fds:
+                if fd in fds:
+                    hear(fds[fd])
+            waited += time.perf_counter() - t1
     finally:
-        for fd in [*proc_fds, *t_fds.values()]:
+        for fd in [*proc_fds, *t_fds.values(), *links_in.values(), *links_out.values()]:
             os.close(fd)
 
 
@@ -290,9 +367,11 @@ class ProcessWriter:
         self._dir: str | None = None
         self._slots: list[tuple[Path, Path]] = []  # (values file, ints file) per slot, made at the first chunk
         self._maps: list[tuple[np.memmap, np.memmap]] = []
-        # the ring: pipe k carries worker k's ends of the pieces to worker k + 1 (the last: to 0)
-        pipes = [os.pipe() for _ in range(W)] if W > 1 else []
-        self._ring = [(pipes[(k - 1) % W][0], pipes[k][1]) if pipes else (-1, -1) for k in range(W)]
+        # the links: pipe (j, k) carries worker j's pieces' lengths to worker k, one message a chunk
+        _enough_descriptors(2 * W * (W - 1))
+        links = {(j, k): os.pipe() for j in range(W) for k in range(W) if j != k}
+        self._links = [({j: links[j, k][0] for j in range(W) if j != k},  # (read ends, write ends) of worker k
+                        {j: links[k, j][1] for j in range(W) if j != k}) for k in range(W)]
         try:
             # one polars thread per worker (unless POLARS_MAX_THREADS says otherwise): the workers
             # are the parallelism; W workers x one pool of all CPUs each oversubscribed the CPUs
@@ -300,7 +379,7 @@ class ProcessWriter:
             for k in range(W):
                 proc = subprocess.Popen(
                     [sys.executable, "-u", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    pass_fds=self._ring[k] if pipes else (), env=env,
+                    pass_fds=[*self._links[k][0].values(), *self._links[k][1].values()], env=env,
                     start_new_session=True)  # Ctrl-C in the terminal does not reach it
                 to_worker = Connection(os.dup(proc.stdin.fileno()), readable=False)
                 from_worker = Connection(os.dup(proc.stdout.fileno()), writable=False)
@@ -312,7 +391,7 @@ class ProcessWriter:
             self._stop()
             raise
         finally:
-            for r, wr in pipes:  # the workers hold them now: a worker's death is EOF for the next one
+            for r, wr in links.values():  # the workers hold them now: a worker's death is EOF for the others
                 os.close(r)
                 os.close(wr)
         self._slot_shape: tuple[tuple[int, ...], tuple[int, ...]] | None = None
@@ -322,7 +401,7 @@ class ProcessWriter:
         self._next_chunk = 0
         self._raised = False  # an error was raised: later "skipped" answers say nothing new
         self.busy = [0.0] * W  # each worker's formatting and writing seconds
-        self.ring_wait = [0.0] * W  # each worker's wait for the worker before it in the ring
+        self.ring_wait = [0.0] * W  # each worker's wait for the lengths of the pieces before its own
 
     def start(self, nprocs: int, per: int, proc_files: dict[str, list[Path]], t_files: list[Path],
               t_strings: list[str], coordinates: np.ndarray | None, last_result: np.ndarray | None) -> None:
@@ -334,7 +413,8 @@ class ProcessWriter:
         base = [os.path.getsize(path) for path in ordered]
         for k, (to_worker, _) in enumerate(self._conns):
             a, b = plan_pieces(self.workers, 1, n)[k][1]  # the result_T group does not depend on the chunk
-            spec = {"workers": self.workers, "index": k, "ring": self._ring[k], "per": per, "n": n,
+            spec = {"workers": self.workers, "index": k, "links_in": self._links[k][0],
+                    "links_out": self._links[k][1], "per": per, "n": n,
                     "proc_files": ordered, "base": base, "t_files": t_files, "t_own": t_files[a:b],
                     "t_strings": t_strings, "coordinates": coordinates, "last_result": last_result}
             to_worker.send(spec)
