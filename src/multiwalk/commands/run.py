@@ -474,10 +474,13 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
 
         processes = default_write_processes(R * setup.numsteps) if args.write_threads is None else 0
     if record and (args.write_threads != 0 or processes):
-        # chunks of at most ~1/K of the run (K = --write-chunks, default 16): each chunk's files are
-        # written while the next one is sampled, so only the last chunk's writing is not hidden;
-        # fewer chunks, fewer of each writer's fixed per-chunk costs (the same on every process)
-        piece = max(16, -(-setup.numsteps // (args.write_chunks or 16)))
+        # chunks of at most ~1/K of the run (K = --write-chunks, default 8 with writer processes, 16
+        # with threads): each chunk's files are written while the next one is sampled, so only the
+        # last chunk's writing is not hidden; fewer chunks, fewer of each writer's fixed per-chunk
+        # costs (the same on every process)
+        from ..io.step_processes import DEFAULT_WRITE_CHUNKS
+
+        piece = max(16, -(-setup.numsteps // (args.write_chunks or (DEFAULT_WRITE_CHUNKS if processes else 16))))
         max_chunk = min(max_chunk or piece, piece)
     if thermalization is None:
         thermalization = int(0.1 * setup.numsteps)
@@ -702,12 +705,13 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--write-processes", type=_processes_option, default="auto", metavar="N|auto",
                    help="exchange: worker processes that format and write the step files while the next steps are "
                         "sampled, each a share of every file (0: threads, see --write-threads). Default auto: "
-                        f"processes (one per CPU less two, at most 16) when {AUTO_MIN_CORES} or more CPUs are usable "
+                        f"processes (5/8 of the CPUs, at most 16) when {AUTO_MIN_CORES} or more CPUs are usable "
                         f"and the run has {AUTO_MIN_REPLICA_STEPS:,} or more replica-steps, and --write-threads is "
                         "not given; threads otherwise (on a 16-core host the processes were 1.5-1.9x faster than the "
                         "threads, on 2 cores no faster: docs/benchmarks.md). The files are the same")
     p.add_argument("--write-chunks", type=int, default=None, metavar="K",
-                   help="exchange: write the step files in about K pieces of the run (default 16), each while the "
+                   help="exchange: write the step files in about K pieces of the run (default 8 with writer "
+                        "processes, 16 with threads), each while the "
                         "next is sampled (the last one's writing is not hidden; each piece costs every writer a "
                         "fixed ~2-3 ms); the files are the same")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision (default float64)")

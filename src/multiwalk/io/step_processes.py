@@ -50,7 +50,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ProcessWriter", "plan_pieces", "default_write_processes", "AUTO_MIN_CORES", "AUTO_MIN_REPLICA_STEPS"]
+__all__ = ["ProcessWriter", "plan_pieces", "default_write_processes", "AUTO_MIN_CORES", "AUTO_MIN_REPLICA_STEPS",
+           "DEFAULT_WRITE_CHUNKS"]
 
 SLOTS = 3  # chunks in shared memory: two waiting for the workers (as the threaded writer) + the one being copied
 DISPATCH_LINES_PER_WORKER = 2048  # short chunks are sent together until each worker gets this many trial lines
@@ -60,6 +61,10 @@ DISPATCH_LINES_PER_WORKER = 2048  # short chunks are sent together until each wo
 # start-up and per-chunk overheads (docs/benchmarks.md, ODAT-SE section, has the measurements)
 AUTO_MIN_CORES = 8
 AUTO_MIN_REPLICA_STEPS = 200_000
+# the step files in about this many pieces of the run when worker processes write them (``multiwalk
+# run --write-chunks``' default with processes; 16 with threads): each piece costs every worker a
+# few fixed ms; 8 was faster than 16 at both sizes measured (same run as the processes' count)
+DEFAULT_WRITE_CHUNKS = 8
 
 
 def _usable_cpus() -> int:
@@ -72,12 +77,15 @@ def _usable_cpus() -> int:
 def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
     """Worker processes for ``--write-processes auto``: 0 (the threaded writer) below
     :data:`AUTO_MIN_CORES` usable CPUs or :data:`AUTO_MIN_REPLICA_STEPS` replica-steps of step
-    files, or off POSIX systems (the workers' links are pipes passed with ``pass_fds``), else one per
-    CPU less two (the sampling and the parent's copying), at most 16."""
+    files, or off POSIX systems (the workers' links are pipes passed with ``pass_fds``), else 5/8
+    of the CPUs, at most 16: the rest for the sampling (XLA's threads) and the parent's copying.
+    Chosen on a 16-core host (docs/benchmarks.md, ODAT-SE section, 2026-11-22 21:02 UTC, median of
+    3 runs at 256 x 2000 and 1024 x 500): 10 processes were faster than 14 and 12 at both sizes;
+    other core counts were not measured."""
     cpus = _usable_cpus() if cpus is None else int(cpus)
     if os.name != "posix" or cpus < AUTO_MIN_CORES or replica_steps < AUTO_MIN_REPLICA_STEPS:
         return 0
-    return min(16, cpus - 2)
+    return min(16, (5 * cpus) // 8)
 
 
 def _enough_descriptors(needed: int) -> None:
