@@ -30,7 +30,9 @@ import jax.numpy as jnp
 
 from ..kernels import KernelPlan, backend, compiler_params
 
-__all__ = ["along_plan", "rosenbrock_along", "rosenbrock_along_kernel", "extended_rosenbrock_xla"]
+__all__ = [
+    "along_plan", "rosenbrock_along", "rosenbrock_along_into", "rosenbrock_along_kernel", "extended_rosenbrock_xla",
+]
 
 ROWS = 512  # pairs per program (1024 coordinates; a power of two, as Triton needs)
 WARPS = 4
@@ -38,9 +40,14 @@ _WIDTH = 16  # partial sums per program: lane 0 f, lane 1 g'd (Triton stores a p
 
 
 def rosenbrock_along_kernel(
-    x: jax.Array, d: jax.Array, stp: jax.Array, *, rows: int = ROWS, num_warps: int = WARPS, interpret: bool = False
+    x: jax.Array, d: jax.Array, stp: jax.Array, *, rows: int = ROWS, num_warps: int = WARPS, interpret: bool = False,
+    out: jax.Array | None = None, row: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``(f, g, g'd)`` of Extended Rosenbrock at ``x + stp d`` by the fused kernel; ``x, d`` (n,), n even."""
+    """``(f, g, g'd)`` of Extended Rosenbrock at ``x + stp d`` by the fused kernel; ``x, d`` (n,), n even.
+
+    ``out`` (R, n) and ``row`` (int scalar): g is written into ``out[row]`` in place (aliased) and
+    ``out`` is returned in g's place, its other rows untouched (L-BFGS keeps the previous gradient
+    there, so the new one needs no copy into the loop's buffer)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 
@@ -53,7 +60,19 @@ def rosenbrock_along_kernel(
     def load(ref, mask):  # noqa: ANN001, ANN202
         return plgpu.load(ref) if mask is None else plgpu.load(ref, mask=mask, other=0.0)
 
-    def body(stp_ref, x_ref, d_ref, g_ref, out_ref):  # noqa: ANN001
+    into = out is not None
+
+    def body(stp_ref, *refs):  # noqa: ANN001
+        if into:
+            row_ref, x_ref, d_ref, _, g_rows, out_ref = refs
+
+            def g_at(blk):  # noqa: ANN001, ANN202 - the gradient's row of out (one indexer for Triton)
+                return g_rows.at[(row_ref[0], *blk)]
+        else:
+            x_ref, d_ref, g_ref, out_ref = refs
+
+            def g_at(blk):  # noqa: ANN001, ANN202
+                return g_ref.at[blk]
         pid = pl.program_id(0)
         r0 = pid * rows
         block = (pl.ds(r0, rows), pl.ds(jnp.int32(0), 2))  # int32 indices also under jax_enable_x64
@@ -73,9 +92,9 @@ def rosenbrock_along_kernel(
         g2 = 200.0 * t
         gv = jnp.where(col == 0, jnp.broadcast_to(g1[:, None], (rows, 2)), jnp.broadcast_to(g2[:, None], (rows, 2)))
         if inside is None:
-            plgpu.store(g_ref.at[block], gv)
+            plgpu.store(g_at(block), gv)
         else:
-            plgpu.store(g_ref.at[block], gv, mask=inside)
+            plgpu.store(g_at(block), gv, mask=inside)
         terms = 100.0 * t * t + u * u
         if inside_rows is not None:  # a row past the end loaded zeros: its term would be 1, not 0
             terms = jnp.where(inside_rows, terms, 0.0)
@@ -84,10 +103,19 @@ def rosenbrock_along_kernel(
         out = jnp.where(lane == 1, jnp.sum(gv * dv), out)
         out_ref[pid, :] = out
 
+    params = compiler_params(num_warps, interpret)
+    table = jax.ShapeDtypeStruct((programs, _WIDTH), dt)
+    if into:
+        target = jnp.reshape(jnp.asarray(row, jnp.int32), (1,))
+        g3d, partial = pl.pallas_call(
+            body, out_shape=(jax.ShapeDtypeStruct((out.shape[0], pairs, 2), dt), table), grid=(programs,),
+            interpret=interpret, input_output_aliases={4: 0}, name="rosenbrock_along_into", **params,
+        )(stp, target, x.reshape(pairs, 2), d.reshape(pairs, 2), out.reshape(out.shape[0], pairs, 2))
+        total = jnp.sum(partial, axis=0)
+        return total[0], g3d.reshape(out.shape), total[1]
     g2d, partial = pl.pallas_call(
-        body,
-        out_shape=(jax.ShapeDtypeStruct((pairs, 2), dt), jax.ShapeDtypeStruct((programs, _WIDTH), dt)),
-        grid=(programs,), interpret=interpret, name="rosenbrock_along", **compiler_params(num_warps, interpret),
+        body, out_shape=(jax.ShapeDtypeStruct((pairs, 2), dt), table),
+        grid=(programs,), interpret=interpret, name="rosenbrock_along", **params,
     )(stp, x.reshape(pairs, 2), d.reshape(pairs, 2))
     total = jnp.sum(partial, axis=0)
     return total[0], g2d.reshape(n), total[1]
@@ -123,7 +151,23 @@ def rosenbrock_along(x: jax.Array, d: jax.Array, stp: jax.Array) -> tuple[jax.Ar
     return f, g, g @ d
 
 
+def rosenbrock_along_into(
+    x: jax.Array, d: jax.Array, stp: jax.Array, out: jax.Array, row: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:func:`rosenbrock_along` with g written into row ``row`` of ``out`` (R, n) in place:
+    ``(f, out, g'd)``.  LBFGS keeps its gradients in two rows (the iterate's and the trial's) and
+    evaluates into the trial's row, so no pass copies g into the loop's buffer (n values per
+    iteration).  Off GPUs XLA updates the row in place (a dynamic-update-slice)."""
+    from .cute import extended_rosenbrock_value_and_grad
+
+    if along_plan(x.shape[0], x.dtype).use_pallas:
+        return rosenbrock_along_kernel(x, d, stp, out=out, row=row)
+    f, g = extended_rosenbrock_value_and_grad(x + stp * d)
+    return f, jax.lax.dynamic_update_index_in_dim(out, g, row, 0), g @ d
+
+
 rosenbrock_along.plan = along_plan  # type: ignore[attr-defined]  # LBFGS reports its reason
+rosenbrock_along.into = rosenbrock_along_into  # type: ignore[attr-defined]  # g into a row of LBFGS's buffer
 
 
 def extended_rosenbrock_xla(x: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -42,7 +42,7 @@ import enum
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -349,10 +349,15 @@ def trial_point(st: LBFGSState) -> jax.Array:
 
 def finish_iteration(
     cfg: _Config, st: LBFGSState, ls: LineSearchState, xt: jax.Array, ft: jax.Array, gt: jax.Array,
-    dgt: jax.Array, h0: jax.Array, masked: bool,
+    dgt: jax.Array, h0: jax.Array, masked: bool, new_row: jax.Array | None = None,
 ) -> LBFGSState:
     """End the iteration whose line search ``ls`` is done; ``xt, ft, gt`` is its last evaluation
     (``xt`` None on the one-device fused path: pass A forms ``x + stp d`` itself).
+
+    ``new_row`` (one-device fused path, :meth:`LBFGS.run_chunk`): ``gt`` is the (2, n) buffer of
+    both gradients, the new one in row ``new_row``, the previous one in the other (``st.g`` is
+    then unused); the returned state's ``g`` is ``st.g`` and the caller's buffer holds the new
+    gradient, which no pass copies.
 
     On most unusual endings MCSRCH evaluates its best step last, so x is the best point found;
     as in Nocedal's lbfgs.f, a search cut short by ``maxfev=1`` or by ``stpmin`` can leave x at a
@@ -366,9 +371,13 @@ def finish_iteration(
     ok = ls.info == 1
     stp = ls.stp
     s = stp * st.d  # lbfgs.f: S = STP * D, Y = G_new - G_old
-    y = gt - st.g
+    rows = new_row is not None  # gt: both gradients in one (2, n) buffer (the fused one-device loop)
+    y = None if rows else gt - st.g
     slot = st.head
     fused = cfg.pallas and not masked and cfg.diag_fn is None and not cfg.use_h0
+    if rows and not (fused and cfg.mesh is None):
+        raise ValueError("finish_iteration: new_row is for the fused passes on one device only")
+    rows_a = {"new": new_row} if rows else {}
     tuning = {"block": cfg.block, "num_warps": cfg.warps, "interpret": cfg.interpret}
     tuning_a = {
         "block": cfg.a_block or cfg.block, "num_warps": cfg.a_warps or cfg.warps, "interpret": cfg.interpret,
@@ -381,7 +390,7 @@ def finish_iteration(
         sy, yy, yg, gg, xx = (dots[i] for i in range(5))
     elif fused:  # pass A: one sweep over P and the vectors (lbfgs_kernel); xt None: formed in the kernel
         g_prods, y_prods, dots, xt = lbfgs_kernel.pair_products(
-            st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, **tuning_a
+            st.P, gt, gt if rows else st.g, st.d, xt, stp, slot, st.count, st.x, **tuning_a, **rows_a
         )
         sy, yy, yg, gg, xx = (dots[i] for i in range(5))
     else:
@@ -402,7 +411,7 @@ def finish_iteration(
     b = g_prods[m:].at[slot].set(yg)
     xnorm = jnp.sqrt(xx)
     new = st._replace(
-        x=xt, f=ft, g=gt,
+        x=xt, f=ft, g=st.g if rows else gt,
         SY=jnp.where(store, SY, st.SY), YY=jnp.where(store, YY, st.YY), a=jnp.where(store, a, st.a),
         b=jnp.where(store, b, st.b), gamma=jnp.where(store, sy / yy, st.gamma).astype(dt), gg=gg,
         head=jnp.where(store, (slot + 1) % m, slot).astype(jnp.int32),
@@ -416,6 +425,11 @@ def finish_iteration(
             d, P, gt = lbfgs_kernel.direction_and_store_split(
                 cfg.mesh, st.P, w, new.gamma, stp, gt, st.g, st.d, slot, st.count, **tuning
             )
+        elif rows:  # the new gradient is already in the loop's buffer: pass B only reads it
+            d, P, _ = lbfgs_kernel.direction_and_store(
+                st.P, w, new.gamma, stp, gt, gt, st.d, slot, st.count, new=new_row, **tuning
+            )
+            gt = st.g
         else:
             d, P, gt = lbfgs_kernel.direction_and_store(st.P, w, new.gamma, stp, gt, st.g, st.d, slot, st.count, **tuning)
         new = new._replace(g=gt)
@@ -545,13 +559,20 @@ def line_evaluation_reason(problem: Problem, plan: lbfgs_kernel.KernelPlan) -> s
 
 
 def iterate_packed(
-    cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array, along: Callable | None = None
-) -> LBFGSState:
+    cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array, along: Callable | None = None,
+    grads: jax.Array | None = None, new_row: jax.Array | None = None, into: Callable | None = None,
+) -> LBFGSState | tuple[LBFGSState, jax.Array]:
     """:func:`iterate` (one problem, unmasked) with the line search's state carried packed.
     ``along``: :func:`line_evaluation`'s one-pass evaluation, used where the trial point need not
-    be kept (one device, fused passes)."""
+    be kept (one device, fused passes).
+
+    ``grads`` (2, n), ``new_row``, ``into`` (:func:`line_evaluation_into`; one device, fused
+    passes): the previous gradient is row ``1 - new_row`` of ``grads`` (``st.g`` unused), the
+    evaluations write theirs into row ``new_row`` in place; returns ``(state, grads)``."""
     layout = _scalar_layout(st.ls)
     dt = st.x.dtype
+    if grads is not None:
+        return _iterate_rows(cfg, st, h0, grads, new_row, into, layout)
 
     # With the fused passes on one device, pass A forms the accepted trial point x + stp d again
     # from x and d (which it reads anyway), so the evaluations do not write theirs (n values each).
@@ -579,6 +600,53 @@ def iterate_packed(
     lf, li, xt, ft, gt, dgt = lax.while_loop(cond, body, evaluate(st.ls))
     ls = _unpack(layout, [None] * len(layout.float_index + layout.int_index), lf, li)
     return finish_iteration(cfg, st, ls, xt, ft, gt, dgt, h0, False)
+
+
+def _iterate_rows(
+    cfg: _Config, st: LBFGSState, h0: jax.Array, grads: jax.Array, new_row: jax.Array, into: Callable,
+    layout: _ScalarLayout,
+) -> tuple[LBFGSState, jax.Array]:
+    """:func:`iterate_packed` with both gradients in one (2, n) buffer: the line search's
+    evaluations write g into row ``new_row`` (aliased, in place), passes A and B read both rows,
+    and pass B no longer copies the new gradient into the loop's g buffer (n values per iteration)."""
+    dt = st.x.dtype
+    blank = [None] * len(layout.float_index + layout.int_index)
+
+    def evaluate(ls, grads):
+        ft, grads, dgt = into(st.x, st.d, ls.stp, grads, new_row)
+        ls, _, _, _ = line_search_update(ls, ft, dgt)
+        _, lf, li = _pack(layout, ls, dt)
+        return lf, li, ft, grads, dgt
+
+    def body(carry):
+        lf, li, _, grads, _ = carry
+        return evaluate(_unpack(layout, blank, lf, li), grads)
+
+    def cond(carry):
+        return ~_unpack(layout, blank, carry[0], carry[1]).done
+
+    lf, li, ft, grads, dgt = lax.while_loop(cond, body, evaluate(st.ls, grads))
+    ls = _unpack(layout, blank, lf, li)
+    return finish_iteration(cfg, st, ls, None, ft, grads, dgt, h0, False, new_row=new_row), grads
+
+
+def line_evaluation_into(problem: Problem) -> Callable | None:
+    """The user's one-pass evaluation writing g into a row of a buffer, ``into(x, d, stp, out, row)
+    -> (f, out, g'd)`` (an ``into`` attribute of ``value_and_grad.along``, e.g. cute's
+    :func:`~multiwalk.functions.cute_kernel.rosenbrock_along_into`); None where
+    :func:`line_evaluation` is None or the hook is missing."""
+    if line_evaluation(problem) is None:
+        return None
+    into = getattr(problem._user_vg.along, "into", None)
+    if into is None:
+        return None
+    dt = problem.dtype
+
+    def evaluate(x: jax.Array, d: jax.Array, stp: jax.Array, out: jax.Array, row: jax.Array):  # noqa: ANN202
+        f, out, gd = into(x, d, stp, out, row)
+        return jnp.asarray(f).astype(dt), out, jnp.asarray(gd).astype(dt)
+
+    return evaluate
 
 
 # --------------------------------------------------------------------------------------------------
@@ -663,6 +731,11 @@ class LBFGS(Solver):
     kernel_warps: int | None = None
 
     resumable_options = ("kernel", "kernel_block", "kernel_warps")  # how, not what: a resume may change them
+    # True: the fused one-device loop keeps both gradients in one (2, n) buffer when the line
+    # search evaluates through value_and_grad.along.into (run_chunk): n values fewer per iteration,
+    # 3 n more per chunk.  Opt-in (a subclass) until measured on a GPU (benchmarks/lbfgs_rows.py);
+    # False: pass B copies the new gradient into the loop's g buffer.
+    gradient_rows: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_kernel_option(self.kernel)
@@ -887,27 +960,42 @@ class LBFGS(Solver):
         cfg = self._config(problem.dtype, plan)
         vg = problem.value_and_grad_free
         along = line_evaluation(problem)
+        # Both gradients in one (2, n) buffer, the evaluations writing into the older one's row:
+        # no pass copies the new gradient (n values per iteration); costs 3 n values per chunk
+        # (the buffer filled from g here, g taken out after the loop).
+        into = line_evaluation_into(problem) if cfg.mesh is None and self.gradient_rows else None
         dt = state.starts.x.dtype
         one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), state.starts)
+        g0 = one.g
+        if into is not None:
+            one = one._replace(g=jnp.zeros((0,), dt))  # unused in the loop: the gradients live in grads
         layout = _scalar_layout(one)
         h = state.history
         table = jnp.stack([h.f[:, 0], h.gnorm[:, 0], h.stp[:, 0], h.nfev[:, 0].astype(dt)], axis=1)  # (rows, 4)
 
         def cond(carry):
-            i, _, _, ints, _ = carry
+            i, _, _, ints, _, _ = carry
             st = _unpack(layout, [None] * len(jax.tree.leaves(one)), jnp.zeros(len(layout.float_index), dt), ints)
             return (i < n) & (st.status == _RUNNING)
 
         def body(carry):
-            i, rest, floats, ints, table = carry
-            new = iterate_packed(cfg, vg, _unpack(layout, rest, floats, ints), state.h0, along)
+            i, rest, floats, ints, table, grads = carry
+            st = _unpack(layout, rest, floats, ints)
+            if into is None:
+                new = iterate_packed(cfg, vg, st, state.h0, along)
+            else:  # iteration i of the chunk: the gradient in row i % 2, the new one into the other
+                new, grads = iterate_packed(cfg, vg, st, state.h0, grads=grads, new_row=1 - i % 2, into=into)
             row = jnp.stack([new.f, new.gnorm, new.stp, new.nfev.astype(dt)])[None]
             table = lax.dynamic_update_slice(table, row, (new.iteration, jnp.zeros((), new.iteration.dtype)))
-            return (i + 1, *_pack(layout, new, dt), table)
+            return (i + 1, *_pack(layout, new, dt), table, grads)
 
-        carry = (jnp.zeros((), jnp.int32), *_pack(layout, one, dt), table)
-        n_run, rest, floats, ints, table = lax.while_loop(cond, body, carry)
-        starts = jax.tree.map(lambda a: lax.expand_dims(a, (0,)), _unpack(layout, rest, floats, ints))
+        grads = jnp.stack([g0, g0]) if into is not None else jnp.zeros((0,), dt)
+        carry = (jnp.zeros((), jnp.int32), *_pack(layout, one, dt), table, grads)
+        n_run, rest, floats, ints, table, grads = lax.while_loop(cond, body, carry)
+        final = _unpack(layout, rest, floats, ints)
+        if into is not None:  # the last gradient is in row n_run % 2
+            final = final._replace(g=lax.dynamic_index_in_dim(grads, n_run % 2, 0, keepdims=False))
+        starts = jax.tree.map(lambda a: lax.expand_dims(a, (0,)), final)
         hist = History(
             f=table[:, 0:1].astype(h.f.dtype), gnorm=table[:, 1:2].astype(h.gnorm.dtype),
             stp=table[:, 2:3].astype(h.stp.dtype), nfev=table[:, 3:4].astype(h.nfev.dtype),

@@ -113,6 +113,14 @@ def _inside(c0: jax.Array, block: int, n: int) -> jax.Array | None:
     return c0 + jax.lax.broadcasted_iota(jnp.int32, (block,), 0) < n
 
 
+def _gradient_views(gt_ref, g_ref, new):  # noqa: ANN001, ANN202
+    """``(gt_at, g_at)``: column views ``cols -> ref`` of the new and the previous gradient; with
+    ``new`` (a row index) both refs are the same (2, n) buffer, gt its row ``new``, g the other."""
+    if new is None:
+        return (lambda cols: gt_ref.at[cols]), (lambda cols: g_ref.at[cols])
+    return (lambda cols: gt_ref.at[new, cols]), (lambda cols: g_ref.at[1 - new, cols])
+
+
 def _and(inside: jax.Array | None, keep: jax.Array, block: int) -> jax.Array:
     return jnp.broadcast_to(keep, (block,)) if inside is None else inside & keep
 
@@ -120,7 +128,7 @@ def _and(inside: jax.Array | None, keep: jax.Array, block: int) -> jax.Array:
 def pair_products(
     P: jax.Array, gt: jax.Array, g: jax.Array, d: jax.Array, xt: jax.Array | None, stp: jax.Array,
     slot: jax.Array, count: jax.Array, x: jax.Array, *, block: int = DEFAULT_BLOCK, num_warps: int = DEFAULT_WARPS,
-    interpret: bool = False, chunks: int = PASS_A_CHUNKS, num_stages: int = 1,
+    interpret: bool = False, chunks: int = PASS_A_CHUNKS, num_stages: int = 1, new: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Pass A: ``(P gt, P y, [s'y, y'y, y'gt, gt'gt, xt'xt], x_new)`` with ``y = gt - g``, ``s = stp d``.
 
@@ -138,7 +146,11 @@ def pair_products(
     the products lane by lane, and folds its ``4m + 5`` sums across lanes once at the end (each
     fold is a cross-warp reduction through shared memory and a barrier; with ``chunks = 1`` a
     program folds ``4m + 5`` sums per ``block`` columns).  ``num_stages``: Triton's software
-    pipelining of that loop's loads (1: none)."""
+    pipelining of that loop's loads (1: none).
+
+    ``new`` (int scalar): ``gt`` and ``g`` are one (2, n) buffer of gradients, ``gt`` its row
+    ``new`` and ``g`` the other (the solver's loop evaluates into the row of the older gradient,
+    so the new one is never copied)."""
     from jax.experimental import pallas as pl
 
     two_m, n = P.shape
@@ -147,7 +159,8 @@ def pair_products(
     span = block * chunks  # columns per program
     programs = pl.cdiv(n, span)
     load, store = _loader(interpret)
-    ints = jnp.stack([slot, count]).astype(jnp.int32)
+    rows = new is not None  # gt, g: rows new and 1 - new of one (2, n) buffer
+    ints = jnp.stack([slot, count, new if rows else jnp.zeros((), jnp.int32)]).astype(jnp.int32)
     stp = jnp.reshape(stp, (1,)).astype(dt)
 
     recompute = xt is None
@@ -158,14 +171,15 @@ def pair_products(
         pid = pl.program_id(0)
         sl, cnt = ints_ref[0], ints_ref[1]
         stored = [_stored_row(r, m, sl, cnt) for r in range(two_m)]
+        gt_at, g_at = _gradient_views(gt_ref, g_ref, ints_ref[2] if rows else None)
 
         def sweep(k, acc):  # noqa: ANN001, ANN202 - one block of columns; acc: the products so far
             c0 = (pid * chunks + k) * block
             cols = pl.ds(c0, block)
             inside = _inside(c0, block, n) if chunks == 1 else (
                 None if n % span == 0 else c0 + jax.lax.broadcasted_iota(jnp.int32, (block,), 0) < n)
-            gtv = load(gt_ref.at[cols], mask=inside, other=0.0)
-            y = gtv - load(g_ref.at[cols], mask=inside, other=0.0)
+            gtv = load(gt_at(cols), mask=inside, other=0.0)
+            y = gtv - load(g_at(cols), mask=inside, other=0.0)
             s = stp_ref[0] * load(d_ref.at[cols], mask=inside, other=0.0)
             xv = load(x_ref.at[cols], mask=inside, other=0.0)
             if recompute:  # the trial point the line search accepted (trial_point's x + stp d)
@@ -206,7 +220,7 @@ def pair_products(
 def direction_and_store(
     P: jax.Array, w: jax.Array, gamma: jax.Array, stp: jax.Array, gt: jax.Array, g: jax.Array, d: jax.Array,
     slot: jax.Array, count: jax.Array, *, block: int = DEFAULT_BLOCK, num_warps: int = DEFAULT_WARPS,
-    interpret: bool = False,
+    interpret: bool = False, new: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Pass B: ``(d_new, P_new, g_new)``: ``d_new = -gamma gt + sum_{r stored} w_r P_r + w[slot] s + w[m+slot] y``
     with ``s = stp d``, ``y = gt - g``, ``P_new`` = ``P`` with ``s, y`` in rows ``slot, m+slot``,
@@ -215,7 +229,12 @@ def direction_and_store(
 
     ``w`` (2m,) in ring order, its ``slot`` entries the new pair's coefficients; ``count`` pairs
     were stored before this one (rows of unfilled slots are not read).  ``P`` is updated in place
-    (aliased): each program reads its columns of the old rows before writing its new ones."""
+    (aliased): each program reads its columns of the old rows before writing its new ones.
+
+    ``new`` (int scalar): ``gt`` and ``g`` are one (2, n) buffer of gradients (rows ``new`` and
+    ``1 - new``, as in :func:`pair_products`); ``gt`` is then not copied anywhere (n values
+    fewer) and that buffer is returned unchanged as ``g_new`` (the caller's next ``g`` is its
+    row ``new``)."""
     from jax.experimental import pallas as pl
 
     two_m, n = P.shape
@@ -223,30 +242,40 @@ def direction_and_store(
     dt = P.dtype
     programs = pl.cdiv(n, block)
     load, store = _loader(interpret)
-    ints = jnp.stack([slot, count]).astype(jnp.int32)
+    rows = new is not None
+    ints = jnp.stack([slot, count, new if rows else jnp.zeros((), jnp.int32)]).astype(jnp.int32)
     floats = jnp.stack([gamma, stp]).astype(dt)
     w = w.astype(dt)
 
-    def body(ints_ref, f_ref, w_ref, p_ref, gt_ref, g_ref, d_ref, d_out, p_out, g_out):  # noqa: ANN001
+    def body(ints_ref, f_ref, w_ref, p_ref, gt_ref, g_ref, d_ref, d_out, p_out, *g_out):  # noqa: ANN001
         pid = pl.program_id(0)
         c0 = pid * block
         cols = pl.ds(c0, block)
         inside = _inside(c0, block, n)
         sl, cnt = ints_ref[0], ints_ref[1]
-        gtv = load(gt_ref.at[cols], mask=inside, other=0.0)
+        gt_at, g_at = _gradient_views(gt_ref, g_ref, ints_ref[2] if rows else None)
+        gtv = load(gt_at(cols), mask=inside, other=0.0)
         acc = -f_ref[0] * gtv
         for r in range(two_m):
             p = load(p_ref.at[jnp.int32(r), cols], mask=_and(inside, _stored_row(r, m, sl, cnt), block), other=0.0)
             acc = acc + w_ref[r] * p
         s = f_ref[1] * load(d_ref.at[cols], mask=inside, other=0.0)
-        y = gtv - load(g_ref.at[cols], mask=inside, other=0.0)
+        y = gtv - load(g_at(cols), mask=inside, other=0.0)
         acc = acc + w_ref[sl] * s + w_ref[m + sl] * y
         store(d_out.at[cols], acc, mask=inside)
-        store(g_out.at[cols], gtv, mask=inside)
+        if not rows:  # the new gradient into the loop's g buffer (with rows it is already there)
+            store(g_out[0].at[cols], gtv, mask=inside)
         store(p_out.at[sl, cols], s, mask=inside)
         store(p_out.at[m + sl, cols], y, mask=inside)
 
     vec = jax.ShapeDtypeStruct((n,), dt)
+    if rows:
+        d_new, P_new = pl.pallas_call(
+            body, out_shape=(vec, jax.ShapeDtypeStruct(P.shape, dt)), grid=(programs,),
+            interpret=interpret, input_output_aliases={3: 1, 6: 0}, name="lbfgs_direction_and_store",
+            **compiler_params(num_warps, interpret),
+        )(ints, floats, w, P, gt, g, d)
+        return d_new, P_new, g
     return pl.pallas_call(
         body, out_shape=(vec, jax.ShapeDtypeStruct(P.shape, dt), vec), grid=(programs,),
         interpret=interpret, input_output_aliases={3: 1, 5: 2, 6: 0}, name="lbfgs_direction_and_store",
