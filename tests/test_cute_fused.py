@@ -89,12 +89,18 @@ def test_pass_a_forms_the_trial_point():
 
 
 def test_cli_gradient_option():
-    args = cli.build_parser().parse_args(["lbfgs", "--function", "wood", "--n", "8"])
-    problem, _, _ = cli._setup(args)
-    assert args.gradient == "analytic" and problem.has_value_and_grad
-    args = cli.build_parser().parse_args(["lbfgs", "--function", "wood", "--n", "8", "--gradient", "autodiff"])
-    problem, _, _ = cli._setup(args)
-    assert not problem.has_value_and_grad
+    # cli._setup turns on jax_enable_x64 globally for --dtype float64 (the default), as the command
+    # does: put it back, or float32 tests in other files of this worker see float64 (it happened)
+    old = jax.config.jax_enable_x64
+    try:
+        args = cli.build_parser().parse_args(["lbfgs", "--function", "wood", "--n", "8"])
+        problem, _, _ = cli._setup(args)
+        assert args.gradient == "analytic" and problem.has_value_and_grad
+        args = cli.build_parser().parse_args(["lbfgs", "--function", "wood", "--n", "8", "--gradient", "autodiff"])
+        problem, _, _ = cli._setup(args)
+        assert not problem.has_value_and_grad
+    finally:
+        jax.config.update("jax_enable_x64", old)
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["lbfgs", "--gradient", "numeric"])
 
