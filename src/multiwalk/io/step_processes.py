@@ -88,9 +88,10 @@ def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
     return min(16, (5 * cpus) // 8)
 
 
-def _enough_descriptors(needed: int) -> None:
-    """Raise the soft limit of open files if the workers' links need more (W (W - 1) pipes are
-    open in the parent while the workers start); a ValueError if the hard limit is too low."""
+def _enough_descriptors(needed: int, who: str = "writer processes: their links") -> None:
+    """Raise the soft limit of open files if ``needed`` more are wanted (the parent: W (W - 1)
+    pipes open while the workers start; a worker: its files and links); a ValueError naming
+    ``who`` if the hard limit is too low."""
     try:
         import resource
     except ImportError:  # not POSIX: no limit to raise here
@@ -100,8 +101,8 @@ def _enough_descriptors(needed: int) -> None:
     if soft == resource.RLIM_INFINITY or soft >= want:
         return
     if hard != resource.RLIM_INFINITY and hard < want:
-        raise ValueError(f"writer processes: their links need ~{want} open files, the limit is {hard}; "
-                         "use fewer writer processes (--write-processes)")
+        raise ValueError(f"{who} need ~{want} open files, the limit is {hard}; "
+                         "use fewer writer processes (--write-processes) or raise the limit (ulimit -n)")
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
@@ -154,7 +155,7 @@ def _worker(inbox: Any, outbox: Any) -> None:
     workers before it and every piece of the chunks before (one hop from each worker, not a
     chain through all of them)."""
     import importlib.util
-    import select
+    import selectors
     from collections import deque
 
     import polars as pl
@@ -175,14 +176,32 @@ def _worker(inbox: Any, outbox: Any) -> None:
     proc_files = spec["proc_files"]  # [trial of process 0, result of process 0, trial of 1, ...]
     F = len(proc_files)
     flags = getattr(os, "O_BINARY", 0)
-    proc_fds = [os.open(path, os.O_WRONLY | flags) for path in proc_files]  # positional writes
-    t_fds = {path: os.open(path, os.O_WRONLY | os.O_APPEND | flags) for path in spec["t_own"]}
     # what the formatting carries from chunk to chunk: each replica's last result (None: step 0)
-    carry: dict[str, Any] = {"last_result": spec["last_result"], "failed": False}
+    carry: dict[str, Any] = {"last_result": spec["last_result"], "failed": False, "error": None}
+    proc_fds: list[int] = []
+    t_fds: dict[Any, int] = {}
+    try:  # every file stays open: its own limit of open files may need raising (the parent's is inherited)
+        _enough_descriptors(F + len(spec["t_own"]) + 2 * (W - 1),
+                            f"step-file writer process {w}: its {F + len(spec['t_own'])} files and links")
+        proc_fds.extend(os.open(path, os.O_WRONLY | flags) for path in proc_files)  # positional writes
+        t_fds.update((path, os.open(path, os.O_WRONLY | os.O_APPEND | flags)) for path in spec["t_own"])
+    except BaseException as err:  # noqa: BLE001 - answered for the first chunk (the parent raises it)
+        carry["failed"], carry["error"] = True, err
+        for fd in [*proc_fds, *t_fds.values()]:  # not written to; closed so that the rest can start
+            os.close(fd)
+        proc_fds.clear()
+        t_fds.clear()
     # the pieces' lengths: heard[j][chunk] from worker j (None: its chunk failed), ours in heard[w]
     heard: dict[int, dict[int, np.ndarray | None]] = {j: {} for j in range(W)}
     count = dict.fromkeys(links_in, 0)  # messages read from each link (the chunk of the next one)
     alive = dict(links_in)  # links not at their end (a worker that ended: EOF)
+    # the links (data: the worker) and the parent's pipe (data: None) waited on with epoll/poll:
+    # select.select() refuses descriptor numbers of 1024 or more, which the links get (pass_fds
+    # keeps the parent's numbers) with ~23 or more workers or a parent holding many files
+    links = selectors.DefaultSelector()
+    for j, fd in alive.items():
+        links.register(fd, selectors.EVENT_READ, j)
+    links.register(inbox.fileno(), selectors.EVENT_READ, None)
     # where chunk ``at`` starts in each proc file (every piece of the chunks before added up)
     offs: dict[str, Any] = {"base": np.asarray(spec["base"], np.int64), "at": 0, "broken": None}
 
@@ -191,18 +210,17 @@ def _worker(inbox: Any, outbox: Any) -> None:
         try:
             got = np.frombuffer(_read_exact(alive[j], 8 * (1 + F)), np.int64)
         except EOFError:
-            del alive[j]
+            links.unregister(alive.pop(j))
             return
         heard[j][count[j]] = got[1:].copy() if got[0] else None
         count[j] += 1
 
     def listen(timeout: float | None) -> None:
-        """Read every message already there (``timeout`` 0), or wait up to ``timeout`` for one."""
-        fds = {fd: j for j, fd in alive.items()}
-        if not fds:
-            return
-        for fd in select.select(list(fds), [], [], timeout)[0]:
-            hear(fds[fd])
+        """Read every message already there (``timeout`` 0), or wait up to ``timeout`` (None:
+        without end) for one or for the parent's next message."""
+        for key, _ in links.select(timeout):
+            if key.data is not None:  # a link; the parent's pipe is read by the loop
+                hear(key.data)
 
     def lengths(j: int, chunk: int) -> tuple[str, np.ndarray | None]:
         """``("ok", lengths)``, ``("failed", None)``, ``("gone", None)`` (worker j ended before
@@ -243,7 +261,7 @@ def _worker(inbox: Any, outbox: Any) -> None:
         chunk, (vpath, vshape), (ipath, ishape), first = msg
         t0 = time.perf_counter()
         pieces: list[bytes] = []
-        error: BaseException | None = None
+        error, carry["error"] = carry["error"], None  # the start's error, answered once
         if not carry["failed"]:  # else a chunk before failed here: this one's result rows are unknown
             try:
                 values = np.memmap(vpath, np.float64, "r", shape=vshape)
@@ -336,18 +354,16 @@ def _worker(inbox: Any, outbox: Any) -> None:
                     msg = None
                 if msg is None:
                     inbox_open = False
+                    links.unregister(inbox.fileno())
                 else:
                     waiting.append(format_chunk(msg))
                 continue
             # a chunk waits for lengths and nothing else is there: wait for a link or the parent
             t1 = time.perf_counter()
-            fds = {fd: j for j, fd in alive.items()}
-            ready_fds = select.select([*fds, *([inbox.fileno()] if inbox_open else [])], [], [])[0]
-            for fd in ready_fds:
-                if fd in fds:
-                    hear(fds[fd])
+            listen(None)
             waited += time.perf_counter() - t1
     finally:
+        links.close()
         for fd in [*proc_fds, *t_fds.values(), *links_in.values(), *links_out.values()]:
             os.close(fd)
 
