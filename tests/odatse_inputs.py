@@ -1,5 +1,5 @@
-"""ODAT-SE input.toml texts, and the reading of a run's output files, that the tests share (not a
-test module: pytest collects only test_*.py).
+"""ODAT-SE input.toml texts, ``multiwalk run`` in a folder, Ctrl-C after a chunk, and the reading of
+a run's output files, that the tests share (not a test module: pytest collects only test_*.py).
 
 Imported as ``from odatse_inputs import himmelblau_exchange``: pytest puts this folder on
 ``sys.path`` (the tests folder has no ``__init__.py``).
@@ -7,7 +7,13 @@ Imported as ``from odatse_inputs import himmelblau_exchange``: pytest puts this 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 
 def himmelblau_exchange(
@@ -52,3 +58,39 @@ def output_files(folder: Path) -> dict[str, bytes]:
     """Every ``*.txt`` file a run in ``folder`` wrote under ``folder/output``: relative path -> bytes."""
     out = folder / "output"
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.txt"))}
+
+
+def run_cli(folder: Path, *args: str) -> int:
+    """``multiwalk run *args --no-progress`` with ``folder`` as the working directory (the input's
+    output_dir is relative to it): the exit status; the caller's directory restored."""
+    from multiwalk.cli import main
+
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        return main(["run", *args, "--no-progress"])
+    finally:
+        os.chdir(old)
+
+
+@contextlib.contextmanager
+def ctrl_c_after_chunks(monkeypatch: pytest.MonkeyPatch, chunks: int = 3) -> Iterator[list[int]]:
+    """Inside: ``StepWriter.on_steps`` sends this process SIGINT (Ctrl-C) after writing chunk
+    ``chunks``, so the driver ends the run after that chunk; yields the list of each written
+    chunk's last step.  The original ``on_steps`` is back on leaving."""
+    from multiwalk.io import odatse as odatse_io
+
+    calls: list[int] = []
+    original = odatse_io.StepWriter.on_steps
+
+    def on_steps(self, state, first, last):  # noqa: ANN001, ANN202
+        original(self, state, first, last)
+        calls.append(last)
+        if len(calls) == chunks:
+            os.kill(os.getpid(), signal.SIGINT)  # the driver ends the run after this chunk
+
+    monkeypatch.setattr(odatse_io.StepWriter, "on_steps", on_steps)
+    try:
+        yield calls
+    finally:
+        monkeypatch.setattr(odatse_io.StepWriter, "on_steps", original)

@@ -9,7 +9,6 @@ files must reach every checkpoint's step when the checkpoint is written.  ~40 s 
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -18,10 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from odatse_inputs import himmelblau_exchange, output_files
+from odatse_inputs import himmelblau_exchange, output_files, run_cli
 
 import multiwalk as mw
-from multiwalk.cli import main
 from multiwalk.io import odatse as odatse_io
 from multiwalk.solvers import exchange_kernel
 from multiwalk.solvers.exchange import temperature_ladder
@@ -106,12 +104,7 @@ def _input(checkpoint: str = "") -> str:
 
 
 def _cli(folder: Path, *args: str) -> int:
-    old = os.getcwd()
-    os.chdir(folder)
-    try:
-        return main(["run", "input.toml", "--no-progress", "--nprocs", "2", *args])
-    finally:
-        os.chdir(old)
+    return run_cli(folder, "input.toml", "--nprocs", "2", *args)
 
 
 @pytest.fixture(scope="module")

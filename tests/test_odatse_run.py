@@ -6,15 +6,13 @@ ODAT-SE's own code are skipped when odat-se is not installed (it is not a depend
 
 from __future__ import annotations
 
-import os
-import signal
 import textwrap
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
-from odatse_inputs import himmelblau_exchange
+from odatse_inputs import ctrl_c_after_chunks, himmelblau_exchange, run_cli
 
 import multiwalk as mw
 from multiwalk.cli import main
@@ -31,15 +29,6 @@ def write_input(folder: Path, text: str, name: str = "input.toml") -> Path:
     path = folder / name
     path.write_text(textwrap.dedent(text))
     return path
-
-
-def run_cli(folder: Path, *args: str) -> int:
-    old = os.getcwd()
-    os.chdir(folder)
-    try:
-        return main(["run", *args, "--no-progress"])
-    finally:
-        os.chdir(old)
 
 
 def text(path: Path) -> str:
@@ -424,19 +413,9 @@ def test_continue_equals_one_long_run(full_run, tmp_path):
 def test_resume_after_interrupt_equals_one_run(full_run, tmp_path, monkeypatch):
     """Ctrl-C after the third chunk, then --resume: the same files as the uninterrupted run."""
     write_input(tmp_path, HIMMELBLAU.format(numsteps=401).replace("nreplica_per_proc = 4", "nreplica_per_proc = 2"))
-    calls = []
-    original = odatse_io.StepWriter.on_steps
-
-    def on_steps(self, state, first, last):
-        original(self, state, first, last)
-        calls.append(last)
-        if len(calls) == 3:
-            os.kill(os.getpid(), signal.SIGINT)  # the driver ends the run after this chunk
-
-    monkeypatch.setattr(odatse_io.StepWriter, "on_steps", on_steps)
-    assert run_cli(tmp_path, "input.toml", "--nprocs", "2") == 130
+    with ctrl_c_after_chunks(monkeypatch, 3) as calls:
+        assert run_cli(tmp_path, "input.toml", "--nprocs", "2") == 130
     assert 0 < calls[-1] < 400
-    monkeypatch.setattr(odatse_io.StepWriter, "on_steps", original)
     # a stray line past the checkpoint (a crash between writing and checkpointing) is cut away
     with open(tmp_path / "output" / "0" / "trial.txt", "a") as fh:
         fh.write("399 0 1.0 0.0 0.0 0.0\n")

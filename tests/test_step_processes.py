@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from odatse_inputs import himmelblau_exchange, output_files
+from odatse_inputs import ctrl_c_after_chunks, himmelblau_exchange, output_files, run_cli
 
 from multiwalk.cli import main
 from multiwalk.io import odatse as odatse_io
@@ -183,12 +182,7 @@ def test_ctrl_c_leaves_complete_files_that_resume_extends(tmp_path, monkeypatch)
                                algorithm_extra="checkpoint = true\ncheckpoint_steps = 20")
 
     def cli(folder: Path, *args: str) -> int:
-        old = os.getcwd()
-        os.chdir(folder)
-        try:
-            return main(["run", "input.toml", "--no-progress", "--nprocs", "2", *args])
-        finally:
-            os.chdir(old)
+        return run_cli(folder, "input.toml", "--nprocs", "2", *args)
 
     reference = tmp_path / "reference"
     reference.mkdir()
@@ -196,18 +190,8 @@ def test_ctrl_c_leaves_complete_files_that_resume_extends(tmp_path, monkeypatch)
     assert cli(reference, "--write-threads", "0") == 0
     (tmp_path / "input.toml").write_text(text)
     before = _shm_leftovers()
-    calls = []
-    original = odatse_io.StepWriter.on_steps
-
-    def on_steps(self, state, first, last):
-        original(self, state, first, last)
-        calls.append(last)
-        if len(calls) == 3:
-            os.kill(os.getpid(), signal.SIGINT)  # the driver ends the run after this chunk
-
-    monkeypatch.setattr(odatse_io.StepWriter, "on_steps", on_steps)
-    assert cli(tmp_path, "--write-processes", "2") == 130
-    monkeypatch.setattr(odatse_io.StepWriter, "on_steps", original)
+    with ctrl_c_after_chunks(monkeypatch, 3) as calls:
+        assert cli(tmp_path, "--write-processes", "2") == 130
     assert 0 < calls[-1] < 159
     # complete files up to the interrupted run's last step: every file ends with a whole line of it
     for name in ("0/trial.txt", "1/result.txt", "result_T5.txt"):
