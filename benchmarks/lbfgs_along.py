@@ -30,19 +30,16 @@ passes on a GPU), in one run:
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
-import lbfgs as bench  # noqa: E402 - benchmarks/lbfgs.py: optax's run and the PyTorch copy bandwidth
+import lbfgs_common as lc  # noqa: E402 - timing, bandwidth, interleaved solves, optax
+from lbfgs_common import EPS, FLOOR_VALUES, M  # noqa: E402
 
-M = 7
-EPS = 1e-5
 DEFAULT_CONFIG = (512, 4)  # cute_kernel.ROWS, cute_kernel.WARPS
 
 
@@ -101,20 +98,13 @@ def evaluation_times(n: int, dtype: str, configs: list[tuple[int, int]], trips: 
             err = max(abs(float(f1 - f0)) / abs(float(f0)), abs(float(gd1 - gd0)) / abs(float(gd0)),
                       float(jnp.max(jnp.abs(g1 - g0)) / jnp.max(jnp.abs(g0))))
 
-            def body(_, c, fn=fn):
+            def step(c, _, fn=fn):
                 g, acc = c
                 f, gt, gd = fn(x, 1e-3 + 1e-30 * acc)  # the step depends on the carry: nothing hoisted
                 return gt, acc + f + gd
 
-            run = jax.jit(lambda c, body=body: jax.lax.fori_loop(0, trips, body, c))
-            c0 = (x, jnp.zeros((), dt))
-            jax.block_until_ready(run(c0))
-            times = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                jax.block_until_ready(run(c0))
-                times.append(time.perf_counter() - t0)
-            out.append({"form": name, "seconds": statistics.median(times) / trips, "rel_err": err})
+            out.append({"form": name, "seconds": lc.device_time(step, (x, jnp.zeros((), dt)), (), trips),
+                        "rel_err": err})
             log(f"evaluation n={n:.0e} {dtype}, {name}: {out[-1]['seconds'] * 1e3:.4f} ms, rel err {err:.1e}")
         except Exception as err:  # noqa: BLE001 - report the failing form, time the others
             out.append({"form": name, "error": f"{type(err).__name__}: {err}"})
@@ -124,53 +114,24 @@ def evaluation_times(n: int, dtype: str, configs: list[tuple[int, int]], trips: 
 
 def solve_pair(mw, n: int, dtype: str, reps: int, config: tuple[int, int], f_rtol: float, log, kernel: str,
                forms: list[str]) -> dict:
-    """Whole solves, analytic and along, compiled first, then ``reps`` interleaved timed calls each."""
-    from multiwalk.functions import cute
-
-    x0 = cute.start("extended_rosenbrock", n)
+    """Whole solves, analytic and along, compiled first, then ``reps`` interleaved timed calls each
+    (``lbfgs_common.interleaved_solves``); the check: the same counts, f to ``f_rtol``, and the
+    along form's loop built on the kernel."""
     traced: list = []
-    problems = {
-        "analytic": mw.Problem(objective=cute.extended_rosenbrock, value_and_grad=analytic_form(), x0=x0, dtype=dtype),
-        "along": mw.Problem(objective=cute.extended_rosenbrock, value_and_grad=along_form(*config, traced), x0=x0,
-                            dtype=dtype),
-    }
+    problems = {"analytic": lc.rosenbrock_problem(mw, n, dtype, analytic_form()),
+                "along": lc.rosenbrock_problem(mw, n, dtype, along_form(*config, traced))}
     solver = mw.LBFGS(m=M, eps=EPS, kernel=kernel)
-    row: dict[str, Any] = {"n": n, "dtype": dtype, "config": f"{config[0]}x{config[1]}"}
-    alive = []
-    for name, problem in problems.items():
-        if name not in forms:
-            continue
-        try:
-            t0 = time.perf_counter()
-            first = mw.solve(problem, solver, progress=False)
-            row[name] = {"first_call_seconds": time.perf_counter() - t0, "iterations": first.iterations,
-                         "nfev": first.nfev, "f": first.fun, "gnorm": first.gnorm, "status": first.status.name,
-                         "kernel": first.stats["kernel"], "times": []}
-            if name == "along":
-                row[name]["along_traced"] = len(traced)  # > 0: the loop was built on the kernel
-            alive.append(name)
-        except Exception as err:  # noqa: BLE001 - the kernel may not compile: keep the analytic rows
-            row[name] = {"error": f"{type(err).__name__}: {err}"}
-            log(f"{dtype} n={n:.0e} {name} FAILED: {type(err).__name__}: {str(err)[:1500]}")
-            traceback.print_exc(limit=6)
-    for _ in range(reps):
-        for name in alive:
-            r = mw.solve(problems[name], solver, progress=False)
-            row[name]["times"].append(r.stats["run_seconds"])
-    for name in alive:
-        o = row[name]
-        o["seconds"] = statistics.median(o["times"])
-        log(f"{dtype} n={n:.0e} {name:8s}: {o['seconds'] * 1e3:8.2f} ms (min {min(o['times']) * 1e3:.2f}), "
-            f"{o['iterations']} it / {o['nfev']} ev, f {o['f']:.6e}, {o['status']}, kernel {o['kernel']}, "
-            f"first call {o['first_call_seconds']:.1f} s")
-    if len(alive) == 2:
-        a, b = row["analytic"], row["along"]
-        same = (a["iterations"], a["nfev"], a["status"]) == (b["iterations"], b["nfev"], b["status"])
-        f_rel = abs(a["f"] - b["f"]) / max(abs(a["f"]), 1e-300)
-        row["check"] = {"same_counts": same, "f_rel_diff": f_rel, "ok": same and f_rel <= f_rtol
-                        and b.get("along_traced", 0) > 0}
-        log(f"{dtype} n={n:.0e} check: same it/evals/status {same}, f rel diff {f_rel:.1e} "
-            f"(tolerance {f_rtol:g}), along traced {b.get('along_traced', 0)} -> {'OK' if row['check']['ok'] else 'FAILED'}")
+    cases = {name: (problem, solver) for name, problem in problems.items() if name in forms}
+    row: dict[str, Any] = {"n": n, "dtype": dtype, "config": f"{config[0]}x{config[1]}",
+                           **lc.interleaved_solves(mw, cases, reps, log, f"{dtype} n={n:.0e}")}
+    if "along" in row and "error" not in row["along"]:
+        row["along"]["along_traced"] = len(traced)  # > 0: the loop was built on the kernel
+    if all(name in row and "seconds" in row[name] for name in ("analytic", "along")):
+        b = row["along"]
+        row["check"] = {"same_counts": b["same_counts"], "f_rel_diff": b["f_rel_diff"],
+                        "ok": b["same_counts"] and b["f_rel_diff"] <= f_rtol and b["along_traced"] > 0}
+        log(f"{dtype} n={n:.0e} check: same it/evals/status {b['same_counts']}, f rel diff {b['f_rel_diff']:.1e} "
+            f"(tolerance {f_rtol:g}), along traced {b['along_traced']} -> {'OK' if row['check']['ok'] else 'FAILED'}")
     return row
 
 
@@ -185,7 +146,7 @@ def table(rows: list[dict], bw: float, env: dict, evals: list[dict], item_of, bw
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
-        floor = (4 * M + 10) * row["n"] * item_of(row["dtype"]) / bw
+        floor = FLOOR_VALUES * row["n"] * item_of(row["dtype"]) / bw
         opt = row.get("optax", {})
         for name in ("analytic", "along"):
             o = row.get(name)
@@ -198,8 +159,7 @@ def table(rows: list[dict], bw: float, env: dict, evals: list[dict], item_of, bw
             check = row.get("check")
             check_txt = "" if name == "analytic" or check is None else (
                 f"{'ok' if check['ok'] else 'FAILED'} (f {check['f_rel_diff']:.0e})")
-            opt_txt = f"{opt['seconds'] * 1e3:.1f} ({opt['iterations']})" if "seconds" in opt else "-"
-            ratio = f"{opt['seconds'] / o['seconds']:.2f}x" if "seconds" in opt else "-"
+            opt_txt, ratio = lc.optax_cells(opt, o["seconds"])
             label = name if name == "analytic" else f"along {row['config']}"
             lines.append(f"| {row['dtype']} | {row['n']:.0e} | {label} | {o['seconds'] * 1e3:.2f} | {o['iterations']} / "
                          f"{o['nfev']} | {per_it * 1e3:.3f} | {floor * 1e3:.3f} | {per_it / floor:.2f} | {check_txt} | "
@@ -245,15 +205,10 @@ def main() -> int:
     if start is None:
         return 2
     import multiwalk as mw
-    from multiwalk.functions import cute
 
     log, env, on_gpu = start.log, start.env, start.on_gpu
     log(f"device: {env['device']}, jax {env['jax']}")
-    torch_bw = bench.torch_copy_bandwidth(1 << 31) if on_gpu else None
-    xla_bw = common.measure_bandwidth((1 << 30) if on_gpu else (1 << 24), reps=10 if on_gpu else 3)["bytes_per_s"]
-    bw = torch_bw or xla_bw
-    log(f"bandwidth: PyTorch copy {(torch_bw or 0) / 1e9:.0f} GB/s, XLA copy {xla_bw / 1e9:.0f} GB/s; floor uses "
-        f"{bw / 1e9:.0f} GB/s")
+    bw, torch_bw, xla_bw = lc.floor_bandwidth(on_gpu, log)
 
     def item_of(dtype: str) -> int:
         return 8 if dtype == "float64" else 4
@@ -268,7 +223,7 @@ def main() -> int:
         return md
 
     forms = args.forms.split(",")
-    configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",") if c] if "along" in forms else []
+    configs = lc.parse_launches(args.configs) if "along" in forms else []
     eval_n = int(args.eval_n)
     for e in evaluation_times(eval_n, "float64", configs, args.trips, on_gpu, log):
         report["evaluations"].append({**e, "n": eval_n, "dtype": "float64"})
@@ -288,12 +243,7 @@ def main() -> int:
         report["rows"].append(row)
         save()
         if dtype == "float64" and n in optax_sizes:
-            try:
-                row["optax"] = q = bench.run_optax(cute, n, dtype)
-                log(f"   optax {q['seconds'] * 1e3:.1f} ms ({q['iterations']} it, f {q['f']:.3e}, gnorm {q['gnorm']:.2e})")
-            except Exception as err:  # noqa: BLE001 - the peer may be missing or fail at this size
-                row["optax"] = {"error": f"{type(err).__name__}: {err}"}
-                log(f"   optax failed: {row['optax']['error'][:300]}")
+            row["optax"] = lc.optax_row(n, dtype, log)
             save()
         if best_config != DEFAULT_CONFIG and n == eval_n and dtype == "float64" and "seconds" in row.get("along", {}):
             if time.perf_counter() - start.t_start < args.budget_seconds:

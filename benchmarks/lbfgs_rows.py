@@ -29,21 +29,16 @@ Partial results are written after every stage (``lbfgs_rows.json`` / ``.md``).
 from __future__ import annotations
 
 import re
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
-import lbfgs as bench  # noqa: E402 - benchmarks/lbfgs.py: optax's run and the PyTorch copy bandwidth
-import lbfgs_tune  # noqa: E402 - device_time
+import lbfgs_common as lc  # noqa: E402 - timing, bandwidth, interleaved solves, seed check, optax
+from lbfgs_common import FLOOR_VALUES, M  # noqa: E402
 
-M = 7
-EPS = 1e-5
-SEED = {"iterations": 37, "nfev": 51, "f": 6.752e-10}  # the seed's printout at n = 1e6, m = 7
-FLOOR_VALUES = 4 * M + 10  # n values per iteration of the floor used in docs/benchmarks.md (38 at m = 7)
+EPS = lc.EPS
 
 
 def forms(mw, kernel: str) -> dict[str, Any]:
@@ -55,44 +50,15 @@ def forms(mw, kernel: str) -> dict[str, Any]:
     return {"copying": mw.LBFGS(m=M, eps=EPS, kernel=kernel), "rows": Rows(m=M, eps=EPS, kernel=kernel)}
 
 
-def problem_at(mw, n: int, dtype: str) -> Any:
-    from multiwalk.functions import cute
-
-    return mw.Problem(objective=cute.extended_rosenbrock, value_and_grad=cute.extended_rosenbrock_value_and_grad,
-                      x0=cute.start("extended_rosenbrock", n), dtype=dtype)
-
-
 def whole_solves(mw, n: int, dtype: str, reps: int, kernel: str, f_rtol: float, log, budget) -> dict:
-    problem = problem_at(mw, n, dtype)
-    solvers = forms(mw, kernel)
-    rows: dict[str, dict] = {}
-    for name, solver in solvers.items():
-        try:
-            r = mw.solve(problem, solver, progress=False)
-            rows[name] = {"iterations": r.iterations, "nfev": r.nfev, "f": r.fun, "gnorm": r.gnorm,
-                          "status": r.status.name, "line_evaluation": r.stats["line_evaluation"], "times": []}
-        except Exception as e:  # noqa: BLE001 - report it, time the other form
-            rows[name] = {"error": f"{type(e).__name__}: {e}"}
-            log(f"solve {name} n={n:.0e} FAILED: {type(e).__name__}: {str(e)[:600]}")
-    alive = [k for k in solvers if "error" not in rows[k]]
-    for _ in range(reps):
-        if budget():
-            log(f"n={n:.0e}: reps cut short by the budget")
-            break
-        for name in alive:
-            rows[name]["times"].append(mw.solve(problem, solvers[name], progress=False).stats["run_seconds"])
-    base = rows.get("copying", {})
-    for name in alive:
-        o = rows[name]
-        if o["times"]:
-            o["seconds"], o["min_seconds"] = statistics.median(o["times"]), min(o["times"])
-        o["same_counts"] = all(o[k] == base.get(k) for k in ("iterations", "nfev", "status"))
-        o["f_rel_diff"] = abs(o["f"] - base.get("f", o["f"])) / max(abs(base.get("f", o["f"])), 1e-300)
-        o["ok"] = o["same_counts"] and o["f_rel_diff"] <= f_rtol
-        log(f"solve {name:>8} n={n:.0e} {dtype}: {o.get('seconds', float('nan')) * 1e3:8.2f} ms "
-            f"(min {o.get('min_seconds', float('nan')) * 1e3:.2f}, {len(o['times'])} reps), {o['iterations']} it / "
-            f"{o['nfev']} ev, f {o['f']:.6e}, {o['status']}, same counts {o['same_counts']}, f rel diff "
-            f"{o['f_rel_diff']:.1e}")
+    """Both forms on one problem, interleaved (``lbfgs_common.interleaved_solves``); ``ok``: the same
+    counts as the copying form and f within ``f_rtol``."""
+    problem = lc.rosenbrock_problem(mw, n, dtype)
+    rows = lc.interleaved_solves(mw, {name: (problem, s) for name, s in forms(mw, kernel).items()}, reps, log,
+                                 f"n={n:.0e} {dtype}", budget)
+    for o in rows.values():
+        if "error" not in o:
+            o["ok"] = o["same_counts"] and o["f_rel_diff"] <= f_rtol
     return rows
 
 
@@ -125,8 +91,8 @@ def pass_b_times(n: int, dtype: str, trips: int, interpret: bool) -> dict:
         return P_, d_
 
     data = (gt, grads, w, *scal)
-    out = {"copying": lbfgs_tune.device_time(copying, (P * 1.0, d * 1.0, g * 1.0), data, trips),
-           "rows": lbfgs_tune.device_time(rows, (P * 1.0, d * 1.0), data, trips)}
+    out = {"copying": lc.device_time(copying, (P * 1.0, d * 1.0, g * 1.0), data, trips),
+           "rows": lc.device_time(rows, (P * 1.0, d * 1.0), data, trips)}
     return out
 
 
@@ -135,7 +101,7 @@ def chunk_hlo(mw, n: int, dtype: str, kernel: str) -> dict:
     import jax
     import jax.numpy as jnp
 
-    problem = problem_at(mw, n, dtype)
+    problem = lc.rosenbrock_problem(mw, n, dtype)
     out = {}
     for name, solver in forms(mw, kernel).items():
         state = solver.init(problem, jax.random.PRNGKey(0))
@@ -172,20 +138,11 @@ def table(report: dict) -> str:
                 continue
             per = o["seconds"] / max(o["iterations"], 1)
             floor = FLOOR_VALUES * n * item / bw
-            has_opt = key == "solves" and "seconds" in opt
-            ot = f"{opt['seconds'] * 1e3:.1f} ({opt['iterations']})" if has_opt else "-"
-            ratio = f"{opt['seconds'] / o['seconds']:.2f}x" if has_opt else "-"
+            ot, ratio = lc.optax_cells(opt if key == "solves" else None, o["seconds"])
             lines.append(f"| {n:.0e} | {name} | {o['seconds'] * 1e3:.2f} | {o['min_seconds'] * 1e3:.2f} | "
                          f"{len(o['times'])} | {o['iterations']} / {o['nfev']} | {per * 1e3:.4f} | {floor * 1e3:.4f} | "
                          f"{per / floor:.3f} | {o['same_counts']}, {o['f_rel_diff']:.0e} | {ot} | {ratio} |")
-    checks = report.get("seed_check", {})
-    if checks:
-        lines += ["", f"Seed check at n = {report['check_n']:.0e} (expected {SEED['iterations']} it / {SEED['nfev']} "
-                  f"evals, f = {SEED['f']:.4g}):", ""]
-        for name, o in checks.items():
-            lines.append(f"- {name}: " + (o["error"] if "error" in o else
-                                          f"{o['iterations']} it / {o['nfev']} evals, f = {o['f']:.6e}, {o['status']} "
-                                          f"-> {'OK' if o['ok'] else 'DIFFERENT'}"))
+    lines += lc.seed_check_lines(report.get("seed_check", {}), report["check_n"])
     hlo = report.get("hlo", {})
     if hlo:
         lines += ["", f"Optimized HLO of one chunk at n = {report['hlo_n']}:", ""]
@@ -220,17 +177,12 @@ def main() -> int:
     if start is None:
         return 2
     import multiwalk as mw
-    from multiwalk.functions import cute
 
     log, env, on_gpu = start.log, start.env, start.on_gpu
     n, check_n = int(args.n), int(args.check_n)
-
-    def budget() -> bool:
-        return time.perf_counter() - start.t_start > args.budget_seconds
-
-    torch_bw = bench.torch_copy_bandwidth(1 << 31) if on_gpu else None
-    bw = torch_bw or common.measure_bandwidth((1 << 30) if on_gpu else (1 << 24), reps=10 if on_gpu else 3)["bytes_per_s"]
-    log(f"device {env['device']}, jax {env['jax']}; bandwidth {bw / 1e9:.0f} GB/s ({'PyTorch' if torch_bw else 'XLA'} copy)")
+    budget = lc.budget_clock(start.t_start, args.budget_seconds)
+    log(f"device {env['device']}, jax {env['jax']}")
+    bw, torch_bw, _ = lc.floor_bandwidth(on_gpu, log)
     report: dict[str, Any] = {"environment": env, "bandwidth": bw, "torch_copy": torch_bw is not None, "n": n,
                               "check_n": check_n, "dtype": args.dtype, "large_n": int(args.large_n),
                               "hlo_n": int(args.hlo_n)}
@@ -250,25 +202,12 @@ def main() -> int:
     report["solves"] = whole_solves(mw, n, args.dtype, args.reps, args.kernel, args.f_rtol, log, budget)
     save()
 
-    report["seed_check"] = {}
-    problem = problem_at(mw, check_n, args.dtype)
-    for name, solver in forms(mw, args.kernel).items():
-        if budget():
-            break
-        r = mw.solve(problem, solver, progress=False)
-        ok = (r.iterations, r.nfev) == (SEED["iterations"], SEED["nfev"]) and abs(r.fun - SEED["f"]) < 1e-3 * SEED["f"]
-        report["seed_check"][name] = {"iterations": r.iterations, "nfev": r.nfev, "f": r.fun, "status": r.status.name,
-                                      "ok": ok}
-        log(f"seed check {name} n={check_n:.0e}: {r.iterations} it / {r.nfev} ev, f {r.fun:.6e} -> {ok}")
+    report["seed_check"] = lc.seed_check(mw, lc.rosenbrock_problem(mw, check_n, args.dtype), forms(mw, args.kernel),
+                                         log, budget)
     save()
 
     if not args.no_optax and not budget():
-        try:
-            report["optax"] = q = bench.run_optax(cute, n, args.dtype)
-            log(f"optax {q['seconds'] * 1e3:.1f} ms ({q['iterations']} it, f {q['f']:.3e})")
-        except Exception as e:  # noqa: BLE001 - the peer may be missing
-            report["optax"] = {"error": f"{type(e).__name__}: {e}"}
-            log(f"optax failed: {report['optax']['error'][:300]}")
+        report["optax"] = lc.optax_row(n, args.dtype, log)
         save()
 
     if args.hlo_n and not budget():

@@ -32,7 +32,6 @@ Partial results are written after every stage (``lbfgs_tune.json`` / ``.md``).
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -40,34 +39,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
-import lbfgs as bench  # noqa: E402 - benchmarks/lbfgs.py: optax's run and the PyTorch copy bandwidth
+import lbfgs_common as lc  # noqa: E402 - timing, bandwidth, interleaved solves, seed check, optax
+from lbfgs_common import EPS, FLOOR_VALUES, M, device_time  # noqa: E402
 
-M = 7
-EPS = 1e-5
 A_BYTES = 17  # n values pass A moves (12 stored rows, gt, g, d, x read; x written)
 B_BYTES = 19  # pass B: 12 rows, gt, g, d read; d, g, s, y written
-SEED = {"iterations": 37, "nfev": 51, "f": 6.752e-10}  # the seed's printout at n = 1e6, m = 7
-
-
-def device_time(fn, carry, data, trips: int, reps: int = 5) -> float:
-    """Seconds per call of ``carry = fn(carry, data)``: median of ``reps`` runs of one jitted fori_loop
-    of ``trips`` calls.  ``data`` goes in as an argument: arrays a jitted function closes over are
-    compiled in as constants (the first GPU try, 2026-11-22, spent ~30 s compiling each launch
-    with the 1.1 GB pair buffer baked in)."""
-    import jax
-
-    run = jax.jit(lambda c, data: jax.lax.fori_loop(0, trips, lambda i, c: fn(c, data), c))
-    jax.block_until_ready(run(carry, data))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(run(carry, data))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) / trips
-
-
-def parse(configs: str) -> list[tuple[int, ...]]:
-    return [tuple(int(v) for v in c.split("x")) for c in configs.split(",") if c]
 
 
 def sweep_passes(n: int, dtype: str, a_configs, b_configs, trips: int, interpret: bool, log, budget) -> dict:
@@ -171,45 +147,13 @@ def tuned(mw, kernel: str, a: tuple[int, ...], b: tuple[int, int]) -> Any:
 
 
 def solves(mw, n: int, dtype: str, variants: dict, reps: int, kernel: str, log, budget) -> dict:
-    """Whole solves of each variant (compiled first, then ``reps`` interleaved calls): median run_seconds."""
-    from multiwalk.functions import cute
-
-    problem = mw.Problem(objective=cute.extended_rosenbrock, value_and_grad=cute.extended_rosenbrock_value_and_grad,
-                         x0=cute.start("extended_rosenbrock", n), dtype=dtype)
-    rows: dict[str, dict] = {}
-    for name, (a, b) in variants.items():
-        if budget():
-            log(f"solve {name}: skipped, past the budget")
-            continue
-        solver = tuned(mw, kernel, a, b)
-        try:
-            t0 = time.perf_counter()
-            r = mw.solve(problem, solver, progress=False)
-            rows[name] = {"a": list(a), "b": list(b), "iterations": r.iterations, "nfev": r.nfev, "f": r.fun,
-                          "gnorm": r.gnorm, "status": r.status.name, "kernel": r.stats["kernel"],
-                          "line_evaluation": r.stats["line_evaluation"], "first_call_seconds": time.perf_counter() - t0,
-                          "times": [], "solver": solver}
-        except Exception as e:  # noqa: BLE001
-            rows[name] = {"a": list(a), "b": list(b), "error": f"{type(e).__name__}: {e}"}
-            log(f"solve {name} n={n:.0e} FAILED: {type(e).__name__}: {str(e)[:600]}")
-    alive = [k for k, v in rows.items() if "solver" in v]
-    for _ in range(reps):
-        for name in alive:
-            r = mw.solve(problem, rows[name]["solver"], progress=False)
-            rows[name]["times"].append(r.stats["run_seconds"])
-    base = rows.get("default", {})
-    for name in alive:
-        o = rows[name]
-        del o["solver"]
-        if o["times"]:
-            o["seconds"] = statistics.median(o["times"])
-        same = all(o[k] == base.get(k) for k in ("iterations", "nfev", "status"))
-        o["f_rel_diff"] = abs(o["f"] - base.get("f", o["f"])) / max(abs(base.get("f", o["f"])), 1e-300)
-        o["same_as_default"] = same
-        log(f"solve {name:>10} n={n:.0e} {dtype}: {o.get('seconds', float('nan')) * 1e3:8.2f} ms "
-            f"(min {min(o['times'] or [float('nan')]) * 1e3:.2f}), {o['iterations']} it / {o['nfev']} ev, "
-            f"f {o['f']:.6e}, {o['status']}, same counts as default {same}, f rel diff {o['f_rel_diff']:.1e}; "
-            f"A {o['a']} B {o['b']}")
+    """Whole solves of each variant ``name: (pass A launch, pass B launch)``, interleaved
+    (``lbfgs_common.interleaved_solves``; the first, "default", is the reference)."""
+    problem = lc.rosenbrock_problem(mw, n, dtype)
+    cases = {name: (problem, tuned(mw, kernel, a, b)) for name, (a, b) in variants.items()}
+    rows = lc.interleaved_solves(mw, cases, reps, log, f"n={n:.0e} {dtype}", budget)
+    for name, o in rows.items():
+        o["a"], o["b"] = list(variants[name][0]), list(variants[name][1])
     return rows
 
 
@@ -228,7 +172,7 @@ def table(report: dict, bw: float, n: int, item: int) -> str:
                              f"{e['seconds'] / floor:.3f} | {e['rel_err']:.0e} |")
             else:
                 lines.append(f"| {p.upper()} | {e['config']} | failed: {e['error'][:60]} | | | |")
-    floor_it = (4 * M + 10) * n * item / bw
+    floor_it = FLOOR_VALUES * n * item / bw
     lines += ["", f"Whole solves (median of the interleaved calls); per-iteration floor {floor_it * 1e3:.3f} ms "
               "((4m + 10) n values).", "",
               "| variant | A | B | ms | it / evals | per it ms | per it / floor | same counts, f rel diff | optax ms (it) "
@@ -239,19 +183,11 @@ def table(report: dict, bw: float, n: int, item: int) -> str:
             lines.append(f"| {name} | {o['a']} | {o['b']} | failed: {o.get('error', '-')[:60]} | | | | | | |")
             continue
         per = o["seconds"] / max(o["iterations"], 1)
-        ot = f"{opt['seconds'] * 1e3:.1f} ({opt['iterations']})" if "seconds" in opt else "-"
-        ratio = f"{opt['seconds'] / o['seconds']:.2f}x" if "seconds" in opt else "-"
+        ot, ratio = lc.optax_cells(opt, o["seconds"])
         lines.append(f"| {name} | {'x'.join(map(str, o['a']))} | {'x'.join(map(str, o['b']))} | {o['seconds'] * 1e3:.2f} "
                      f"| {o['iterations']} / {o['nfev']} | {per * 1e3:.4f} | {per / floor_it:.3f} | "
-                     f"{o['same_as_default']}, {o['f_rel_diff']:.0e} | {ot} | {ratio} |")
-    checks = report.get("seed_check", {})
-    if checks:
-        lines += ["", f"Seed check at n = {report['check_n']:.0e}: expected {SEED['iterations']} it / {SEED['nfev']} evals, "
-                  f"f = {SEED['f']:.4g}", ""]
-        for name, o in checks.items():
-            lines.append(f"- {name}: " + (o["error"] if "error" in o else
-                                          f"{o['iterations']} it / {o['nfev']} evals, f = {o['f']:.6e}, {o['status']} "
-                                          f"-> {'OK' if o['ok'] else 'DIFFERENT'}"))
+                     f"{o['same_counts']}, {o['f_rel_diff']:.0e} | {ot} | {ratio} |")
+    lines += lc.seed_check_lines(report.get("seed_check", {}), report["check_n"])
     return "\n".join(lines) + "\n"
 
 
@@ -283,18 +219,13 @@ def main() -> int:
     if start is None:
         return 2
     import multiwalk as mw
-    from multiwalk.functions import cute
     from multiwalk.solvers import lbfgs_kernel as K
 
     log, env, on_gpu = start.log, start.env, start.on_gpu
     n, check_n, item = int(args.n), int(args.check_n), 8 if args.dtype == "float64" else 4
-
-    def budget() -> bool:
-        return time.perf_counter() - start.t_start > args.budget_seconds
-
-    torch_bw = bench.torch_copy_bandwidth(1 << 31) if on_gpu else None
-    bw = torch_bw or common.measure_bandwidth((1 << 30) if on_gpu else (1 << 24), reps=10 if on_gpu else 3)["bytes_per_s"]
-    log(f"device {env['device']}, jax {env['jax']}; bandwidth {bw / 1e9:.0f} GB/s ({'PyTorch' if torch_bw else 'XLA'} copy)")
+    budget = lc.budget_clock(start.t_start, args.budget_seconds)
+    log(f"device {env['device']}, jax {env['jax']}")
+    bw, torch_bw, _ = lc.floor_bandwidth(on_gpu, log)
     report: dict[str, Any] = {"environment": env, "bandwidth": bw, "torch_copy": torch_bw is not None, "n": n,
                               "check_n": check_n, "dtype": args.dtype, "sweep": {}, "solves": {}}
     out = Path(args.out)
@@ -304,8 +235,8 @@ def main() -> int:
         common.write_report(out, "lbfgs_tune", report, md)
         return md
 
-    report["sweep"] = sweep_passes(n, args.dtype, parse(args.a_configs), parse(args.b_configs), args.trips,
-                                   not on_gpu, log, budget)
+    report["sweep"] = sweep_passes(n, args.dtype, lc.parse_launches(args.a_configs), lc.parse_launches(args.b_configs),
+                                   args.trips, not on_gpu, log, budget)
     save()
 
     default_a = (K.PASS_A_BLOCK, K.PASS_A_WARPS, K.PASS_A_CHUNKS, K.PASS_A_STAGES)
@@ -332,30 +263,13 @@ def main() -> int:
     # the seed's printout at check_n for the default and the fastest variant
     ranked = sorted((o["seconds"], k) for k, o in report["solves"].items() if "seconds" in o)
     names = ["default"] + [k for _, k in ranked[:1] if k != "default"]
-    report["seed_check"] = {}
-    problem = mw.Problem(objective=cute.extended_rosenbrock, value_and_grad=cute.extended_rosenbrock_value_and_grad,
-                         x0=cute.start("extended_rosenbrock", check_n), dtype=args.dtype)
-    for name in names:
-        if budget() or name not in variants:
-            continue
-        try:
-            r = mw.solve(problem, tuned(mw, args.kernel, *variants[name]), progress=False)
-            ok = (r.iterations, r.nfev) == (SEED["iterations"], SEED["nfev"]) and abs(r.fun - SEED["f"]) < 1e-3 * SEED["f"]
-            report["seed_check"][name] = {"iterations": r.iterations, "nfev": r.nfev, "f": r.fun, "status": r.status.name,
-                                          "ok": ok}
-            log(f"seed check {name} n={check_n:.0e}: {r.iterations} it / {r.nfev} ev, f {r.fun:.6e} -> {ok}")
-        except Exception as e:  # noqa: BLE001
-            report["seed_check"][name] = {"error": f"{type(e).__name__}: {e}"}
-            log(f"seed check {name} FAILED: {e}")
+    report["seed_check"] = lc.seed_check(mw, lc.rosenbrock_problem(mw, check_n, args.dtype),
+                                         {k: tuned(mw, args.kernel, *variants[k]) for k in names if k in variants},
+                                         log, budget)
     save()
 
     if not args.no_optax and not budget():
-        try:
-            report["optax"] = q = bench.run_optax(cute, n, args.dtype)
-            log(f"optax {q['seconds'] * 1e3:.1f} ms ({q['iterations']} it, f {q['f']:.3e})")
-        except Exception as e:  # noqa: BLE001 - the peer may be missing
-            report["optax"] = {"error": f"{type(e).__name__}: {e}"}
-            log(f"optax failed: {report['optax']['error'][:300]}")
+        report["optax"] = lc.optax_row(n, args.dtype, log)
     md = save()
     common.print_done(log, out, "lbfgs_tune", start.t_start, md)
     return 0
