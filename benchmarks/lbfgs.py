@@ -40,9 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
-
-M = 7
-EPS = 1e-5
+from lbfgs_common import EPS, M, timed, torch_copy_bandwidth  # noqa: E402, F401 - torch_copy_bandwidth: lbfgs.torch_copy_bandwidth
 
 
 def numpy_rosenbrock(x: np.ndarray) -> tuple[float, np.ndarray]:
@@ -82,42 +80,7 @@ def read_bandwidth(nbytes: int, dtype) -> float:
     import jax.numpy as jnp
 
     x = jax.random.uniform(jax.random.PRNGKey(5), (nbytes // 8,), jnp.float64 if dtype == "float64" else jnp.float32)
-    f = jax.jit(jnp.sum)
-    jax.block_until_ready(f(x))
-    times = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        jax.block_until_ready(f(x))
-        times.append(time.perf_counter() - t0)
-    return x.nbytes / statistics.median(times)
-
-
-def torch_copy_bandwidth(nbytes: int, reps: int = 20) -> float | None:
-    """Bytes per second (read + write) of PyTorch's device-to-device copy, or None without a CUDA torch.
-
-    XLA's own copy and sum kernels reached only 2.8-3.3 TB/s on an H200 while this copy reached
-    4.2 TB/s in the same run: the floor must use the best a simple kernel achieves."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    for _ in range(5):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    out = 2 * src.numel() * 4 / statistics.median(times)
-    del src, dst
-    torch.cuda.empty_cache()
-    return out
+    return x.nbytes / timed(jax.jit(jnp.sum), x, reps=10)
 
 
 def run_ours(mw, cute, n: int, dtype: str, kernel: str = "auto", gradient: str = "analytic") -> dict:

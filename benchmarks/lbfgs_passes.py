@@ -27,21 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+from lbfgs_common import timed  # noqa: E402 - median of synchronised calls
 
 M = 7
-
-
-def timed(fn, *args, reps: int) -> float:
-    """Median seconds of ``reps`` synchronised calls of ``fn(*args)`` after one warm-up call."""
-    import jax
-
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def pallas_read(x, block: int, warps: int, interpret: bool):

@@ -30,27 +30,12 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
-
-M = 7
-
-
-def timed(fn, *args, reps: int = 5) -> float:
-    import jax
-
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from lbfgs_common import M, timed, torch_copy_bandwidth  # noqa: E402
 
 
 def interleaved_value_and_grad(x):
@@ -77,30 +62,6 @@ def blocks_value_and_grad(x):
     t = x2 - x1 * x1
     u = 1.0 - x1
     return jnp.sum(100.0 * t * t + u * u), jnp.stack([-400.0 * x1 * t - 2.0 * u, 200.0 * t], axis=1).reshape(-1)
-
-
-def torch_copy_bandwidth(nbytes: int) -> float | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    for _ in range(5):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(20):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    out = 2 * nbytes / statistics.median(times)
-    del src, dst
-    torch.cuda.empty_cache()
-    return out
 
 
 def main() -> int:
