@@ -196,19 +196,13 @@ def main() -> int:
                    help="f of along vs analytic, relative (default %(default)s: rounding along the path)")
     p.add_argument("--kernel", default="auto", help="LBFGS(kernel=...); 'pallas' on a CPU runs the passes in interpret mode")
     p.add_argument("--budget-seconds", type=float, default=250.0, help="start no new row after this many seconds")
-    args = p.parse_args()
-    common.select_platform(args.device)
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    start = common.start_run(args.device, quick=False)
-    if start is None:
+    begun = lc.begin(p)
+    if begun is None:
         return 2
+    args, start, bw, torch_bw, xla_bw = begun
     import multiwalk as mw
 
     log, env, on_gpu = start.log, start.env, start.on_gpu
-    log(f"device: {env['device']}, jax {env['jax']}")
-    bw, torch_bw, xla_bw = lc.floor_bandwidth(on_gpu, log)
 
     def item_of(dtype: str) -> int:
         return 8 if dtype == "float64" else 4

@@ -7,6 +7,7 @@ JAX is imported inside the functions (as in common.py), so a script can pick the
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 import traceback
@@ -84,6 +85,22 @@ def floor_bandwidth(on_gpu: bool, log: Log) -> tuple[float, float | None, float]
     log(f"bandwidth: PyTorch copy {(torch_bw or 0) / 1e9:.0f} GB/s, XLA copy {xla_bw / 1e9:.0f} GB/s; the floor uses "
         f"{bw / 1e9:.0f} GB/s")
     return bw, torch_bw, xla_bw
+
+
+def begin(p: argparse.ArgumentParser) -> tuple[argparse.Namespace, common.Start, float, float | None, float] | None:
+    """A script's start: parse ``p``'s command line, pick the platform, turn float64 on, find the
+    device (``common.start_run``), log it and measure the floor's bandwidth (:func:`floor_bandwidth`):
+    ``(args, start, bw, torch_bw, xla_bw)``, or None where the device asked for is missing."""
+    args = p.parse_args()
+    common.select_platform(args.device)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    start = common.start_run(args.device, quick=False)
+    if start is None:
+        return None
+    start.log(f"device {start.env['device']}, jax {start.env['jax']}")
+    return args, start, *floor_bandwidth(start.on_gpu, start.log)
 
 
 def budget_clock(t_start: float, seconds: float) -> Callable[[], bool]:

@@ -168,21 +168,15 @@ def main() -> int:
     p.add_argument("--f-rtol", type=float, default=1e-6,
                    help="f of rows vs copying, relative (the same operations: expected equal)")
     p.add_argument("--budget-seconds", type=float, default=170.0, help="start no new stage after this many seconds")
-    args = p.parse_args()
-    common.select_platform(args.device)
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    start = common.start_run(args.device, quick=False)
-    if start is None:
+    begun = lc.begin(p)
+    if begun is None:
         return 2
+    args, start, bw, torch_bw, xla_bw = begun
     import multiwalk as mw
 
     log, env, on_gpu = start.log, start.env, start.on_gpu
     n, check_n = int(args.n), int(args.check_n)
     budget = lc.budget_clock(start.t_start, args.budget_seconds)
-    log(f"device {env['device']}, jax {env['jax']}")
-    bw, torch_bw, _ = lc.floor_bandwidth(on_gpu, log)
     report: dict[str, Any] = {"environment": env, "bandwidth": bw, "torch_copy": torch_bw is not None, "n": n,
                               "check_n": check_n, "dtype": args.dtype, "large_n": int(args.large_n),
                               "hlo_n": int(args.hlo_n)}

@@ -210,22 +210,16 @@ def main() -> int:
                    help="f of a variant vs the default, relative (rounding of other sums grows along the path: "
                         "lbfgs_along.py saw 2e-8 at 1e7)")
     p.add_argument("--budget-seconds", type=float, default=175.0, help="start no new stage after this many seconds")
-    args = p.parse_args()
-    common.select_platform(args.device)
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    start = common.start_run(args.device, quick=False)
-    if start is None:
+    begun = lc.begin(p)
+    if begun is None:
         return 2
+    args, start, bw, torch_bw, xla_bw = begun
     import multiwalk as mw
     from multiwalk.solvers import lbfgs_kernel as K
 
     log, env, on_gpu = start.log, start.env, start.on_gpu
     n, check_n, item = int(args.n), int(args.check_n), 8 if args.dtype == "float64" else 4
     budget = lc.budget_clock(start.t_start, args.budget_seconds)
-    log(f"device {env['device']}, jax {env['jax']}")
-    bw, torch_bw, _ = lc.floor_bandwidth(on_gpu, log)
     report: dict[str, Any] = {"environment": env, "bandwidth": bw, "torch_copy": torch_bw is not None, "n": n,
                               "check_n": check_n, "dtype": args.dtype, "sweep": {}, "solves": {}}
     out = Path(args.out)
