@@ -81,18 +81,35 @@ def _write(folder: Path, n: int, nprocs: int, chunks: list[int], record: int, no
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.txt"))}
 
 
-def _shm_leftovers() -> set[str]:
-    where = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    return {p.name for p in where.glob("multiwalk-steps-*")}
+@pytest.fixture
+def slot_dirs(monkeypatch) -> list[str]:
+    """The slot folders (``multiwalk-steps-*``) the writers of this test make.  Recorded at their
+    creation: a before/after listing of /dev/shm also saw the folders of another process's run
+    (another xdist worker, or another run on the machine) and failed at random."""
+    made: list[str] = []
+    real = tempfile.mkdtemp
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        path = real(*args, **kwargs)
+        if str(kwargs.get("prefix", "")).startswith("multiwalk-steps-"):
+            made.append(path)
+        return path
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recording)  # step_processes imports tempfile where it makes them
+    return made
 
 
-def test_processes_write_the_same_bytes(tmp_path, monkeypatch):
+def _all_removed(made: list[str]) -> bool:
+    """Some slot folder was made, and none is left."""
+    return bool(made) and not any(Path(d).exists() for d in made)
+
+
+def test_processes_write_the_same_bytes(tmp_path, slot_dirs, monkeypatch):
     # 2 emulated processes x 3 walkers, chunks of odd lengths (15, 21, 9, 3 lines per file: the
     # line ranges cut steps in the middle), 1, 2 and 4 workers, and 8 workers: more than the 6
     # result_T files and than the last chunk's 3 lines (empty pieces); short chunks gathered in
     # one slot until it is full (the default at these sizes) and every chunk sent on its own
     chunks, record = [5, 7, 3, 1], 7
-    before = _shm_leftovers()
     reference = _write(tmp_path / "caller", 6, 2, chunks, record, threads=0)
     assert len(reference) == 4 + 6  # trial/result of 2 processes, 6 result_T
     assert b" 3e-05 " in reference["0/trial.txt"]
@@ -101,7 +118,7 @@ def test_processes_write_the_same_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr(step_processes, "DISPATCH_LINES_PER_WORKER", 1)
     for workers in (2, 8):
         assert _write(tmp_path / f"q{workers}", 6, 2, chunks, record, processes=workers) == reference, workers
-    assert _shm_leftovers() <= before  # the slot files are removed at the end
+    assert _all_removed(slot_dirs)  # the slot files are removed at the end
 
 
 def test_processes_discrete_space_and_resume(tmp_path):
@@ -136,26 +153,24 @@ def test_auto_rule():
     assert main(["run", "no-such-input.toml", "--write-processes", "-3"]) == 2
 
 
-def test_worker_error_reaches_the_caller(tmp_path):
+def test_worker_error_reaches_the_caller(tmp_path, slot_dirs):
     n = 4
-    before = _shm_leftovers()
     writer = odatse_io.StepWriter(tmp_path, ["a", "b"], 1.0 / np.logspace(0, 2, n), False, 1, n, processes=2)
     values, ints = _records(3, n, 2, 0, first=False)
     ints[0, 0, 1] = 0  # a fresh run whose first step is not every replica's result: the workers refuse it
     writer.on_steps(SimpleNamespace(rec_values=values, rec_ints=ints), 0, 2)
     with pytest.raises(RuntimeError, match="first step written must be step 0"):
         writer.close()
-    assert _shm_leftovers() <= before  # removed on the error path too
+    assert _all_removed(slot_dirs)  # removed on the error path too
     with pytest.raises(ValueError, match="processes must be 0"):
         odatse_io.StepWriter(tmp_path, ["a", "b"], np.ones(n), False, 1, n, processes=-1)
 
 
-def test_a_dead_worker_is_an_error_not_a_hang(tmp_path):
+def test_a_dead_worker_is_an_error_not_a_hang(tmp_path, slot_dirs):
     # the middle one of 3 workers is killed after the first chunk: the next chunk's flush raises
     # (the parent sees it end, and the worker after it in the ring reads EOF), close() ends the
     # others and leaves no slot files
     n = 6
-    before = _shm_leftovers()
     writer = odatse_io.StepWriter(tmp_path, ["a", "b"], 1.0 / np.logspace(0, 2, n), False, 1, n, processes=3)
     records = _chunks(n, [4, 4])
     try:
@@ -170,12 +185,12 @@ def test_a_dead_worker_is_an_error_not_a_hang(tmp_path):
     finally:
         with contextlib.suppress(RuntimeError):  # the same error again; the other workers are ended
             writer.close()
-    assert _shm_leftovers() <= before
+    assert _all_removed(slot_dirs)
     # the first chunk is complete in every file
     assert len((tmp_path / "0" / "trial.txt").read_text().splitlines()) >= 1 + 4 * n
 
 
-def test_ctrl_c_leaves_complete_files_that_resume_extends(tmp_path, monkeypatch):
+def test_ctrl_c_leaves_complete_files_that_resume_extends(tmp_path, slot_dirs, monkeypatch):
     """multiwalk run --write-processes 2, Ctrl-C after the third chunk, --resume (also with 2
     processes): the same files as a run written between chunks."""
     text = himmelblau_exchange(seed=5, numsteps=160, nreplica_per_proc=3, labels=False,
@@ -189,7 +204,6 @@ def test_ctrl_c_leaves_complete_files_that_resume_extends(tmp_path, monkeypatch)
     (reference / "input.toml").write_text(text)
     assert cli(reference, "--write-threads", "0") == 0
     (tmp_path / "input.toml").write_text(text)
-    before = _shm_leftovers()
     with ctrl_c_after_chunks(monkeypatch, 3) as calls:
         assert cli(tmp_path, "--write-processes", "2") == 130
     assert 0 < calls[-1] < 159
@@ -197,7 +211,7 @@ def test_ctrl_c_leaves_complete_files_that_resume_extends(tmp_path, monkeypatch)
     for name in ("0/trial.txt", "1/result.txt", "result_T5.txt"):
         lines = (tmp_path / "output" / name).read_bytes().split(b"\n")
         assert lines[-1] == b"" and int(lines[-2].split()[0]) == calls[-1], name
-    assert _shm_leftovers() <= before
+    assert _all_removed(slot_dirs)
     assert cli(tmp_path, "--resume", "--write-processes", "2") == 0
     assert output_files(tmp_path) == output_files(reference)
 
