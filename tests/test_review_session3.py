@@ -122,3 +122,58 @@ def test_a_worker_that_cannot_open_its_files_reports_why(tmp_path):
     finally:
         writer.close()  # the error was raised once: close() ends the worker quietly
     assert not Path(shm).exists()
+
+
+def test_length_messages_larger_than_a_pipe_do_not_deadlock(tmp_path, monkeypatch):
+    # Each worker sends every other the byte lengths of its pieces: 8 (1 + 2 P) bytes a chunk for
+    # P emulated processes.  Past a pipe's capacity (64 KiB: P >= 4096; shrunk to one page here,
+    # so P = 300 is enough) two workers that send at the same time both blocked in write() to
+    # each other, neither reading: the run hung for good (and the orphaned workers never ended).
+    fcntl = pytest.importorskip("fcntl")
+    import threading
+
+    from multiwalk.io import step_processes
+
+    if not hasattr(fcntl, "F_SETPIPE_SZ"):
+        pytest.skip("pipe sizes cannot be set here (Linux only)")
+    real_pipe = os.pipe
+
+    def small_pipe() -> tuple[int, int]:
+        r, w = real_pipe()
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
+        return r, w
+
+    monkeypatch.setattr(step_processes.os, "pipe", small_pipe)  # the links are made with os.pipe
+    P, m = 300, 3
+    files = {kind: [tmp_path / f"{kind}{p}.txt" for p in range(P)] for kind in ("trial", "result")}
+    for paths in files.values():
+        for path in paths:
+            path.write_text("# header\n")
+    writer = step_processes.ProcessWriter(2)
+    monkeypatch.setattr(step_processes.os, "pipe", real_pipe)
+    values, ints = _records(m, P, 0)
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            writer.start(P, 1, files, [], [str(t) for t in range(P)], None, None)
+            writer.submit(np.arange(m), values, ints, np.arange(m))
+            writer.flush()
+            outcome.append(None)
+        except BaseException as err:  # noqa: BLE001 - raised below
+            outcome.append(err)
+
+    procs = list(writer._procs)
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    thread.join(20)  # ~1 s when it works; a deadlock never ends
+    if thread.is_alive():
+        for proc in procs:  # the hung workers (ours) are ended so that the test run goes on
+            proc.kill()
+        thread.join(10)
+        pytest.fail("the writer processes deadlocked on their length messages")
+    writer.close()
+    assert outcome == [None]
+    # every emulated process's trial file: its header and m lines (one walker), in step order
+    lines = files["trial"][7].read_text().splitlines()
+    assert len(lines) == 1 + m and [int(line.split()[0]) for line in lines[1:]] == list(range(m))

@@ -120,7 +120,7 @@ def plan_pieces(workers: int, lines: int, n: int) -> list[tuple[tuple[int, int],
 
 
 def _read_exact(fd: int, size: int) -> bytes:
-    """``size`` bytes from a pipe; EOFError when its writer is gone."""
+    """``size`` bytes from a pipe; EOFError when its writer is gone (the tests read links with it)."""
     data = b""
     while len(data) < size:
         more = os.read(fd, size - len(data))
@@ -205,13 +205,24 @@ def _worker(inbox: Any, outbox: Any) -> None:
     # where chunk ``at`` starts in each proc file (every piece of the chunks before added up)
     offs: dict[str, Any] = {"base": np.asarray(spec["base"], np.int64), "at": 0, "broken": None}
 
+    # a message's bytes read so far from each link: a link is read only when select says it is
+    # ready, one read at a time, so a worker never blocks on a message another is still writing
+    partial = {j: bytearray() for j in links_in}
+    for fd in links_out.values():  # and never blocks writing (publish): messages can outgrow a pipe
+        os.set_blocking(fd, False)
+
     def hear(j: int) -> None:
-        """One message from worker ``j``'s link (``[ok, F lengths]``), or its end."""
-        try:
-            got = np.frombuffer(_read_exact(alive[j], 8 * (1 + F)), np.int64)
-        except EOFError:
+        """Read what is there of worker ``j``'s next message (``[ok, F lengths]``), or its end;
+        call only when the link is ready (one read)."""
+        more = os.read(alive[j], 8 * (1 + F) - len(partial[j]))
+        if not more:  # worker j ended (a message it had begun is lost with it)
             links.unregister(alive.pop(j))
             return
+        partial[j] += more
+        if len(partial[j]) < 8 * (1 + F):
+            return
+        got = np.frombuffer(bytes(partial[j]), np.int64)
+        partial[j].clear()
         heard[j][count[j]] = got[1:].copy() if got[0] else None
         count[j] += 1
 
@@ -303,11 +314,30 @@ def _worker(inbox: Any, outbox: Any) -> None:
         heard[w][chunk] = None if pieces is None else np.array([len(p) for p in pieces], np.int64)
         ok = pieces is not None
         message = np.concatenate([[int(ok)], heard[w][chunk] if ok else np.zeros(F, np.int64)]).astype(np.int64).tobytes()
-        for fd in links_out.values():
-            try:
-                _write_all(fd, message)
-            except OSError:  # that worker ended: the parent reports it
-                pass
+        # non-blocking writes; while a link is full, the messages coming in are read (a message
+        # can be larger than a pipe: two workers writing to each other would otherwise both block)
+        unsent = {fd: memoryview(message) for fd in links_out.values()}
+        while unsent:
+            for fd, view in list(unsent.items()):
+                try:
+                    view = view[os.write(fd, view):]
+                except BlockingIOError:
+                    continue
+                except OSError:  # that worker ended: the parent reports it
+                    view = view[:0]
+                if view.nbytes:
+                    unsent[fd] = view
+                else:
+                    del unsent[fd]
+            if unsent:
+                with selectors.DefaultSelector() as either:
+                    for fd in unsent:
+                        either.register(fd, selectors.EVENT_WRITE, None)
+                    for j, fd in alive.items():
+                        either.register(fd, selectors.EVENT_READ, j)
+                    for key, _ in either.select():
+                        if key.data is not None:
+                            hear(key.data)
 
     def write_chunk(chunk: int, pieces: list[bytes], error: BaseException | None, busy: float,
                     offsets: np.ndarray | None, wait: float) -> None:
