@@ -377,6 +377,12 @@ def _worker(inbox: Any, outbox: Any) -> None:
                     write_chunk(*waiting.popleft(), offsets, waited)
                     waited = 0.0
                     continue
+            if inbox_open and not waiting and not inbox.poll():
+                # nothing to do until the parent's next chunk: wait for it while reading the links
+                # (a blocking recv here left a worker that was still publishing a message larger
+                # than a pipe to us waiting for us, the parent waiting for it: a deadlock, seen in CI)
+                listen(None)
+                continue
             if inbox_open and (not waiting or inbox.poll()):
                 try:
                     msg = inbox.recv()
