@@ -385,7 +385,7 @@ def finish_iteration(
     }
     if fused and cfg.mesh is not None:  # pass A on every device's columns, its sums added over devices
         g_prods, y_prods, dots, xt = lbfgs_kernel.pair_products_split(
-            cfg.mesh, st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, **tuning
+            cfg.mesh, st.P, gt, st.g, st.d, xt, stp, slot, st.count, st.x, **tuning_a
         )
         sy, yy, yg, gg, xx = (dots[i] for i in range(5))
     elif fused:  # pass A: one sweep over P and the vectors (lbfgs_kernel); xt None: formed in the kernel

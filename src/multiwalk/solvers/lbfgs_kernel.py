@@ -127,8 +127,8 @@ def _and(inside: jax.Array | None, keep: jax.Array, block: int) -> jax.Array:
 
 def pair_products(
     P: jax.Array, gt: jax.Array, g: jax.Array, d: jax.Array, xt: jax.Array | None, stp: jax.Array,
-    slot: jax.Array, count: jax.Array, x: jax.Array, *, block: int = DEFAULT_BLOCK, num_warps: int = DEFAULT_WARPS,
-    interpret: bool = False, chunks: int = PASS_A_CHUNKS, num_stages: int = 1, new: jax.Array | None = None,
+    slot: jax.Array, count: jax.Array, x: jax.Array, *, block: int = PASS_A_BLOCK, num_warps: int = PASS_A_WARPS,
+    interpret: bool = False, chunks: int = PASS_A_CHUNKS, num_stages: int = PASS_A_STAGES, new: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Pass A: ``(P gt, P y, [s'y, y'y, y'gt, gt'gt, xt'xt], x_new)`` with ``y = gt - g``, ``s = stp d``.
 
@@ -312,8 +312,8 @@ def _specs(mesh: Any) -> tuple[Any, Any, Any, str]:
 
 def pair_products_split(
     mesh: Any, P: jax.Array, gt: jax.Array, g: jax.Array, d: jax.Array, xt: jax.Array, stp: jax.Array,
-    slot: jax.Array, count: jax.Array, x: jax.Array, *, block: int = DEFAULT_BLOCK, num_warps: int = DEFAULT_WARPS,
-    interpret: bool = False,
+    slot: jax.Array, count: jax.Array, x: jax.Array, *, block: int = PASS_A_BLOCK, num_warps: int = PASS_A_WARPS,
+    interpret: bool = False, chunks: int = PASS_A_CHUNKS, num_stages: int = PASS_A_STAGES,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """:func:`pair_products` of one problem split along ``n`` over ``mesh`` (1-D): the kernel on each
     device's columns (``n / devices`` of them; ``P``'s second axis and the vectors split alike),
@@ -322,7 +322,8 @@ def pair_products_split(
 
     def local(P, gt, g, d, xt, stp, slot, count, x):  # noqa: ANN001, ANN202
         pg, py, dots, x_new = pair_products(
-            P, gt, g, d, xt, stp, slot, count, x, block=block, num_warps=num_warps, interpret=interpret
+            P, gt, g, d, xt, stp, slot, count, x, block=block, num_warps=num_warps, interpret=interpret,
+            chunks=chunks, num_stages=num_stages,
         )
         pg, py, dots = jax.lax.psum((pg, py, dots), axis)
         return pg, py, dots, x_new
