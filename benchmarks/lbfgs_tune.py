@@ -78,7 +78,8 @@ def sweep_passes(n: int, dtype: str, a_configs, b_configs, trips: int, interpret
                                    chunks=chunks, num_stages=stages, interpret=interpret)
         return fa
 
-    ref_a = [np.asarray(v) for v in jax.jit(pass_a((K.DEFAULT_BLOCK, K.DEFAULT_WARPS, 1, 1)))(x * 1.0, data)]
+    ref_a = [np.asarray(v) for v in jax.jit(pass_a((K.PASS_A_BLOCK, K.PASS_A_WARPS, K.PASS_A_CHUNKS, K.PASS_A_STAGES)))(
+        x * 1.0, data)]
     for cfg in a_configs:
         if budget():
             log(f"pass A {cfg}: skipped, past the budget")
