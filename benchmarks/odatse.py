@@ -37,6 +37,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
+PROFILE = False  # --profile: each run of ours writes its breakdown (MULTIWALK_PROFILE) and the report shows it
+
 INPUT = """
 [base]
 dimension = 2
@@ -122,6 +124,38 @@ def _parse_ours(folder: Path, text: str, wall: float) -> dict:
             "ring_wait": float(beside.group(4)) if beside and beside.group(4) else 0.0}
 
 
+PHASES = ("sources", "lines", "publish", "result_T", "result_T_write", "pwrite", "offsets_wait", "idle")
+
+
+def profile_summary(path: Path) -> dict | None:
+    """The breakdown of a run's time from the JSON ``multiwalk run`` writes under MULTIWALK_PROFILE
+    (None if there is none: an older tree, or threads): the compiled chunks, the parent's work
+    between them (copying into the slots, waiting for a free slot, waiting in flush, the rest:
+    reordering, the progress summary, checkpoints, fx/best files), and each worker phase's time
+    (the mean over workers and the busiest worker's), all in seconds; ``tail``: from the last
+    chunk sent to the last worker done."""
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    w = data.get("writer") or {}
+    if "workers" not in w:
+        return None
+    st = data["stats"]
+    out = {"sample": st["run_seconds"], "copy": w["copy_seconds"], "slot_wait": w["slot_wait_seconds"],
+           "flush_wait": w["flush_seconds"],
+           "host_other": st["loop_seconds"] + data["post_seconds"] - st["run_seconds"] - w["seconds"],
+           "chunks_sent": len(w["timeline"])}
+    busiest = int(np.argmax(w["busy"]))
+    for phase in PHASES:
+        values = [k.get(phase, 0.0) for k in w["workers"]]
+        out[f"w_{phase}"] = float(np.mean(values))
+        out[f"b_{phase}"] = float(values[busiest])
+    last = w["timeline"][-1] if w["timeline"] else None
+    if last and all(v is not None for v in last["done"]):
+        out["tail"] = max(last["done"]) - last["sent"]
+    return out
+
+
 def run_ours(folder: Path, *extra: str) -> dict:
     """``multiwalk run`` in this Python process (JAX imported once; a repeated input's compilation cached)."""
     from multiwalk.cli import main
@@ -129,17 +163,21 @@ def run_ours(folder: Path, *extra: str) -> dict:
     buf = io.StringIO()
     old = os.getcwd()
     os.chdir(folder)
+    profile = folder.resolve() / "profile.json"
+    if PROFILE:
+        os.environ["MULTIWALK_PROFILE"] = str(profile)
     t0 = time.perf_counter()
     try:
         with contextlib.redirect_stdout(buf):
             code = main(["run", "input.toml", "--no-progress", *extra])
     finally:
         os.chdir(old)
+        os.environ.pop("MULTIWALK_PROFILE", None)
     wall = time.perf_counter() - t0
     text = buf.getvalue()
     if code != 0:
         raise RuntimeError(f"multiwalk run failed ({code}): {text[-2000:]}")
-    return _parse_ours(folder, text, wall)
+    return {**_parse_ours(folder, text, wall), "profile": profile_summary(profile) if PROFILE else None}
 
 
 def run_ours_fresh(folder: Path, *extra: str, env_extra: dict | None = None) -> dict:
@@ -150,6 +188,9 @@ def run_ours_fresh(folder: Path, *extra: str, env_extra: dict | None = None) -> 
     src (an earlier commit's tree, ``git archive COMMIT src | tar -x -C DIR/..``, compared in the
     same run)."""
     env = {**os.environ, **(env_extra or {})}
+    profile = folder.resolve() / "profile.json"
+    if PROFILE:
+        env["MULTIWALK_PROFILE"] = str(profile)
     src = str(Path(env.pop("MULTIWALK_BENCH_SRC", None) or Path(__file__).resolve().parents[1] / "src").resolve())
     paths = [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join([src, *paths])
@@ -159,7 +200,7 @@ def run_ours_fresh(folder: Path, *extra: str, env_extra: dict | None = None) -> 
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"multiwalk run failed ({proc.returncode}): {proc.stdout[-1000:]} {proc.stderr[-2000:]}")
-    return _parse_ours(folder, proc.stdout, wall)
+    return {**_parse_ours(folder, proc.stdout, wall), "profile": profile_summary(profile) if PROFILE else None}
 
 
 def case_a(out: Path, replicas: int, steps: int, log, threads: tuple[int, ...] = (),
@@ -287,6 +328,37 @@ def report(env: dict, a: list[dict], b: dict | None) -> str:
                                  f"| {m['work']:.3f} | {o['work'] / m['work']:.0f}x | {m['files_busy']:.3f} "
                                  f"| {m['ring_wait']:.3f} | {m['setup']:.2f} | {m['wall']:.2f} | {o['wall']:.2f} "
                                  f"| {o['wall'] / m['wall']:.1f}x |")
+        groups: dict[str, list[str]] = {}  # the same item repeated (@REP=k): medians
+        for k in fresh:
+            label = "@".join(part for part in k.split("_", 2)[2].split("@") if not part.startswith("REP="))
+            groups.setdefault(label, []).append(k)
+        if any(len(v) > 1 for v in groups.values()):
+            lines += ["", "Repeated fresh items (`@REP=k` dropped): run+files of each repeat in run order, their median "
+                      "and its ratio to ODAT-SE's run+post:", "",
+                      "| replicas | steps | item | run+files (s) | median (s) | ratio |", "|---:|---:|---|---|---:|---:|"]
+            for r in a:
+                for label, keys in groups.items():
+                    works = [r[k]["work"] for k in keys]
+                    med = float(np.median(works))
+                    lines.append(f"| {r['replicas']} | {r['steps']} | {label} | {', '.join(f'{v:.3f}' for v in works)} "
+                                 f"| {med:.3f} | {r['odatse']['work'] / med:.0f}x |")
+        profiled = [(r, k) for r in a for k in r if isinstance(r[k], dict) and r[k].get("profile")]
+        if profiled:
+            lines += ["", "Where the time goes (`--profile`, seconds): run+files; the compiled chunks; the parent's "
+                      "copying into the slots, waits for a free slot, waits in flush (checkpoints, the end) and the rest "
+                      "of its work (reordering, summary, files after the run); chunks sent; from the last chunk sent to "
+                      "its last worker done; then per writer process, the mean over workers / the busiest worker: "
+                      + ", ".join(PHASES) + ":", "",
+                      "| replicas | steps | run | run+files | chunks | copy | slot wait | flush wait | host other | sent "
+                      "| tail | " + " | ".join(PHASES) + " |",
+                      "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|" + "---|" * len(PHASES)]
+            for r, k in profiled:
+                m = r[k]
+                pr = m["profile"]
+                lines.append(f"| {r['replicas']} | {r['steps']} | {k} | {m['work']:.3f} | {pr['sample']:.3f} "
+                             f"| {pr['copy']:.3f} | {pr['slot_wait']:.3f} | {pr['flush_wait']:.3f} "
+                             f"| {pr['host_other']:.3f} | {pr['chunks_sent']} | {pr.get('tail', float('nan')):.3f} | "
+                             + " | ".join(f"{pr['w_' + ph]:.3f} / {pr['b_' + ph]:.3f}" for ph in PHASES) + " |")
         for r in (r for r in a if r["temperatures"]):
             lines += ["", f"Mean f per temperature, R = {r['replicas']}, N = {r['steps']} (errors from 20 blocks):", "",
                       "| T | exact | ODAT-SE | ours | (ours - ODAT-SE) / error |", "|---:|---:|---:|---:|---:|"]
@@ -323,6 +395,9 @@ def main() -> int:
     p.add_argument("--fresh", default="", help="case A: also a fresh `multiwalk run` process with each --write-processes "
                    "of this list (0: threads, auto: the default; N/K: and --write-chunks K; N@VAR=VALUE: with that environment "
                    "variable; @MULTIWALK_BENCH_SRC=DIR: the package from DIR, e.g. an earlier commit's src)")
+    p.add_argument("--profile", action="store_true", help="case A: each run of ours writes where its time went "
+                   "(MULTIWALK_PROFILE: the compiled chunks, the parent's copying and waits, each writer process's phases) "
+                   "and the report shows it (writer processes only; an older tree's runs have none)")
     p.add_argument("--skip-odatse", action="store_true", help="case A: ours only (ratios then read 'nan')")
     p.add_argument("--no-stats", action="store_true", help="case A: skip the per-temperature statistics (the exact "
                    "means take ~1 minute at 1024 temperatures)")
@@ -334,6 +409,8 @@ def main() -> int:
     p.add_argument("--dtype", default="float64")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     common.select_platform(args.device)
     got = common.first_device(args.device)
     if got is None:

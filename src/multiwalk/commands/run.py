@@ -25,6 +25,7 @@ import argparse
 import importlib
 import importlib.util
 import math
+import os
 import sys
 import time
 import tomllib
@@ -550,6 +551,8 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                               result.fun, result.x, setup.labels)
             write_fx(setup.output_dir / "fx.txt", result.statistics)
         post = time.perf_counter() - t1
+    if writes and os.environ.get("MULTIWALK_PROFILE"):
+        _write_profile(Path(os.environ["MULTIWALK_PROFILE"]), result.stats, post, writer)
     if not writes:  # process 0 reports
         return EXIT_OK if result.success else EXIT_FAILED
     print("Best Result:")
@@ -585,6 +588,21 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
         print("stopped at --time-limit: continue with --resume", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if result.success else EXIT_FAILED
+
+
+def _write_profile(path: Path, stats: dict[str, Any], post: float, writer: Any) -> None:
+    """Where an exchange run's time went, as JSON at ``path`` (environment variable MULTIWALK_PROFILE;
+    benchmarks/odatse.py --profile reads it): the driver's figures (compiled chunks, the chunk loop,
+    compilation), the files after the run and the step-file writer's :meth:`StepWriter.profile`."""
+    import json
+
+    keep = ("run_seconds", "loop_seconds", "compile_seconds", "chunks")
+    data = {"stats": {k: stats[k] for k in keep if k in stats}, "post_seconds": post,
+            "writer": None if writer is None else writer.profile()}
+    try:
+        path.write_text(json.dumps(data, default=float))
+    except OSError as err:  # the run's files are complete: say so and go on
+        print(f"MULTIWALK_PROFILE: could not write {path}: {err}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------- the other algorithms

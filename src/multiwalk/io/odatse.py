@@ -316,6 +316,8 @@ class StepWriter:
             raise ValueError(f"processes must be 0 (no writer processes) or a positive number, got {processes}")
         self.processes = int(processes)
         self._processes = None
+        self._closed_processes = None
+        self.flush_seconds = 0.0  # of ``seconds``: the waits in flush (before checkpoints, at the end)
         if self.processes:
             self.threads = 0  # the processes do all the formatting and writing
             from .step_processes import ProcessWriter
@@ -448,6 +450,22 @@ class StepWriter:
                 self._pending.pop(0).result()
         finally:
             self.seconds += time.perf_counter() - t0
+            self.flush_seconds += time.perf_counter() - t0
+
+    def profile(self) -> dict[str, Any]:
+        """Where the writing's time went (seconds; ``multiwalk run`` writes it out when the
+        environment variable MULTIWALK_PROFILE names a file): the caller's time in ``on_steps`` and
+        ``flush`` (``seconds``), of it the waits in ``flush``; with writer processes also the
+        copying into the shared slots, the waits for a free slot, each worker's time by phase
+        (:data:`multiwalk.io.step_processes.PROFILE_PHASES`) and each chunk's times (perf_counter:
+        sent, each worker's arrival and end).  Read it after :meth:`close` or :meth:`flush`."""
+        out: dict[str, Any] = {"seconds": self.seconds, "flush_seconds": self.flush_seconds,
+                               "busy_seconds": self.busy_seconds, "processes": self.processes, "threads": self.threads}
+        source = self._processes if self._processes is not None else self._closed_processes
+        if source is not None:
+            out.update(copy_seconds=source.copy_seconds, slot_wait_seconds=source.slot_wait_seconds,
+                       workers=source.profile, busy=source.busy, timeline=source.timeline)
+        return out
 
     def close(self) -> None:
         """:meth:`flush`, then end the threads and close the files."""
@@ -455,6 +473,7 @@ class StepWriter:
             self.flush()
         finally:
             if self._processes is not None:
+                self._closed_processes = self._processes  # its figures stay for profile()
                 self._processes.close()
                 self._processes = None
             for pool in (self._writer, self._formatters):

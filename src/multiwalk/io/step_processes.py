@@ -55,6 +55,11 @@ __all__ = ["ProcessWriter", "plan_pieces", "default_write_processes", "AUTO_MIN_
 
 SLOTS = 3  # chunks in shared memory: two waiting for the workers (as the threaded writer) + the one being copied
 DISPATCH_LINES_PER_WORKER = 2048  # short chunks are sent together until each worker gets this many trial lines
+# what a worker's answers say of its time (seconds, summed by :class:`ProcessWriter` in ``profile``):
+# the chunk's result rows' sources (and opening the slot), its trial/result lines (one polars call),
+# sending their lengths, its result_T group formatted and appended, the trial/result pieces
+# written, waiting for the lengths before its pieces, and waiting for the parent's next chunk
+PROFILE_PHASES = ("sources", "lines", "publish", "result_T", "result_T_write", "pwrite", "offsets_wait", "idle")
 
 # ``--write-processes auto`` (:func:`default_write_processes`): worker processes only where they
 # pay: enough cores for the workers beside the sampling, and a run long enough to cover their
@@ -204,6 +209,9 @@ def _worker(inbox: Any, outbox: Any) -> None:
     links.register(inbox.fileno(), selectors.EVENT_READ, None)
     # where chunk ``at`` starts in each proc file (every piece of the chunks before added up)
     offs: dict[str, Any] = {"base": np.asarray(spec["base"], np.int64), "at": 0, "broken": None}
+    # seconds by phase since the last answer (:data:`PROFILE_PHASES`), sent with each answer
+    spent = dict.fromkeys(PROFILE_PHASES, 0.0)
+    got_at: dict[int, float] = {}  # when each chunk formatted and not yet answered arrived
 
     # a message's bytes read so far from each link: a link is read only when select says it is
     # ready, one read at a time, so a worker never blocks on a message another is still writing
@@ -271,6 +279,7 @@ def _worker(inbox: Any, outbox: Any) -> None:
         other worker: ``(chunk, trial/result pieces, error, busy seconds)``."""
         chunk, (vpath, vshape), (ipath, ishape), first = msg
         t0 = time.perf_counter()
+        got_at[chunk] = t0  # a time stamp (perf_counter is CLOCK_MONOTONIC: the same clock in every process)
         pieces: list[bytes] = []
         error, carry["error"] = carry["error"], None  # the start's error, answered once
         if not carry["failed"]:  # else a chunk before failed here: this one's result rows are unknown
@@ -282,6 +291,8 @@ def _worker(inbox: Any, outbox: Any) -> None:
                 (q0, q1), (a, b) = plan_pieces(W, m * per, n)[w]
                 last_result = carry["last_result"]
                 src = formats._result_sources(ints, last_result is not None).reshape(-1)
+                t1 = time.perf_counter()
+                spent["sources"] += t1 - t0
 
                 def trial_of(flat: np.ndarray, values: Any = values, ints: Any = ints) -> np.ndarray:
                     return formats._gather_rows(values, ints, coordinates, None, flat + n)
@@ -294,10 +305,18 @@ def _worker(inbox: Any, outbox: Any) -> None:
                 parts = [(rows_of, p) for p in range(F // 2) for rows_of in (trial_of, result_of)]
                 pieces = formats._proc_lines_many(steps, ints, parts, per, t_series, q0, q1)
                 carry["last_result"] = result_of(np.arange((m - 1) * n, m * n))
+                t2 = time.perf_counter()
+                spent["lines"] += t2 - t1
                 # the lengths go out before the result_T group is written: the others wait for them
                 publish(chunk, pieces)
-                for path, data in formats._t_group_bytes(steps, ints, result_of, a, b, spec["t_files"]):
+                t3 = time.perf_counter()
+                spent["publish"] += t3 - t2
+                group = formats._t_group_bytes(steps, ints, result_of, a, b, spec["t_files"])
+                t4 = time.perf_counter()
+                spent["result_T"] += t4 - t3
+                for path, data in group:
                     _write_all(t_fds[path], data)
+                spent["result_T_write"] += time.perf_counter() - t4
                 del values, ints, trial_of, result_of  # the maps close
             except BaseException as err:  # noqa: BLE001 - every error goes back to the parent
                 error = err
@@ -359,11 +378,16 @@ def _worker(inbox: Any, outbox: Any) -> None:
                         _pwrite_all(fd, piece, offset)
         except BaseException as err:  # noqa: BLE001
             error = error or err
-        busy += time.perf_counter() - t1  # formatting and writing; the wait for the offsets apart
+        t2 = time.perf_counter()
+        spent["pwrite"] += t2 - t1
+        busy += t2 - t1  # formatting and writing; the wait for the offsets apart
+        spent["offsets_wait"] += wait
+        profile = {**spent, "got": got_at.pop(chunk, float("nan")), "done": t2}
+        spent.update(dict.fromkeys(PROFILE_PHASES, 0.0))
         try:
-            outbox.send((chunk, error, busy, wait, skipped))
+            outbox.send((chunk, error, busy, wait, skipped, profile))
         except Exception:  # noqa: BLE001 - an error that does not pickle goes back as text
-            outbox.send((chunk, RuntimeError(f"step-file writer process: {error!r}"), busy, wait, skipped))
+            outbox.send((chunk, RuntimeError(f"step-file writer process: {error!r}"), busy, wait, skipped, profile))
 
     waiting: deque[tuple[int, list[bytes], BaseException | None, float]] = deque()  # formatted, not yet written
     waited = 0.0  # seconds spent waiting for the offsets of waiting[0]
@@ -381,7 +405,10 @@ def _worker(inbox: Any, outbox: Any) -> None:
                 # nothing to do until the parent's next chunk: wait for it while reading the links
                 # (a blocking recv here left a worker that was still publishing a message larger
                 # than a pipe to us waiting for us, the parent waiting for it: a deadlock, seen in CI)
+                t1 = time.perf_counter()
                 listen(None)
+                if offs["at"] or heard[w]:  # not before the first chunk (the parent's compilation)
+                    spent["idle"] += time.perf_counter() - t1
                 continue
             if inbox_open and (not waiting or inbox.poll()):
                 try:
@@ -462,6 +489,13 @@ class ProcessWriter:
         self._raised = False  # an error was raised: later "skipped" answers say nothing new
         self.busy = [0.0] * W  # each worker's formatting and writing seconds
         self.ring_wait = [0.0] * W  # each worker's wait for the lengths of the pieces before its own
+        # where the time goes (``multiwalk run`` writes it out under MULTIWALK_PROFILE): each worker's
+        # seconds by phase (:data:`PROFILE_PHASES`), the parent's copying into the slots and waiting
+        # for a free slot, and per chunk sent: when (perf_counter), its steps, each worker's arrival and end
+        self.profile = [dict.fromkeys(PROFILE_PHASES, 0.0) for _ in range(W)]
+        self.copy_seconds = 0.0
+        self.slot_wait_seconds = 0.0
+        self.timeline: list[dict[str, Any]] = []
 
     def start(self, nprocs: int, per: int, proc_files: dict[str, list[Path]], t_files: list[Path],
               t_strings: list[str], coordinates: np.ndarray | None, last_result: np.ndarray | None) -> None:
@@ -509,11 +543,14 @@ class ProcessWriter:
         if self._open is not None and (self._open[2] + m > rec_values.shape[0] or int(steps[0]) != self._open[1] + self._open[2]):
             self._dispatch()  # does not fit the slot, or not the next steps
         if self._open is None:
+            t0 = time.perf_counter()
             while len(self._pending) >= SLOTS - 1:  # at most two chunks wait: the third slot is free
                 self._wait(self._pending[0][0])
+            self.slot_wait_seconds += time.perf_counter() - t0
             used = {slot for _, slot in self._pending}
             self._open = (next(k for k in range(SLOTS) if k not in used), int(steps[0]), 0)
         slot, first, k = self._open
+        t0 = time.perf_counter()
         vmap, imap = self._maps[slot]
         if rec_values.dtype == np.float64:
             np.take(rec_values, slots, axis=0, out=vmap[k:k + m])  # straight into the slot, no temporary
@@ -521,6 +558,7 @@ class ProcessWriter:
             vmap[k:k + m] = rec_values[slots]
         np.take(rec_ints.astype(np.int32, copy=False), slots, axis=0, out=imap[k:k + m])
         self._open = (slot, first, k + m)
+        self.copy_seconds += time.perf_counter() - t0
         if (k + m) * rec_values.shape[1] >= DISPATCH_LINES_PER_WORKER * self.workers:
             self._dispatch()
 
@@ -535,6 +573,8 @@ class ProcessWriter:
         chunk = self._next_chunk
         self._next_chunk += 1
         msg = (chunk, (str(self._slots[slot][0]), vshape), (str(self._slots[slot][1]), ishape), first)
+        self.timeline.append({"sent": time.perf_counter(), "steps": m, "got": [None] * self.workers,
+                              "done": [None] * self.workers})
         for to_worker, _ in self._conns:
             to_worker.send(msg)
         self._pending.append((chunk, slot))
@@ -543,7 +583,7 @@ class ProcessWriter:
         """One answer of worker ``k``: its chunk counted as done; its error and whether it only
         skipped (a piece before its own failed)."""
         try:
-            got, err, busy, wait, skipped = self._conns[k][1].recv()
+            got, err, busy, wait, skipped, spent = self._conns[k][1].recv()
         except EOFError:
             raise RuntimeError(
                 f"a step-file writer process ended unexpectedly (exit code {self._procs[k].poll()}); "
@@ -551,6 +591,10 @@ class ProcessWriter:
         self._acked[k] = got + 1
         self.busy[k] += busy
         self.ring_wait[k] += wait
+        for phase in PROFILE_PHASES:
+            self.profile[k][phase] += spent.get(phase, 0.0)
+        if got < len(self.timeline):
+            self.timeline[got]["got"][k], self.timeline[got]["done"][k] = spent.get("got"), spent.get("done")
         return err, skipped
 
     def _raise(self, root: BaseException | None, skipped: BaseException | None) -> None:
