@@ -348,9 +348,11 @@ TABLE: dict[str, CuteFunction] = {
 
 # L-BFGS's line search evaluates along x + stp d through this (a Pallas kernel on GPUs, XLA elsewhere:
 # cute_kernel.along_plan).  Imported here, at the end: cute_kernel imports this module's functions lazily.
-from .cute_kernel import rosenbrock_along  # noqa: E402
+from .cute_kernel import rosenbrock_along, rosenbrock_block  # noqa: E402
 
 extended_rosenbrock_value_and_grad.along = rosenbrock_along  # type: ignore[attr-defined]
+# ... and LBFGS(kernel="onepass") evaluates f and g on each column block inside its one kernel per evaluation
+extended_rosenbrock_value_and_grad.block = rosenbrock_block  # type: ignore[attr-defined]
 
 
 def check_n(name: str, n: int) -> None:

@@ -31,12 +31,34 @@ import jax.numpy as jnp
 from ..kernels import KernelPlan, backend, compiler_params
 
 __all__ = [
-    "along_plan", "rosenbrock_along", "rosenbrock_along_into", "rosenbrock_along_kernel", "extended_rosenbrock_xla",
+    "along_plan", "rosenbrock_along", "rosenbrock_along_into", "rosenbrock_along_kernel", "rosenbrock_block",
+    "extended_rosenbrock_xla",
 ]
 
 ROWS = 512  # pairs per program (1024 coordinates; a power of two, as Triton needs)
 WARPS = 4
 _WIDTH = 16  # partial sums per program: lane 0 f, lane 1 g'd (Triton stores a power-of-two row)
+
+
+def rosenbrock_block(xb: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Extended Rosenbrock on a ``(rows, 2)`` block of pairs ``(x_{2i-1}, x_{2i})``: ``(f terms (rows,),
+    g block (rows, 2))``.  Block-local, in operations Triton lowers (no slicing: each column is a
+    masked sum), so a Pallas kernel can call it on the block it holds (``rosenbrock_along_kernel``,
+    L-BFGS's one-pass loop through ``value_and_grad.block``); ``.width = 2`` coordinates per row."""
+    rows = xb.shape[0]
+    col = jax.lax.broadcasted_iota(jnp.int32, (rows, 2), 1)
+    # the pair (x_{2i-1}, x_{2i}) of each row, by a masked sum over its two columns
+    x1 = jnp.sum(jnp.where(col == 0, xb, 0.0), axis=1)
+    x2 = jnp.sum(jnp.where(col == 1, xb, 0.0), axis=1)
+    t = x2 - x1 * x1
+    u = 1.0 - x1
+    g1 = -400.0 * x1 * t - 2.0 * u
+    g2 = 200.0 * t
+    g = jnp.where(col == 0, jnp.broadcast_to(g1[:, None], (rows, 2)), jnp.broadcast_to(g2[:, None], (rows, 2)))
+    return 100.0 * t * t + u * u, g
+
+
+rosenbrock_block.width = 2  # type: ignore[attr-defined]  # coordinates per row of a block
 
 
 def rosenbrock_along_kernel(
@@ -80,22 +102,13 @@ def rosenbrock_along_kernel(
         inside = (r0 + jax.lax.broadcasted_iota(jnp.int32, (rows, 2), 0) < pairs) if ragged else None
         # (a 1-D mask of its own: the Triton lowering has no rule for slicing inside[:, 0])
         inside_rows = (r0 + jax.lax.broadcasted_iota(jnp.int32, (rows,), 0) < pairs) if ragged else None
-        col = jax.lax.broadcasted_iota(jnp.int32, (rows, 2), 1)
         dv = load(d_ref.at[block], inside)
         xt = load(x_ref.at[block], inside) + stp_ref[0] * dv
-        # the pair (x_{2i-1}, x_{2i}) of each row, by a masked sum over its two columns
-        x1 = jnp.sum(jnp.where(col == 0, xt, 0.0), axis=1)
-        x2 = jnp.sum(jnp.where(col == 1, xt, 0.0), axis=1)
-        t = x2 - x1 * x1
-        u = 1.0 - x1
-        g1 = -400.0 * x1 * t - 2.0 * u
-        g2 = 200.0 * t
-        gv = jnp.where(col == 0, jnp.broadcast_to(g1[:, None], (rows, 2)), jnp.broadcast_to(g2[:, None], (rows, 2)))
+        terms, gv = rosenbrock_block(xt)
         if inside is None:
             plgpu.store(g_at(block), gv)
         else:
             plgpu.store(g_at(block), gv, mask=inside)
-        terms = 100.0 * t * t + u * u
         if inside_rows is not None:  # a row past the end loaded zeros: its term would be 1, not 0
             terms = jnp.where(inside_rows, terms, 0.0)
         lane = jax.lax.broadcasted_iota(jnp.int32, (_WIDTH,), 0)

@@ -50,10 +50,10 @@ import numpy as np
 from jax import lax
 from jax.scipy.linalg import solve_triangular
 
-from ..kernels import check_kernel_option, check_launch_options
+from ..kernels import KERNELS, check_launch_options
 from ..problem import Problem, _resolve_dtype
 from ..result import Result, Status
-from . import lbfgs_kernel
+from . import lbfgs_kernel, lbfgs_onepass
 from .base import Phase, Solver, check_int_option
 from .more_thuente import LineSearchParams, LineSearchState, line_search_init, line_search_update
 
@@ -707,6 +707,11 @@ class LBFGS(Solver):
         where the problem's ``value_and_grad`` has one (``along(x, d, stp) -> (f, g, g'd)`` at
         ``x + stp d``; cute's Extended Rosenbrock: one Pallas kernel on GPUs);
         ``["line_evaluation"]`` says how it evaluated.
+        ``"onepass"``: ONE Pallas kernel per line-search evaluation (direction, trial point, f and
+        g by the problem's block-local ``value_and_grad.block``, and every product the small
+        matrices need; :mod:`multiwalk.solvers.lbfgs_onepass`), for one start with ``H0 = gamma I``
+        on one device whose ``value_and_grad`` has ``.block`` (cute's Extended Rosenbrock); else
+        the ``"auto"`` form, ``stats["kernel_reason"]`` saying why.
     kernel_block, kernel_warps : Pallas launch tuning: columns per program (a power of two)
         and warps per program (None: the module's defaults).
 
@@ -738,7 +743,8 @@ class LBFGS(Solver):
     gradient_rows: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        check_kernel_option(self.kernel)
+        if self.kernel not in (*KERNELS, "onepass"):
+            raise ValueError(f"kernel must be one of {(*KERNELS, 'onepass')}, got {self.kernel!r}")
         check_launch_options(self, why=" (Triton needs that)")
         check_int_option("m", self.m, 1)
         check_int_option("max_iterations", self.max_iterations, 1)
@@ -824,7 +830,13 @@ class LBFGS(Solver):
         if devices is None:
             mesh = _current_mesh()
             devices = 1 if mesh is None else mesh.size
-        return lbfgs_kernel.plan(self.kernel, self.m, self.n_starts(problem), self.diag is not None, devices)
+        kernel = "auto" if self.kernel == "onepass" else self.kernel  # the form onepass falls back to
+        return lbfgs_kernel.plan(kernel, self.m, self.n_starts(problem), self.diag is not None, devices)
+
+    def onepass_plan(self, problem: Problem) -> lbfgs_onepass.OnePassPlan:
+        """Whether the run uses the one-pass loop (``kernel="onepass"``; decided at ``init``, the
+        state's layout then says so), and why (not)."""
+        return lbfgs_onepass.plan(self.kernel, problem, self.n_starts(problem), self.diag is not None)
 
     def n_starts(self, problem: Problem) -> int:
         if self.starts is not None:
@@ -866,6 +878,8 @@ class LBFGS(Solver):
         pairs ``P``), so a problem too large for one device's memory spreads over all of them;
         its dot products become all-reduces that XLA inserts, and the objective runs on split
         ``x`` (elementwise terms and sums split too).  The small matrices stay whole everywhere."""
+        if isinstance(state.starts, lbfgs_onepass.OnePassState):  # one device only: nothing to split
+            return jax.tree.map(lambda _: None, state)
         K = state.starts.x.shape[0]
         if K > 1:
             starts = jax.tree.map(lambda _: 0, state.starts)
@@ -924,9 +938,14 @@ class LBFGS(Solver):
             stp=jnp.zeros((rows, kh), dt),
             nfev=jnp.zeros((rows, kh), jnp.int32).at[0].set(starts.nfev[:kh]),
         )
+        if self.onepass_plan(problem).use:  # the rings of the one-pass loop (its P and d are never made)
+            one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), starts)
+            starts = jax.tree.map(lambda a: lax.expand_dims(a, (0,)), lbfgs_onepass.to_onepass(one, self.m))
         return LBFGSRun(starts=starts, history=hist, h0=h0)
 
     def step(self, problem: Problem, state: LBFGSRun, phase: int) -> LBFGSRun:
+        if isinstance(state.starts, lbfgs_onepass.OnePassState):
+            return self.run_chunk(problem, state, phase, jnp.ones((), jnp.int32))[0]
         cfg = self._config(problem.dtype, self.kernel_plan(problem))
         vg = problem.value_and_grad_free
         K = state.starts.x.shape[0]
@@ -953,7 +972,10 @@ class LBFGS(Solver):
     def run_chunk(self, problem: Problem, state: LBFGSRun, phase: int, n: jax.Array) -> tuple[LBFGSRun, jax.Array]:
         """Up to ``n`` iterations.  The fused form (one start, Pallas passes) carries the state's
         scalars packed in two vectors and the history as one (rows, 4) table (:func:`_pack`),
-        so the loop launches few small kernels per iteration; same arithmetic as ``step``."""
+        so the loop launches few small kernels per iteration; same arithmetic as ``step``.
+        The one-pass form (a state made by ``kernel="onepass"``): :func:`lbfgs_onepass.run_chunk`."""
+        if isinstance(state.starts, lbfgs_onepass.OnePassState):
+            return self._run_onepass(problem, state, n)
         plan = self.kernel_plan(problem)
         if state.starts.x.shape[0] != 1 or not plan.use_pallas:
             return super().run_chunk(problem, state, phase, n)
@@ -1002,6 +1024,27 @@ class LBFGS(Solver):
         )
         return LBFGSRun(starts=starts, history=hist, h0=state.h0), n_run
 
+    def _run_onepass(self, problem: Problem, state: LBFGSRun, n: jax.Array) -> tuple[LBFGSRun, jax.Array]:
+        op = self.onepass_plan(problem)
+        block = lbfgs_onepass.block_hook(problem)
+        cfg = self._config(problem.dtype)
+        launch = {
+            "rows": self.kernel_block // block.width if self.kernel_block else lbfgs_onepass.ROWS,
+            "num_warps": self.kernel_warps or lbfgs_onepass.WARPS, "chunks": lbfgs_onepass.CHUNKS,
+            "interpret": op.interpret,
+        }
+        dt = problem.dtype
+        h = state.history
+        table = jnp.stack([h.f[:, 0], h.gnorm[:, 0], h.stp[:, 0], h.nfev[:, 0].astype(dt)], axis=1)  # (rows, 4)
+        one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), state.starts)
+        final, table, n_run = lbfgs_onepass.run_chunk(cfg, one, table, n, block, launch)
+        hist = History(
+            f=table[:, 0:1].astype(h.f.dtype), gnorm=table[:, 1:2].astype(h.gnorm.dtype),
+            stp=table[:, 2:3].astype(h.stp.dtype), nfev=table[:, 3:4].astype(h.nfev.dtype),
+        )
+        starts = jax.tree.map(lambda a: lax.expand_dims(a, (0,)), final)
+        return LBFGSRun(starts=starts, history=hist, h0=state.h0), n_run
+
     def done(self, problem: Problem, state: LBFGSRun, phase: int) -> jax.Array:
         return jnp.all(state.starts.status != _RUNNING)
 
@@ -1041,8 +1084,18 @@ class LBFGS(Solver):
         self, problem: Problem, state: LBFGSRun, done: list[int], status: Status, stats: dict[str, Any]
     ) -> LBFGSResult:
         # only what the result needs comes to the host (not the 2m n stored pairs)
-        st = state.starts._replace(P=None, d=None, g=None, ls=None, SY=None, YY=None, a=None, b=None)
-        st = jax.tree.map(np.asarray, st)
+        onepass = isinstance(state.starts, lbfgs_onepass.OnePassState)
+        if onepass:  # x_k is row k % 2 of the ring X
+            one = state.starts
+            x = one.X[0, int(one.iteration[0]) % 2][None]
+            st = one._replace(X=None, G=None, S=None, w=None, ls=None, SY=None, YY=None, a=None, b=None)
+            st = jax.tree.map(np.asarray, st)
+            st = LBFGSState(x=np.asarray(x), g=None, d=None, P=None, ls=None, SY=None, YY=None, a=None, b=None,
+                            **{k: getattr(st, k) for k in ("f", "gamma", "gg", "head", "count", "iteration", "nfev",
+                                                            "gnorm", "xnorm", "stp", "status")})
+        else:
+            st = state.starts._replace(P=None, d=None, g=None, ls=None, SY=None, YY=None, a=None, b=None)
+            st = jax.tree.map(np.asarray, st)
         codes = st.status.copy()
         still = codes == _RUNNING
         codes[still] = int(status) if status != Status.SUCCESS else int(LBFGSStatus.MAX_STEPS)
@@ -1069,6 +1122,14 @@ class LBFGS(Solver):
             evaluations=int(st.nfev.sum()), starts=K, converged=int(sum(s.success for s in statuses)),
             kernel=plan.name, kernel_reason=plan.reason, line_evaluation=line_evaluation_reason(problem, plan),
         )
+        if self.kernel == "onepass":
+            op = self.onepass_plan(problem)
+            if onepass:
+                stats.update(kernel="onepass" + (" (interpret mode)" if op.interpret else ""), kernel_reason=op.reason,
+                             line_evaluation="one Pallas kernel per evaluation (kernel='onepass'): f and g by "
+                                             "value_and_grad.block on each column block")
+            else:
+                stats["kernel_reason"] = f"{op.reason} ({plan.reason})"
         result = LBFGSResult(
             x=xs[best], fun=float(st.f[best]), status=statuses[best], message=message, stats=stats,
             gnorm=float(st.gnorm[best]), iterations=int(st.iteration[best]), nfev=int(st.nfev[best]),

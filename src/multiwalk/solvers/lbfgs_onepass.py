@@ -1,0 +1,371 @@
+"""L-BFGS with ONE memory pass per line-search evaluation (``LBFGS(kernel="onepass")``).
+
+The fused form of :class:`~multiwalk.solvers.lbfgs.LBFGS` (two Pallas passes per iteration,
+:mod:`~multiwalk.solvers.lbfgs_kernel`) reads the ``2m`` stored vectors twice per iteration:
+pass A for ``[S Y]'g`` and pass B for the direction ``d = -gamma g + w @ [S; Y]``.  But ``d`` is a
+linear combination of rows that the products read anyway, so here ONE kernel per evaluation
+(:func:`line_pass`), per column block:
+
+* loads ``x``, the ``m`` stored steps ``s_i`` and the ``m + 1`` gradients ``g_{k-m} .. g_k``
+  (``y_i = g_{i+1} - g_i`` formed in registers: bit for bit the fused form's stored ``y``);
+* forms ``d = -gamma g + sum ws_i s_i + sum wy_i y_i`` (the coefficients of
+  :func:`~multiwalk.solvers.lbfgs.compact_coefficients`), ``s_t = stp d``, ``x_t = x + s_t``;
+* evaluates f and g at ``x_t`` by the problem's BLOCK-LOCAL hook (``value_and_grad.block``, a
+  function of a ``(rows, width)`` block of ``x_t``: cute's Extended Rosenbrock has one), ``y_t = g_t - g``;
+* writes ``x_t``, ``g_t``, ``s_t`` into SPARE rows of three rings, and per-program partial sums of
+  f, ``g_t'd``, ``S'g_t``, ``Y'g_t``, ``S'y_t``, ``Y'y_t`` (the window before this pair: what the
+  fused form's pass A gives), ``s_t'y_t``, ``y_t'y_t``, ``y_t'g_t``, ``g_t'g_t``, ``x_t'x_t``.
+
+``d`` is never stored.  The rings (``X`` 2 rows, ``G`` m + 2, ``S`` m + 1) are indexed by the
+iteration count ``k``: ``x_k`` is row ``k % 2`` of ``X``, ``g_j`` row ``j % (m + 2)`` of ``G``, pair
+``i``'s step row ``i % (m + 1)`` of ``S``.  When the line search accepts (``info == 1``) the spare
+rows become the newest by ``k + 1`` alone (no copies), and the small matrices are updated with
+the formulas of :func:`~multiwalk.solvers.lbfgs.finish_iteration`; a rejected trial only
+evaluates again with the new step.  The loop is ONE while loop over evaluations whose body
+always computes the accepting branch and keeps it by selects (no ``cond``), the scalars packed.
+
+Vector traffic per evaluation: ``(2m + 2) n`` read, ``3 n`` written: 19 n at ``m = 7``, against
+~39 n per iteration (plus 3 n per extra evaluation) of the two-pass form.
+
+Scope: one start, one device, ``H0 = gamma I``, float32 / float64, a problem whose
+``value_and_grad`` carries ``.block`` (:func:`block_hook`).  Anything else runs the fused two-pass
+form (:func:`plan` says why).  A checkpoint of a onepass run holds the rings, not ``P``: it
+resumes with ``kernel="onepass"`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..kernels import backend, compiler_params
+
+__all__ = [
+    "OnePassState", "OnePassPlan", "plan", "block_hook", "line_pass", "to_onepass", "run_chunk",
+    "ROWS", "WARPS", "CHUNKS",
+]
+
+# Launch: rows of (rows, width) blocks per program step, warps, steps per program.  Small blocks:
+# each thread holds 4m + 7 running sums plus 2m + 2 loaded rows (register pressure).
+ROWS = 64
+WARPS = 4
+CHUNKS = 16
+_WIDTH = 64  # partial sums per program (4m + 7 <= 64: m <= 14)
+_DTYPES = ("float32", "float64")
+
+
+class OnePassState(NamedTuple):
+    """One L-BFGS problem in ring form (see the module docstring); every leaf has a leading axis 1
+    in ``LBFGSRun.starts``, as the two-pass state's.  ``w`` (2m,): the current direction's
+    coefficients in the small matrices' ring order (``compact_coefficients``)."""
+
+    X: jax.Array  # (2, n): x_k in row k % 2, the trial point in the other
+    G: jax.Array  # (m + 2, n): g_j in row j % (m + 2)
+    S: jax.Array  # (m + 1, n): pair i's step in row i % (m + 1)
+    w: jax.Array  # (2m,)
+    f: jax.Array
+    SY: jax.Array  # (m, m), YY, a, b: as LBFGSState
+    YY: jax.Array
+    a: jax.Array
+    b: jax.Array
+    gamma: jax.Array
+    gg: jax.Array
+    head: jax.Array
+    count: jax.Array
+    ls: Any  # LineSearchState
+    iteration: jax.Array
+    nfev: jax.Array
+    gnorm: jax.Array
+    xnorm: jax.Array
+    stp: jax.Array
+    status: jax.Array
+
+
+class OnePassPlan(NamedTuple):
+    use: bool
+    interpret: bool
+    reason: str
+
+
+def block_hook(problem: Any) -> Callable | None:
+    """The problem's block-local evaluation ``block(xb) -> (f terms (rows,), g (rows, width))`` for a
+    ``(rows, width)`` block of consecutive coordinates (``block.width``), usable inside a Pallas
+    kernel (``value_and_grad.block``, e.g. cute's Extended Rosenbrock); None without one, or when
+    fixed parameters or ``args`` stand between the solver's ``x`` and the user's."""
+    block = getattr(problem._user_vg, "block", None)
+    if block is None or problem.fixed or problem._takes_args or not isinstance(getattr(block, "width", None), int):
+        return None
+    return block
+
+
+def plan(kernel: str, problem: Any, starts: int, diag: bool) -> OnePassPlan:
+    """Whether ``LBFGS(kernel=kernel)`` runs the one-pass loop on ``problem``, and why (not).
+    Only ``kernel="onepass"`` asks for it (``"auto"`` keeps the two-pass form until a GPU run shows
+    this one faster with the same iterations and evaluations)."""
+    if kernel != "onepass":
+        return OnePassPlan(False, False, f"kernel={kernel!r}")
+    name, on_gpu = backend(("gpu", "cuda"))
+    block = block_hook(problem)
+    dt = str(jnp.dtype(problem.dtype))
+    why = None
+    if starts > 1:
+        why = f"{starts} starts (the one-pass loop serves one problem)"
+    elif diag:
+        why = "a user diag (the one-pass loop uses H0 = gamma I)"
+    elif block is None:
+        why = ("the problem's value_and_grad has no block-local hook .block (cute's Extended Rosenbrock has one), "
+               "or fixed parameters / args stand before it")
+    elif problem.n_free % block.width:
+        why = f"n = {problem.n_free} is not a multiple of the hook's block width {block.width}"
+    elif dt not in _DTYPES:
+        why = f"dtype {dt} (the one-pass kernel is for {' and '.join(_DTYPES)})"
+    if why is not None:
+        return OnePassPlan(False, False, f"kernel='onepass' not used: {why}; the fused two-pass form runs")
+    where = "on the GPU" if on_gpu else f"in interpret mode (backend: {name}; for tests, slow)"
+    return OnePassPlan(True, not on_gpu, f"kernel='onepass': one Pallas kernel per line-search evaluation {where}, "
+                                         "on one device (direction, trial point, f and g by value_and_grad.block, "
+                                         "every product; d never stored)")
+
+
+# --------------------------------------------------------------------------------------------------
+# the kernel
+# --------------------------------------------------------------------------------------------------
+
+
+def line_pass(
+    X: jax.Array, G: jax.Array, S: jax.Array, ints: jax.Array, floats: jax.Array, block_fn: Callable, *,
+    rows: int = ROWS, num_warps: int = WARPS, chunks: int = CHUNKS, interpret: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """One evaluation along the current direction: ``(X, G, S, sums)``, the rings with the trial's
+    rows written (in place, aliased) and the ``(64,)`` sums.
+
+    ``X`` (2, n), ``G`` (m + 2, n), ``S`` (m + 1, n).  ``ints`` (6 + 2m,) int32: rows of ``x``, of
+    the trial point, of ``g``, of the trial gradient, of the trial step, the stored pair count
+    ``c``, then the ``S`` rows of the pairs of age 1..m (1 = newest) and the ``G`` rows of
+    ``g_{k-1} .. g_{k-m}``.  ``floats`` (2 + 2m,): ``gamma``, ``stp``, then ``ws`` and ``wy`` by age.
+    Rows of age above ``c`` are not read (masked loads issue no memory request).
+
+    ``sums``: lanes ``0..m-1`` ``s_a'g_t`` by age, ``m..2m-1`` ``y_a'g_t``, ``2m..3m-1`` ``s_a'y_t``,
+    ``3m..4m-1`` ``y_a'y_t``, then ``s_t'y_t, y_t'y_t, y_t'g_t, g_t'g_t, x_t'x_t, f, g_t'd``.
+    ``block_fn``: ``(rows, width)`` block of ``x_t`` -> ``(f terms (rows,), g block)``; ``n`` a
+    multiple of its ``width``.  Each program sweeps ``chunks`` blocks of ``rows`` rows, adding
+    lane by lane, and folds its sums once (a cross-warp reduction per sum)."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as plgpu
+
+    width = block_fn.width
+    n = X.shape[1]
+    m = S.shape[0] - 1
+    if 4 * m + 7 > _WIDTH:
+        raise ValueError(f"line_pass: m={m} needs {4 * m + 7} sums, above the table's {_WIDTH}")
+    pairs = n // width
+    dt = X.dtype
+    span = rows * chunks
+    programs = pl.cdiv(pairs, span)
+    ragged = pairs % span != 0  # known while tracing: no masks when the programs tile the rows
+
+    def load(ref, mask):  # noqa: ANN001, ANN202
+        return plgpu.load(ref) if mask is None else plgpu.load(ref, mask=mask, other=0.0)
+
+    def store(ref, val, mask):  # noqa: ANN001, ANN202
+        return plgpu.store(ref, val) if mask is None else plgpu.store(ref, val, mask=mask)
+
+    def body(ints_ref, f_ref, x_ref, g_ref, s_ref, x_out, g_out, s_out, part_ref):  # noqa: ANN001
+        pid = pl.program_id(0)
+        xc, xt_row, gc, gt_row, st_row, cnt = (ints_ref[i] for i in range(6))
+        s_rows = [ints_ref[6 + a] for a in range(m)]
+        g_rows = [ints_ref[6 + m + a] for a in range(m)]
+        stored = [jnp.int32(a + 1) <= cnt for a in range(m)]
+        gamma, stp = f_ref[0], f_ref[1]
+        ws = [f_ref[2 + a] for a in range(m)]
+        wy = [f_ref[2 + m + a] for a in range(m)]
+
+        def sweep(k, acc):  # noqa: ANN001, ANN202 - one block of rows; acc: the sums so far, lane by lane
+            r0 = (pid * chunks + k) * rows
+            blk = (pl.ds(r0, rows), pl.ds(jnp.int32(0), width))  # int32 indices also under jax_enable_x64
+            inside = (r0 + lax.broadcasted_iota(jnp.int32, (rows, width), 0) < pairs) if ragged else None
+
+            def keep(flag):  # noqa: ANN001, ANN202 - lanes inside n of a row that holds a stored pair
+                full = jnp.broadcast_to(flag, (rows, width))
+                return full if inside is None else inside & full
+
+            def at(ref, row):  # noqa: ANN001, ANN202
+                return ref.at[(row, *blk)]
+
+            xv = load(at(x_ref, xc), inside)
+            g0 = load(at(g_ref, gc), inside)
+            ss, ys = [], []
+            upper = g0  # g_{k-a+1}
+            for a in range(m):
+                ss.append(load(at(s_ref, s_rows[a]), keep(stored[a])))
+                lower = load(at(g_ref, g_rows[a]), keep(stored[a]))
+                ys.append(jnp.where(stored[a], upper - lower, 0.0))  # y of age a+1: 0 where none is stored
+                upper = lower
+            d = -gamma * g0
+            for a in range(m):
+                d = d + ws[a] * ss[a]
+            for a in range(m):
+                d = d + wy[a] * ys[a]
+            s_t = stp * d
+            x_t = xv + s_t
+            terms_f, g_t = block_fn(x_t)
+            if inside is not None:  # lanes past n loaded zeros: their f and g are not zero
+                g_t = jnp.where(inside, g_t, 0.0)
+                terms_f = jnp.where(r0 + lax.broadcasted_iota(jnp.int32, (rows,), 0) < pairs, terms_f, 0.0)
+            y_t = g_t - g0
+            store(at(x_out, xt_row), x_t, inside)
+            store(at(g_out, gt_row), g_t, inside)
+            store(at(s_out, st_row), s_t, inside)
+            terms = ([s * g_t for s in ss] + [y * g_t for y in ys] + [s * y_t for s in ss] + [y * y_t for y in ys]
+                     + [s_t * y_t, y_t * y_t, y_t * g_t, g_t * g_t, x_t * x_t, terms_f, g_t * d])
+            return tuple(terms) if acc is None else tuple(u + v for u, v in zip(acc, terms))
+
+        if chunks == 1:
+            acc = sweep(0, None)
+        else:
+            zero2, zero1 = jnp.zeros((rows, width), dt), jnp.zeros((rows,), dt)
+            start = tuple([zero2] * (4 * m + 5) + [zero1, zero2])
+            acc = lax.fori_loop(0, chunks, sweep, start)
+        lane = lax.broadcasted_iota(jnp.int32, (_WIDTH,), 0)
+        out = jnp.zeros((_WIDTH,), dt)
+        for i, v in enumerate(acc):
+            out = jnp.where(lane == i, jnp.sum(v), out)
+        part_ref[pid, :] = out
+
+    shapes = [jax.ShapeDtypeStruct((r.shape[0], pairs, width), dt) for r in (X, G, S)]
+    X3, G3, S3, partial = pl.pallas_call(
+        body, out_shape=(*shapes, jax.ShapeDtypeStruct((programs, _WIDTH), dt)), grid=(programs,),
+        interpret=interpret, input_output_aliases={2: 0, 3: 1, 4: 2}, name="lbfgs_onepass",
+        **compiler_params(num_warps, interpret),
+    )(ints.astype(jnp.int32), floats.astype(dt), *(r.reshape(r.shape[0], pairs, width) for r in (X, G, S)))
+    return X3.reshape(X.shape), G3.reshape(G.shape), S3.reshape(S.shape), jnp.sum(partial, axis=0)
+
+
+def ring_rows(iteration: jax.Array, head: jax.Array, count: jax.Array, w: jax.Array, gamma: jax.Array,
+              stp: jax.Array, m: int) -> tuple[jax.Array, jax.Array]:
+    """``(ints, floats)`` of :func:`line_pass` for the state at iteration ``k`` (``head = k % m``)."""
+    k = iteration.astype(jnp.int32)
+    age = jnp.arange(1, m + 1, dtype=jnp.int32)
+    ints = jnp.concatenate([
+        jnp.stack([k % 2, (k + 1) % 2, k % (m + 2), (k + 1) % (m + 2), k % (m + 1), count.astype(jnp.int32)]),
+        (k - age) % (m + 1), (k - age) % (m + 2),
+    ])
+    slot = (head.astype(jnp.int32) - age) % m  # the small matrices' slot of the pair of each age
+    floats = jnp.concatenate([jnp.stack([gamma, stp]).astype(w.dtype), w[slot], w[m + slot]])
+    return ints, floats
+
+
+# --------------------------------------------------------------------------------------------------
+# the loop
+# --------------------------------------------------------------------------------------------------
+
+
+class _Small(NamedTuple):
+    """What :func:`~multiwalk.solvers.lbfgs.compact_coefficients` reads of a state."""
+
+    SY: jax.Array
+    YY: jax.Array
+    a: jax.Array
+    b: jax.Array
+    gamma: jax.Array
+    gg: jax.Array
+    head: jax.Array
+    count: jax.Array
+    g: jax.Array  # only its dtype is used
+
+
+def to_onepass(st: Any, m: int) -> OnePassState:
+    """The ring form of a fresh two-pass state (one problem, no leading axis; before any pair):
+    ``x`` and ``g`` into row 0 of ``X`` and ``G``.  The first direction is ``-g`` (no pairs, gamma 1)."""
+    n, dt = st.x.shape[0], st.x.dtype
+    return OnePassState(
+        X=jnp.zeros((2, n), dt).at[0].set(st.x), G=jnp.zeros((m + 2, n), dt).at[0].set(st.g),
+        S=jnp.zeros((m + 1, n), dt), w=jnp.zeros((2 * m,), dt), f=st.f, SY=st.SY, YY=st.YY, a=st.a, b=st.b,
+        gamma=st.gamma, gg=st.gg, head=st.head, count=st.count, ls=st.ls, iteration=st.iteration, nfev=st.nfev,
+        gnorm=st.gnorm, xnorm=st.xnorm, stp=st.stp, status=st.status,
+    )
+
+
+def _accept(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassState:
+    """The state after the iteration whose line search ``ls`` is done, its last evaluation's ``sums``:
+    :func:`~multiwalk.solvers.lbfgs.finish_iteration`'s formulas (unmasked, fused), and the next
+    direction's coefficients and line search.  The rings move by ``iteration + 1`` alone."""
+    from . import lbfgs as L
+    from .more_thuente import line_search_init
+
+    m, dt = cfg.m, st.f.dtype
+    ok = ls.info == 1
+    stp = ls.stp
+    slot = st.head
+    age_of_slot = (slot - jnp.arange(m)) % m  # 1 = newest; 0 is the slot the new pair replaces (age m)
+    by_slot = jnp.where(age_of_slot == 0, m, age_of_slot) - 1
+    g_prods = jnp.concatenate([sums[:m][by_slot], sums[m:2 * m][by_slot]])  # S'g_t, Y'g_t in ring order
+    y_prods = jnp.concatenate([sums[2 * m:3 * m][by_slot], sums[3 * m:4 * m][by_slot]])
+    sy, yy, yg, gg, xx, ft, dgt = (sums[4 * m + i] for i in range(7))
+    col_sy = y_prods[:m].at[slot].set(sy)
+    col_yy = y_prods[m:].at[slot].set(yy)
+    SY = st.SY.at[:, slot].set(col_sy).at[slot, :].set(0.0).at[slot, slot].set(sy)
+    YY = st.YY.at[:, slot].set(col_yy).at[slot, :].set(col_yy)
+    a = g_prods[:m].at[slot].set(stp * dgt)
+    b = g_prods[m:].at[slot].set(yg)
+    xnorm, gnorm = jnp.sqrt(xx), jnp.sqrt(gg)
+    small = _Small(
+        SY=jnp.where(ok, SY, st.SY), YY=jnp.where(ok, YY, st.YY), a=jnp.where(ok, a, st.a), b=jnp.where(ok, b, st.b),
+        gamma=jnp.where(ok, sy / yy, st.gamma).astype(dt), gg=gg,
+        head=jnp.where(ok, (slot + 1) % m, slot).astype(jnp.int32),
+        count=jnp.where(ok, jnp.minimum(st.count + 1, m), st.count).astype(jnp.int32), g=jnp.zeros((0,), dt),
+    )
+    w, gd = L.compact_coefficients(small, m, unrolled=True)
+    status = jnp.where(ok, L._RUNNING, jnp.asarray(L._INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
+    status = jnp.where(ok & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), L.LBFGSStatus.SUCCESS, status)
+    return st._replace(
+        w=w, f=ft, SY=small.SY, YY=small.YY, a=small.a, b=small.b, gamma=small.gamma, gg=gg, head=small.head,
+        count=small.count, ls=line_search_init(ft, gd, 1.0, cfg.params), iteration=st.iteration + 1,
+        nfev=st.nfev + ls.nfev, gnorm=gnorm, xnorm=xnorm, stp=stp, status=status.astype(jnp.int32),
+    )
+
+
+def run_chunk(cfg: Any, one: OnePassState, table: jax.Array, n: jax.Array, block_fn: Callable,
+              launch: dict[str, Any]) -> tuple[OnePassState, jax.Array, jax.Array]:
+    """Up to ``n`` iterations of one problem: ``(state, history table, iterations run)``.
+
+    One ``while_loop`` trip per evaluation: :func:`line_pass`, the line search's update, and the
+    accepting branch (:func:`_accept`) kept by selects where the search is done.  ``table`` (rows,
+    4): f, gnorm, stp, nfev after each iteration (row = iteration)."""
+    from . import lbfgs as L
+    from .more_thuente import line_search_update
+
+    m, dt = cfg.m, one.X.dtype
+    layout = L._scalar_layout(one)
+    blank = [None] * len(jax.tree.leaves(one))
+
+    def cond(carry):
+        i, _, _, ints, _ = carry
+        st = L._unpack(layout, blank, jnp.zeros(len(layout.float_index), dt), ints)
+        return (i < n) & (st.status == L._RUNNING)
+
+    def body(carry):
+        i, rest, floats, ints, table = carry
+        st = L._unpack(layout, rest, floats, ints)
+        ring_ints, ring_floats = ring_rows(st.iteration, st.head, st.count, st.w, st.gamma, st.ls.stp, m)
+        X, G, S, sums = line_pass(st.X, st.G, st.S, ring_ints, ring_floats, block_fn, **launch)
+        ls, _, _, _ = line_search_update(st.ls, sums[4 * m + 5], sums[4 * m + 6])
+        searching = st._replace(X=X, G=G, S=S, ls=ls)
+        accepted = _accept(cfg, searching, ls, sums)
+        done = ls.done
+        # selects over the small leaves only: the rings are the same arrays in both branches
+        rings = {"X": None, "G": None, "S": None}
+        new = jax.tree.map(lambda u, v: jnp.where(done, u, v), accepted._replace(**rings), searching._replace(**rings))
+        new = new._replace(X=X, G=G, S=S)
+        row = jnp.stack([new.f, new.gnorm, new.stp, new.nfev.astype(dt)])
+        at = jnp.where(done, new.iteration, table.shape[0])  # out of range: dropped
+        table = table.at[at].set(row, mode="drop")
+        return (i + done.astype(jnp.int32), *L._pack(layout, new, dt), table)
+
+    carry = (jnp.zeros((), jnp.int32), *L._pack(layout, one, dt), table)
+    n_run, rest, floats, ints, table = lax.while_loop(cond, body, carry)
+    return L._unpack(layout, rest, floats, ints), table, n_run

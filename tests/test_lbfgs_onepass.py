@@ -1,0 +1,147 @@
+"""L-BFGS with one kernel per line-search evaluation (``LBFGS(kernel="onepass")``, solvers/lbfgs_onepass.py),
+in Pallas' interpret mode on the CPU, plus the Triton lowering for a CUDA target.
+
+The kernel is checked against numpy formulas on rings whose rows wrap; whole runs against today's
+fused two-pass form (``kernel="pallas"``), which must take the same iterations, evaluations and
+line-search steps.  Tolerances say why they are what they are.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multiwalk as mw
+from multiwalk.functions import cute, cute_kernel
+from multiwalk.solvers import lbfgs_onepass
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _float64():
+    """float64 for this file only (a global jax_enable_x64 would leak into the other test files)."""
+    with jax.enable_x64(True):
+        yield
+
+
+def _rings(m: int, n: int, seed: int, dtype=jnp.float64):
+    rng = np.random.default_rng(seed)
+    X, G, S = (jnp.asarray(rng.standard_normal((r, n)), dtype) for r in (2, m + 2, m + 1))
+    w = jnp.asarray(rng.standard_normal(2 * m), dtype)
+    return X, G, S, w
+
+
+def _reference(X, G, S, w, k, head, count, gamma, stp, m):  # noqa: ANN001, ANN202 - numpy, float64
+    X, G, S, w = (np.asarray(a, np.float64) for a in (X, G, S, w))
+    x, g = X[k % 2], G[k % (m + 2)]
+    ss, ys = [], []
+    upper = g
+    for a in range(1, m + 1):
+        on = a <= count
+        lower = G[(k - a) % (m + 2)]
+        ss.append(S[(k - a) % (m + 1)] if on else np.zeros_like(g))
+        ys.append(upper - lower if on else np.zeros_like(g))
+        upper = lower
+    slots = [(head - a) % m for a in range(1, m + 1)]
+    d = -gamma * g + sum(w[sl] * s for sl, s in zip(slots, ss)) + sum(w[m + sl] * y for sl, y in zip(slots, ys))
+    s_t = stp * d
+    x_t = x + s_t
+    f, g_t = cute.extended_rosenbrock_value_and_grad(jnp.asarray(x_t))
+    g_t = np.asarray(g_t)
+    y_t = g_t - g
+    sums = ([s @ g_t for s in ss] + [y @ g_t for y in ys] + [s @ y_t for s in ss] + [y @ y_t for y in ys]
+            + [s_t @ y_t, y_t @ y_t, y_t @ g_t, g_t @ g_t, x_t @ x_t, float(f), g_t @ d])
+    return x_t, g_t, s_t, np.asarray(sums)
+
+
+@pytest.mark.parametrize(("m", "k", "count", "n", "rows", "chunks"), [
+    (3, 11, 3, 90, 8, 2),  # full window, rings wrapped (k > m + 2); 45 rows: ragged against 16 per program
+    (3, 1, 1, 90, 8, 2),  # one pair stored: the other ages are not read
+    (4, 0, 0, 128, 16, 1),  # the first iteration (no pairs, d = -gamma g); whole programs, no masks
+])
+def test_line_pass_matches_numpy(m, k, count, n, rows, chunks):
+    X, G, S, w = _rings(m, n, seed=k + 7 * m)
+    head, gamma, stp = k % m, 0.8, 0.37
+    ints, floats = lbfgs_onepass.ring_rows(jnp.asarray(k), jnp.asarray(head), jnp.asarray(count), w,
+                                           jnp.asarray(gamma), jnp.asarray(stp), m)
+    X1, G1, S1, sums = lbfgs_onepass.line_pass(X * 1.0, G * 1.0, S * 1.0, ints, floats, cute_kernel.rosenbrock_block,
+                                               rows=rows, chunks=chunks, interpret=True)
+    x_t, g_t, s_t, want = _reference(X, G, S, w, k, head, count, gamma, stp, m)
+    # Tolerance 1e-12 relative: float64 sums of <= 128 products folded in another order (~1e-15),
+    # and d a sum of 2m + 1 terms in the same order as the reference (exact up to FMA contraction).
+    np.testing.assert_allclose(np.asarray(X1[(k + 1) % 2]), x_t, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(G1[(k + 1) % (m + 2)]), g_t, rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(S1[k % (m + 1)]), s_t, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(sums[: 4 * m + 7]), want, rtol=1e-12, atol=1e-10)
+    assert not np.asarray(sums[4 * m + 7:]).any()  # unused lanes of the table
+    # every other row of the rings is untouched (exact: not written)
+    for before, after, written in ((X, X1, (k + 1) % 2), (G, G1, (k + 1) % (m + 2)), (S, S1, k % (m + 1))):
+        keep = [r for r in range(before.shape[0]) if r != written]
+        np.testing.assert_array_equal(np.asarray(after)[keep], np.asarray(before)[keep])
+
+
+def test_line_pass_lowers_for_triton():
+    """The kernel's Pallas -> Triton lowering for a CUDA target, on the CPU (raises on a missing rule),
+    float64 and float32, ragged and whole programs, at the default launch."""
+    m = 7
+    for dt, n in ((jnp.float64, 4096), (jnp.float32, 4100)):
+        X, G, S, w = _rings(m, n, 0, dt)
+        one = jnp.asarray(3, jnp.int32)
+        ints, floats = lbfgs_onepass.ring_rows(one, one, one, w, jnp.asarray(1.0, dt), jnp.asarray(0.5, dt), m)
+        jax.jit(lambda X, G, S, i, f: lbfgs_onepass.line_pass(X, G, S, i, f, cute_kernel.rosenbrock_block)).trace(
+            X, G, S, ints, floats).lower(lowering_platforms=("cuda",))
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Extended Rosenbrock, n = 2002 (1001 rows of pairs: ragged against the 32 x 16 rows per program
+    of kernel_block=64), m = 7 against 36 iterations (the rings wrap), from the seed's start;
+    today's fused two-pass form and the one-pass form, the latter in chunks of ~10 ms (the
+    driver enters and leaves its loop many times)."""
+    x0 = cute.start("extended_rosenbrock", 2002)
+    problem = mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0)
+    fused = mw.solve(problem, mw.LBFGS(kernel="pallas"), progress=False)
+    onepass = mw.solve(problem, mw.LBFGS(kernel="onepass", kernel_block=64), progress=False, chunk_seconds=0.01)
+    return fused, onepass
+
+
+def test_onepass_run_is_the_fused_run(runs):
+    fused, onepass = runs
+    assert fused.stats["kernel"] == "pallas (interpret mode)"
+    assert onepass.stats["kernel"] == "onepass (interpret mode)"
+    assert "one Pallas kernel per line-search evaluation" in onepass.stats["kernel_reason"]
+    assert "value_and_grad.block" in onepass.stats["line_evaluation"]
+    assert onepass.status == fused.status == mw.lbfgs.LBFGSStatus.SUCCESS
+    assert (onepass.iterations, onepass.nfev) == (fused.iterations, fused.nfev) == (36, 48)
+    assert onepass.stats["chunks"] > 3
+    rows = fused.iterations + 1
+    nfev = onepass.history["nfev"][:rows, 0]
+    np.testing.assert_array_equal(nfev, fused.history["nfev"][:rows, 0])
+    assert np.diff(nfev).max() > 1  # some line searches rejected their first trial (48 evaluations, 36 iterations)
+    assert not onepass.history["f"][rows:].any()  # nothing written past the last iteration
+    # Rounding: the products are folded in another order and d is summed in another order than
+    # pass B's; over 36 iterations f drifts to ~7e-8 relative (measured), so 1e-5 as in
+    # test_lbfgs_kernel; the line search's steps likewise.  f at the end ~3.5e-10.
+    np.testing.assert_allclose(onepass.history["f"][1:rows], fused.history["f"][1:rows], rtol=1e-5)
+    np.testing.assert_allclose(onepass.history["stp"][1:rows], fused.history["stp"][1:rows], rtol=1e-5)
+    np.testing.assert_allclose(onepass.x, fused.x, atol=1e-8)  # both within 1e-6 of the minimum x = 1
+    np.testing.assert_allclose(onepass.gnorm, fused.gnorm, rtol=1e-3)  # ~1e-5 near the end: relative drift
+
+
+def test_onepass_falls_back_where_it_does_not_apply():
+    """Several starts, a user diag, no block hook: the 'auto' form runs, kernel_reason says why."""
+    x0 = cute.start("extended_rosenbrock", 20)
+    plain = mw.Problem(objective=cute.extended_rosenbrock, x0=x0)  # no value_and_grad.block
+    r = mw.solve(plain, mw.LBFGS(kernel="onepass", max_iterations=3), progress=False)
+    assert r.stats["kernel"] == "xla" and "kernel='onepass' not used" in r.stats["kernel_reason"]
+    assert "block-local hook" in r.stats["kernel_reason"]
+    hooked = mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=np.stack([x0, x0 + 0.1]))
+    plan = mw.LBFGS(kernel="onepass").onepass_plan(hooked)
+    assert not plan.use and "2 starts" in plan.reason
+    one = mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0)
+    assert "diag" in mw.LBFGS(kernel="onepass", diag=np.ones(20)).onepass_plan(one).reason
+    assert mw.LBFGS(kernel="onepass").onepass_plan(one).use
+    assert not mw.LBFGS().onepass_plan(one).use  # 'auto' keeps the two-pass form (not measured faster)
+    with pytest.raises(ValueError, match="kernel must be one of .*'onepass'"):
+        mw.LBFGS(kernel="one-pass")
