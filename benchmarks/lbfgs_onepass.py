@@ -103,6 +103,26 @@ def whole_solves(mw, n: int, dtype: str, reps: int, solve_launch, f_rtol: float,
     return rows
 
 
+def chunk_hlo(mw, n: int, dtype: str) -> dict:
+    """Per form: copies of n-sized arrays, fusions and custom calls in the optimized HLO of one chunk at ``n``."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+
+    problem = lc.rosenbrock_problem(mw, n, dtype)
+    out = {}
+    for name, solver in forms(mw, None).items():
+        state = solver.init(problem, jax.random.PRNGKey(0))
+        text = jax.jit(lambda s, k, solver=solver: solver.run_chunk(problem, s, 0, k), donate_argnums=0).lower(
+            state, jnp.asarray(1, jnp.int32)).compile().as_text()
+        big = re.compile(rf"= [a-z0-9]+\[(?:\d+,)*{n}(?:,\d+)*\]" + r"\{[^}]*\} copy\(")
+        copies = [line.strip()[:160] for line in text.splitlines() if big.search(line)]
+        out[name] = {"n_copies": len(copies), "copies": copies, "fusions": len(re.findall(r" fusion\(", text)),
+                     "custom_calls": len(re.findall(r" custom-call\(", text)), "hlo_chars": len(text)}
+    return out
+
+
 def table(report: dict) -> str:
     env, bw = report["environment"], report["bandwidth"]
     lines = [f"L-BFGS one pass per evaluation (kernel='onepass') vs the default; Extended Rosenbrock, m = {M}; "
@@ -143,6 +163,10 @@ def table(report: dict) -> str:
                          f"{o['seconds'] / floor:.3f} | {design * 1e3:.2f} | {o['same_counts']}, {o['f_rel_diff']:.0e} "
                          f"| {ot} | {ratio} |")
     lines += lc.seed_check_lines(report.get("seed_check", {}), report["check_n"])
+    for name, h in report.get("hlo", {}).items():
+        lines.append(f"- HLO of one chunk at n = {report['hlo_n']}, {name}: {h['n_copies']} copies of n-sized arrays, "
+                     f"{h['fusions']} fusions, {h['custom_calls']} custom calls")
+        lines += [f"  - `{c}`" for c in h["copies"][:6]]
     return "\n".join(lines) + "\n"
 
 
@@ -154,7 +178,8 @@ def main() -> int:
     p.add_argument("--f32-n", type=float, default=1e7, help="a float32 size (0: none)")
     p.add_argument("--check-n", type=float, default=1e6, help="n of the seed check (37 it / 51 evals; 0: none)")
     p.add_argument("--dtype", default="float64")
-    p.add_argument("--launches", default="64x4x16,32x4x16,64x4x8,64x2x16,128x4x8,32x2x32",
+    p.add_argument("--hlo-n", type=float, default=2 ** 20, help="n of the HLO count (0: none)")
+    p.add_argument("--launches", default="64x2x16,64x4x16,64x2x32,128x2x8,128x4x16,64x1x16,32x1x32,256x4x4",
                    help="kernel launches rows x warps x chunks to time alone (the first is the reference)")
     p.add_argument("--chunks", type=int, default=None, help="lbfgs_onepass.CHUNKS for the solves")
     p.add_argument("--solve-launch", default="", help="also solve onepass at rows x warps (kernel_block = 2 rows)")
@@ -180,7 +205,7 @@ def main() -> int:
     solve_launch = lc.parse_launches(args.solve_launch)[0] if args.solve_launch else None
     report: dict[str, Any] = {"environment": env, "bandwidth": bw, "torch_copy": torch_bw is not None, "xla_copy": xla_bw,
                               "n": n, "check_n": check_n, "dtype": args.dtype, "large_n": int(args.large_n),
-                              "f32_n": int(args.f32_n), "chunks": lbfgs_onepass.CHUNKS,
+                              "f32_n": int(args.f32_n), "hlo_n": int(args.hlo_n), "chunks": lbfgs_onepass.CHUNKS,
                               "defaults": [lbfgs_onepass.ROWS, lbfgs_onepass.WARPS, lbfgs_onepass.CHUNKS]}
     out = Path(args.out)
 
@@ -208,6 +233,13 @@ def main() -> int:
     if args.f32_n and not budget():
         report["f32"] = whole_solves(mw, int(args.f32_n), "float32", args.large_reps, solve_launch, args.f_rtol, log,
                                      budget)
+    if args.hlo_n and not budget():
+        try:
+            report["hlo"] = chunk_hlo(mw, int(args.hlo_n), args.dtype)
+            log("HLO: " + ", ".join(f"{k} {v['n_copies']} n-copies / {v['fusions']} fusions / {v['custom_calls']} "
+                                    "custom calls" for k, v in report["hlo"].items()))
+        except Exception as e:  # noqa: BLE001
+            log(f"HLO count FAILED: {type(e).__name__}: {str(e)[:400]}")
     md = save()
     times = [o["seconds"] for o in report.get("kernel", []) if "seconds" in o]
     if times:
