@@ -69,6 +69,19 @@ def along_form(rows: int, warps: int, traced: list) -> Any:
     return vg
 
 
+def evaluation_step(fn: Any) -> Any:
+    """``step(carry, (x, d))`` for ``lbfgs_common.device_time``: one evaluation ``fn(x, d, stp)`` whose
+    step depends on the carry (so nothing is hoisted out of the loop); carry ``(g, acc)``."""
+
+    def step(c, data):
+        _, acc = c
+        xc, dc = data
+        f, gt, gd = fn(xc, dc, 1e-3 + 1e-30 * acc)
+        return gt, acc + f + gd
+
+    return step
+
+
 def evaluation_times(n: int, dtype: str, configs: list[tuple[int, int]], trips: int, on_gpu: bool, log) -> list[dict]:
     """Per-call time of one line-search evaluation in each form, and the kernel's error against the XLA form."""
     import jax
@@ -81,29 +94,26 @@ def evaluation_times(n: int, dtype: str, configs: list[tuple[int, int]], trips: 
     x = jnp.asarray(cute.start("extended_rosenbrock", n), dt) + 0.01 * jax.random.normal(k[0], (n,), dt)
     d = 1e-3 * jax.random.normal(k[1], (n,), dt)
 
-    def xla(xc, stp):
-        f, g = cute.extended_rosenbrock_value_and_grad(xc + stp * d)
-        return f, g, g @ d
+    def xla(xc, dc, stp):
+        f, g = cute.extended_rosenbrock_value_and_grad(xc + stp * dc)
+        return f, g, g @ dc
 
     forms: list[tuple[str, Any]] = [("analytic XLA", xla)]
     for rows, warps in configs:
-        kernel = (lambda xc, stp, rows=rows, warps=warps:  # noqa: E731
-                  cute_kernel.rosenbrock_along_kernel(xc, d, stp, rows=rows, num_warps=warps, interpret=not on_gpu))
+        kernel = (lambda xc, dc, stp, rows=rows, warps=warps:  # noqa: E731
+                  cute_kernel.rosenbrock_along_kernel(xc, dc, stp, rows=rows, num_warps=warps, interpret=not on_gpu))
         forms.append((f"along kernel {rows}x{warps}", kernel))
-    f0, g0, gd0 = jax.jit(xla)(x, jnp.asarray(1e-3, dt))
+    f0, g0, gd0 = jax.jit(xla)(x, d, jnp.asarray(1e-3, dt))
     out = []
     for name, fn in forms:
         try:
-            f1, g1, gd1 = jax.jit(fn)(x, jnp.asarray(1e-3, dt))
+            f1, g1, gd1 = jax.jit(fn)(x, d, jnp.asarray(1e-3, dt))
             err = max(abs(float(f1 - f0)) / abs(float(f0)), abs(float(gd1 - gd0)) / abs(float(gd0)),
                       float(jnp.max(jnp.abs(g1 - g0)) / jnp.max(jnp.abs(g0))))
-
-            def step(c, _, fn=fn):
-                g, acc = c
-                f, gt, gd = fn(x, 1e-3 + 1e-30 * acc)  # the step depends on the carry: nothing hoisted
-                return gt, acc + f + gd
-
-            out.append({"form": name, "seconds": lc.device_time(step, (x, jnp.zeros((), dt)), (), trips),
+            step = evaluation_step(fn)
+            # x and d go in as device_time's data: closed over, they were compiled in as constants
+            # (2 n values; at 1e7 float64 160 MB in every form's program, as lbfgs_tune's first run had)
+            out.append({"form": name, "seconds": lc.device_time(step, (x, jnp.zeros((), dt)), (x, d), trips),
                         "rel_err": err})
             log(f"evaluation n={n:.0e} {dtype}, {name}: {out[-1]['seconds'] * 1e3:.4f} ms, rel err {err:.1e}")
         except Exception as err:  # noqa: BLE001 - report the failing form, time the others
