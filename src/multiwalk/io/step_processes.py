@@ -58,8 +58,10 @@ DISPATCH_LINES_PER_WORKER = 2048  # short chunks are sent together until each wo
 # what a worker's answers say of its time (seconds, summed by :class:`ProcessWriter` in ``profile``):
 # the chunk's result rows' sources (and opening the slot), its trial/result lines (one polars call),
 # sending their lengths, its result_T group formatted and appended, the trial/result pieces
-# written, waiting for the lengths before its pieces, and waiting for the parent's next chunk
-PROFILE_PHASES = ("sources", "lines", "publish", "result_T", "result_T_write", "pwrite", "offsets_wait", "idle")
+# written, waiting for the lengths before its pieces, waiting for the parent's next chunk (after
+# the first), and the warm-up at its start (:func:`_warm_up`, before the first chunk; in the first answer)
+PROFILE_PHASES = ("sources", "lines", "publish", "result_T", "result_T_write", "pwrite", "offsets_wait", "idle",
+                  "warm_up")
 
 # ``--write-processes auto`` (:func:`default_write_processes`): worker processes only where they
 # pay: enough cores for the workers beside the sampling, and a run long enough to cover their
@@ -148,6 +150,35 @@ def _pwrite_all(fd: int, data: Any, offset: int) -> None:
         view, offset = view[k:], offset + k
 
 
+def _warm_up(formats: Any, t_series: Any) -> None:
+    """Format a small made-up chunk (16 steps x 256 replicas) through the same functions as a real one,
+    writing nothing: a fresh process's first polars and numpy calls pay one-time costs (polars'
+    lazily set-up writer and thread pool, code pages read in), which on the 16-core host made the
+    first chunk of 32 steps x 1024 replicas take 53-82 ms against ~10 ms for each later one of 63
+    (docs/benchmarks.md, ODAT-SE section, 22:36 UTC), while the sampling waited for its slot.
+    Done while the parent compiles, so the first chunk does not pay them (nor the first large
+    buffers' page faults: hence not smaller; ~10 ms on the 2-core machine)."""
+    m, n = 16, 256
+    rng = np.random.default_rng(0)
+    values = rng.uniform(-6, 6, (m, n, 3))
+    values[0, 0, 0], values[1, 1, 0] = 3e-5, np.inf  # the spellings fixed by repr (number_column's other path)
+    ints = np.zeros((m, n, 3), np.int32)
+    ints[..., 0] = np.argsort(rng.random((m, n)), axis=1)  # a permutation of the n temperatures per step
+    t_series = t_series.gather(np.arange(n) % len(t_series))  # n of the run's spellings, repeated if fewer
+    ints[0, :, 1] = 1
+    src = formats._result_sources(ints, False).reshape(-1)
+
+    def trial_of(flat: np.ndarray) -> np.ndarray:
+        return formats._gather_rows(values, ints, None, None, flat + n)
+
+    def result_of(flat: np.ndarray) -> np.ndarray:
+        return formats._gather_rows(values, ints, None, None, src[flat])
+
+    steps = np.arange(m)
+    formats._proc_lines_many(steps, ints, [(trial_of, 0), (result_of, 0)], n, t_series, 0, m * n)
+    formats._t_group_bytes(steps, ints, result_of, 0, n, [Path(f"T{t}") for t in range(n)])
+
+
 def _worker(inbox: Any, outbox: Any) -> None:
     """One writer process: reads its spec, then formats and writes its share of each chunk it is
     sent, in order; answers ``(chunk, error or None, busy seconds, offset-wait seconds, skipped)``
@@ -212,6 +243,12 @@ def _worker(inbox: Any, outbox: Any) -> None:
     # seconds by phase since the last answer (:data:`PROFILE_PHASES`), sent with each answer
     spent = dict.fromkeys(PROFILE_PHASES, 0.0)
     got_at: dict[int, float] = {}  # when each chunk formatted and not yet answered arrived
+    t0 = time.perf_counter()
+    try:
+        _warm_up(formats, t_series)
+    except Exception:  # noqa: BLE001 - only a head start: a real chunk runs the same code and reports its errors
+        pass
+    spent["warm_up"] = time.perf_counter() - t0
 
     # a message's bytes read so far from each link: a link is read only when select says it is
     # ready, one read at a time, so a worker never blocks on a message another is still writing
@@ -552,11 +589,17 @@ class ProcessWriter:
         slot, first, k = self._open
         t0 = time.perf_counter()
         vmap, imap = self._maps[slot]
-        if rec_values.dtype == np.float64:
-            np.take(rec_values, slots, axis=0, out=vmap[k:k + m])  # straight into the slot, no temporary
+        if m and slots[-1] - slots[0] == m - 1:  # consecutive slots (no wrap): a slice, copied as a block
+            a = int(slots[0])
+            vmap[k:k + m] = rec_values[a:a + m]
+            imap[k:k + m] = rec_ints[a:a + m]
+        elif rec_values.dtype == np.float64:
+            # straight into the slot; mode="clip" (the slots are in range): "raise" copies through a buffer
+            np.take(rec_values, slots, axis=0, out=vmap[k:k + m], mode="clip")
+            np.take(rec_ints.astype(np.int32, copy=False), slots, axis=0, out=imap[k:k + m], mode="clip")
         else:
             vmap[k:k + m] = rec_values[slots]
-        np.take(rec_ints.astype(np.int32, copy=False), slots, axis=0, out=imap[k:k + m])
+            imap[k:k + m] = rec_ints[slots]
         self._open = (slot, first, k + m)
         self.copy_seconds += time.perf_counter() - t0
         if (k + m) * rec_values.shape[1] >= DISPATCH_LINES_PER_WORKER * self.workers:

@@ -151,15 +151,21 @@ def replica_order(state: ExchangeState, steps: np.ndarray | None = None) -> Exch
     slots = np.arange(B) if steps is None else np.unique(np.asarray(steps, np.int64) % B)
     m = slots.size
     # flat row gathers ((slot, row) -> slot * n + row): take_along_axis over (B, n, k) was ~4x slower
-    reps = st.rec_ints[slots, :, 0].astype(np.int64)  # (m, n) the replica at each temperature
-    t_of = np.zeros(m * n, np.int64)  # slots never written hold zeros: any in-range rows
+    reps = st.rec_ints[slots, :, 0].astype(np.intp)  # (m, n) the replica at each temperature
+    t_of = np.zeros(m * n, np.intp)  # slots never written hold zeros: any in-range rows
     t_of[(reps + (np.arange(m) * n)[:, None]).reshape(-1)] = np.tile(np.arange(n), m)
     src = (t_of.reshape(m, n) + (slots * n)[:, None]).reshape(-1)  # (slot, temperature row) of each replica
     ints = np.empty_like(st.rec_ints)
     values = np.empty_like(st.rec_values)
-    ints[slots] = st.rec_ints.reshape(B * n, -1).take(src, axis=0).reshape(m, n, -1)
+    if m and slots[-1] - slots[0] == m - 1:  # consecutive slots (no wrap): gathered straight into place
+        a = int(slots[0])
+        # mode="clip": the indices are in range; the default ("raise") copies through a buffer
+        st.rec_ints.reshape(B * n, -1).take(src, axis=0, out=ints[a:a + m].reshape(m * n, -1), mode="clip")
+        st.rec_values.reshape(B * n, -1).take(src, axis=0, out=values[a:a + m].reshape(m * n, -1), mode="clip")
+    else:
+        ints[slots] = st.rec_ints.reshape(B * n, -1).take(src, axis=0).reshape(m, n, -1)
+        values[slots] = st.rec_values.reshape(B * n, -1).take(src, axis=0).reshape(m, n, -1)
     ints[slots, :, 0] = t_of.reshape(m, n)
-    values[slots] = st.rec_values.reshape(B * n, -1).take(src, axis=0).reshape(m, n, -1)
     return st._replace(**rows, rec_values=values, rec_ints=ints)
 
 
