@@ -143,11 +143,11 @@ def test_plan_covers_every_line_and_file_once():
 
 
 def test_auto_rule():
-    # threads below 8 CPUs or 200,000 replica-steps; else 5/8 of the CPUs (rounded down), at most 16
+    # threads below 8 CPUs or 200,000 replica-steps; else half the CPUs (rounded down), at most 16
     assert default_write_processes(10**7, cpus=2) == 0
     assert default_write_processes(10**5, cpus=16) == 0
-    assert default_write_processes(512_000, cpus=16) == 10
-    assert default_write_processes(512_000, cpus=8) == 5
+    assert default_write_processes(512_000, cpus=16) == 8
+    assert default_write_processes(512_000, cpus=9) == 4
     assert default_write_processes(512_000, cpus=64) == 16
     # a usage error before anything runs (the input file is not even read)
     assert main(["run", "no-such-input.toml", "--write-processes", "-3"]) == 2

@@ -723,7 +723,7 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--write-processes", type=_processes_option, default="auto", metavar="N|auto",
                    help="exchange: worker processes that format and write the step files while the next steps are "
                         "sampled, each a share of every file (0: threads, see --write-threads). Default auto: "
-                        f"processes (5/8 of the CPUs, at most 16) when {AUTO_MIN_CORES} or more CPUs are usable "
+                        f"processes (half the CPUs, at most 16) when {AUTO_MIN_CORES} or more CPUs are usable "
                         f"and the run has {AUTO_MIN_REPLICA_STEPS:,} or more replica-steps, and --write-threads is "
                         "not given; threads otherwise (on a 16-core host the processes were 1.5-1.9x faster than the "
                         "threads, on 2 cores no faster: docs/benchmarks.md). The files are the same")

@@ -84,15 +84,16 @@ def _usable_cpus() -> int:
 def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
     """Worker processes for ``--write-processes auto``: 0 (the threaded writer) below
     :data:`AUTO_MIN_CORES` usable CPUs or :data:`AUTO_MIN_REPLICA_STEPS` replica-steps of step
-    files, or off POSIX systems (the workers' links are pipes passed with ``pass_fds``), else 5/8
-    of the CPUs, at most 16: the rest for the sampling (XLA's threads) and the parent's copying.
-    Chosen on a 16-core host (docs/benchmarks.md, ODAT-SE section, 2026-11-22 21:02 UTC, median of
-    3 runs at 256 x 2000 and 1024 x 500): 10 processes were faster than 14 and 12 at both sizes;
-    other core counts were not measured."""
+    files, or off POSIX systems (the workers' links are pipes passed with ``pass_fds``), else half
+    the CPUs, at most 16: the rest for the sampling (XLA's threads) and the parent's copying.
+    Chosen on a 16-core host (docs/benchmarks.md, ODAT-SE section, 2026-11-22 22:47 UTC, median of
+    3 interleaved runs at 256 x 2000 and 1024 x 500, the workers warmed up): 8 processes were
+    faster than 10 and 6 at both sizes (at 21:02, before the warm-up, 10 beat 12 and 14, when the
+    workers were the bound); other core counts were not measured."""
     cpus = _usable_cpus() if cpus is None else int(cpus)
     if os.name != "posix" or cpus < AUTO_MIN_CORES or replica_steps < AUTO_MIN_REPLICA_STEPS:
         return 0
-    return min(16, (5 * cpus) // 8)
+    return min(16, cpus // 2)
 
 
 def _enough_descriptors(needed: int, who: str = "writer processes: their links") -> None:

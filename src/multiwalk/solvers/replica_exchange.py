@@ -214,6 +214,15 @@ class ReplicaExchange(Solver):
                 wrapped = lo_s + jnp.mod(proposal - lo_s, width[j])
                 wrapped = jnp.where(wrapped >= hi_s, lo_s, wrapped)  # rounding can land on upper
                 proposal = jnp.where(jnp.asarray(per)[j], wrapped, proposal)
+            # Stored once per chain (a barrier XLA cannot fuse through): otherwise XLA fuses the
+            # proposal (the gather of x_j through the chain of this iteration's earlier selects,
+            # + step_j * normal) into the chi2 reduction below, which broadcasts it over n_free,
+            # so every chain gathers it n_free times.  It did so in some trials, at places that
+            # change with nseq (its cost model): ~1 ns per chain and trial instead of ~0.15 on an
+            # H200, 5 to 8 ns per chain-iteration (Rastrigin-10) where this takes 3.1 to 3.7.
+            # Same chains: bit for bit on CPUs; on an H200 the same points, chi2 differing in
+            # rounding where XLA now emits the reduction differently.
+            proposal = jax.lax.optimization_barrier(proposal)
             inside = (proposal >= lo_s) & (proposal <= hi_s)
             x_new = jnp.where(onehot, proposal[..., None], st.x)
             chi2_new = self._chi2(problem, x_new)
