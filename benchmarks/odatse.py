@@ -124,7 +124,7 @@ def _parse_ours(folder: Path, text: str, wall: float) -> dict:
             "ring_wait": float(beside.group(4)) if beside and beside.group(4) else 0.0}
 
 
-PHASES = ("sources", "lines", "publish", "result_T", "result_T_write", "pwrite", "offsets_wait", "idle")
+PHASES = ("sources", "lines", "publish", "result_T", "result_T_write", "pwrite", "offsets_wait", "idle", "warm_up")
 
 
 def profile_summary(path: Path) -> dict | None:
