@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""L-BFGS with one kernel per line-search evaluation (``LBFGS(kernel="onepass")``) against the default.
+"""L-BFGS with one kernel per line-search evaluation (``LBFGS(kernel="onepass")``) against the two-pass form.
 
 Run from the repository root (see benchmarks/README.md)::
 
@@ -7,22 +7,23 @@ Run from the repository root (see benchmarks/README.md)::
     PYTHONPATH=src python3 benchmarks/lbfgs_onepass.py --device cpu --n 2e4 --check-n 2000 --large-n 0 \\
         --f32-n 0 --reps 1 --trips 2 --launches 32x4x2 --no-optax                               # smoke (interpret)
 
-The default fused form reads the 2m stored vectors twice per iteration (pass A, pass B: ~39 n
-values per iteration, plus 3 n per extra evaluation).  ``kernel="onepass"`` reads them once per
-line-search EVALUATION, with the direction formed in registers and f and g evaluated on each
-column block (``value_and_grad.block``): (2m + 2) n read, 3 n written, 19 n at m = 7.  In one run:
+The two-pass fused form (``kernel="pallas"``; the default before) reads the 2m stored vectors
+twice per iteration (pass A, pass B: ~39 n values per iteration, plus 3 n per extra evaluation).
+``kernel="onepass"`` reads them once per line-search EVALUATION, with the direction formed in
+registers and f and g evaluated on each column block (``value_and_grad.block``): (2m + 2) n
+read, 3 n written, 19 n at m = 7.  In one run:
 
 * bandwidth: PyTorch's device-to-device copy (read + write; the floor uses it);
 * the kernel alone per call inside one jitted ``fori_loop`` (``lbfgs_common.device_time``) for
   each ``--launches`` (rows x warps x chunks), its sums checked against the first launch's;
 * whole solves of Extended Rosenbrock at ``--n`` (1e7 float64), ``--large-n`` (5e7) and
-  ``--f32-n`` (1e7 float32): the default, onepass, and onepass at ``--solve-launch`` if given,
-  each compiled first, then interleaved reps; the check: same iterations, evaluations and status
-  as the default, f within ``--f-rtol``;
+  ``--f32-n`` (1e7 float32): two-pass, onepass, auto (the default) and onepass at
+  ``--solve-launch`` if given, each compiled first, then interleaved reps; the check: same
+  iterations, evaluations and status as two-pass, f within ``--f-rtol``;
 * the seed's 37 iterations / 51 evaluations / f = 6.752e-10 at ``--check-n`` (1e6), both forms;
 * optax.lbfgs(memory_size=7) with the same f and g and stop rule, once, at ``--n``.
 
-Floors: onepass moves 19 n values per evaluation (``evals x 19 n``); the default design's floor is
+Floors: onepass moves 19 n values per evaluation (``evals x 19 n``); the two-pass design's floor is
 38 n per iteration plus 4 n per extra evaluation (docs/benchmarks.md).  Partial results are
 written after every stage (``lbfgs_onepass.json`` / ``.md``).
 """
@@ -84,11 +85,18 @@ def kernel_times(n: int, dtype: str, launches: list[tuple[int, ...]], trips: int
     return out
 
 
-def forms(mw, solve_launch: tuple[int, ...] | None) -> dict[str, Any]:
-    out = {"default": mw.LBFGS(m=M, eps=EPS), "onepass": mw.LBFGS(m=M, eps=EPS, kernel="onepass")}
+def forms(mw, solve_launch: tuple[int, ...] | None, auto: bool = True) -> dict[str, Any]:
+    """``two-pass`` (kernel="pallas": the fused passes A and B, the default before), ``onepass``,
+    ``auto`` (the default now: onepass on one GPU in float64, else two-pass), and onepass at
+    ``solve_launch`` (rows x warps)."""
+    out = {"two-pass": mw.LBFGS(m=M, eps=EPS, kernel="pallas"), "onepass": mw.LBFGS(m=M, eps=EPS, kernel="onepass")}
+    if auto:
+        out["auto"] = mw.LBFGS(m=M, eps=EPS)
     if solve_launch:
         rows, warps = solve_launch[:2]
-        out[f"onepass {rows}x{warps}"] = mw.LBFGS(m=M, eps=EPS, kernel="onepass", kernel_block=2 * rows,
+        from multiwalk.solvers import lbfgs_onepass
+
+        out[f"onepass {rows}x{warps}x{lbfgs_onepass.CHUNKS}"] = mw.LBFGS(m=M, eps=EPS, kernel="onepass", kernel_block=2 * rows,
                                                    kernel_warps=warps)
     return out
 
@@ -112,7 +120,7 @@ def chunk_hlo(mw, n: int, dtype: str) -> dict:
 
     problem = lc.rosenbrock_problem(mw, n, dtype)
     out = {}
-    for name, solver in forms(mw, None).items():
+    for name, solver in forms(mw, None, auto=False).items():
         state = solver.init(problem, jax.random.PRNGKey(0))
         text = jax.jit(lambda s, k, solver=solver: solver.run_chunk(problem, s, 0, k), donate_argnums=0).lower(
             state, jnp.asarray(1, jnp.int32)).compile().as_text()
@@ -125,10 +133,10 @@ def chunk_hlo(mw, n: int, dtype: str) -> dict:
 
 def table(report: dict) -> str:
     env, bw = report["environment"], report["bandwidth"]
-    lines = [f"L-BFGS one pass per evaluation (kernel='onepass') vs the default; Extended Rosenbrock, m = {M}; "
+    lines = [f"L-BFGS one pass per evaluation (kernel='onepass') vs the two-pass form; Extended Rosenbrock, m = {M}; "
              f"{env['device']}, {env['date']}, JAX {env['jax']}; {'PyTorch' if report['torch_copy'] else 'XLA'} copy "
              f"bandwidth {bw / 1e9:.0f} GB/s of this run.  Floors: onepass {ONEPASS_VALUES} n per evaluation; the "
-             f"default design {FLOOR_VALUES} n per iteration + 4 n per extra evaluation.", ""]
+             f"two-pass design {FLOOR_VALUES} n per iteration + 4 n per extra evaluation.", ""]
     kt = report.get("kernel", [])
     if kt:
         item = 8 if report["dtype"] == "float64" else 4
@@ -143,7 +151,7 @@ def table(report: dict) -> str:
         lines.append("")
     opt = report.get("optax", {})
     lines += ["| dtype | n | form | ms (median) | min ms | reps | it / evals | per it ms | run floor ms | x run floor "
-              "| default-design floor ms | same counts, f rel diff | optax ms (it) | optax / ours |",
+              "| two-pass design floor ms | same counts, f rel diff | optax ms (it) | optax / ours |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, n, dtype in (("solves", report["n"], report["dtype"]), ("large", report.get("large_n"), report["dtype"]),
                           ("f32", report.get("f32_n"), "float32")):
@@ -156,9 +164,10 @@ def table(report: dict) -> str:
             it, ev = o["iterations"], o["nfev"]
             per = o["seconds"] / max(it, 1)
             design = (FLOOR_VALUES * it + 4 * (ev - 1 - it)) * n * item / bw
-            floor = ev * ONEPASS_VALUES * n * item / bw if name.startswith("onepass") else design
+            floor = ev * ONEPASS_VALUES * n * item / bw if o["kernel"].startswith("onepass") else design
             ot, ratio = lc.optax_cells(opt if key == "solves" else None, o["seconds"])
-            lines.append(f"| {dtype} | {n:.0e} | {name} | {o['seconds'] * 1e3:.2f} | {o['min_seconds'] * 1e3:.2f} | "
+            lines.append(f"| {dtype} | {n:.0e} | {name} ({o['kernel']}) | {o['seconds'] * 1e3:.2f} | "
+                         f"{o['min_seconds'] * 1e3:.2f} | "
                          f"{len(o['times'])} | {it} / {ev} | {per * 1e3:.4f} | {floor * 1e3:.2f} | "
                          f"{o['seconds'] / floor:.3f} | {design * 1e3:.2f} | {o['same_counts']}, {o['f_rel_diff']:.0e} "
                          f"| {ot} | {ratio} |")
@@ -179,7 +188,7 @@ def main() -> int:
     p.add_argument("--check-n", type=float, default=1e6, help="n of the seed check (37 it / 51 evals; 0: none)")
     p.add_argument("--dtype", default="float64")
     p.add_argument("--hlo-n", type=float, default=2 ** 20, help="n of the HLO count (0: none)")
-    p.add_argument("--launches", default="64x2x16,64x4x16,64x2x32,128x2x8,128x4x16,64x1x16,32x1x32,256x4x4",
+    p.add_argument("--launches", default="32x1x32,32x1x16,32x1x64,16x1x64,16x1x32,32x2x32,64x2x16,32x1x128",
                    help="kernel launches rows x warps x chunks to time alone (the first is the reference)")
     p.add_argument("--chunks", type=int, default=None, help="lbfgs_onepass.CHUNKS for the solves")
     p.add_argument("--solve-launch", default="", help="also solve onepass at rows x warps (kernel_block = 2 rows)")
@@ -189,7 +198,7 @@ def main() -> int:
     p.add_argument("--no-optax", action="store_true")
     p.add_argument("--skip-kernel", action="store_true")
     p.add_argument("--f-rtol", type=float, default=1e-6, help="f of onepass vs the default, relative")
-    p.add_argument("--budget-seconds", type=float, default=250.0, help="start no new stage after this many seconds")
+    p.add_argument("--budget-seconds", type=float, default=240.0, help="start no new stage after this many seconds")
     begun = lc.begin(p)
     if begun is None:
         return 2

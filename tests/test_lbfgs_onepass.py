@@ -134,7 +134,7 @@ def test_onepass_falls_back_where_it_does_not_apply():
     x0 = cute.start("extended_rosenbrock", 20)
     plain = mw.Problem(objective=cute.extended_rosenbrock, x0=x0)  # no value_and_grad.block
     r = mw.solve(plain, mw.LBFGS(kernel="onepass", max_iterations=3), progress=False)
-    assert r.stats["kernel"] == "xla" and "kernel='onepass' not used" in r.stats["kernel_reason"]
+    assert r.stats["kernel"] == "xla" and "one-pass loop not used" in r.stats["kernel_reason"]
     assert "block-local hook" in r.stats["kernel_reason"]
     hooked = mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=np.stack([x0, x0 + 0.1]))
     plan = mw.LBFGS(kernel="onepass").onepass_plan(hooked)
@@ -142,6 +142,21 @@ def test_onepass_falls_back_where_it_does_not_apply():
     one = mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0)
     assert "diag" in mw.LBFGS(kernel="onepass", diag=np.ones(20)).onepass_plan(one).reason
     assert mw.LBFGS(kernel="onepass").onepass_plan(one).use
-    assert not mw.LBFGS().onepass_plan(one).use  # 'auto' keeps the two-pass form (not measured faster)
+    assert not mw.LBFGS().onepass_plan(one).use  # 'auto' off GPUs: the XLA form
     with pytest.raises(ValueError, match="kernel must be one of .*'onepass'"):
         mw.LBFGS(kernel="one-pass")
+
+
+def test_auto_takes_onepass_on_one_gpu_in_float64_only(monkeypatch):
+    """'auto' on a (simulated) single-GPU host: the one-pass loop for float64, not float32 (measured one
+    more iteration there), not for several starts or without the block hook."""
+    monkeypatch.setattr(lbfgs_onepass, "backend", lambda names: ("cuda", True))
+    x0 = cute.start("extended_rosenbrock", 20)
+    vg = cute.extended_rosenbrock_value_and_grad
+    auto = mw.LBFGS()
+    plan = auto.onepass_plan(mw.Problem(value_and_grad=vg, x0=x0))
+    assert plan.use and not plan.interpret and "kernel='auto'" in plan.reason
+    assert not auto.onepass_plan(mw.Problem(value_and_grad=vg, x0=x0, dtype="float32")).use
+    assert not auto.onepass_plan(mw.Problem(value_and_grad=vg, x0=np.stack([x0, x0]))).use
+    assert not auto.onepass_plan(mw.Problem(objective=cute.extended_rosenbrock, x0=x0)).use
+    assert not mw.LBFGS(kernel="xla").onepass_plan(mw.Problem(value_and_grad=vg, x0=x0)).use

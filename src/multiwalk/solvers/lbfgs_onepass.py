@@ -51,11 +51,12 @@ __all__ = [
 
 # Launch: rows of (rows, width) blocks per program step, warps, steps per program.  Small blocks:
 # each thread holds 4m + 7 running sums plus 2m + 2 loaded rows (register pressure).  On an H200
-# at n = 1e7 float64 (benchmarks/lbfgs_onepass.py, 2026-11-22 22:41 UTC), per call: 64 x 2 x 16
-# 0.462 ms, 64 x 4 x 16 0.501, 32 x 2 x 32 0.485, 128 x 4 x 8 0.498, 32 x 4 x 16 0.775 (floor 0.361).
-ROWS = 64
-WARPS = 2
-CHUNKS = 16
+# at n = 1e7 float64 (benchmarks/lbfgs_onepass.py, 2026-11-22 22:51 UTC), per call: 32 x 1 x 32
+# 0.406 ms (1.12x the floor 0.361), 64 x 2 x 16 0.460, 64 x 4 x 16 0.506, 64 x 1 x 16 1.017,
+# 128 x 2 x 8 1.249, 256 x 4 x 4 1.291.  One warp: its sums fold by shuffles, no shared memory.
+ROWS = 32
+WARPS = 1
+CHUNKS = 32
 _WIDTH = 64  # partial sums per program (4m + 7 <= 64: m <= 14)
 _DTYPES = ("float32", "float64")
 
@@ -106,14 +107,21 @@ def block_hook(problem: Any) -> Callable | None:
 
 def plan(kernel: str, problem: Any, starts: int, diag: bool) -> OnePassPlan:
     """Whether ``LBFGS(kernel=kernel)`` runs the one-pass loop on ``problem``, and why (not).
-    Only ``kernel="onepass"`` asks for it (``"auto"`` keeps the two-pass form until a GPU run shows
-    this one faster with the same iterations and evaluations)."""
-    if kernel != "onepass":
+
+    ``"onepass"`` asks for it (interpret mode off GPUs).  ``"auto"`` takes it on a host of ONE GPU
+    in float64 only, where an H200 run showed it faster with the same iterations, evaluations and
+    status as the two-pass form at n = 1e6, 1e7 and 5e7 (docs/benchmarks.md, 2026-11-22 22:51 UTC:
+    30.7 vs 41.0 ms at 1e7); in float32 it took one iteration more (38 / 51 against 37 / 50 at 1e7,
+    both SUCCESS), and on several devices the two-pass form splits one problem over them."""
+    if kernel not in ("onepass", "auto"):
         return OnePassPlan(False, False, f"kernel={kernel!r}")
     name, on_gpu = backend(("gpu", "cuda"))
     block = block_hook(problem)
     dt = str(jnp.dtype(problem.dtype))
     why = None
+    if kernel == "auto":
+        if not on_gpu or dt != "float64" or jax.device_count() > 1:
+            return OnePassPlan(False, False, "kernel='auto' takes the one-pass loop on one GPU in float64 only")
     if starts > 1:
         why = f"{starts} starts (the one-pass loop serves one problem)"
     elif diag:
@@ -126,9 +134,9 @@ def plan(kernel: str, problem: Any, starts: int, diag: bool) -> OnePassPlan:
     elif dt not in _DTYPES:
         why = f"dtype {dt} (the one-pass kernel is for {' and '.join(_DTYPES)})"
     if why is not None:
-        return OnePassPlan(False, False, f"kernel='onepass' not used: {why}; the fused two-pass form runs")
+        return OnePassPlan(False, False, f"kernel={kernel!r}: the one-pass loop not used: {why}")
     where = "on the GPU" if on_gpu else f"in interpret mode (backend: {name}; for tests, slow)"
-    return OnePassPlan(True, not on_gpu, f"kernel='onepass': one Pallas kernel per line-search evaluation {where}, "
+    return OnePassPlan(True, not on_gpu, f"kernel={kernel!r}: one Pallas kernel per line-search evaluation {where}, "
                                          "on one device (direction, trial point, f and g by value_and_grad.block, "
                                          "every product; d never stored)")
 
