@@ -103,11 +103,11 @@ def runs():
     problem = mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0)
     fused = mw.solve(problem, mw.LBFGS(kernel="pallas"), progress=False)
     onepass = mw.solve(problem, mw.LBFGS(kernel="onepass", kernel_block=64), progress=False, chunk_seconds=0.01)
-    return fused, onepass
+    return fused, onepass, problem
 
 
 def test_onepass_run_is_the_fused_run(runs):
-    fused, onepass = runs
+    fused, onepass, _ = runs
     assert fused.stats["kernel"] == "pallas (interpret mode)"
     assert onepass.stats["kernel"] == "onepass (interpret mode)"
     assert "one Pallas kernel per line-search evaluation" in onepass.stats["kernel_reason"]
@@ -160,3 +160,25 @@ def test_auto_takes_onepass_on_one_gpu_in_float64_only(monkeypatch):
     assert not auto.onepass_plan(mw.Problem(value_and_grad=vg, x0=np.stack([x0, x0]))).use
     assert not auto.onepass_plan(mw.Problem(objective=cute.extended_rosenbrock, x0=x0)).use
     assert not mw.LBFGS(kernel="xla").onepass_plan(mw.Problem(value_and_grad=vg, x0=x0)).use
+
+
+def test_interrupted_onepass_run_resumes_to_the_same_end(runs, tmp_path):
+    """Ctrl-C (a KeyboardInterrupt from the callback) after the 3rd chunk: the ring state is written
+    to the checkpoint and the partial result is returned; resuming ends where the uninterrupted run
+    ended, bit for bit (chunks end at iteration boundaries and change no arithmetic)."""
+    _, whole, problem = runs  # the same problem and solver: the compiled loop is reused
+    solver = mw.LBFGS(kernel="onepass", kernel_block=64)
+    seen = []
+
+    def stop_after_three(info):  # noqa: ANN001, ANN202
+        seen.append(info["done"][0])
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    path = tmp_path / "onepass.ckpt"
+    part = mw.solve(problem, solver, progress=False, chunk_seconds=0.01, checkpoint=path, callback=stop_after_three)
+    assert part.status == mw.lbfgs.LBFGSStatus.INTERRUPTED and 0 < part.iterations == seen[-1] < whole.iterations
+    rest = mw.solve(problem, solver, progress=False, resume=path)
+    assert (rest.status, rest.iterations, rest.nfev) == (whole.status, whole.iterations, whole.nfev)
+    np.testing.assert_array_equal(rest.x, whole.x)
+    assert rest.fun == whole.fun

@@ -26,6 +26,9 @@ over the pairs).  With a user ``diag`` (the seed's ``diagco``) the two-loop recu
 On a GPU the two passes of one problem run as two fused Pallas kernels (``kernel="auto"``,
 :mod:`multiwalk.solvers.lbfgs_kernel`), and its loop carries the state's scalars packed
 (:meth:`LBFGS.run_chunk`); ``kernel="xla"`` keeps the XLA form (same iterates up to rounding).
+Where the problem's ``value_and_grad`` has a block-local ``.block`` (cute's Extended Rosenbrock),
+``kernel="onepass"`` (and ``"auto"`` on one GPU in float64) runs ONE kernel per line-search
+evaluation instead, the pairs read once per evaluation (:mod:`multiwalk.solvers.lbfgs_onepass`).
 One problem split along ``n`` over GPUs (``mw.solve(..., devices=k)``) runs the passes per device
 under ``jax.shard_map`` (:func:`~multiwalk.solvers.lbfgs_kernel.pair_products_split`): the
 objective still sees the global ``x``.
@@ -715,7 +718,8 @@ class LBFGS(Solver):
         applies on a host of one GPU in float64 (measured faster there with the same iterations
         and evaluations; :func:`lbfgs_onepass.plan`).
     kernel_block, kernel_warps : Pallas launch tuning: columns per program (a power of two)
-        and warps per program (None: the module's defaults).
+        and warps per program (None: the module's defaults).  With ``kernel="onepass"``: the
+        columns of one block step of its kernel (``2 x`` rows of Rosenbrock's pairs) and its warps.
 
     The problem's ``lower``/``upper`` are only used to draw ``starts``: L-BFGS is unconstrained.
     """
