@@ -163,7 +163,9 @@ def main() -> int:
     p.add_argument("--trips", type=int, default=50, help="calls per jitted fori_loop for pass B")
     p.add_argument("--reps", type=int, default=8, help="timed whole solves of each form at --n")
     p.add_argument("--large-reps", type=int, default=3)
-    p.add_argument("--kernel", default="auto", help="LBFGS(kernel=...); 'pallas' on a CPU: interpret mode")
+    p.add_argument("--kernel", default="pallas",
+                   help="LBFGS(kernel=...): 'pallas' (default) the two-pass fused form this compares ('auto' now takes "
+                        "the one-pass loop on one GPU in float64); on a CPU: interpret mode")
     p.add_argument("--no-optax", action="store_true")
     p.add_argument("--f-rtol", type=float, default=1e-6,
                    help="f of rows vs copying, relative (the same operations: expected equal)")

@@ -244,7 +244,9 @@ def main() -> int:
     p.add_argument("--b-configs", default="1024x4,512x4,256x4,2048x8", help="pass B: block x warps")
     p.add_argument("--trips", type=int, default=50, help="calls per jitted fori_loop in the sweeps")
     p.add_argument("--reps", type=int, default=6, help="timed whole solves of each variant")
-    p.add_argument("--kernel", default="auto", help="LBFGS(kernel=...); 'pallas' on a CPU: interpret mode")
+    p.add_argument("--kernel", default="pallas",
+                   help="LBFGS(kernel=...): 'pallas' (default) the two-pass fused form whose passes this tunes ('auto' "
+                        "now takes the one-pass loop on one GPU in float64); on a CPU: interpret mode")
     p.add_argument("--no-optax", action="store_true")
     p.add_argument("--f-rtol", type=float, default=1e-6,
                    help="f of a variant vs the default, relative (rounding of other sums grows along the path: "
