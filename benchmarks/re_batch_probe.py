@@ -8,12 +8,13 @@ run ``--reps`` times (host clock around a blocking call: a chunk is milliseconds
 resolution microseconds); the median gives ms per iteration and ns per chain-iteration.  Then,
 with ``--trace``, one more chunk runs under ``jax.profiler`` and the device's kernels are summed by
 name (``jax.profiler.ProfileData``: no TensorBoard needed) into time per iteration; ``--hlo``
-writes the optimized HLO (``compiled.as_text()``) of each size to one ``re_hlo.tar.gz``.
+writes the optimized HLO (``compiled.as_text()``) of each size to ``re_hlo_<nseq>.tar.gz``.
 
 Several solver versions can be timed in one process, interleaved chunk by chunk (``--versions``:
 module paths of ReplicaExchange classes, e.g. a copy of HEAD's file beside the current one, each
 optionally with integer options: ``module:exchange_unroll=1``), so a before/after comparison sees
-the same GPU state; ``--check`` compares their states after the timed chunks field by field.
+the same GPU state; ``--check`` compares their states after the timed chunks field by field, on the device (for a float
+field that differs: the largest absolute and relative difference and how many elements differ).
 Results (json, md, HLO) are rewritten after every size, so a run cut off keeps what it measured.
 
     PYTHONPATH=src python3 benchmarks/re_batch_probe.py --device gpu --sizes 16384,32768 --trace --out "$OUT"
@@ -77,7 +78,7 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=10, help="iterations per timed chunk")
     p.add_argument("--reps", type=int, default=7, help="timed chunks per size and version (median)")
     p.add_argument("--trace", action="store_true", help="profile one chunk per size: kernel times by name")
-    p.add_argument("--hlo", action="store_true", help="save the optimized HLO of each size (re_hlo.tar.gz)")
+    p.add_argument("--hlo", action="store_true", help="save the optimized HLO of each size (re_hlo_<nseq>.tar.gz)")
     p.add_argument("--versions", default="multiwalk.solvers.replica_exchange",
                    help="comma-separated modules holding a ReplicaExchange class, each optionally with solver "
                         "options (module:exchange_unroll=1:...), timed interleaved")
@@ -145,11 +146,22 @@ def main() -> int:
                 prepared[v][1] = state
         same: dict[str, str] = {}
         if args.check and len(versions) > 1:
+            # Compared on the device (only flags and maxima come back: at nseq = 262144 the
+            # burn-in history alone is 8.4 GB, whose copy to the host took ~15 s per version).
             fields = type(prepared[versions[0]][1])._fields
             ref = jax.tree_util.tree_leaves(prepared[versions[0]][1])
             for v in versions[1:]:
-                differ = [f for f, a, b in zip(fields, ref, jax.tree_util.tree_leaves(prepared[v][1]))
-                          if not np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)]
+                differ = []
+                for f, a, b in zip(fields, ref, jax.tree_util.tree_leaves(prepared[v][1])):
+                    if bool(jnp.array_equal(a, b, equal_nan=True)):
+                        continue
+                    if jnp.issubdtype(a.dtype, jnp.floating):  # how far apart: max |a-b| and max |a-b|/|a|
+                        d = jnp.where(jnp.isnan(a) & jnp.isnan(b), 0.0, jnp.abs(a - b))
+                        rel = jnp.max(jnp.where(d > 0, d / jnp.abs(a), 0.0))
+                        differ.append(f"{f} (max abs {float(jnp.max(d)):.2g}, rel {float(rel):.2g}, "
+                                      f"{int(jnp.sum(d > 0))} of {a.size})")
+                    else:
+                        differ.append(f"{f} ({int(jnp.sum(a != b))} of {a.size})")
                 same[v] = "same" if not differ else f"differs in {', '.join(differ)}"
                 log(f"nseq={nseq}: state of {short(v)} after {1 + args.reps} chunks vs {short(versions[0])}: {same[v]}")
         for v in versions:
@@ -175,14 +187,15 @@ def main() -> int:
             del prepared[v][1], state  # free the state before the next size
         prepared.clear()
         (out / "re_batch_probe.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
-        if hlo_texts:
+        if hlo_texts:  # one archive per size, written once (re-compressing all sizes each time cost seconds)
             buf = io.BytesIO()
             with tarfile.open(fileobj=buf, mode="w:gz") as tar:
                 for name, text in hlo_texts.items():
                     info = tarfile.TarInfo(name)
                     info.size = len(text)
                     tar.addfile(info, io.BytesIO(text))
-            (out / "re_hlo.tar.gz").write_bytes(buf.getvalue())
+            (out / f"re_hlo_{nseq}.tar.gz").write_bytes(buf.getvalue())
+            hlo_texts.clear()
 
     lines = ["| version | nseq | chains | ms / iteration | ns / chain-iteration | spread | state vs first version |",
              "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
