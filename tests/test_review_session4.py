@@ -2,8 +2,8 @@
 (2026-11-22: 77a9114, 4dd5430, 1d5b044, 5885053, f9017dc, 24c98db, 284830d, 89c874a, 540c810),
 each pinned by a test that failed before its fix.
 
-Tests marked ``xfail(strict=True)`` pin defects in files another engineer is editing
-(``solvers/lbfgs.py``); the fix is described in the marker's reason.  Everything here is small
+The two ``solvers/lbfgs.py`` tests were first marked ``xfail(strict=True)`` (another engineer was
+editing that file); the lead applied the fixes they describe.  Everything here is small
 (n <= 4096, CPU, no whole solve): about 5 s.
 """
 
@@ -99,15 +99,7 @@ def test_along_benchmark_passes_its_vectors_as_arguments(monkeypatch):
             assert constants == [], constants[:1]
 
 
-# --------------------------------------------------------------------------- solvers/lbfgs.py (not editable here)
-@pytest.mark.xfail(strict=True, reason=(
-    "solvers/lbfgs.py does not check value_and_grad.along (a public hook, LBFGS docstring): a wrong "
-    "shape fails deep in the traced loop ('sub got incompatible shapes for broadcasting: (38,), (40,)'), "
-    "naming neither the hook nor the fix. Fix: in LBFGS.check, when line_evaluation(problem) is not "
-    "None, jax.eval_shape(along, x, d, stp) with ShapeDtypeStructs (n_free,), (n_free,), () of "
-    "problem.dtype (TypeError naming value_and_grad.along if it raises), then ValueError unless it "
-    "returns (f, g, g'd) of shapes (), (n_free,), (); the same for .along.into with out (2, n_free) "
-    "and an int32 row (returns (f, out of shape (2, n_free), g'd))."))
+# --------------------------------------------------------------------------- solvers/lbfgs.py
 def test_lbfgs_checks_the_along_hook_before_running():
     n = 40
 
@@ -124,14 +116,6 @@ def test_lbfgs_checks_the_along_hook_before_running():
         mw.solve(problem, mw.LBFGS(kernel="pallas"), progress=False)
 
 
-
-@pytest.mark.xfail(strict=True, reason=(
-    "LBFGS's docstring: kernel_block is the 'columns per program (a power of two)'; since 1d5b044 "
-    "LBFGS._config gives pass A kernel_block x PASS_A_CHUNKS (8) columns per program, so "
-    "LBFGS(kernel_block=1024) runs pass A as 1024 x 4 x 8 chunks, a launch never measured (the defect "
-    "77a9114 fixed for split runs). Fix in LBFGS._config: a_chunks=lbfgs_kernel.PASS_A_CHUNKS if "
-    "self.kernel_block is None else 1 (a user's block then means what the docstring says), or say in "
-    "the docstring that pass A sweeps PASS_A_CHUNKS blocks of kernel_block columns per program."))
 def test_kernel_block_is_pass_a_columns_per_program():
     cfg = mw.LBFGS(kernel_block=1024)._config(np.float64)
     assert cfg.block == 1024  # pass B: as documented

@@ -823,7 +823,8 @@ class LBFGS(Solver):
             pallas=plan is not None and plan.use_pallas, interpret=plan is not None and plan.interpret,
             block=self.kernel_block or lbfgs_kernel.DEFAULT_BLOCK, warps=self.kernel_warps or lbfgs_kernel.DEFAULT_WARPS,
             a_block=self.kernel_block or lbfgs_kernel.PASS_A_BLOCK, a_warps=self.kernel_warps or lbfgs_kernel.PASS_A_WARPS,
-            a_chunks=lbfgs_kernel.PASS_A_CHUNKS, a_stages=lbfgs_kernel.PASS_A_STAGES,
+            # a user's kernel_block is pass A's columns per program too (its docstring), so one chunk
+            a_chunks=lbfgs_kernel.PASS_A_CHUNKS if self.kernel_block is None else 1, a_stages=lbfgs_kernel.PASS_A_STAGES,
             mesh=_current_mesh() if plan is not None and plan.use_pallas and plan.split else None,
         )
 
@@ -873,6 +874,41 @@ class LBFGS(Solver):
                 raise TypeError(f"calling diag(x) with x of shape ({problem.n_free},) failed: {err}") from err
             if getattr(out, "shape", None) != (problem.n_free,):
                 raise ValueError(f"diag(x) must return shape ({problem.n_free},), got {getattr(out, 'shape', None)}")
+        self._check_along(problem)
+
+    @staticmethod
+    def _check_along(problem: Problem) -> None:
+        """``value_and_grad.along`` (and its ``.into``), a public hook, by shapes before compiling: a
+        wrong shape would otherwise fail deep in the traced loop without naming the hook."""
+        along = line_evaluation(problem)
+        if along is None:
+            return
+        n, dt = problem.n_free, problem.dtype
+        vec, scalar = jax.ShapeDtypeStruct((n,), dt), jax.ShapeDtypeStruct((), dt)
+        fix = "return (f, g, g'd) at x + stp d: shapes (), (n,), ()"
+        try:
+            out = jax.eval_shape(along, vec, vec, scalar)
+        except Exception as err:
+            raise TypeError(f"calling value_and_grad.along(x, d, stp) with x, d of shape ({n},) failed: {err}; "
+                            f"it must {fix}") from err
+        shapes = tuple(getattr(o, "shape", None) for o in out)
+        if shapes != ((), (n,), ()):
+            raise ValueError(f"value_and_grad.along(x, d, stp) returned shapes {shapes} for x, d of shape ({n},); "
+                             f"it must {fix} = (), ({n},), ()")
+        into = line_evaluation_into(problem)
+        if into is None:
+            return
+        buffer, row = jax.ShapeDtypeStruct((2, n), dt), jax.ShapeDtypeStruct((), jnp.int32)
+        fix = "return (f, out, g'd) with g written into out[row]: shapes (), (2, n), ()"
+        try:
+            out = jax.eval_shape(into, vec, vec, scalar, buffer, row)
+        except Exception as err:
+            raise TypeError(f"calling value_and_grad.along.into(x, d, stp, out, row) with x, d of shape ({n},) and "
+                            f"out of shape (2, {n}) failed: {err}; it must {fix}") from err
+        shapes = tuple(getattr(o, "shape", None) for o in out)
+        if shapes != ((), (2, n), ()):
+            raise ValueError(f"value_and_grad.along.into returned shapes {shapes} for x, d of shape ({n},) and out "
+                             f"of shape (2, {n}); it must {fix} = (), (2, {n}), ()")
 
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("lbfgs", self.max_iterations)]

@@ -10,12 +10,16 @@ is memory-bound for large ``n``: it reads the ``2m`` stored vectors ``P = [S; Y]
   w_s s + w_y y`` and the new pair ``s, y`` written into ``P``'s slot (aliased in place).
 
 Both passes skip the rows of the slot the new pair replaces (their products are discarded, their
-coefficient is zero) and the rows not yet filled: a masked load issues no memory request.  Pass
-A reads ``(2m - 2 + 4) n`` values and pass B ``(2m - 2 + 3) n`` and writes ``3 n``; with the
-evaluation (read ``x, d``, write the trial point and its gradient) an iteration moves about
-``(4m + 10) n`` values, the floor ``benchmarks/lbfgs.py`` divides by the measured bandwidth.
+coefficient is zero) and the rows not yet filled: a masked load issues no memory request.  Per
+iteration with one evaluation (docs/benchmarks.md, "Vector traffic per iteration"): pass A reads
+the ``2m - 2`` kept rows and ``gt, g, d, x`` and writes the accepted point ``x + stp d`` (17 n at
+m = 7), pass B reads the same rows and ``gt, g, d`` and writes ``d``, ``s``, ``y`` and the copy of
+``gt`` into ``g`` (19 n); cute's one-pass evaluation reads ``x, d`` and writes ``g`` (3 n, no
+trial point): 39 n in all, against the floor's ``(4m + 10) n = 38 n`` that ``benchmarks/lbfgs.py``
+divides by the measured bandwidth.  (:mod:`~multiwalk.solvers.lbfgs_onepass` reads the rows once
+per evaluation instead.)
 
-Reductions are two-stage: each program (``block`` columns) writes its partial sums, XLA sums
+Reductions are two-stage: each program (``block`` columns; pass A ``block x chunks``) writes its partial sums, XLA sums
 the (programs, 64) table.  So sums are folded in another order than XLA's: iterates agree with
 the XLA form up to rounding.  Off GPUs the kernels run in Pallas' interpret mode (tests only).
 
