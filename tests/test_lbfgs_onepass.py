@@ -182,3 +182,75 @@ def test_interrupted_onepass_run_resumes_to_the_same_end(runs, tmp_path):
     assert (rest.status, rest.iterations, rest.nfev) == (whole.status, whole.iterations, whole.nfev)
     np.testing.assert_array_equal(rest.x, whole.x)
     assert rest.fun == whole.fun
+
+
+def _accepts(order: str, m: int, steps: int, seed: int):
+    """The accepting branch (``_accept``) run ``steps`` times on made-up kernel sums, with the small
+    matrices in ``order``: each step's direction coefficients by age and g'd."""
+    from multiwalk.solvers import lbfgs as L
+    from multiwalk.solvers.more_thuente import line_search_init
+
+    rng = np.random.default_rng(seed)
+    cfg = L._Config(m=m, eps=1e-12, params=mw.LBFGS(m=m)._config(jnp.float64).params, diag_fn=None, use_h0=False)
+    ls0 = line_search_init(jnp.asarray(1.0), jnp.asarray(-1.0), jnp.asarray(1.0), cfg.params)
+    st = lbfgs_onepass.OnePassState(
+        X=None, G=None, S=None, w=jnp.zeros(2 * m), f=jnp.asarray(1.0), SY=jnp.zeros((m, m)), YY=jnp.zeros((m, m)),
+        a=jnp.zeros(m), b=jnp.zeros(m), gamma=jnp.asarray(1.0), gg=jnp.asarray(1.0), head=jnp.asarray(0, jnp.int32),
+        count=jnp.asarray(0, jnp.int32), ls=ls0, iteration=jnp.asarray(0, jnp.int32), nfev=jnp.asarray(1, jnp.int32),
+        gnorm=jnp.asarray(1.0), xnorm=jnp.asarray(1.0), stp=jnp.asarray(0.0), status=jnp.asarray(0, jnp.int32))
+    out = []
+    old, lbfgs_onepass.SMALL_ORDER = lbfgs_onepass.SMALL_ORDER, order
+    try:
+        for _ in range(steps):
+            sums = rng.standard_normal(64)
+            c = int(st.count)
+            sums[c:m] = sums[m + c:2 * m] = sums[2 * m + c:3 * m] = sums[3 * m + c:4 * m] = 0.0  # ages not stored
+            sums[4 * m] = 1.0 + rng.random()  # s_t'y_t > 0 (curvature), y_t'y_t > 0
+            sums[4 * m + 1] = 2.0 + rng.random()
+            st = lbfgs_onepass._accept(cfg, st, ls0._replace(info=jnp.asarray(1), stp=jnp.asarray(0.7)), jnp.asarray(sums))
+            head = 0 if order == "chronological" else int(st.head)
+            slot = (head - np.arange(1, m + 1)) % m  # ring_rows' slots of the pairs of age 1..m
+            w = np.asarray(st.w)
+            out.append((np.concatenate([w[slot], w[m + slot]]), float(st.ls.dginit), int(st.count)))
+    finally:
+        lbfgs_onepass.SMALL_ORDER = old
+    return out
+
+
+def test_chronological_small_matrices_give_the_ring_form_coefficients():
+    """The default chronological order of the small matrices (every index static) and the ring order
+    (the two-pass state's slots): the same direction coefficients by age and g'd after each of 11
+    accepted steps at m = 4 (the window fills, then wraps).  Tolerance 1e-12 relative: the same
+    formulas on the same numbers, only the zero terms of unused positions sit elsewhere in the 4x4
+    products' sums (measured equal to ~1e-15)."""
+    assert lbfgs_onepass.SMALL_ORDER == "chronological"
+    ring, chrono = _accepts("ring", 4, 11, 3), _accepts("chronological", 4, 11, 3)
+    for (w1, gd1, c1), (w2, gd2, c2) in zip(ring, chrono):
+        assert c1 == c2
+        np.testing.assert_allclose(w2, w1, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(gd2, gd1, rtol=1e-12)
+    assert ring[-1][2] == 4 and np.abs(ring[-1][0]).min() > 0  # a full window: every coefficient used
+
+
+def test_command_buffers_on_gpus_only_and_refused_options_fall_back(monkeypatch):
+    """The one-pass loop asks the driver for CUDA-graph command buffers with WHILE on a (simulated)
+    GPU, none in interpret mode or for the two-pass form; options XLA refuses give a warning and the
+    loop compiled without them, the same result."""
+    x0 = cute.start("extended_rosenbrock", 20)
+    problem = mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0)
+    assert mw.LBFGS(kernel="onepass").compiler_options(problem) == {}  # interpret mode (CPU)
+    monkeypatch.setattr(lbfgs_onepass, "backend", lambda names: ("cuda", True))
+    assert mw.LBFGS(kernel="onepass").compiler_options(problem) == {
+        "xla_gpu_enable_command_buffer": "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL"}
+    assert mw.LBFGS(kernel="pallas").compiler_options(problem) == {}
+    monkeypatch.undo()
+
+    class Refused(mw.LBFGS):
+        def compiler_options(self, problem):  # noqa: ANN001, ANN202
+            return {"xla_gpu_enable_command_buffer": "+NO_SUCH_TYPE"}  # not an enum value: XLA refuses it
+
+    plain = mw.solve(problem, mw.LBFGS(kernel="xla", max_iterations=5), progress=False)
+    with pytest.warns(UserWarning, match="XLA refused the compiler options"):
+        refused = mw.solve(problem, Refused(kernel="xla", max_iterations=5), progress=False)
+    assert (refused.iterations, refused.nfev, refused.status) == (plain.iterations, plain.nfev, plain.status)
+    np.testing.assert_array_equal(refused.x, plain.x)  # exact: the same loop, compiled without the options

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -306,9 +307,10 @@ def _compiled_chunk_runner(
         arrays = dist.place(arrays, placement.replicated)
     avals = tuple((tuple(np.shape(x)), str(x.dtype)) for x in jax.tree_util.tree_leaves(state))
     fingerprint = _fingerprint(problem, True) if arrays is not None else _full_fingerprint(problem)
+    options = dict(solver.compiler_options(problem))  # e.g. command buffers for a loop of small GPU kernels
     common = (
         fingerprint, solver, phase, jax.tree_util.tree_structure(state), avals,
-        placement.key() if sharded else (),
+        placement.key() if sharded else (), tuple(sorted(options.items())),
     )
     if arrays is None:  # compiled for this very problem object
         key = (id(problem), *common)
@@ -325,7 +327,16 @@ def _compiled_chunk_runner(
         else:
             runner = jax.jit(_chunk_runner(problem, solver, phase, static), donate_argnums=0)
         with dist.mesh_context(placement.mesh if sharded else None):  # for solvers that place collectives
-            compiled = runner.lower(state, jnp.asarray(1, jnp.int32), arrays).compile()
+            lowered = runner.lower(state, jnp.asarray(1, jnp.int32), arrays)
+            compiled = None
+            if options:
+                try:
+                    compiled = lowered.compile(compiler_options=options)
+                except Exception as e:  # noqa: BLE001 - options are for speed only: an XLA that refuses them still runs
+                    warnings.warn(f"{type(solver).__name__}: XLA refused the compiler options {options} "
+                                  f"({type(e).__name__}: {str(e)[:300]}); compiling the loop without them", stacklevel=2)
+            if compiled is None:
+                compiled = lowered.compile()
         if len(_COMPILED) >= _COMPILED_MAX:
             _COMPILED.pop(next(iter(_COMPILED)))
         _COMPILED[key] = compiled

@@ -129,6 +129,12 @@ class Solver(abc.ABC):
         not yet read.  Results never depend on it."""
         return None
 
+    def compiler_options(self, problem: Problem) -> dict[str, Any]:
+        """XLA compiler options for the driver's compiled loop (``jax.jit(...).lower(...).compile(
+        compiler_options=...)``), e.g. CUDA-graph command buffers for a loop of small kernels on a
+        GPU; none (the default).  Part of the loop's cache key.  Results never depend on them."""
+        return {}
+
     def arrays_as_arguments(self, problem: Problem) -> bool:
         """Whether the driver may pass ``problem``'s data, sigma and ``args`` arrays to the
         compiled loop as arguments (True, the default: a new dataset of the same shapes reuses

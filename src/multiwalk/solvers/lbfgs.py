@@ -845,6 +845,10 @@ class LBFGS(Solver):
         state's layout then says so), and why (not)."""
         return lbfgs_onepass.plan(self.kernel, problem, self.n_starts(problem), self.diag is not None)
 
+    def compiler_options(self, problem: Problem) -> dict[str, Any]:
+        """The one-pass loop's XLA options on a GPU (:func:`lbfgs_onepass.compiler_options`); none otherwise."""
+        return lbfgs_onepass.compiler_options(self.onepass_plan(problem))
+
     def n_starts(self, problem: Problem) -> int:
         if self.starts is not None:
             return self.starts

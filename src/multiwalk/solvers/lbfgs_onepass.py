@@ -48,8 +48,8 @@ from jax import lax
 from ..kernels import backend, compiler_params
 
 __all__ = [
-    "OnePassState", "OnePassPlan", "plan", "block_hook", "line_pass", "to_onepass", "run_chunk",
-    "ROWS", "WARPS", "CHUNKS",
+    "OnePassState", "OnePassPlan", "plan", "block_hook", "line_pass", "to_onepass", "run_chunk", "compiler_options",
+    "ROWS", "WARPS", "CHUNKS", "SMALL_ORDER", "COMMAND_BUFFERS",
 ]
 
 # Launch: rows of (rows, width) blocks per program step, warps, steps per program.  Small blocks:
@@ -61,6 +61,20 @@ ROWS = 32
 WARPS = 1
 CHUNKS = 32
 _WIDTH = 64  # partial sums per program (4m + 7 <= 64: m <= 14)
+# Where the small matrices (SY, YY, a, b) keep the pairs: "chronological" (oldest first, the
+# newest pair in the last row and column, unused positions first; the accepting branch shifts
+# by one: every index static) or "ring" (the two-pass state's slots, ``head`` the next one: the
+# accepting branch gathers and scatters at ``head``).  Read while tracing.  On an H200 at n = 1e7
+# float64 (benchmarks/lbfgs_onepass_probe.py, 2026-11-22 23:15 UTC) chronological took the scalar
+# work per evaluation from ~21 small kernels to ~22 cheaper ones (its largest 33 -> 16 us), the
+# whole solve 31.5 -> 28.4 ms (median of 7), with the same iterations, evaluations and f.
+SMALL_ORDER = "chronological"
+# The chunk's XLA command-buffer types on a GPU (``xla_gpu_enable_command_buffer``; None: XLA's
+# default, which has no WHILE).  With WHILE and CONDITIONAL the while loop over evaluations is
+# one CUDA graph with conditional nodes: no host round trip of its condition and no kernel
+# launches per evaluation.  Same run as above: 28.4 -> 27.9 ms at 1e7, 94.1 -> 91.5 ms at 5e7.
+# The loop has fusions and one Triton custom call only (no cuBLAS / cuDNN).
+COMMAND_BUFFERS: str | None = "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL"
 _DTYPES = ("float32", "float64")
 
 
@@ -142,6 +156,13 @@ def plan(kernel: str, problem: Any, starts: int, diag: bool) -> OnePassPlan:
     return OnePassPlan(True, not on_gpu, f"kernel={kernel!r}: one Pallas kernel per line-search evaluation {where}, "
                                          "on one device (direction, trial point, f and g by value_and_grad.block, "
                                          "every product; d never stored)")
+
+
+def compiler_options(op: OnePassPlan) -> dict[str, Any]:
+    """XLA options for the driver's compiled one-pass chunk: :data:`COMMAND_BUFFERS` on a GPU, else none."""
+    if not op.use or op.interpret or COMMAND_BUFFERS is None:
+        return {}
+    return {"xla_gpu_enable_command_buffer": COMMAND_BUFFERS}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -303,6 +324,37 @@ def to_onepass(st: Any, m: int) -> OnePassState:
     )
 
 
+def _coefficients_chronological(small: _Small, m: int) -> tuple[jax.Array, jax.Array]:
+    """:func:`~multiwalk.solvers.lbfgs.compact_coefficients` for small matrices in chronological
+    order (:data:`SMALL_ORDER`): position ``m - 1`` the newest pair, the first ``m - count`` unused.
+    The same formulas with the identity as the order: every index static.  ``w`` by position."""
+    from . import lbfgs as L
+
+    i = jnp.arange(m)
+    valid = i >= m - small.count
+    both = valid[:, None] & valid[None, :]
+    R = jnp.where(both & (i[:, None] <= i[None, :]), small.SY, 0.0)
+    R = R + jnp.diag(jnp.where(valid, 0.0, 1.0)).astype(R.dtype)  # identity on unused positions
+    D = jnp.where(valid, jnp.diagonal(small.SY), 0.0)
+    YY = jnp.where(both, small.YY, 0.0)
+    a = jnp.where(valid, small.a, 0.0)
+    b = jnp.where(valid, small.b, 0.0)
+    gamma = small.gamma
+    u = L._solve_upper(R, a, False, True)  # R^-1 S'g
+    p = L._solve_upper(R, D * u + gamma * (YY @ u) - gamma * b, True, True)
+    w = jnp.concatenate([-p, gamma * u])  # d = -gamma g - S p + gamma Y u
+    gd = -gamma * small.gg - a @ p + gamma * (b @ u)
+    return w, gd
+
+
+def _shift_in(M: jax.Array, col: jax.Array, row: jax.Array) -> jax.Array:
+    """``M`` (m, m) in chronological order after a new pair: the oldest row and column dropped, the
+    others moved up and left by one, ``col`` (m,) the new last column, ``row`` (m - 1,) the new
+    last row left of the corner (static slices and concatenations only)."""
+    top = jnp.concatenate([M[1:, 1:], col[:-1, None]], axis=1)
+    return jnp.concatenate([top, jnp.concatenate([row, col[-1:]])[None]], axis=0)
+
+
 def _accept(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassState:
     """The state after the iteration whose line search ``ls`` is done, its last evaluation's ``sums``:
     :func:`~multiwalk.solvers.lbfgs.finish_iteration`'s formulas (unmasked, fused), and the next
@@ -313,6 +365,8 @@ def _accept(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassStat
     m, dt = cfg.m, st.f.dtype
     ok = ls.info == 1
     stp = ls.stp
+    if SMALL_ORDER == "chronological":
+        return _accept_chronological(cfg, st, ls, sums)
     slot = st.head
     age_of_slot = (slot - jnp.arange(m)) % m  # 1 = newest; 0 is the slot the new pair replaces (age m)
     by_slot = jnp.where(age_of_slot == 0, m, age_of_slot) - 1
@@ -333,6 +387,40 @@ def _accept(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassStat
         count=jnp.where(ok, jnp.minimum(st.count + 1, m), st.count).astype(jnp.int32), g=jnp.zeros((0,), dt),
     )
     w, gd = L.compact_coefficients(small, m, unrolled=True)
+    status = jnp.where(ok, L._RUNNING, jnp.asarray(L._INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
+    status = jnp.where(ok & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), L.LBFGSStatus.SUCCESS, status)
+    return st._replace(
+        w=w, f=ft, SY=small.SY, YY=small.YY, a=small.a, b=small.b, gamma=small.gamma, gg=gg, head=small.head,
+        count=small.count, ls=line_search_init(ft, gd, 1.0, cfg.params), iteration=st.iteration + 1,
+        nfev=st.nfev + ls.nfev, gnorm=gnorm, xnorm=xnorm, stp=stp, status=status.astype(jnp.int32),
+    )
+
+
+def _accept_chronological(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassState:
+    """:func:`_accept` with the small matrices in chronological order (:data:`SMALL_ORDER`): the
+    kernel's sums by age (lane ``a - 1``: age ``a``, 1 the newest) are the positions reversed."""
+    from . import lbfgs as L
+    from .more_thuente import line_search_init
+
+    m, dt = cfg.m, st.f.dtype
+    ok = ls.info == 1
+    stp = ls.stp
+    sg, yg_old, sy_old, yy_old = (sums[j * m:(j + 1) * m][::-1] for j in range(4))  # by position, before the shift
+    sy, yy, yg, gg, xx, ft, dgt = (sums[4 * m + i] for i in range(7))
+    col_sy = jnp.concatenate([sy_old[1:], sy[None]])  # s_j'y_t for the kept pairs, then s_t'y_t
+    col_yy = jnp.concatenate([yy_old[1:], yy[None]])
+    SY = _shift_in(st.SY, col_sy, jnp.zeros((m - 1,), dt))  # the newest row: zero left of the diagonal
+    YY = _shift_in(st.YY, col_yy, col_yy[:-1])  # symmetric
+    a = jnp.concatenate([sg[1:], (stp * dgt)[None]])
+    b = jnp.concatenate([yg_old[1:], yg[None]])
+    xnorm, gnorm = jnp.sqrt(xx), jnp.sqrt(gg)
+    small = _Small(
+        SY=jnp.where(ok, SY, st.SY), YY=jnp.where(ok, YY, st.YY), a=jnp.where(ok, a, st.a), b=jnp.where(ok, b, st.b),
+        gamma=jnp.where(ok, sy / yy, st.gamma).astype(dt), gg=gg,
+        head=jnp.where(ok, (st.head + 1) % m, st.head).astype(jnp.int32),
+        count=jnp.where(ok, jnp.minimum(st.count + 1, m), st.count).astype(jnp.int32), g=jnp.zeros((0,), dt),
+    )
+    w, gd = _coefficients_chronological(small, m)
     status = jnp.where(ok, L._RUNNING, jnp.asarray(L._INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
     status = jnp.where(ok & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), L.LBFGSStatus.SUCCESS, status)
     return st._replace(
@@ -364,7 +452,9 @@ def run_chunk(cfg: Any, one: OnePassState, table: jax.Array, n: jax.Array, block
     def body(carry):
         i, rest, floats, ints, table = carry
         st = L._unpack(layout, rest, floats, ints)
-        ring_ints, ring_floats = ring_rows(st.iteration, st.head, st.count, st.w, st.gamma, st.ls.stp, m)
+        # chronological small matrices: the pair of age a at position m - a, which is ring_rows' slot for head 0
+        head = jnp.zeros((), jnp.int32) if SMALL_ORDER == "chronological" else st.head
+        ring_ints, ring_floats = ring_rows(st.iteration, head, st.count, st.w, st.gamma, st.ls.stp, m)
         X, G, S, sums = line_pass(st.X, st.G, st.S, ring_ints, ring_floats, block_fn, **launch)
         ls, _, _, _ = line_search_update(st.ls, sums[4 * m + 5], sums[4 * m + 6])
         searching = st._replace(X=X, G=G, S=S, ls=ls)
