@@ -5,7 +5,7 @@ Run from the repository root (see benchmarks/README.md)::
 
     PYTHONPATH=src python3 benchmarks/lbfgs_onepass_probe.py --out "$OUT"                          # GPU, ~3 min
     PYTHONPATH=src python3 benchmarks/lbfgs_onepass_probe.py --device cpu --n 2e4 --reps 1 \\
-        --variants before,committed --no-trace                                                       # smoke (interpret)
+        --variants before,chrono --no-trace                                                          # smoke (interpret)
 
 ``LBFGS(kernel="onepass")`` on Extended Rosenbrock (``--n``, float64): the chunk the driver runs
 (``solver.run_chunk``, jitted as ``solve`` does, the state donated) compiled once per variant
@@ -13,7 +13,7 @@ Run from the repository root (see benchmarks/README.md)::
 measured at 22:58 UTC, or ``chronological``, every index of the accepting branch static) and the
 XLA command-buffer types (``compile(compiler_options={"xla_gpu_enable_command_buffer": ...})``:
 XLA's default, none, or with WHILE / CONDITIONAL: the loop as one CUDA graph, no host round trip
-per trip).  ``committed`` is today's defaults.
+per trip).  ``chrono`` is today's default (XLA's default command buffers).
 
 Per variant: the whole solve in ONE chunk call (``loop``) and as the driver runs it (``driver``:
 chunks of 1, 2, 4, ... iterations, each synchronised, as ``solve``'s doubling does), interleaved
@@ -38,16 +38,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 import lbfgs_common as lc  # noqa: E402
 
-CB = "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL"  # lbfgs_onepass.COMMAND_BUFFERS since 2026-11-22 23:15 UTC
+CB = "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL"  # for lbfgs_onepass.COMMAND_BUFFERS (off by default)
 ALL_TYPES = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION"  # XLA's default list (jax 0.11)
 # name: (lbfgs_onepass.SMALL_ORDER, xla_gpu_enable_command_buffer or None for XLA's default)
 VARIANTS: dict[str, tuple[str, str | None]] = {
     "before": ("ring", None),  # the one-pass loop as measured at 22:58 UTC
-    "chrono": ("chronological", None),
+    "chrono": ("chronological", None),  # the default since 23:25 UTC
     "cb-off": ("chronological", ""),
-    "committed": ("chronological", CB),  # today's defaults
+    "chrono+cb": ("chronological", CB),  # named "committed" in the 23:21 run (1e55337's default)
     "ring+cb": ("ring", CB),
-    "committed+all-types": ("chronological", ALL_TYPES + ",WHILE,CONDITIONAL"),  # the 23:15 run's list
+    "chrono+cb-all-types": ("chronological", ALL_TYPES + ",WHILE,CONDITIONAL"),  # the 23:15 run's list
     "cb-plus": ("chronological", "+WHILE,+CONDITIONAL"),  # refused by jax 0.11's XLA (23:15 UTC)
 }
 
@@ -168,7 +168,7 @@ def trace_variant(compiled, fresh, limit: int, where: Path, driver: bool = False
     return found[-1] if found else None
 
 
-SOLVE_VARIANTS = {name: VARIANTS[name] for name in ("before", "chrono", "committed")}  # whole mw.solve runs
+SOLVE_VARIANTS = {name: VARIANTS[name] for name in ("before", "chrono", "chrono+cb")}  # whole mw.solve runs
 
 
 def solve_as(mw, problem, solver, name: str, caches: dict) -> Any:
@@ -228,10 +228,10 @@ def main() -> int:
     common.add_out_option(p, "lbfgs_onepass_probe")
     p.add_argument("--n", type=float, default=1e7)
     p.add_argument("--dtype", default="float64")
-    p.add_argument("--variants", default="before,chrono,cb-off,committed,ring+cb,committed+all-types")
+    p.add_argument("--variants", default="before,chrono,cb-off,chrono+cb,ring+cb")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--limit", type=int, default=2000, help="iterations per one-call loop (the solve ends first)")
-    p.add_argument("--trace", default="before,committed", help="variants to trace (one-call loop and driver)")
+    p.add_argument("--trace", default="before,chrono", help="variants to trace (one-call loop and driver)")
     p.add_argument("--no-trace", action="store_true")
     p.add_argument("--budget-seconds", type=float, default=200.0)
     p.add_argument("--solve-variants", default=",".join(SOLVE_VARIANTS), help="whole mw.solve variants ('' none)")

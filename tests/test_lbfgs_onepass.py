@@ -233,15 +233,18 @@ def test_chronological_small_matrices_give_the_ring_form_coefficients():
 
 
 def test_command_buffers_on_gpus_only_and_refused_options_fall_back(monkeypatch):
-    """The one-pass loop asks the driver for CUDA-graph command buffers with WHILE on a (simulated)
-    GPU, none in interpret mode or for the two-pass form; options XLA refuses give a warning and the
-    loop compiled without them, the same result."""
+    """lbfgs_onepass.COMMAND_BUFFERS (off by default: not a clear win on an H200) reaches the driver as
+    XLA options on a (simulated) GPU only, not in interpret mode nor for the two-pass form; options
+    XLA refuses give a warning and the loop compiled without them, the same result."""
     x0 = cute.start("extended_rosenbrock", 20)
     problem = mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0)
+    cb = "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL"
+    monkeypatch.setattr(lbfgs_onepass, "COMMAND_BUFFERS", cb)
     assert mw.LBFGS(kernel="onepass").compiler_options(problem) == {}  # interpret mode (CPU)
     monkeypatch.setattr(lbfgs_onepass, "backend", lambda names: ("cuda", True))
-    assert mw.LBFGS(kernel="onepass").compiler_options(problem) == {
-        "xla_gpu_enable_command_buffer": "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL"}
+    assert mw.LBFGS(kernel="onepass").compiler_options(problem) == {"xla_gpu_enable_command_buffer": cb}
+    monkeypatch.setattr(lbfgs_onepass, "COMMAND_BUFFERS", None)
+    assert mw.LBFGS(kernel="onepass").compiler_options(problem) == {}  # the default: XLA's own
     assert mw.LBFGS(kernel="pallas").compiler_options(problem) == {}
     monkeypatch.undo()
 

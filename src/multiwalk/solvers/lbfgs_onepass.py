@@ -28,7 +28,8 @@ Vector traffic per evaluation: ``(2m + 2) n`` read, ``3 n`` written: 19 n at ``m
 ~39 n per iteration (plus 3 n per extra evaluation) of the two-pass form.  On an H200
 (docs/benchmarks.md, 2026-11-22 22:58 UTC): the kernel 0.405 ms per evaluation at n = 1e7 float64
 (1.10x its floor); whole solves 30.5 ms against the two-pass form's 42.9 (1e7) and 93.8 against
-150.1 ms (5e7), with the same iterations, evaluations and status.
+150.1 ms (5e7), with the same iterations, evaluations and status; with the small matrices in
+chronological order (:data:`SMALL_ORDER`, 23:21 UTC) 27.7 ms at 1e7.
 
 Scope: one start, one device, ``H0 = gamma I``, float32 / float64, a problem whose
 ``value_and_grad`` carries ``.block`` (:func:`block_hook`).  Anything else runs the fused two-pass
@@ -65,16 +66,19 @@ _WIDTH = 64  # partial sums per program (4m + 7 <= 64: m <= 14)
 # newest pair in the last row and column, unused positions first; the accepting branch shifts
 # by one: every index static) or "ring" (the two-pass state's slots, ``head`` the next one: the
 # accepting branch gathers and scatters at ``head``).  Read while tracing.  On an H200 at n = 1e7
-# float64 (benchmarks/lbfgs_onepass_probe.py, 2026-11-22 23:15 UTC) chronological took the scalar
-# work per evaluation from ~21 small kernels to ~22 cheaper ones (its largest 33 -> 16 us), the
-# whole solve 31.5 -> 28.4 ms (median of 7), with the same iterations, evaluations and f.
+# float64 (benchmarks/lbfgs_onepass_probe.py, 2026-11-22 23:15 and 23:21 UTC) chronological made
+# the scalar work per evaluation cheaper (its largest kernel 33 -> 16 us, ~0.127 -> ~0.099 ms per
+# evaluation outside the line-search kernel) and whole solves 31.5 -> 28.4 and 29.1 -> 27.7 ms
+# (medians of 7), with the same iterations, evaluations and f.
 SMALL_ORDER = "chronological"
 # The chunk's XLA command-buffer types on a GPU (``xla_gpu_enable_command_buffer``; None: XLA's
-# default, which has no WHILE).  With WHILE and CONDITIONAL the while loop over evaluations is
-# one CUDA graph with conditional nodes: no host round trip of its condition and no kernel
-# launches per evaluation.  Same run as above: 28.4 -> 27.9 ms at 1e7, 94.1 -> 91.5 ms at 5e7.
-# The loop has fusions and one Triton custom call only (no cuBLAS / cuDNN).
-COMMAND_BUFFERS: str | None = "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL"
+# default, which has no WHILE).  "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL" makes the while loop over
+# evaluations one CUDA graph with conditional nodes (no host round trip of its condition, no
+# launches per evaluation): in one call from start to end 0.35-0.7 ms faster at 1e7 in both H200
+# runs (23:15, 23:21 UTC), but whole solves (the driver's 6 chunks) were 0.4 ms faster in the
+# first and 1.0 ms slower in the second: not a clear win, so not the default.  The loop has
+# fusions and one Triton custom call only (no cuBLAS / cuDNN).
+COMMAND_BUFFERS: str | None = None
 _DTYPES = ("float32", "float64")
 
 
