@@ -27,11 +27,12 @@ On a GPU the two passes of one problem run as two fused Pallas kernels (``kernel
 :mod:`multiwalk.solvers.lbfgs_kernel`), and its loop carries the state's scalars packed
 (:meth:`LBFGS.run_chunk`); ``kernel="xla"`` keeps the XLA form (same iterates up to rounding).
 Where the problem's ``value_and_grad`` has a block-local ``.block`` (cute's Extended Rosenbrock),
-``kernel="onepass"`` (and ``"auto"`` on one GPU in float64) runs ONE kernel per line-search
+``kernel="onepass"`` (and ``"auto"`` on GPUs in float64) runs ONE kernel per line-search
 evaluation instead, the pairs read once per evaluation (:mod:`multiwalk.solvers.lbfgs_onepass`).
 One problem split along ``n`` over GPUs (``mw.solve(..., devices=k)``) runs the passes per device
 under ``jax.shard_map`` (:func:`~multiwalk.solvers.lbfgs_kernel.pair_products_split`): the
-objective still sees the global ``x``.
+objective still sees the global ``x``; the one-pass loop splits its rings likewise
+(:func:`~multiwalk.solvers.lbfgs_onepass.line_pass_split`, the kernel's sums added by ``psum``).
 
 Many independent problems (``x0`` of shape ``(K, n)``, or ``starts=K``) run in lockstep, each with
 its own line search and status; the driver stops when all have finished.  The same pure functions
@@ -713,10 +714,11 @@ class LBFGS(Solver):
         ``"onepass"``: ONE Pallas kernel per line-search evaluation (direction, trial point, f and
         g by the problem's block-local ``value_and_grad.block``, and every product the small
         matrices need; :mod:`multiwalk.solvers.lbfgs_onepass`), for one start with ``H0 = gamma I``
-        on one device whose ``value_and_grad`` has ``.block`` (cute's Extended Rosenbrock); else
-        the two-pass form, ``stats["kernel_reason"]`` saying why.  ``"auto"`` takes it where it
-        applies on a host of one GPU in float64 (measured faster there with the same iterations
-        and evaluations; :func:`lbfgs_onepass.plan`).
+        whose ``value_and_grad`` has ``.block`` (cute's Extended Rosenbrock); else the two-pass
+        form, ``stats["kernel_reason"]`` saying why.  Split over devices, it runs under
+        ``jax.shard_map`` on every device's columns, its sums added by ``psum``.  ``"auto"`` takes
+        it where it applies on GPUs in float64 (measured faster on one with the same iterations
+        and evaluations; on several only when split over all of them; :func:`lbfgs_onepass.plan`).
     kernel_block, kernel_warps : Pallas launch tuning: columns per program (a power of two)
         and warps per program (None: the module's defaults).  With ``kernel="onepass"``: the
         columns of one block step of its kernel (``2 x`` rows of Rosenbrock's pairs) and its warps.
@@ -840,10 +842,11 @@ class LBFGS(Solver):
         kernel = "auto" if self.kernel == "onepass" else self.kernel  # the form onepass falls back to
         return lbfgs_kernel.plan(kernel, self.m, self.n_starts(problem), self.diag is not None, devices)
 
-    def onepass_plan(self, problem: Problem) -> lbfgs_onepass.OnePassPlan:
+    def onepass_plan(self, problem: Problem, devices: int = 1) -> lbfgs_onepass.OnePassPlan:
         """Whether the run uses the one-pass loop (``kernel="onepass"``; decided at ``init``, the
-        state's layout then says so), and why (not)."""
-        return lbfgs_onepass.plan(self.kernel, problem, self.n_starts(problem), self.diag is not None)
+        state's layout then says so), and why (not); ``devices``: how many devices the run is
+        split over (for the reason; the driver splits the rings when it splits the run)."""
+        return lbfgs_onepass.plan(self.kernel, problem, self.n_starts(problem), self.diag is not None, devices)
 
     def compiler_options(self, problem: Problem) -> dict[str, Any]:
         """The one-pass loop's XLA options on a GPU (:func:`lbfgs_onepass.compiler_options`); none otherwise."""
@@ -924,8 +927,9 @@ class LBFGS(Solver):
         pairs ``P``), so a problem too large for one device's memory spreads over all of them;
         its dot products become all-reduces that XLA inserts, and the objective runs on split
         ``x`` (elementwise terms and sums split too).  The small matrices stay whole everywhere."""
-        if isinstance(state.starts, lbfgs_onepass.OnePassState):  # one device only: nothing to split
-            return jax.tree.map(lambda _: None, state)
+        if isinstance(state.starts, lbfgs_onepass.OnePassState):  # the rings along n / width (axis 2 of (1, r, n/w, w))
+            starts = jax.tree.map(lambda _: None, state.starts)._replace(X=2, G=2, S=2)
+            return LBFGSRun(starts=starts, history=jax.tree.map(lambda _: None, state.history), h0=None)
         K = state.starts.x.shape[0]
         if K > 1:
             starts = jax.tree.map(lambda _: 0, state.starts)
@@ -935,7 +939,12 @@ class LBFGS(Solver):
         return LBFGSRun(starts=starts, history=jax.tree.map(lambda _: None, state.history), h0=h0)
 
     def batch_option(self, problem: Problem) -> str:
-        return "starts" if self.n_starts(problem) > 1 else "n (free parameters of the one problem)"
+        if self.n_starts(problem) > 1:
+            return "starts"
+        if self.onepass_plan(problem).use:  # the rings split by rows of the block hook
+            width = lbfgs_onepass.block_hook(problem).width
+            return f"n / {width} (rows of the block hook)"
+        return "n (free parameters of the one problem)"
 
     def _x0(self, problem: Problem, key: jax.Array) -> jax.Array:
         dt = problem.dtype
@@ -962,7 +971,13 @@ class LBFGS(Solver):
             if shardings is not None and x0 is not None:
                 from .. import distributed
 
-                x0 = distributed.place(x0, shardings.starts.x)
+                if isinstance(shardings.starts, lbfgs_onepass.OnePassState):  # x0 (1, n) split like the rings
+                    from jax.sharding import NamedSharding, PartitionSpec
+
+                    x_sharding = NamedSharding(shardings.starts.X.mesh, PartitionSpec(None, distributed.AXIS))
+                else:
+                    x_sharding = shardings.starts.x
+                x0 = distributed.place(x0, x_sharding)
                 h0 = distributed.place(h0, shardings.h0)
             return init(key, x0, h0)
 
@@ -986,7 +1001,8 @@ class LBFGS(Solver):
         )
         if self.onepass_plan(problem).use:  # the rings of the one-pass loop (its P and d are never made)
             one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), starts)
-            starts = jax.tree.map(lambda a: lax.expand_dims(a, (0,)), lbfgs_onepass.to_onepass(one, self.m))
+            width = lbfgs_onepass.block_hook(problem).width
+            starts = jax.tree.map(lambda a: lax.expand_dims(a, (0,)), lbfgs_onepass.to_onepass(one, self.m, width))
         return LBFGSRun(starts=starts, history=hist, h0=h0)
 
     def step(self, problem: Problem, state: LBFGSRun, phase: int) -> LBFGSRun:
@@ -1084,7 +1100,9 @@ class LBFGS(Solver):
         h = state.history
         table = jnp.stack([h.f[:, 0], h.gnorm[:, 0], h.stp[:, 0], h.nfev[:, 0].astype(dt)], axis=1)  # (rows, 4)
         one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), state.starts)
-        final, table, n_run = lbfgs_onepass.run_chunk(cfg, one, table, n, block, launch)
+        # the driver's mesh while it compiles a split run (the rings split along n / width): the
+        # kernel under shard_map, its sums added by psum
+        final, table, n_run = lbfgs_onepass.run_chunk(cfg, one, table, n, block, launch, mesh=_current_mesh())
         hist = History(
             f=table[:, 0:1].astype(h.f.dtype), gnorm=table[:, 1:2].astype(h.gnorm.dtype),
             stp=table[:, 2:3].astype(h.stp.dtype), nfev=table[:, 3:4].astype(h.nfev.dtype),
@@ -1134,7 +1152,7 @@ class LBFGS(Solver):
         onepass = isinstance(state.starts, lbfgs_onepass.OnePassState)
         if onepass:  # x_k is row k % 2 of the ring X
             one = state.starts
-            x = one.X[0, int(one.iteration[0]) % 2][None]
+            x = one.X[0, int(one.iteration[0]) % 2].reshape(1, -1)  # (n / width, width) -> (1, n)
             st = one._replace(X=None, G=None, S=None, w=None, ls=None, SY=None, YY=None, a=None, b=None)
             st = jax.tree.map(np.asarray, st)
             st = LBFGSState(x=np.asarray(x), g=None, d=None, P=None, ls=None, SY=None, YY=None, a=None, b=None,
@@ -1169,9 +1187,10 @@ class LBFGS(Solver):
             evaluations=int(st.nfev.sum()), starts=K, converged=int(sum(s.success for s in statuses)),
             kernel=plan.name, kernel_reason=plan.reason, line_evaluation=line_evaluation_reason(problem, plan),
         )
-        op = self.onepass_plan(problem)
+        op = self.onepass_plan(problem, devices=int(stats.get("devices", 1)))
         if onepass:
-            stats.update(kernel="onepass" + (" (interpret mode)" if op.interpret else ""), kernel_reason=op.reason,
+            notes = (["interpret mode"] if op.interpret else []) + (["split over devices"] if stats.get("devices", 1) > 1 else [])
+            stats.update(kernel="onepass" + (f" ({', '.join(notes)})" if notes else ""), kernel_reason=op.reason,
                          line_evaluation="one Pallas kernel per evaluation (the one-pass loop): f and g by "
                                          "value_and_grad.block on each column block")
         elif self.kernel == "onepass":

@@ -31,10 +31,21 @@ Vector traffic per evaluation: ``(2m + 2) n`` read, ``3 n`` written: 19 n at ``m
 150.1 ms (5e7), with the same iterations, evaluations and status; with the small matrices in
 chronological order (:data:`SMALL_ORDER`, 23:21 UTC) 27.7 ms at 1e7.
 
-Scope: one start, one device, ``H0 = gamma I``, float32 / float64, a problem whose
-``value_and_grad`` carries ``.block`` (:func:`block_hook`).  Anything else runs the fused two-pass
-form (:func:`plan` says why).  A checkpoint of a onepass run holds the rings, not ``P``: it
-resumes with ``kernel="onepass"`` only.
+The rings are stored as ``(rows, n / width, width)``: a row of the problem's block hook (``width``
+coordinates it evaluates together, 2 for Rosenbrock) never straddles two devices.  One problem
+split along ``n`` over the driver's mesh (``mw.solve(..., devices=k)``) splits that middle axis:
+:func:`line_pass_split` runs the kernel under :func:`jax.shard_map` on every device's rows (the
+rows per device need not fill whole programs: masked as on one device), folds its per-program
+sums locally and adds the ``(64,)`` sums over devices by ``lax.psum`` (512 bytes per evaluation
+in float64); the line search, the small matrices and the coefficients are computed on every
+device alike (replicated).  No ``n``-sized array leaves its device.  The sums are folded per
+device, then across devices: the iterates equal the one-device run's up to rounding.
+
+Scope: one start, ``H0 = gamma I``, float32 / float64, a problem whose ``value_and_grad`` carries
+``.block`` (:func:`block_hook`); split over ``k`` devices when ``n / width`` is a multiple of ``k``
+(else the driver runs it on one device, or refuses an explicit ``devices=k``, saying so).
+Anything else runs the fused two-pass form (:func:`plan` says why).  A checkpoint of a onepass
+run holds the rings, not ``P``: it resumes with ``kernel="onepass"`` only.
 """
 
 from __future__ import annotations
@@ -49,7 +60,8 @@ from jax import lax
 from ..kernels import backend, compiler_params
 
 __all__ = [
-    "OnePassState", "OnePassPlan", "plan", "block_hook", "line_pass", "to_onepass", "run_chunk", "compiler_options",
+    "OnePassState", "OnePassPlan", "plan", "block_hook", "line_pass", "line_pass_split", "to_onepass", "run_chunk",
+    "compiler_options",
     "ROWS", "WARPS", "CHUNKS", "SMALL_ORDER", "COMMAND_BUFFERS",
 ]
 
@@ -87,9 +99,9 @@ class OnePassState(NamedTuple):
     in ``LBFGSRun.starts``, as the two-pass state's.  ``w`` (2m,): the current direction's
     coefficients in the small matrices' ring order (``compact_coefficients``)."""
 
-    X: jax.Array  # (2, n): x_k in row k % 2, the trial point in the other
-    G: jax.Array  # (m + 2, n): g_j in row j % (m + 2)
-    S: jax.Array  # (m + 1, n): pair i's step in row i % (m + 1)
+    X: jax.Array  # (2, n / width, width): x_k in row k % 2, the trial point in the other
+    G: jax.Array  # (m + 2, n / width, width): g_j in row j % (m + 2)
+    S: jax.Array  # (m + 1, n / width, width): pair i's step in row i % (m + 1)
     w: jax.Array  # (2m,)
     f: jax.Array
     SY: jax.Array  # (m, m), YY, a, b: as LBFGSState
@@ -126,23 +138,25 @@ def block_hook(problem: Any) -> Callable | None:
     return block
 
 
-def plan(kernel: str, problem: Any, starts: int, diag: bool) -> OnePassPlan:
+def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1) -> OnePassPlan:
     """Whether ``LBFGS(kernel=kernel)`` runs the one-pass loop on ``problem``, and why (not).
 
-    ``"onepass"`` asks for it (interpret mode off GPUs).  ``"auto"`` takes it on a host of ONE GPU
-    in float64 only, where an H200 run showed it faster with the same iterations, evaluations and
-    status as the two-pass form at n = 1e6, 1e7 and 5e7 (docs/benchmarks.md, 2026-11-22 22:51 UTC:
-    30.7 vs 41.0 ms at 1e7); in float32 it took one iteration more (38 / 51 against 37 / 50 at 1e7,
-    both SUCCESS), and on several devices the two-pass form splits one problem over them."""
+    ``"onepass"`` asks for it (interpret mode off GPUs).  ``"auto"`` takes it on GPUs in float64
+    only, where an H200 run showed it faster with the same iterations, evaluations and status as
+    the two-pass form at n = 1e6, 1e7 and 5e7 (docs/benchmarks.md, 2026-11-22 22:51 UTC: 30.7 vs
+    41.0 ms at 1e7); in float32 it took one iteration more (38 / 51 against 37 / 50 at 1e7, both
+    SUCCESS).  On a host of several devices ``"auto"`` takes it only where the driver's default
+    split over all of them applies (``n / width`` a multiple of the device count): split, it
+    moves 19 n per evaluation against the split two-pass form's ~39 n per iteration (not yet
+    measured on GPUs).  ``devices``: how many devices the run is split over (the reason says so)."""
     if kernel not in ("onepass", "auto"):
         return OnePassPlan(False, False, f"kernel={kernel!r}")
     name, on_gpu = backend(("gpu", "cuda"))
     block = block_hook(problem)
     dt = str(jnp.dtype(problem.dtype))
     why = None
-    if kernel == "auto":
-        if not on_gpu or dt != "float64" or jax.device_count() > 1:
-            return OnePassPlan(False, False, "kernel='auto' takes the one-pass loop on one GPU in float64 only")
+    if kernel == "auto" and (not on_gpu or dt != "float64"):
+        return OnePassPlan(False, False, "kernel='auto' takes the one-pass loop on GPUs in float64 only")
     if starts > 1:
         why = f"{starts} starts (the one-pass loop serves one problem)"
     elif diag:
@@ -154,11 +168,17 @@ def plan(kernel: str, problem: Any, starts: int, diag: bool) -> OnePassPlan:
         why = f"n = {problem.n_free} is not a multiple of the hook's block width {block.width}"
     elif dt not in _DTYPES:
         why = f"dtype {dt} (the one-pass kernel is for {' and '.join(_DTYPES)})"
+    elif kernel == "auto" and jax.device_count() > 1 and (problem.n_free // block.width) % jax.device_count():
+        why = (f"kernel='auto' on {jax.device_count()} devices takes it split over all of them only: n / "
+               f"{block.width} = {problem.n_free // block.width} rows of the block hook is not a multiple of "
+               f"{jax.device_count()} (the two-pass form splits n itself)")
     if why is not None:
         return OnePassPlan(False, False, f"kernel={kernel!r}: the one-pass loop not used: {why}")
     where = "on the GPU" if on_gpu else f"in interpret mode (backend: {name}; for tests, slow)"
+    split = (f"split along n over {devices} devices (the kernel under shard_map on every device's rows, its "
+             "sums added by psum)" if devices > 1 else "on one device")
     return OnePassPlan(True, not on_gpu, f"kernel={kernel!r}: one Pallas kernel per line-search evaluation {where}, "
-                                         "on one device (direction, trial point, f and g by value_and_grad.block, "
+                                         f"{split} (direction, trial point, f and g by value_and_grad.block, "
                                          "every product; d never stored)")
 
 
@@ -181,7 +201,8 @@ def line_pass(
     """One evaluation along the current direction: ``(X, G, S, sums)``, the rings with the trial's
     rows written (in place, aliased) and the ``(64,)`` sums.
 
-    ``X`` (2, n), ``G`` (m + 2, n), ``S`` (m + 1, n).  ``ints`` (6 + 2m,) int32: rows of ``x``, of
+    ``X`` (2, n), ``G`` (m + 2, n), ``S`` (m + 1, n), or each ``(rows, n / width, width)`` (the
+    state's layout; returned in the layout given).  ``ints`` (6 + 2m,) int32: rows of ``x``, of
     the trial point, of ``g``, of the trial gradient, of the trial step, the stored pair count
     ``c``, then the ``S`` rows of the pairs of age 1..m (1 = newest) and the ``G`` rows of
     ``g_{k-1} .. g_{k-m}``.  ``floats`` (2 + 2m,): ``gamma``, ``stp``, then ``ws`` and ``wy`` by age.
@@ -196,11 +217,13 @@ def line_pass(
     from jax.experimental.pallas import triton as plgpu
 
     width = block_fn.width
-    n = X.shape[1]
+    flat = X.ndim == 2  # (rows, n): viewed as (rows, n / width, width) for the kernel
+    pairs = X.shape[1] // width if flat else X.shape[1]
+    if not flat and X.shape[2] != width:
+        raise ValueError(f"line_pass: rings of shape {X.shape} have rows of {X.shape[2]}, not the hook's width {width}")
     m = S.shape[0] - 1
     if 4 * m + 7 > _WIDTH:
         raise ValueError(f"line_pass: m={m} needs {4 * m + 7} sums, above the table's {_WIDTH}")
-    pairs = n // width
     dt = X.dtype
     span = rows * chunks
     programs = pl.cdiv(pairs, span)
@@ -283,6 +306,31 @@ def line_pass(
     return X3.reshape(X.shape), G3.reshape(G.shape), S3.reshape(S.shape), jnp.sum(partial, axis=0)
 
 
+def line_pass_split(
+    mesh: Any, X: jax.Array, G: jax.Array, S: jax.Array, ints: jax.Array, floats: jax.Array, block_fn: Callable,
+    **launch: Any,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """:func:`line_pass` of one problem split along ``n`` over ``mesh`` (1-D): the rings (state layout
+    ``(rows, n / width, width)``, their middle axis split over the mesh axis) stay on their
+    devices; every device runs the kernel on its rows (``launch``: :func:`line_pass`'s keywords),
+    folds its per-program sums, and the ``(64,)`` sums are added over devices (``lax.psum``, the
+    only collective).  ``ints`` and ``floats`` are whole on every device."""
+    from jax.sharding import PartitionSpec
+
+    from .lbfgs_kernel import _shard_map
+
+    (axis,) = mesh.axis_names
+    ring = PartitionSpec(None, axis, None) if X.ndim == 3 else PartitionSpec(None, axis)
+    whole = PartitionSpec()
+
+    def local(X, G, S, ints, floats):  # noqa: ANN001, ANN202
+        X, G, S, sums = line_pass(X, G, S, ints, floats, block_fn, **launch)
+        return X, G, S, lax.psum(sums, axis)
+
+    f = _shard_map(local, mesh, (ring, ring, ring, whole, whole), (ring, ring, ring, whole))
+    return f(X, G, S, ints, floats)
+
+
 def ring_rows(iteration: jax.Array, head: jax.Array, count: jax.Array, w: jax.Array, gamma: jax.Array,
               stp: jax.Array, m: int) -> tuple[jax.Array, jax.Array]:
     """``(ints, floats)`` of :func:`line_pass` for the state at iteration ``k`` (``head = k % m``)."""
@@ -316,13 +364,16 @@ class _Small(NamedTuple):
     g: jax.Array  # only its dtype is used
 
 
-def to_onepass(st: Any, m: int) -> OnePassState:
+def to_onepass(st: Any, m: int, width: int) -> OnePassState:
     """The ring form of a fresh two-pass state (one problem, no leading axis; before any pair):
-    ``x`` and ``g`` into row 0 of ``X`` and ``G``.  The first direction is ``-g`` (no pairs, gamma 1)."""
+    ``x`` and ``g`` into row 0 of ``X`` and ``G``, rings ``(rows, n / width, width)`` (``width``:
+    the block hook's).  The first direction is ``-g`` (no pairs, gamma 1)."""
     n, dt = st.x.shape[0], st.x.dtype
+    pairs = n // width
     return OnePassState(
-        X=jnp.zeros((2, n), dt).at[0].set(st.x), G=jnp.zeros((m + 2, n), dt).at[0].set(st.g),
-        S=jnp.zeros((m + 1, n), dt), w=jnp.zeros((2 * m,), dt), f=st.f, SY=st.SY, YY=st.YY, a=st.a, b=st.b,
+        X=jnp.zeros((2, pairs, width), dt).at[0].set(st.x.reshape(pairs, width)),
+        G=jnp.zeros((m + 2, pairs, width), dt).at[0].set(st.g.reshape(pairs, width)),
+        S=jnp.zeros((m + 1, pairs, width), dt), w=jnp.zeros((2 * m,), dt), f=st.f, SY=st.SY, YY=st.YY, a=st.a, b=st.b,
         gamma=st.gamma, gg=st.gg, head=st.head, count=st.count, ls=st.ls, iteration=st.iteration, nfev=st.nfev,
         gnorm=st.gnorm, xnorm=st.xnorm, stp=st.stp, status=st.status,
     )
@@ -435,12 +486,13 @@ def _accept_chronological(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) 
 
 
 def run_chunk(cfg: Any, one: OnePassState, table: jax.Array, n: jax.Array, block_fn: Callable,
-              launch: dict[str, Any]) -> tuple[OnePassState, jax.Array, jax.Array]:
+              launch: dict[str, Any], mesh: Any = None) -> tuple[OnePassState, jax.Array, jax.Array]:
     """Up to ``n`` iterations of one problem: ``(state, history table, iterations run)``.
 
     One ``while_loop`` trip per evaluation: :func:`line_pass`, the line search's update, and the
     accepting branch (:func:`_accept`) kept by selects where the search is done.  ``table`` (rows,
-    4): f, gnorm, stp, nfev after each iteration (row = iteration)."""
+    4): f, gnorm, stp, nfev after each iteration (row = iteration).  ``mesh``: the rings are split
+    over it along ``n`` (:func:`line_pass_split`; everything else is computed whole on every device)."""
     from . import lbfgs as L
     from .more_thuente import line_search_update
 
@@ -459,7 +511,10 @@ def run_chunk(cfg: Any, one: OnePassState, table: jax.Array, n: jax.Array, block
         # chronological small matrices: the pair of age a at position m - a, which is ring_rows' slot for head 0
         head = jnp.zeros((), jnp.int32) if SMALL_ORDER == "chronological" else st.head
         ring_ints, ring_floats = ring_rows(st.iteration, head, st.count, st.w, st.gamma, st.ls.stp, m)
-        X, G, S, sums = line_pass(st.X, st.G, st.S, ring_ints, ring_floats, block_fn, **launch)
+        if mesh is None:
+            X, G, S, sums = line_pass(st.X, st.G, st.S, ring_ints, ring_floats, block_fn, **launch)
+        else:
+            X, G, S, sums = line_pass_split(mesh, st.X, st.G, st.S, ring_ints, ring_floats, block_fn, **launch)
         ls, _, _, _ = line_search_update(st.ls, sums[4 * m + 5], sums[4 * m + 6])
         searching = st._replace(X=X, G=G, S=S, ls=ls)
         accepted = _accept(cfg, searching, ls, sums)
