@@ -22,9 +22,15 @@ Each configuration is compiled and run for one iteration (``time_limit``), then 
 the time.  Then one L-BFGS problem (extended Rosenbrock, ``--lbfgs-n`` variables on the most
 devices, m = 7, float64) with its vectors split along n: n k / k_max on k devices (the same
 per-device size; n alone on fewer devices does not fit) against the memory floor per iteration
-and device, (4m + 10) n / k values over the measured bandwidth of one device (the floor of
-benchmarks/lbfgs.py, divided over the devices); a configuration whose state would not fit in
-the devices' memory is skipped with its estimate.
+and device over the measured bandwidth of one device: (4m + 10) n / k values for the two-pass
+and XLA forms (the floor of benchmarks/lbfgs.py, divided over the devices), (2m + 5) n / k = 19
+n / k values per evaluation times the loop's evaluations per iteration for the one-pass form
+(``kernel="onepass"``, benchmarks/lbfgs_onepass.py's floor); a configuration whose state would
+not fit in the devices' memory is skipped with its estimate.  ``--split-problem cute`` (default)
+gives the problem as cute's ``extended_rosenbrock_value_and_grad`` (with its ``.block`` hook, so
+``kernel="auto"`` / ``"onepass"`` run the one-pass loop split over the devices on GPUs in
+float64), ``objective`` as the plain objective (the two-pass form's case before 2026-11-23);
+``--split-compare`` adds the goal's size on the most devices with other kernels (same run).
 
 Cases run in the order ``--cases`` gives.  Every row is printed and the report (scaling.json /
 .md in ``--out``) rewritten as soon as it is measured, so a run cut off by a time limit keeps what
@@ -131,15 +137,33 @@ def scaling_table(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+ONEPASS_VALUES = 2 * M + 5  # n values per evaluation of the one-pass loop: (2m + 2) read, 3 written
+TWO_PASS_VALUES = 4 * M + 10  # n values per iteration of the two-pass design (benchmarks/lbfgs.py)
+
+
+def split_floor(kernel: str, n_per_device: float, iterations: int, nfev: int, bw: float) -> float:
+    """Seconds per iteration at the memory floor on one device of the split problem (float64): the
+    one-pass form ``19 n / k`` values per evaluation times the loop's evaluations per iteration
+    (``nfev - 1``: the first evaluation is the start's, outside the timed loop), the others
+    ``(4m + 10) n / k`` values per iteration."""
+    if kernel.startswith("onepass"):
+        per_iteration = ONEPASS_VALUES * (nfev - 1) / max(iterations, 1)
+    else:
+        per_iteration = TWO_PASS_VALUES
+    return per_iteration * n_per_device * 8 / bw
+
+
 def lbfgs_table(rows: list[dict[str, Any]]) -> list[str]:
     out = ["| L-BFGS n | devices | n per device | kernel | ms / iteration | floor ms / iteration | ratio | "
-           "iterations / evals | f | f vs 1 device |", "| ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | --- | --- |"]
+           f"ratio to the {TWO_PASS_VALUES} n floor | iterations / evals | f | f vs 1 device |",
+           "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | --- |"]
     for r in rows:
         one = next((x for x in rows if x["n"] == r["n"] and x["k"] == 1), None)
         agree = same_best(one["fun"], r["fun"]) if one is not None and r is not one else ""
+        design = r.get("design_floor", r["floor"])
         out.append(f"| {r['n']:.3g} | {r['devices']} | {r['n'] / r['k']:.3g} | {r['kernel']} | "
                    f"{r['per_iteration'] * 1e3:.2f} | {r['floor'] * 1e3:.2f} | {r['per_iteration'] / r['floor']:.2f} | "
-                   f"{r['iterations']} / {r['nfev']} | {r['fun']:.10g} | {agree} |")
+                   f"{r['per_iteration'] / design:.2f} | {r['iterations']} / {r['nfev']} | {r['fun']:.10g} | {agree} |")
     return out
 
 
@@ -162,9 +186,15 @@ def main() -> int:
     p.add_argument("--ex-steps", type=int, default=400, help="Exchange Monte Carlo steps")
     p.add_argument("--lbfgs-n", type=float, default=1e9,
                    help="variables of the split L-BFGS problem on the most devices (0: skip)")
-    p.add_argument("--split-kernel", choices=("auto", "xla", "pallas"), default="auto",
-                   help="LBFGS(kernel=...) of the split problem: 'auto' and 'pallas' run the fused passes per "
-                        "device (shard_map) on GPUs, 'xla' the XLA form")
+    p.add_argument("--split-kernel", choices=("auto", "xla", "pallas", "onepass"), default="auto",
+                   help="LBFGS(kernel=...) of the split problem: 'onepass' runs the one-pass loop per device "
+                        "(shard_map; needs --split-problem cute), 'pallas' the fused two passes, 'auto' the one-pass "
+                        "loop on GPUs in float64 where it applies (else the passes), 'xla' the XLA form")
+    p.add_argument("--split-problem", choices=("cute", "objective"), default="cute",
+                   help="the split problem's form: cute's value_and_grad with its block hook (the one-pass loop "
+                        "can run) or the plain objective (the two-pass form only)")
+    p.add_argument("--split-compare", default="",
+                   help="comma-separated kernels also run at the goal's size on the most devices (e.g. pallas)")
     common.add_out_option(p, "scaling")
     args = p.parse_args()
     common.select_platform(args.device)
@@ -207,6 +237,12 @@ def main() -> int:
     unknown = wanted - {"re", "ps", "lbfgs", "exchange", "split"}
     if unknown:
         p.error(f"--cases: unknown {sorted(unknown)}; choose from re, ps, lbfgs, exchange, split")
+    compare = [c for c in args.split_compare.split(",") if c]
+    bad = [c for c in compare if c not in ("auto", "xla", "pallas", "onepass")]
+    if bad:
+        p.error(f"--split-compare: unknown kernels {bad}; choose from auto, xla, pallas, onepass")
+    if args.split_problem == "objective" and "onepass" in [args.split_kernel, *compare]:
+        p.error("kernel 'onepass' needs --split-problem cute (the plain objective has no block hook .block)")
     quick = args.quick
     nseq = 32 if quick else args.re_nseq
     walkers = 256 if quick else args.ps_walkers
@@ -252,8 +288,9 @@ def main() -> int:
         lines += scaling_table(rows)
         if lbfgs_rows:
             bw = env.get("bandwidth_bytes_per_s", 0.0)
-            lines += ["", f"One L-BFGS problem split along n (m = {M}, float64; floor = (4m + 10) n / k values "
-                      f"at {bw / 1e9:.0f} GB/s, the measured bandwidth of one device):", ""]
+            lines += ["", f"One L-BFGS problem split along n (m = {M}, float64, --split-problem {args.split_problem}; "
+                      f"floor = {TWO_PASS_VALUES} n / k values per iteration, the one-pass form {ONEPASS_VALUES} n / k "
+                      f"per evaluation in the loop, at {bw / 1e9:.0f} GB/s, the measured bandwidth of one device):", ""]
             lines += lbfgs_table(lbfgs_rows)
         notes = [f"skipped (time budget, memory or error): {'; '.join(skipped)}"] if skipped else []
         md = common.finish_markdown(lines, notes)
@@ -292,8 +329,11 @@ def main() -> int:
         if over_budget("split L-BFGS (all)"):
             return
         n_top = int(args.lbfgs_n) if not quick else 1 << 16
-        n_top -= n_top % (4 * max(counts))
         kmax = max(counts)
+        # n k / k_max on every k: its n / 2 rows of the block hook a multiple of k and of the host's
+        # device count (kernel='auto' takes the one-pass loop on several devices only where they split)
+        step = 4 * kmax * jax.device_count()
+        n_top -= n_top % step
         limit = (dev.memory_stats() or {}).get("bytes_limit") if on_gpu else None
         env["device_bytes_limit"] = limit
         has_kernel = "kernel" in {f.name for f in dataclasses.fields(mw.LBFGS)}
@@ -305,11 +345,14 @@ def main() -> int:
 
         @functools.lru_cache(maxsize=2)  # x0 is 8 GB at n = 1e9: built once for the check and the run
         def problem_of(n: int) -> Any:
-            return mw.Problem(objective=cute.extended_rosenbrock, x0=cute.start("extended_rosenbrock", n))
+            x0 = cute.start("extended_rosenbrock", n)
+            if args.split_problem == "cute":
+                return mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0)
+            return mw.Problem(objective=cute.extended_rosenbrock, x0=x0)
 
         # The goal's size on the most devices, halved until XLA's memory analysis of the compiled
         # loop (nothing allocated) says it fits; a crude 40 values per variable skips the analysis.
-        while n_top >= 4 * kmax and limit is not None and 40 * 8 * n_top / kmax > limit:
+        while n_top >= step and limit is not None and 40 * 8 * n_top / kmax > limit:
             need = loop_bytes_per_device(problem_of(n_top), lbfgs(), kmax)
             log(f"L-BFGS n={n_top:.3g} on {kmax} devices: the compiled loop needs {need / 1e9:.1f} GB per device "
                 f"of {limit / 1e9:.1f} GB")
@@ -319,10 +362,12 @@ def main() -> int:
             skipped.append(f"L-BFGS n={n_top:.3g} k={kmax}: needs {need / 1e9:.1f} GB per device, "
                            f"{limit / 1e9:.1f} GB there; n halved")
             n_top //= 2
-            n_top -= n_top % (4 * kmax)
+            n_top -= n_top % step
         # the same size per device on each k (the goal's case first), then the smaller ones on all
         # devices; on one device also the XLA form the split runs use (the default may be Pallas)
         configs: list[tuple[int, int, str | None]] = [(n_top * k // kmax, k, None) for k in reversed(counts)]
+        if has_kernel:
+            configs[1:1] = [(n_top, kmax, kernel) for kernel in compare]
         if has_kernel and kmax > 1:
             configs.append((n_top // kmax, 1, "xla"))
         configs += [(n_top * k // kmax, kmax, None) for k in reversed(counts[:-1])]
@@ -337,8 +382,9 @@ def main() -> int:
                 log(skipped[-1])
                 continue
             per_it = r["seconds"] / max(r["iterations"], 1)
-            floor = (4 * M + 10) * (n / k) * 8 / bw
-            lbfgs_rows.append({"n": n, "k": k, "per_iteration": per_it, "floor": floor, **r})
+            floor = split_floor(r["kernel"], n / k, r["iterations"], r["nfev"], bw)
+            design = split_floor("", n / k, r["iterations"], r["nfev"], bw)
+            lbfgs_rows.append({"n": n, "k": k, "per_iteration": per_it, "floor": floor, "design_floor": design, **r})
             log(f"{lbfgs_table(lbfgs_rows)[-1]}  (compile {r['compile_seconds']:.1f} s)")
             report()
 
