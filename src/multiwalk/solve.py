@@ -88,6 +88,26 @@ def _read_checkpoint(path: Path) -> tuple[dict[str, Any], list[np.ndarray]]:
     return meta, leaves
 
 
+def _state_layout(state: Any) -> list[str]:
+    """The names of the state's NamedTuple types, outermost first (e.g. ``LBFGSRun``, ``OnePassState``):
+    written into checkpoints, so a resume whose solver lays its state out in another form (LBFGS's
+    one-pass rings vs its stored pairs) is told so instead of failing on an array's shape."""
+    names: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            names.append(type(node).__name__)
+        if isinstance(node, (tuple, list)):
+            for child in node:
+                walk(child)
+        elif isinstance(node, dict):
+            for key in sorted(node):
+                walk(node[key])
+
+    walk(state)
+    return names
+
+
 def _restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: list[np.ndarray], path: Path) -> Any:
     """Put the checkpoint's arrays into a state shaped for ``solver`` (numpy arrays; the driver
     puts them on the devices, split or not, so a run may resume on another number of devices).
@@ -107,6 +127,19 @@ def _restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: lis
                 f"{path} was written with {name}={saved!r} but the solver now has {name}={now.get(name)!r}: "
                 f"resume with the same options (only {', '.join(solver.resumable_options) or 'none'} may change)"
             )
+    saved_layout, layout = meta.get("layout"), _state_layout(fresh_state)
+    if saved_layout is not None and saved_layout != layout:
+        # e.g. LBFGS: kernel="onepass" (or "auto" on one GPU in float64) keeps rings, the other forms
+        # the stored pairs; say which options were saved, as the shapes alone would blame the problem
+        changed = {k: (meta["options"].get(k), now.get(k)) for k in solver.resumable_options
+                   if meta["options"].get(k) != now.get(k)}
+        said = ", ".join(f"{k}={a!r} then, {b!r} now" for k, (a, b) in changed.items())
+        raise ValueError(
+            f"{path} holds a {type(solver).__name__} run whose state is laid out as {'/'.join(saved_layout)}, but this solver "
+            f"makes one laid out as {'/'.join(layout)} here ({said or 'the same options'}): the form was chosen "
+            "by an option or by the machine (backend, number of devices); resume with the options and on the "
+            "kind of machine that wrote it"
+        )
     fresh_leaves, treedef = jax.tree_util.tree_flatten(dist.to_host(fresh_state))
     if len(fresh_leaves) != len(leaves):
         # e.g. a state whose fields changed between multiwalk versions (mw.Exchange's layout
@@ -127,7 +160,8 @@ def _restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: lis
         else:
             raise ValueError(
                 f"{path}: saved array of shape {old.shape} does not fit the state's {new.shape}; "
-                "was it written for another problem?"
+                "was it written for another problem, or by another form of the solver (chosen by an option "
+                "such as LBFGS's kernel, or by the machine)?"
             )
     return jax.tree_util.tree_unflatten(treedef, out)
 
@@ -569,6 +603,7 @@ def solve(
             "done": done,
             "phase_index": phase_index,
             "n_leaves": len(jax.tree_util.tree_leaves(state)),
+            "layout": _state_layout(state),  # the state's form, named when a resume makes another
         }
 
     summary_fn = cached_jit(
