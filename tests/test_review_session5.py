@@ -112,3 +112,25 @@ def test_onepass_kernel_block_below_the_hooks_width(rosenbrock):
         assert "kernel_block" in str(err)
     else:
         assert r.iterations == 2
+
+
+@pytest.mark.xfail(strict=True, reason="lbfgs.py check(): value_and_grad.block, a public hook, is not checked by "
+                   "shape before compiling (as .along is since session 4's review); fix in the review's report")
+def test_a_wrong_block_hook_is_named_before_compiling():
+    """A user's ``value_and_grad.block`` returning g of shape (rows,) instead of (rows, width).  Before:
+    "Incompatible shapes for broadcasting: shapes=[(32, 2), (32,), ()]" from inside the traced kernel,
+    naming neither the hook nor the shapes it must return.  Checked by ``LBFGS.check`` (no compiling)."""
+    from multiwalk.functions import cute_kernel
+
+    def vg(x):  # noqa: ANN001, ANN202
+        return cute.extended_rosenbrock_value_and_grad(x)
+
+    def block(xb):  # noqa: ANN001, ANN202
+        f, g = cute_kernel.rosenbrock_block(xb)
+        return f, g[:, 0]  # wrong: g must be (rows, width)
+
+    block.width = 2
+    vg.block = block
+    problem = mw.Problem(value_and_grad=vg, x0=cute.start("extended_rosenbrock", 20))
+    with pytest.raises((TypeError, ValueError), match=r"value_and_grad\.block"):
+        mw.LBFGS(kernel="onepass").check(problem)
