@@ -130,6 +130,13 @@ def main() -> dict:
     auto = mw.LBFGS()
     out["auto_plan_728"] = list(auto.onepass_plan(big, devices=4)[::2])
     out["auto_plan_732"] = list(auto.onepass_plan(odd)[::2])
+    # solve(devices=k) makes 'auto' decide with k devices, not with all 4 (distributed.requested_devices_context)
+    from multiwalk import distributed
+
+    with distributed.requested_devices_context(3):
+        out["auto_plan_728_on_3"] = list(auto.onepass_plan(big)[::2])
+    with distributed.requested_devices_context(2):
+        out["auto_plan_732_on_2"] = list(auto.onepass_plan(odd)[::2])
     out["lowers_for_cuda"] = lowers_for_cuda(4)
     out["seconds"] = time.perf_counter() - t0
     return out

@@ -72,6 +72,12 @@ def test_auto_takes_the_split_loop_where_the_rows_split(report):
     assert use and "split along n over 4 devices" in reason
     use, reason = report["auto_plan_732"]
     assert not use and "366 rows of the block hook is not a multiple of 4" in reason
+    # solve(devices=k): 'auto' decides with the k asked for, so an explicit devices=3 with n / 2 = 364
+    # rows takes the two-pass form (which splits n itself) instead of refusing; 366 rows split over 2
+    use, reason = report["auto_plan_728_on_3"]
+    assert not use and "364 rows of the block hook is not a multiple of 3" in reason
+    use, reason = report["auto_plan_732_on_2"]
+    assert use and "one Pallas kernel per line-search evaluation" in reason
 
 
 def test_shard_mapped_kernel_lowers_for_cuda(report):

@@ -1,8 +1,8 @@
 """Review of session 5's new code (the one-pass L-BFGS loop, Solver.compiler_options, the ODAT-SE
 writer's warm-up and profile, ReplicaExchange's optimization barriers): the defects found, each
-pinned by a test that failed before its fix.  Defects in files under another engineer's edit
-(solvers/lbfgs.py, solvers/lbfgs_onepass.py) are ``xfail(strict=True)``: the fix is in the review's
-report; strict, so the test turns red once fixed, and the mark must go.
+pinned by a test that failed before its fix.  The defects in solvers/lbfgs.py and
+solvers/lbfgs_onepass.py (under another engineer's edit then) were first pinned ``xfail(strict=True)``;
+the lead applied the review's fixes and removed the marks.
 
 Small sizes (Extended Rosenbrock, n = 20, Pallas interpret mode on the CPU); ~15 s in all.
 """
@@ -65,11 +65,6 @@ def test_resume_in_another_form_names_the_form_and_the_options(rosenbrock, onepa
     assert str(path) in str(err.value) and "machine" in str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="lbfgs.py: a one-pass checkpoint resumes with kernel='onepass' only, though "
-                   "kernel is in resumable_options and kernel='auto' picks the one-pass loop on GPUs in float64 "
-                   "only when n / 2 is a multiple of the device count (a GPU checkpoint cannot resume on a CPU or "
-                   "on a device count that does not divide n / 2, contrary to solve()'s 'resumes on any other "
-                   "number of devices'); fix: convert the rings to the stored pairs and back at restore (report)")
 def test_one_pass_checkpoint_resumes_in_the_two_pass_form(rosenbrock, onepass_checkpoint):
     """Resumed with kernel='xla' (what kernel='auto' gives on a CPU, in float32, or on a device count
     that does not divide n / 2), the run ends
@@ -97,9 +92,6 @@ def test_one_pass_checkpoint_resumes_in_the_two_pass_form(rosenbrock, onepass_ch
 
 
 # ------------------------------------------------------------------------------------ one-pass plan
-@pytest.mark.xfail(strict=True, reason="lbfgs_onepass.plan ignores m: line_pass's table holds 4m + 7 <= 64 sums "
-                   "(m <= 14) and raises while tracing; kernel='auto' on one GPU in float64 with m >= 15 fails "
-                   "instead of running the two-pass form; fix in the review's report")
 def test_onepass_plan_falls_back_above_m_14(rosenbrock, monkeypatch):
     """m = 15 needs 67 sums, the kernel's table has 64 lanes: the plan must say so and fall back (as it
     does for several starts or a diag), under 'onepass' and under 'auto' on a (simulated) GPU."""
@@ -114,8 +106,6 @@ def test_onepass_plan_falls_back_above_m_14(rosenbrock, monkeypatch):
     assert r.iterations == 3 and "one-pass loop not used" in r.stats["kernel_reason"]
 
 
-@pytest.mark.xfail(strict=True, reason="lbfgs.py _run_onepass: rows = kernel_block // block.width is 0 for "
-                   "kernel_block=1 (a power of two, accepted): ZeroDivisionError while tracing; fix in the report")
 def test_onepass_kernel_block_below_the_hooks_width(rosenbrock):
     """kernel_block=1 (a power of two, so LBFGS accepts it) with kernel='onepass' is 1 // 2 = 0 rows of
     Rosenbrock's pairs per block step.  Before: ZeroDivisionError (pl.cdiv(pairs, 0)) while tracing.
@@ -130,8 +120,6 @@ def test_onepass_kernel_block_below_the_hooks_width(rosenbrock):
         assert r.iterations == 2
 
 
-@pytest.mark.xfail(strict=True, reason="lbfgs.py check(): value_and_grad.block, a public hook, is not checked by "
-                   "shape before compiling (as .along is since session 4's review); fix in the review's report")
 def test_a_wrong_block_hook_is_named_before_compiling():
     """A user's ``value_and_grad.block`` returning g of shape (rows,) instead of (rows, width).  Before:
     "Incompatible shapes for broadcasting: shapes=[(32, 2), (32,), ()]" from inside the traced kernel,

@@ -129,6 +129,10 @@ def _restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: lis
             )
     saved_layout, layout = meta.get("layout"), _state_layout(fresh_state)
     if saved_layout is not None and saved_layout != layout:
+        converted = solver.convert_checkpoint(dist.to_host(fresh_state), saved_layout, leaves)
+        if converted is not None:
+            leaves, saved_layout = converted, layout
+    if saved_layout is not None and saved_layout != layout:
         # e.g. LBFGS: kernel="onepass" (or "auto" on one GPU in float64) keeps rings, the other forms
         # the stored pairs; say which options were saved, as the shapes alone would blame the problem
         changed = {k: (meta["options"].get(k), now.get(k)) for k in solver.resumable_options
@@ -482,7 +486,22 @@ def _one_fingerprint_per_call(run: Callable[..., Result]) -> Callable[..., Resul
     return call
 
 
+def _with_requested_devices(run: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`solve` with its ``devices=`` visible to the solver while it runs
+    (:func:`multiwalk.distributed.requested_device_count`): a solver whose state layout depends on
+    the split (LBFGS's one-pass rings under ``kernel="auto"``) decides with the count asked for,
+    not with every device, before the driver places the state."""
+
+    @functools.wraps(run)
+    def with_devices(*args: Any, **kwargs: Any) -> Any:
+        with dist.requested_devices_context(kwargs.get("devices")):
+            return run(*args, **kwargs)
+
+    return with_devices
+
+
 @_one_fingerprint_per_call
+@_with_requested_devices
 def solve(
     problem: Problem,
     solver: Solver,

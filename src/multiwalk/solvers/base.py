@@ -135,6 +135,13 @@ class Solver(abc.ABC):
         GPU; none (the default).  Part of the loop's cache key.  Results never depend on them."""
         return {}
 
+    def convert_checkpoint(self, fresh_state: Any, saved_layout: list[str], leaves: list[np.ndarray]) -> list | None:
+        """A checkpoint's arrays ``leaves``, saved from a state laid out as ``saved_layout`` (its
+        NamedTuple type names), converted to the leaves of ``fresh_state``'s layout, when the solver
+        keeps the same run in several forms (LBFGS: one-pass rings or stored pairs); None (the
+        default): no conversion, the driver says the layouts differ."""
+        return None
+
     def arrays_as_arguments(self, problem: Problem) -> bool:
         """Whether the driver may pass ``problem``'s data, sigma and ``args`` arrays to the
         compiled loop as arguments (True, the default: a new dataset of the same shapes reuses

@@ -846,7 +846,7 @@ class LBFGS(Solver):
         """Whether the run uses the one-pass loop (``kernel="onepass"``; decided at ``init``, the
         state's layout then says so), and why (not); ``devices``: how many devices the run is
         split over (for the reason; the driver splits the rings when it splits the run)."""
-        return lbfgs_onepass.plan(self.kernel, problem, self.n_starts(problem), self.diag is not None, devices)
+        return lbfgs_onepass.plan(self.kernel, problem, self.n_starts(problem), self.diag is not None, devices, self.m)
 
     def compiler_options(self, problem: Problem) -> dict[str, Any]:
         """The one-pass loop's XLA options on a GPU (:func:`lbfgs_onepass.compiler_options`); none otherwise."""
@@ -882,6 +882,86 @@ class LBFGS(Solver):
             if getattr(out, "shape", None) != (problem.n_free,):
                 raise ValueError(f"diag(x) must return shape ({problem.n_free},), got {getattr(out, 'shape', None)}")
         self._check_along(problem)
+        block = lbfgs_onepass.block_hook(problem)
+        if block is not None and self.onepass_plan(problem).use:  # a public hook: by shapes, before compiling
+            rows, width = lbfgs_onepass.ROWS, block.width
+            fix = (f"return (f terms, g) for a (rows, width) block of x: shapes (rows,), (rows, width) "
+                   f"= ({rows},), ({rows}, {width})")
+            try:
+                out = jax.eval_shape(block, jax.ShapeDtypeStruct((rows, width), problem.dtype))
+            except Exception as err:
+                raise TypeError(f"calling value_and_grad.block(xb) with xb of shape ({rows}, {width}) failed: {err}; "
+                                f"it must {fix}") from err
+            shapes = tuple(getattr(o, "shape", None) for o in out) if isinstance(out, (tuple, list)) else (out,)
+            if shapes != ((rows,), (rows, width)):
+                raise ValueError(f"value_and_grad.block(xb) returned shapes {shapes} for xb of shape ({rows}, {width}); "
+                                 f"it must {fix}")
+        if (self.kernel == "onepass" and self.kernel_block is not None and block is not None
+                and self.kernel_block < block.width and self.onepass_plan(problem).use):
+            raise ValueError(
+                f"kernel_block={self.kernel_block} with kernel='onepass' is the columns of one block step of its "
+                f"kernel: at least the block hook's width {block.width} (value_and_grad.block.width); give a "
+                f"power of two >= {block.width}, or None for the default"
+            )
+
+    def convert_checkpoint(self, fresh_state: LBFGSRun, saved_layout: list[str], leaves: list[np.ndarray]) -> list | None:
+        """A one-pass checkpoint (rings X, G, S) resumed in the stored-pairs form, or the reverse: ``kernel``
+        is a resumable option, and ``"auto"`` picks the form by backend, dtype and device count.  The
+        pairs of age ``a = 1..count`` (slot ``(head - a) % m`` of P, position ``m - a`` of the one-pass
+        small matrices), ``y_a = g_{k-a+1} - g_{k-a}``; the direction from ``w`` (or ``w`` from the
+        small matrices).  Equal up to rounding (older gradients rebuilt as g - y)."""
+        one_now = isinstance(fresh_state.starts, lbfgs_onepass.OnePassState)
+        if ("OnePassState" in saved_layout) == one_now or fresh_state.starts.f.shape[0] != 1:
+            return None
+        m = self.m
+        other = lbfgs_onepass.OnePassState if not one_now else LBFGSState
+        template = other(**{f: 0 for f in other._fields if f != "ls"}, ls=fresh_state.starts.ls)
+        saved_run = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(fresh_state._replace(starts=template)),
+                                                 leaves)
+        st = jax.tree_util.tree_map(lambda v: np.asarray(v)[0], saved_run.starts)  # one problem
+        k, c, head = int(st.iteration), int(st.count), int(st.head)
+        ages = np.arange(1, m + 1)
+        ring, chrono = (head - ages) % m, m - ages  # where the pair of each age sits in either form
+        small = {}
+        for name in ("SY", "YY", "a", "b"):
+            v = np.asarray(getattr(st, name))
+            out = np.zeros_like(v)
+            src, dst = (chrono, ring) if not one_now else (ring, chrono)
+            if v.ndim == 2:
+                out[np.ix_(dst, dst)] = v[np.ix_(src, src)]
+            else:
+                out[dst] = v[src]
+            small[name] = out
+        keep = {f: getattr(st, f) for f in ("f", "gamma", "gg", "head", "count", "ls", "iteration", "nfev",
+                                            "gnorm", "xnorm", "stp", "status")}
+        if not one_now:  # rings -> stored pairs
+            n = st.X[0].size
+            X, G, S = (np.asarray(r).reshape(r.shape[0], n) for r in (st.X, st.G, st.S))
+            x, g = X[k % 2], G[k % (m + 2)]
+            P = np.zeros((2 * m, n), x.dtype)
+            d = -st.gamma * g
+            for a in range(1, c + 1):
+                sl, s_a = (head - a) % m, S[(k - a) % (m + 1)]
+                y_a = G[(k - a + 1) % (m + 2)] - G[(k - a) % (m + 2)]
+                P[sl], P[m + sl] = s_a, y_a
+                d = d + st.w[m - a] * s_a + st.w[2 * m - a] * y_a
+            new = LBFGSState(x=x, g=g, d=d, P=P, **small, **keep)
+        else:  # stored pairs -> rings
+            shape = fresh_state.starts.X.shape[2:]  # (n / width, width)
+            n, dt = st.x.size, st.x.dtype
+            X, G, S = np.zeros((2, n), dt), np.zeros((m + 2, n), dt), np.zeros((m + 1, n), dt)
+            X[k % 2], G[k % (m + 2)] = st.x, st.g
+            for a in range(1, c + 1):
+                sl = (head - a) % m
+                S[(k - a) % (m + 1)] = st.P[sl]
+                G[(k - a) % (m + 2)] = G[(k - a + 1) % (m + 2)] - st.P[m + sl]
+            coef = lbfgs_onepass._Small(**{f: jnp.asarray(small[f]) for f in ("SY", "YY", "a", "b")},
+                                        gamma=st.gamma, gg=st.gg, head=st.head, count=st.count, g=jnp.zeros((0,), dt))
+            w, _ = lbfgs_onepass._coefficients_chronological(coef, m)
+            new = lbfgs_onepass.OnePassState(X=X.reshape(2, *shape), G=G.reshape(m + 2, *shape),
+                                             S=S.reshape(m + 1, *shape), w=np.asarray(w), **small, **keep)
+        starts = jax.tree_util.tree_map(lambda v: np.asarray(v)[None], new)
+        return jax.tree_util.tree_leaves(saved_run._replace(starts=starts))  # the history and h0 as saved
 
     @staticmethod
     def _check_along(problem: Problem) -> None:

@@ -57,6 +57,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ..distributed import requested_device_count
 from ..kernels import backend, compiler_params
 
 __all__ = [
@@ -138,7 +139,7 @@ def block_hook(problem: Any) -> Callable | None:
     return block
 
 
-def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1) -> OnePassPlan:
+def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1, m: int = 7) -> OnePassPlan:
     """Whether ``LBFGS(kernel=kernel)`` runs the one-pass loop on ``problem``, and why (not).
 
     ``"onepass"`` asks for it (interpret mode off GPUs).  ``"auto"`` takes it on GPUs in float64
@@ -168,10 +169,12 @@ def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1) -
         why = f"n = {problem.n_free} is not a multiple of the hook's block width {block.width}"
     elif dt not in _DTYPES:
         why = f"dtype {dt} (the one-pass kernel is for {' and '.join(_DTYPES)})"
-    elif kernel == "auto" and jax.device_count() > 1 and (problem.n_free // block.width) % jax.device_count():
-        why = (f"kernel='auto' on {jax.device_count()} devices takes it split over all of them only: n / "
+    elif 4 * m + 7 > _WIDTH:
+        why = f"m = {m} (its kernel's table holds 4 m + 7 <= {_WIDTH} sums: m <= {(_WIDTH - 7) // 4})"
+    elif kernel == "auto" and (k := requested_device_count()) > 1 and (problem.n_free // block.width) % k:
+        why = (f"kernel='auto' on {k} devices takes it split over all of them only: n / "
                f"{block.width} = {problem.n_free // block.width} rows of the block hook is not a multiple of "
-               f"{jax.device_count()} (the two-pass form splits n itself)")
+               f"{k} (the two-pass form splits n itself)")
     if why is not None:
         return OnePassPlan(False, False, f"kernel={kernel!r}: the one-pass loop not used: {why}")
     where = "on the GPU" if on_gpu else f"in interpret mode (backend: {name}; for tests, slow)"
