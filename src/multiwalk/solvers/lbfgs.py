@@ -351,6 +351,21 @@ def trial_point(st: LBFGSState) -> jax.Array:
     return st.x + st.ls.stp * st.d
 
 
+def store_in_ring(
+    st: Any, m: int, slot: jax.Array, g_prods: jax.Array, y_prods: jax.Array, sy: jax.Array, yy: jax.Array,
+    yg: jax.Array, sdg: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """``(SY, YY, a, b)`` of ``st`` with the new pair ``s, y`` in ring slot ``slot``: ``g_prods`` (2m,)
+    = [S'g_t, Y'g_t] and ``y_prods`` = [S'y, Y'y] from the pairs before the update; ``sy, yy, yg``
+    the new pair's s'y, y'y, y'g_t and ``sdg`` = s'g_t (= stp g_t'd).  The one-pass loop's ring
+    order (:mod:`~multiwalk.solvers.lbfgs_onepass`) uses the same update."""
+    col_sy = y_prods[:m].at[slot].set(sy)
+    col_yy = y_prods[m:].at[slot].set(yy)
+    SY = st.SY.at[:, slot].set(col_sy).at[slot, :].set(0.0).at[slot, slot].set(sy)
+    YY = st.YY.at[:, slot].set(col_yy).at[slot, :].set(col_yy)
+    return SY, YY, g_prods[:m].at[slot].set(sdg), g_prods[m:].at[slot].set(yg)
+
+
 def finish_iteration(
     cfg: _Config, st: LBFGSState, ls: LineSearchState, xt: jax.Array, ft: jax.Array, gt: jax.Array,
     dgt: jax.Array, h0: jax.Array, masked: bool, new_row: jax.Array | None = None,
@@ -407,12 +422,7 @@ def finish_iteration(
     store = ok & running if masked else ok
     new_s = jnp.where(store, s, st.P[slot]) if masked else s
     new_y = jnp.where(store, y, st.P[m + slot]) if masked else y
-    col_sy = y_prods[:m].at[slot].set(sy)
-    col_yy = y_prods[m:].at[slot].set(yy)
-    SY = st.SY.at[:, slot].set(col_sy).at[slot, :].set(0.0).at[slot, slot].set(sy)
-    YY = st.YY.at[:, slot].set(col_yy).at[slot, :].set(col_yy)
-    a = g_prods[:m].at[slot].set(stp * dgt)
-    b = g_prods[m:].at[slot].set(yg)
+    SY, YY, a, b = store_in_ring(st, m, slot, g_prods, y_prods, sy, yy, yg, stp * dgt)
     xnorm = jnp.sqrt(xx)
     new = st._replace(
         x=xt, f=ft, g=st.g if rows else gt,

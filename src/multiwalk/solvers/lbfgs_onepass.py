@@ -413,64 +413,47 @@ def _shift_in(M: jax.Array, col: jax.Array, row: jax.Array) -> jax.Array:
     return jnp.concatenate([top, jnp.concatenate([row, col[-1:]])[None]], axis=0)
 
 
-def _accept(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassState:
-    """The state after the iteration whose line search ``ls`` is done, its last evaluation's ``sums``:
-    :func:`~multiwalk.solvers.lbfgs.finish_iteration`'s formulas (unmasked, fused), and the next
-    direction's coefficients and line search.  The rings move by ``iteration + 1`` alone."""
+def _stored_in_ring(st: OnePassState, sums: jax.Array, m: int, dots: tuple) -> tuple:
+    """``(SY, YY, a, b)`` with the new pair in ring slot ``head`` (:data:`SMALL_ORDER` ``"ring"``): the
+    kernel's sums by age (lane ``a - 1``: age ``a``, 1 the newest) put in ring order, then
+    :func:`~multiwalk.solvers.lbfgs.store_in_ring`, the two-pass form's update."""
     from . import lbfgs as L
-    from .more_thuente import line_search_init
 
-    m, dt = cfg.m, st.f.dtype
-    ok = ls.info == 1
-    stp = ls.stp
-    if SMALL_ORDER == "chronological":
-        return _accept_chronological(cfg, st, ls, sums)
     slot = st.head
     age_of_slot = (slot - jnp.arange(m)) % m  # 1 = newest; 0 is the slot the new pair replaces (age m)
     by_slot = jnp.where(age_of_slot == 0, m, age_of_slot) - 1
     g_prods = jnp.concatenate([sums[:m][by_slot], sums[m:2 * m][by_slot]])  # S'g_t, Y'g_t in ring order
     y_prods = jnp.concatenate([sums[2 * m:3 * m][by_slot], sums[3 * m:4 * m][by_slot]])
-    sy, yy, yg, gg, xx, ft, dgt = (sums[4 * m + i] for i in range(7))
-    col_sy = y_prods[:m].at[slot].set(sy)
-    col_yy = y_prods[m:].at[slot].set(yy)
-    SY = st.SY.at[:, slot].set(col_sy).at[slot, :].set(0.0).at[slot, slot].set(sy)
-    YY = st.YY.at[:, slot].set(col_yy).at[slot, :].set(col_yy)
-    a = g_prods[:m].at[slot].set(stp * dgt)
-    b = g_prods[m:].at[slot].set(yg)
-    xnorm, gnorm = jnp.sqrt(xx), jnp.sqrt(gg)
-    small = _Small(
-        SY=jnp.where(ok, SY, st.SY), YY=jnp.where(ok, YY, st.YY), a=jnp.where(ok, a, st.a), b=jnp.where(ok, b, st.b),
-        gamma=jnp.where(ok, sy / yy, st.gamma).astype(dt), gg=gg,
-        head=jnp.where(ok, (slot + 1) % m, slot).astype(jnp.int32),
-        count=jnp.where(ok, jnp.minimum(st.count + 1, m), st.count).astype(jnp.int32), g=jnp.zeros((0,), dt),
-    )
-    w, gd = L.compact_coefficients(small, m, unrolled=True)
-    status = jnp.where(ok, L._RUNNING, jnp.asarray(L._INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
-    status = jnp.where(ok & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), L.LBFGSStatus.SUCCESS, status)
-    return st._replace(
-        w=w, f=ft, SY=small.SY, YY=small.YY, a=small.a, b=small.b, gamma=small.gamma, gg=gg, head=small.head,
-        count=small.count, ls=line_search_init(ft, gd, 1.0, cfg.params), iteration=st.iteration + 1,
-        nfev=st.nfev + ls.nfev, gnorm=gnorm, xnorm=xnorm, stp=stp, status=status.astype(jnp.int32),
-    )
+    return L.store_in_ring(st, m, slot, g_prods, y_prods, *dots)
 
 
-def _accept_chronological(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassState:
-    """:func:`_accept` with the small matrices in chronological order (:data:`SMALL_ORDER`): the
-    kernel's sums by age (lane ``a - 1``: age ``a``, 1 the newest) are the positions reversed."""
+def _stored_chronological(st: OnePassState, sums: jax.Array, m: int, dots: tuple) -> tuple:
+    """``(SY, YY, a, b)`` with the new pair last (:data:`SMALL_ORDER` ``"chronological"``): the
+    kernel's sums by age are the positions reversed; every index static."""
+    sy, yy, yg, sdg = dots
+    sg, yg_old, sy_old, yy_old = (sums[j * m:(j + 1) * m][::-1] for j in range(4))  # by position, before the shift
+    col_sy = jnp.concatenate([sy_old[1:], sy[None]])  # s_j'y_t for the kept pairs, then s_t'y_t
+    col_yy = jnp.concatenate([yy_old[1:], yy[None]])
+    SY = _shift_in(st.SY, col_sy, jnp.zeros((m - 1,), sy.dtype))  # the newest row: zero left of the diagonal
+    YY = _shift_in(st.YY, col_yy, col_yy[:-1])  # symmetric
+    return SY, YY, jnp.concatenate([sg[1:], sdg[None]]), jnp.concatenate([yg_old[1:], yg[None]])
+
+
+def _accept(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassState:
+    """The state after the iteration whose line search ``ls`` is done, its last evaluation's ``sums``:
+    :func:`~multiwalk.solvers.lbfgs.finish_iteration`'s formulas (unmasked, fused), and the next
+    direction's coefficients and line search.  The rings move by ``iteration + 1`` alone; the small
+    matrices are updated in :data:`SMALL_ORDER`."""
     from . import lbfgs as L
     from .more_thuente import line_search_init
 
     m, dt = cfg.m, st.f.dtype
     ok = ls.info == 1
     stp = ls.stp
-    sg, yg_old, sy_old, yy_old = (sums[j * m:(j + 1) * m][::-1] for j in range(4))  # by position, before the shift
     sy, yy, yg, gg, xx, ft, dgt = (sums[4 * m + i] for i in range(7))
-    col_sy = jnp.concatenate([sy_old[1:], sy[None]])  # s_j'y_t for the kept pairs, then s_t'y_t
-    col_yy = jnp.concatenate([yy_old[1:], yy[None]])
-    SY = _shift_in(st.SY, col_sy, jnp.zeros((m - 1,), dt))  # the newest row: zero left of the diagonal
-    YY = _shift_in(st.YY, col_yy, col_yy[:-1])  # symmetric
-    a = jnp.concatenate([sg[1:], (stp * dgt)[None]])
-    b = jnp.concatenate([yg_old[1:], yg[None]])
+    chronological = SMALL_ORDER == "chronological"
+    stored = _stored_chronological if chronological else _stored_in_ring
+    SY, YY, a, b = stored(st, sums, m, (sy, yy, yg, stp * dgt))
     xnorm, gnorm = jnp.sqrt(xx), jnp.sqrt(gg)
     small = _Small(
         SY=jnp.where(ok, SY, st.SY), YY=jnp.where(ok, YY, st.YY), a=jnp.where(ok, a, st.a), b=jnp.where(ok, b, st.b),
@@ -478,7 +461,7 @@ def _accept_chronological(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) 
         head=jnp.where(ok, (st.head + 1) % m, st.head).astype(jnp.int32),
         count=jnp.where(ok, jnp.minimum(st.count + 1, m), st.count).astype(jnp.int32), g=jnp.zeros((0,), dt),
     )
-    w, gd = _coefficients_chronological(small, m)
+    w, gd = _coefficients_chronological(small, m) if chronological else L.compact_coefficients(small, m, unrolled=True)
     status = jnp.where(ok, L._RUNNING, jnp.asarray(L._INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
     status = jnp.where(ok & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), L.LBFGSStatus.SUCCESS, status)
     return st._replace(
