@@ -893,7 +893,8 @@ class LBFGS(Solver):
                 raise ValueError(f"diag(x) must return shape ({problem.n_free},), got {getattr(out, 'shape', None)}")
         self._check_along(problem)
         block = lbfgs_onepass.block_hook(problem)
-        if block is not None and self.onepass_plan(problem).use:  # a public hook: by shapes, before compiling
+        onepass = block is not None and self.onepass_plan(problem).use
+        if onepass:  # a public hook: by shapes, before compiling
             rows, width = lbfgs_onepass.ROWS, block.width
             fix = (f"return (f terms, g) for a (rows, width) block of x: shapes (rows,), (rows, width) "
                    f"= ({rows},), ({rows}, {width})")
@@ -906,8 +907,7 @@ class LBFGS(Solver):
             if shapes != ((rows,), (rows, width)):
                 raise ValueError(f"value_and_grad.block(xb) returned shapes {shapes} for xb of shape ({rows}, {width}); "
                                  f"it must {fix}")
-        if (self.kernel == "onepass" and self.kernel_block is not None and block is not None
-                and self.kernel_block < block.width and self.onepass_plan(problem).use):
+        if onepass and self.kernel == "onepass" and self.kernel_block is not None and self.kernel_block < block.width:
             raise ValueError(
                 f"kernel_block={self.kernel_block} with kernel='onepass' is the columns of one block step of its "
                 f"kernel: at least the block hook's width {block.width} (value_and_grad.block.width); give a "
