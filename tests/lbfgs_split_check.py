@@ -24,6 +24,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 import multiwalk as mw  # noqa: E402
+from multiwalk.functions import cute  # noqa: E402
 from multiwalk.solve import _COMPILED  # noqa: E402
 
 # n = 768 with 128 columns per program: 768 and 384 columns per device are whole programs (the
@@ -81,6 +82,24 @@ def main() -> dict:
         out["uneven_error"] = ""
     except ValueError as err:
         out["uneven_error"] = str(err)
+    # A value_and_grad problem (cute's Extended Rosenbrock: each coordinate reads its pair partner,
+    # x shifted by one) on 1 and 4 devices: its evaluation runs on the split x outside the passes'
+    # shard_map, where a shift written as concatenate([x[1:], x[-1:]]) made XLA all-gather x twice
+    # per evaluation (issue 8: 2.3x slower split on 2 H200s); as lax.pad one value crosses per boundary.
+    vg = mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=cute.start("extended_rosenbrock", N))
+    vg_runs = {}
+    for k in (1, 4):
+        vg_runs[k] = mw.solve(vg, solver, progress=False, devices=k)
+        out[f"vg_kernel_{k}"] = vg_runs[k].stats["kernel"]
+        out[f"vg_collectives_{k}"] = collectives()
+    a, b = vg_runs[1], vg_runs[4]
+    rows = min(a.history_length[0], b.history_length[0])
+    out["vg_status"] = [int(a.status), int(b.status)]
+    out["vg_iterations"] = [a.iterations, b.iterations]
+    out["vg_nfev"] = [a.nfev, b.nfev]
+    f_a, f_b = a.history["f"][:rows, 0], b.history["f"][:rows, 0]
+    out["vg_f_hist_diff"] = float(np.max(np.abs(f_b - f_a)) / f_a[0])
+    out["vg_x_maxdiff"] = float(np.max(np.abs(b.x - a.x)))
     out["seconds"] = time.perf_counter() - t0
     return out
 
