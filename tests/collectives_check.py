@@ -1,7 +1,8 @@
 """The collectives in the compiled loops of split runs, for tests/test_collectives.py (run as a subprocess).
 
 Runs ReplicaExchange (burn-in and sampling), PatternSearch (XLA form) and Exchange (ODAT-SE's, XLA
-form, with step records) with ``devices=2`` on two virtual CPU devices (``--devices N``: N devices;
+form, with step records; and in its interval form, with the compiled loops' structure) with
+``devices=2`` on two virtual CPU devices (``--devices N``: N devices;
 Exchange then also runs split over N), then reads the HLO of the loops the driver compiled and cached, and prints
 one JSON object: per solver and phase, each collective's kind and element count.  A walker-parallel
 loop should only move a few numbers between devices per iteration (a best value and its point);
@@ -57,6 +58,34 @@ def loop_collectives(run) -> dict[int, list[list]]:
     return out
 
 
+COMPUTATION = re.compile(r"^(?:ENTRY )?(%[\w.\-]+) \(", re.M)
+CALLED = re.compile(r"(?:calls|body|condition|to_apply|true_computation|false_computation|branch_computations)="
+                    r"\{?(%[\w.\-]+(?:, %[\w.\-]+)*)\}?")
+WHILE = re.compile(r"= (.+?) while\(.*?body=(%[\w.\-]+)(.*)$", re.M)
+
+
+def loop_structure(text: str, state_shape: str) -> list[list]:
+    """Every while loop of an HLO module: [known trip count or None, whether its type holds an
+    array of ``state_shape`` (e.g. the per-device points ``f64[8,3]``: a loop over steps),
+    whether its body (with what it calls) holds a collective]."""
+    starts = [(m.start(), m.group(1)) for m in COMPUTATION.finditer(text)]
+    bodies = {name: text[a:b] for (a, name), (b, _) in zip(starts, starts[1:] + [(len(text), "")])}
+    calls = {name: {c for group in CALLED.findall(body) for c in group.split(", ")} for name, body in bodies.items()}
+    direct = {name: bool(COLLECTIVE.search(body)) for name, body in bodies.items()}
+
+    def reaches(name: str, seen: set) -> bool:
+        if name in seen or name not in bodies:
+            return False
+        seen.add(name)
+        return direct[name] or any(reaches(c, seen) for c in calls[name])
+
+    out = []
+    for shapes, body, rest in WHILE.findall(text):
+        trip = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', rest)
+        out.append([int(trip.group(1)) if trip else None, state_shape in shapes, reaches(body, set())])
+    return out
+
+
 def main() -> dict:
     box = mw.Problem(objective=sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3))
     report: dict = {"devices": jax.device_count()}
@@ -70,8 +99,28 @@ def main() -> dict:
         lambda: ex_run.setdefault("r", mw.solve(box, ex_solver, progress=False, devices=N_DEVICES))
     )
     report["ex_devices"] = ex_run["r"].stats["devices"]
+    # the interval form (off CPUs; forced here): an exchange every 20 steps (one interval per
+    # group: 32 steps drawn at once at 16 replicas), its 20 Metropolis moves in a loop of static
+    # trip count that must hold no collective; 45 steps: edges and two whole intervals
+    iv_solver = IntervalExchange(betas=tuple(np.geomspace(10.0, 0.1, 16)), numsteps=46, numsteps_exchange=20,
+                                 step_width=(0.5, 0.5, 0.5), record=0, kernel="xla")
+    iv_run = {}
+    report["ex_intervals"] = loop_collectives(
+        lambda: iv_run.setdefault("r", mw.solve(box, iv_solver, progress=False, devices=N_DEVICES))
+    )
+    report["ex_intervals_devices"] = iv_run["r"].stats["devices"]
+    report["ex_intervals_loops"] = loop_structure(
+        list(driver._COMPILED.values())[-1].as_text(), f"f64[{16 // N_DEVICES},3]"
+    )
     report["batch"] = {"re": 48 * 4, "ps": 96, "ex": 16}  # chains (nseq x nbeta), walkers, replicas
     return report
+
+
+class IntervalExchange(mw.Exchange):
+    """mw.Exchange in its interval form (as off CPUs)."""
+
+    def interval_form(self, problem: mw.Problem) -> bool:
+        return True
 
 
 def solve_others(box: mw.Problem, report: dict) -> None:

@@ -11,6 +11,9 @@ Exchange (ODAT-SE's, 16 replicas, XLA form) kept its temperature-indexed state w
 device and all-reduced every replica's f, and f with x (16 and 64 elements), each step; its state
 is now in temperature order and split with it, so only the rows beside a device boundary move.
 That the results stay the same on 1, 2 and 4 devices is tests/test_devices.py's job.
+Exchange's interval form (its XLA form off CPUs, forced here) runs the exchange, so its
+collectives, only on exchange steps: the moves between two exchanges are a loop of static trip
+count without any collective (the form before masked the exchange into every step).
 """
 
 from __future__ import annotations
@@ -68,3 +71,27 @@ def test_exchange_on_four_devices_too(report4):
     ops = report4["ex"]["0"]
     assert ops and {kind for kind, _ in ops} == {"collective-permute"}, ops
     assert all(n <= 8 for _, n in ops) and len(ops) <= 4, ops  # the same limits as on 2 devices
+
+
+def _interval_form_checks(report: dict) -> None:
+    ops = report["ex_intervals"]["0"]
+    assert ops and {kind for kind, _ in ops} == {"collective-permute"}, ops
+    # the exchange is compiled twice (the chunk's edges, the groups of whole intervals), each with
+    # 2 packed arrays x (up, down), one row per device boundary: 8 instructions of at most 8 elements
+    assert all(n <= 8 for _, n in ops) and len(ops) <= 8, ops
+    loops = report["ex_intervals_loops"]  # [known trip count, loop over steps, holds a collective]
+    # the 20 Metropolis moves between two exchanges: a loop of static trip count, no collective in it
+    assert [20, True, False] in loops, loops
+    # no loop over steps of static trip count moves anything between devices (a masked exchange
+    # every step would put its collective-permutes there)
+    assert not [loop for loop in loops if loop[0] is not None and loop[1] and loop[2]], loops
+
+
+def test_exchange_interval_form_moves_rows_only_at_exchanges(report):
+    assert report["ex_intervals_devices"] == 2
+    _interval_form_checks(report)
+
+
+def test_exchange_interval_form_on_four_devices_too(report4):
+    assert report4["ex_intervals_devices"] == 4
+    _interval_form_checks(report4)

@@ -1,5 +1,5 @@
 """The CPU speed paths of ODAT-SE's exchange (issue 5): the random numbers of a block of steps
-drawn in one call (``Exchange._drawn_chunk``), the exchange under a ``cond`` on a CPU, the step
+drawn in one call (``Exchange._dynamic_steps``), the exchange under a ``cond`` on a CPU, the step
 files' trial and result pieces formatted in one polars call (``odatse._proc_lines_many``) and
 ``multiwalk run --write-chunks``.  Each must give exactly what the plain form gives (bit for bit,
 byte for byte: no tolerance, the paths only reorganise the same operations).  ~10 s on 2 cores."""

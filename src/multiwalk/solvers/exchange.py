@@ -97,6 +97,21 @@ def temperature_ladder(
     return 1.0 / values if set_t else values
 
 
+class Ladder(NamedTuple):
+    """The ladder's per-temperature constants (T,) in the working precision: ``beta``, the gap
+    ``beta_{t+1} - beta_t`` of the exchange test (0 past the top) and the reweighting's ``dbeta``
+    (:meth:`Exchange.reweighting_dbeta`)."""
+
+    beta: jax.Array
+    gap: jax.Array
+    dbeta: jax.Array
+
+
+def _pick(draws: tuple, j: Any) -> tuple:
+    """Step ``j`` (an int or a traced index) of a block of draws (leading axis: the steps); None stays None."""
+    return tuple(None if d is None else jax.lax.dynamic_index_in_dim(d, j, keepdims=False) for d in draws)
+
+
 class ExchangeState(NamedTuple):
     """Every (T, ...) / (B, T, ...) array is in temperature order: row t is the replica at
     temperature t (``replica[t]``); T = R."""
@@ -197,8 +212,9 @@ class Exchange(Solver):
     record : keep the trials and results of the last ``record`` steps in the state for
         ``on_steps`` (0: none; the per-step files are then not written).
     max_chunk_steps : at most this many steps per driver chunk (checkpoints every that many).
-    unroll : steps per loop trip in :meth:`run_chunk` (None: 8 on a GPU, 1 on a CPU); results
-        do not depend on it.
+    unroll : steps written out per trip of the loops over steps of :meth:`run_chunk`'s interval
+        form (off CPUs; None: 8 on a GPU), and about that many per trip of the Pallas form;
+        results do not depend on it.
     kernel : ``"auto"`` (default), ``"xla"`` or ``"pallas"``: how the Metropolis steps run (same
         rules).  ``"pallas"``: the steps between two exchanges (at most ``exchange_kernel.MAX_STEPS``)
         in ONE Pallas kernel, each replica in registers (:mod:`~multiwalk.solvers.exchange_kernel`;
@@ -424,14 +440,32 @@ class Exchange(Solver):
         return st._replace(rec_values=upd(st.rec_values, values, slot, 0), rec_ints=upd(st.rec_ints, ints, slot, 0))
 
     # ----------------------------------------------------------------- one step
-    def _draws(self, problem: Problem, key: jax.Array, s: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    def _ladder(self, problem: Problem) -> Ladder:
+        """The ladder's constants (each (T,)).  :meth:`run_chunk` makes them once, outside its
+        loops, which then take them as operands: written into each copy of the step instead (the
+        head, the intervals, the tail), they were R-sized literals several times over (134 MB
+        each at 2^24 replicas in float64), which compilation copies and folds."""
+        dt = problem.dtype
+        b = np.asarray(self.betas)
+        beta = jnp.asarray(b, dt)
+        # beta_{t+1} - beta_t in the working precision, as ODAT-SE's test computes it (0 past the top)
+        gap = jnp.asarray(np.append(b[1:], b[-1]), dt) - beta
+        return Ladder(beta, gap, jnp.asarray(self.reweighting_dbeta(), dt))
+
+    def _draws(
+        self, problem: Problem, key: jax.Array, s: jax.Array, exchange: bool = True, moves: bool = True
+    ) -> tuple[jax.Array | None, jax.Array | None, jax.Array | None]:
         """The random numbers of step ``s``, per temperature row: exchange uniforms (T,) (row t
         for the pair (t, t+1); the last is not used), move draws (Gaussian (T, d), or uniform (T,)
-        to pick a mesh neighbour) and acceptance uniforms (T,)."""
+        to pick a mesh neighbour) and acceptance uniforms (T,).  ``exchange=False`` leaves out the
+        first (None: a step that is no exchange step), ``moves=False`` the other two; what is
+        drawn is the same numbers either way (each from its own key)."""
         dt = problem.dtype
         R = self.n_replicas
         k_exchange, k_move, k_accept = jax.random.split(jax.random.fold_in(key, s), 3)
-        u_exchange = jax.random.uniform(k_exchange, (R,), dt)
+        u_exchange = jax.random.uniform(k_exchange, (R,), dt) if exchange else None
+        if not moves:
+            return u_exchange, None, None
         if self.mesh is None:
             move = jax.random.normal(k_move, (R, problem.n), dt)
         else:
@@ -442,62 +476,154 @@ class Exchange(Solver):
         return self._advance(problem, state, self._draws(problem, state.key, state.step))
 
     def run_chunk(self, problem: Problem, state: ExchangeState, phase: int, n: jax.Array) -> tuple[ExchangeState, jax.Array]:
-        """``n`` steps, ``unroll`` per loop trip: the random numbers of those steps are drawn at
-        once (vmapped over the step numbers: the same numbers ``step`` draws) and the steps are
-        written out one after another in the loop body, so a GPU pays the loop's per-trip
-        latency (the trip-count test, the launches of the random-number kernels) once per
-        ``unroll`` steps; the remainder runs one step per trip.  Results equal ``n`` calls of
-        ``step`` (tests/test_odatse_run.py checks it bit for bit)."""
+        """``n`` steps.  On a CPU (:meth:`interval_form` False): one step per trip of a loop
+        (:meth:`_dynamic_steps`), the exchange under a cond on exchange steps only.  Elsewhere
+        (GPUs, TPUs: a cond or a loop test is read back to the host there, and a masked exchange
+        every step cost its work and, split over devices, its collectives every step) the
+        interval form: in the bulk of a chunk the exchange (and on several devices its
+        collective-permutes) runs only on exchange steps (``step % numsteps_exchange == 0``), the
+        other steps are Metropolis moves alone:
+
+        1. groups of whole intervals, one loop trip each (:meth:`_intervals`): each interval's
+           exchange, then its ``numsteps_exchange`` Metropolis moves in loops of a STATIC trip
+           count, whose test a GPU does not evaluate (XLA runs a loop of known trip count without
+           reading its condition back to the host, ~10+ us a trip): a GPU reads back once per
+           group, not two or three times per step as before;
+        2. the edges of the chunk, before its first exchange step (a chunk may start inside an
+           interval) and after the last whole group: one step per trip of a loop of dynamic
+           count, the exchange where due (``_advance(exchange=None)``: under a cond on a CPU,
+           computed and masked elsewhere).  Fewer than ``(interval_group + 1) * numsteps_exchange``
+           steps per chunk.
+
+        One outer loop runs edge, groups, edge (two trips at most), so each form of the step is
+        compiled once.  Random numbers: those of :meth:`draw_steps` steps in one call (vmapped
+        :meth:`_draws`: the numbers ``step`` draws).  Results equal ``n`` calls of ``step`` bit
+        for bit, for any chunking and ``unroll`` (tests/test_odatse_run.py,
+        tests/test_exchange_blocks.py)."""
         kplan = self.kernel_plan(problem)
         if kplan.use_pallas:
             return self._kernel_chunk(problem, kplan, state, n)
-        k = self.block_steps(problem)
-        i32 = jnp.int32
-        if k <= 1:
-            return self._drawn_chunk(problem, state, n)
+        nex = self.numsteps_exchange
+        ladder = self._ladder(problem)  # once, outside the loops
+        i0 = jnp.asarray(0, jnp.int32)
+        if not self.interval_form(problem):
+            return self._dynamic_steps(problem, i0, state, n, ladder)[::-1]
+        L = self.interval_group(problem) * nex  # steps per trip of the groups' loop
 
-        def block(carry: tuple) -> tuple:
+        def group(carry: tuple) -> tuple:
             i, st = carry
-            draws = jax.vmap(lambda s: self._draws(problem, st.key, s))(st.step + jnp.arange(k, dtype=i32))
-            for j in range(k):
-                st = self._advance(problem, st, tuple(d[j] for d in draws))
-            return i + k, st
+            return i + L, self._intervals(problem, st, ladder)
 
-        def single(carry: tuple) -> tuple:
+        def trip(carry: tuple) -> tuple:
             i, st = carry
-            return i + 1, self.step(problem, st, phase)
+            # the edge: up to the next exchange step if a whole group fits after it, else to n
+            head = (nex - st.step % nex) % nex
+            i, st = self._dynamic_steps(problem, i, st, jnp.where(n - i - head >= L, i + head, n), ladder)
+            return jax.lax.while_loop(lambda c: n - c[0] >= L, group, (i, st))
 
-        i, state = jax.lax.while_loop(lambda c: c[0] + k <= n, block, (jnp.asarray(0, i32), state))
-        i, state = jax.lax.while_loop(lambda c: c[0] < n, single, (i, state))
+        i, state = jax.lax.while_loop(lambda c: c[0] < n, trip, (i0, state))
         return state, i
 
+    def interval_form(self, problem: Problem) -> bool:
+        """Whether :meth:`run_chunk` runs the interval form: off CPUs.  On a CPU the plain loop
+        is as fast (its cond costs no read-back there; 256-1M replicas, 2-core machine) and
+        compiles in half the time (3.5 against 7.5 s at 64 replicas: one form of the step
+        against the edge's and the intervals' two, each with its draws)."""
+        return jax.default_backend() != "cpu"
+
     def draw_steps(self, problem: Problem) -> int:
-        """Steps whose random numbers :meth:`_drawn_chunk` draws in one call: up to 32, fewer so
-        that they take at most ~8 MB (a float64 draw per coordinate and two uniforms per replica)."""
+        """Steps whose random numbers are drawn in one call: up to 32, fewer so that they take at
+        most ~8 MB (a float64 draw per coordinate and two uniforms per replica; 1 from 262144
+        replicas in 2 dimensions)."""
         per_step = self.n_replicas * ((problem.n if self.mesh is None else 1) + 2) * 8
         return int(max(1, min(32, (8 << 20) // per_step)))
 
-    def _drawn_chunk(self, problem: Problem, state: ExchangeState, n: jax.Array) -> tuple[ExchangeState, jax.Array]:
-        """``n`` steps one per loop trip (the CPU form), the random numbers of :meth:`draw_steps`
-        steps drawn in ONE vectorised call before them (vmapped :meth:`_draws`: the numbers
-        ``step`` draws, bit for bit).  On a CPU the draws made inside each step cost ~3x as much
-        (jax's threefry there is a rolled loop of small kernels, paid per step: 256 replicas,
-        2-core machine, 55 -> 29 us per step with this and the exchange under a ``cond``)."""
+    def interval_group(self, problem: Problem) -> int:
+        """Intervals (exchange step to exchange step) per trip of :meth:`run_chunk`'s main loop:
+        as many whole intervals as :meth:`draw_steps` holds (their numbers drawn in one call), at
+        least one."""
+        return max(1, self.draw_steps(problem) // self.numsteps_exchange)
+
+    def _intervals(self, problem: Problem, st: ExchangeState, ladder: Ladder) -> ExchangeState:
+        """:meth:`interval_group` intervals of ``numsteps_exchange`` steps from an exchange step
+        (``st.step``), in loops of static trip counts: each interval's exchange
+        (:meth:`_exchange_step`), then its steps' Metropolis moves without any exchange.  The
+        moves' numbers are drawn in blocks of ``D = draw_steps`` steps (the group's at once when
+        ``G * numsteps_exchange <= D``), the exchange uniforms of the group's exchange steps in
+        one more call; ``unroll`` steps are written out per trip of the loop over steps."""
+        nex = self.numsteps_exchange
         D = self.draw_steps(problem)
-        i32 = jnp.int32
+        G = self.interval_group(problem)
+        u = self.block_steps(problem)
+        u_ex = self._draw_block(problem, st.key, st.step, nex, G, exchange=True, moves=False)[0]  # (G, T)
 
-        def block(carry: tuple) -> tuple:
+        def moves(st: ExchangeState, draws: tuple, first: Any, count: int) -> ExchangeState:
+            # steps first .. first + count - 1 of the drawn block, no exchange; a static trip count
+            def one(j: Any, st: ExchangeState) -> ExchangeState:
+                return self._advance(problem, st, _pick(draws, first + j), exchange=False, ladder=ladder)
+
+            return one(0, st) if count == 1 else jax.lax.fori_loop(0, count, one, st, unroll=min(u, count))
+
+        if D >= nex:  # the group's numbers in one call
+            draws = self._draw_block(problem, st.key, st.step, 1, G * nex, exchange=False)
+
+            def interval(g: Any, st: ExchangeState) -> ExchangeState:
+                st = self._exchange_step(problem, st, u_ex[g], ladder)
+                return moves(st, draws, g * nex, nex)
+
+            return interval(0, st) if G == 1 else jax.lax.fori_loop(0, G, interval, st)
+
+        # one interval (G = 1) in blocks of D < numsteps_exchange steps
+        st = self._exchange_step(problem, st, u_ex[0], ladder)
+
+        def block(st: ExchangeState, size: int) -> ExchangeState:
+            return moves(st, self._draw_block(problem, st.key, st.step, 1, size, exchange=False), 0, size)
+
+        q, r = divmod(nex, D)
+        if q == 1:
+            st = block(st, D)
+        else:  # with D == 1 this is the loop over steps: unrolled there
+            st = jax.lax.fori_loop(0, q, lambda _, st: block(st, D), st, unroll=min(u, q) if D == 1 else 1)
+        if r:
+            st = block(st, r)
+        return st
+
+    def _exchange_step(self, problem: Problem, state: ExchangeState, u_exchange: jax.Array, ladder: Ladder) -> ExchangeState:
+        """The exchange of an exchange step (``state.step``), before its Metropolis move
+        (``_advance(exchange=False)``), behind a barrier of its own as each step's start is (the
+        record buffers stay out of it)."""
+        recs = ("rec_values", "rec_ints")
+        rest = {k: v for k, v in state._asdict().items() if k not in recs}
+        rest, u_exchange = jax.lax.optimization_barrier((rest, u_exchange))
+        return self._exchange(problem, state._replace(**rest), u_exchange, ladder=ladder)
+
+    def _draw_block(
+        self, problem: Problem, key: jax.Array, first: jax.Array, stride: int, size: int, **which: bool
+    ) -> tuple:
+        """The random numbers of steps ``first + stride * k``, k = 0 .. size - 1, in one vmapped
+        call of :meth:`_draws` (``which``: its ``exchange``/``moves``; the same numbers, bit for
+        bit), each with a leading axis of ``size``."""
+        steps = first + stride * jnp.arange(size, dtype=jnp.int32)
+        return jax.vmap(lambda s: self._draws(problem, key, s, **which))(steps)
+
+    def _dynamic_steps(
+        self, problem: Problem, i: jax.Array, st: ExchangeState, limit: jax.Array, ladder: Ladder
+    ) -> tuple[jax.Array, ExchangeState]:
+        """Steps until the count ``i`` reaches ``limit`` (traced), one per trip of the inner loop,
+        each with the exchange where due (:meth:`_advance`, ``exchange=None``).  The numbers of
+        :meth:`draw_steps` steps are drawn in one call per outer trip: on a CPU draws made inside
+        each step cost ~3x as much (jax's threefry there is a rolled loop of small kernels, paid
+        per step: 256 replicas, 2-core machine, 55 -> 29 us per step with this and the exchange
+        under a ``cond``)."""
+        D = self.draw_steps(problem)
+
+        def drawn(carry: tuple) -> tuple:
             i, st = carry
-            draws = jax.vmap(lambda s: self._draws(problem, st.key, s))(st.step + jnp.arange(D, dtype=i32))
-            m = jnp.minimum(D, n - i)  # the steps past n drawn in the last block are not used
+            draws = self._draw_block(problem, st.key, st.step, 1, D)
+            m = jnp.minimum(D, limit - i)  # the steps past limit drawn in the last block are not used
+            return i + m, jax.lax.fori_loop(0, m, lambda j, st: self._advance(problem, st, _pick(draws, j), ladder=ladder), st)
 
-            def one(j: jax.Array, st: ExchangeState) -> ExchangeState:
-                return self._advance(problem, st, tuple(jax.lax.dynamic_index_in_dim(d, j, keepdims=False) for d in draws))
-
-            return i + m, jax.lax.fori_loop(0, m, one, st)
-
-        i, state = jax.lax.while_loop(lambda c: c[0] < n, block, (jnp.asarray(0, i32), state))
-        return state, i
+        return jax.lax.while_loop(lambda c: c[0] < limit, drawn, (i, st))
 
     def kernel_plan(self, problem: Problem) -> exchange_kernel.ExchangePlan:
         """Which form (Pallas kernel or XLA) runs the Metropolis steps on ``problem`` here, and why."""
@@ -568,16 +694,23 @@ class Exchange(Solver):
         return max(1, min(8, round((self.unroll or 32) / k)))
 
     def block_steps(self, problem: Problem) -> int:
-        """Steps per loop trip of :meth:`run_chunk`: ``unroll``, or when None 8 on a GPU/TPU
-        (latency-bound there) and 1 on a CPU (no gain there, and compilation k times longer)."""
+        """Steps written out per trip of :meth:`_intervals`' loops over steps (of static trip
+        count): ``unroll``, or when None 8 on a GPU/TPU (fewer loop trips to launch) and 1 on a
+        CPU (no gain there, and compilation k times longer)."""
         if self.unroll is not None:
             return self.unroll
         return 1 if jax.default_backend() == "cpu" else 8
 
     def _advance(
-        self, problem: Problem, state: ExchangeState, draws: tuple[jax.Array, jax.Array, jax.Array]
+        self, problem: Problem, state: ExchangeState, draws: tuple[jax.Array, jax.Array, jax.Array],
+        exchange: bool | None = None, ladder: Ladder | None = None,
     ) -> ExchangeState:
-        """One step with the given random numbers (:meth:`_draws` of ``state.step``)."""
+        """One step with the given random numbers (:meth:`_draws` of ``state.step``).
+
+        ``exchange``: None, any step (the exchange when ``step % numsteps_exchange == 0``: on a
+        CPU under a cond, elsewhere computed and masked); True, an exchange step (the exchange,
+        masked by the same test); False, a step known not to be one (no exchange at all).
+        ``ladder``: :meth:`_ladder` (made here when None)."""
         # a barrier at each step's start: without it XLA simplified and fused the arithmetic of
         # ``unroll`` steps (and of the draws made in a batch) otherwise than that of one step, and
         # the last bits differed (FMA contraction); with it, any ``unroll`` gives the same bits
@@ -589,22 +722,26 @@ class Exchange(Solver):
         dt = problem.dtype
         R = self.n_replicas
         s = st.step
-        betas = jnp.asarray(self.betas, dt)
+        ladder = self._ladder(problem) if ladder is None else ladder
 
-        # 1. temperature exchange, alternating even-odd and odd-even pairs (ODAT-SE's order); on a
-        # CPU under a cond, run only on exchange steps (computed every step and masked, it cost
+        # 1. temperature exchange, alternating even-odd and odd-even pairs (ODAT-SE's order).
+        # run_chunk calls this only on exchange steps (exchange=True; False elsewhere).  For a step
+        # of unknown kind (``step``): on a CPU under a cond (computed every step and masked, it cost
         # ~25 % of a step there; a GPU would read the cond's predicate back to the host each step)
-        if jax.default_backend() == "cpu" and self.numsteps_exchange > 1:
+        if exchange is False:
+            pass
+        elif exchange is None and jax.default_backend() == "cpu" and self.numsteps_exchange > 1:
             light = st._replace(rec_values=None, rec_ints=None)  # the record buffers stay out of the cond
             light = jax.lax.cond(
-                (s % self.numsteps_exchange) == 0, lambda t: self._exchange(problem, t, u_exchange), lambda t: t, light
+                (s % self.numsteps_exchange) == 0, lambda t: self._exchange(problem, t, u_exchange, ladder=ladder), lambda t: t,
+                light,
             )
             st = light._replace(rec_values=st.rec_values, rec_ints=st.rec_ints)
         else:
-            st = self._exchange(problem, st, u_exchange)
+            st = self._exchange(problem, st, u_exchange, ladder=ladder)
 
         # 2. Metropolis move of every replica at its temperature (row t: beta_t)
-        beta_r = betas
+        beta_r = ladder.beta
         if self.mesh is None:
             lo, hi = jnp.asarray(problem.lower, dt), jnp.asarray(problem.upper, dt)
             proposal = st.x + move * jnp.asarray(self.step_width, dt)
@@ -639,10 +776,13 @@ class Exchange(Solver):
             st = self._record(st, s, proposal, node_new, f_new, accepted)
 
         # 3. statistics of the result at each temperature (ODAT-SE's fx.txt)
-        st = self._accumulate(st, s, dt)
+        st = self._accumulate(st, s, dt, ladder.dbeta)
         return st._replace(step=s + 1)
 
-    def _exchange(self, problem: Problem, st: ExchangeState, u_exchange: jax.Array, active: Any = True) -> ExchangeState:
+    def _exchange(
+        self, problem: Problem, st: ExchangeState, u_exchange: jax.Array, active: Any = True,
+        ladder: Ladder | None = None,
+    ) -> ExchangeState:
         """Step ``st.step``'s temperature exchange (when ``step % numsteps_exchange == 0`` and
         ``active``), the pairs ``(t, t+1)`` from even and odd ``t`` in turn, with the uniforms
         ``u_exchange`` (T,) (row t: pair (t, t+1)).  A swap exchanges the two rows of every
@@ -653,10 +793,7 @@ class Exchange(Solver):
         if T == 1:
             return st
         s = st.step
-        b = np.asarray(self.betas)
-        dt = problem.dtype
-        # beta_{t+1} - beta_t in the working precision, as ODAT-SE's test computes it (0 past the top)
-        gap = jnp.asarray(np.append(b[1:], b[-1]), dt) - jnp.asarray(b, dt)
+        gap = (self._ladder(problem) if ladder is None else ladder).gap
         do = ((s % self.numsteps_exchange) == 0) & active
         t = jnp.arange(T)
         valid = do & (t < T - 1) & ((t % 2) == jnp.where(st.direction, 0, 1))
@@ -682,13 +819,13 @@ class Exchange(Solver):
             n_exchanges=st.n_exchanges + swap,
         )
 
-    def _accumulate(self, st: ExchangeState, s: jax.Array, dt: Any) -> ExchangeState:
+    def _accumulate(self, st: ExchangeState, s: jax.Array, dt: Any, dbeta: jax.Array) -> ExchangeState:
         f_t, x_t = st.fx, st.x  # temperature order: row t is the sample at temperature t
         counted = s >= self.thermalization
         changed = ~jnp.all(jnp.abs(x_t - st.stat_prev) <= _ATOL + _RTOL * jnp.abs(st.stat_prev), axis=1)
         first = counted & (st.stat_n == 0)
         fbase = jnp.where(first, f_t, st.stat_fbase)
-        term = -jnp.asarray(self.reweighting_dbeta(), dt) * (f_t - fbase)
+        term = -dbeta * (f_t - fbase)
         lse = jnp.where(first, 0.0, jnp.logaddexp(st.stat_lse, term))
         # sum2 + g * g, not sum2 + where(counted, f * f, 0): LLVM contracts the former into an
         # FMA wherever it is compiled, the latter only in some loop forms (sums then depended on

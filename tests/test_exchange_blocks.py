@@ -1,0 +1,113 @@
+"""mw.Exchange's interval form (the XLA form off CPUs, forced here on the CPU): the exchange runs
+only on exchange steps, the Metropolis moves between two exchanges in loops of static trip count,
+the chunk's edges one step per trip.  It must give exactly what one ``step`` per loop trip gives
+(bit for bit: no tolerance, the form only reorganises the same operations, each step behind its
+own barrier), for every grouping of intervals (``draw_steps`` against ``numsteps_exchange``),
+chunking (chunks starting and ending inside intervals and groups, shorter than an interval) and
+``unroll``.  ~60 s on 2 cores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from multiwalk.functions.odatse import himmelblau
+from multiwalk.problem import Problem
+from multiwalk.solvers.base import Solver
+from multiwalk.solvers.exchange import Exchange, ExchangeState, temperature_ladder
+from multiwalk.spaces import Mesh, build_neighbor_list
+
+CHUNKS = [5, 9, 40, 2, 13, 1, 30]  # 100 steps from step 1: edges, whole groups, a chunk inside an interval
+
+
+@dataclass(frozen=True)
+class _Intervals(Exchange):
+    """The interval form on the CPU, with ``draws`` steps drawn per call (0: the default rule)."""
+
+    draws: int = 0
+
+    def interval_form(self, problem: Problem) -> bool:
+        return True
+
+    def draw_steps(self, problem: Problem) -> int:
+        return self.draws or super().draw_steps(problem)
+
+
+def _leaves(solver: Exchange, problem: Problem, run_chunk, chunks: list[int]) -> list[np.ndarray]:
+    state = jax.jit(lambda k: solver.init(problem, k))(jax.random.PRNGKey(5))
+    f = jax.jit(lambda st, n: run_chunk(problem, st, 0, n))
+    for n in chunks:
+        state, done = f(state, jnp.int32(n))
+        assert int(done) == n
+    return [np.asarray(a) for a in jax.tree_util.tree_leaves(state)]
+
+
+def _mesh_4x4() -> Mesh:
+    xs = np.array([(i, j) for i in range(4) for j in range(4)], dtype=float)
+    return Mesh(xs, build_neighbor_list(xs, 1.0))
+
+
+# (numsteps_exchange, draws, unroll, space): G = draws // nex intervals per group (at least 1)
+CASES = [
+    (4, 0, 1, "continuous"),  # default draws (32 at 6 replicas): 8 intervals per group of 32 steps
+    (4, 3, 2, "continuous"),  # draws < nex: one interval per group in blocks of 3 + 1
+    (7, 1, 3, "continuous"),  # one step per draw: the loop over steps unrolled by 3
+    (1, 3, 1, "continuous"),  # every step an exchange step: 3 intervals per group
+    (3, 7, 2, "mesh"),  # 2 intervals per group, a discrete space
+]
+
+
+@pytest.mark.parametrize("nex,draws,unroll,space", CASES)
+def test_interval_form_equals_one_step_per_trip(nex, draws, unroll, space):
+    with jax.enable_x64(True):
+        if space == "mesh":
+            problem = Problem(objective=himmelblau, names=["a", "b"])
+            kw = dict(mesh=_mesh_4x4())
+        else:
+            problem = Problem(objective=himmelblau, lower=[-6.0, -6.0], upper=[6.0, 6.0])
+            kw = dict(step_width=(0.5, 0.5))
+        betas = tuple(temperature_ladder(6, Tmin=1.0, Tmax=100.0).tolist())
+        solver = _Intervals(betas=betas, numsteps=200, numsteps_exchange=nex, record=64, unroll=unroll,
+                            draws=draws, kernel="xla", **kw)
+        plain = _leaves(solver, problem, lambda p, st, ph, n: Solver.run_chunk(solver, p, st, ph, n), CHUNKS)
+        blocks = _leaves(solver, problem, solver.run_chunk, CHUNKS)
+    assert len(blocks) == len(plain)
+    for name, a, b in zip(ExchangeState._fields, blocks, plain):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert plain[-1].shape[0] == 64 and int(plain[1]) == 101  # records kept; step 101 next
+
+
+def test_exchange_runs_on_exchange_steps_only():
+    """Off CPUs the edges compute the exchange masked (a no-op where the step is no exchange
+    step); in the bulk of a chunk it runs only on exchange steps.  One chunk of 200 steps from
+    step 1, an exchange every 5 steps, one draw per step (one interval per group): every
+    exchange step's exchange once, and masked no-ops only before the first exchange step (steps
+    1-4).  The form before (a masked exchange every step) made 160 no-ops."""
+    calls: list[tuple[int, bool]] = []
+
+    def note(step, due):
+        calls.append((int(step), bool(due)))
+
+    @dataclass(frozen=True)
+    class Counted(_Intervals):
+        def _exchange(self, problem, st, u_exchange, active=True, ladder=None):
+            jax.debug.callback(note, st.step, ((st.step % self.numsteps_exchange) == 0) & active)
+            return super()._exchange(problem, st, u_exchange, active, ladder)
+
+    with jax.enable_x64(True):
+        problem = Problem(objective=himmelblau, lower=[-6.0, -6.0], upper=[6.0, 6.0])
+        solver = Counted(betas=tuple(temperature_ladder(6, Tmin=1.0, Tmax=100.0).tolist()), numsteps=300,
+                         numsteps_exchange=5, step_width=(0.5, 0.5), draws=1, kernel="xla")
+        with pytest.MonkeyPatch.context() as mp:  # the edges' exchange masked, as on a GPU
+            mp.setattr(jax, "default_backend", lambda: "gpu-for-the-test")
+            state = jax.jit(lambda k: solver.init(problem, k))(jax.random.PRNGKey(1))
+            state, done = jax.jit(lambda st, n: solver.run_chunk(problem, st, 0, n))(state, jnp.int32(200))
+            jax.block_until_ready(state)
+    assert int(done) == 200
+    due = sorted(s for s, d in calls if d)
+    assert due == list(range(5, 201, 5))  # each exchange step once
+    assert sorted(s for s, d in calls if not d) == [1, 2, 3, 4]  # the head's masked no-ops only
