@@ -210,6 +210,9 @@ def main() -> int:
     if args.trace:
         for r in rows:
             lines += ["", f"{short(r['version'])} R={r['replicas']}: kernels (us / step, launches / step)"]
+            if r["kernel_us_per_step"] is None:  # a CPU run: no GPU plane in the trace
+                lines.append(f"  traced chunk {r['traced_us_per_step']:.0f} us / step; no device kernels in the trace")
+                continue
             idle = r["traced_us_per_step"] - r["kernel_us_per_step"]
             lines.append(f"  traced chunk {r['traced_us_per_step']:.0f} us / step, kernels {r['kernel_us_per_step']:.0f} us"
                          f" in {r['launches_per_step']:.1f} launches (idle {idle:.0f} us)")
