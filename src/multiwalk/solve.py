@@ -687,7 +687,6 @@ def solve(
     # Under jax.distributed, solvers that read the state after each chunk (writers) get it
     # gathered; every process gathers (a collective), whatever the solver then does with it.
     host_on_chunk = dist.multi_process() and type(solver).on_chunk is not Solver.on_chunk
-    n_arg = np.int32 if placement.sharded else (lambda n: jnp.asarray(n, jnp.int32))
     # Compile every phase still to run before the clock and the progress bar start.
     # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
     # compiling), returning what was done; a second Ctrl-C aborts at once.
@@ -733,7 +732,9 @@ def solve(
                 # The state is donated (updated in place), so it is replaced in one statement;
                 # Ctrl-C only sets a flag (see _CtrlC), so nothing interrupts this.
                 unaccounted = True  # the state is ahead of ``done`` until the chunk is counted
-                state, n_run = compiled(state, n_arg(n), arrays)
+                # n as a numpy scalar: the executable copies it in with its call (jnp.asarray first
+                # was a dispatch of its own, ~0.1 ms of every chunk's time on a CPU)
+                state, n_run = compiled(state, np.int32(n), arrays)
                 jax.block_until_ready(state)
                 dt = time.perf_counter() - t0
                 # One read from the device per chunk: the steps run and the progress summary's scalars.
