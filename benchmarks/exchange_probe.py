@@ -5,8 +5,9 @@ The case of benchmarks/scaling.py's "exchange" rows: Himmelblau (d = 2), one tem
 replica, T = 1 .. 100 log-spaced, ``numsteps_exchange=10``, ``unroll=1``, ``kernel="xla"``,
 float64.  For each replica count the driver's chunk runner is compiled as ``mw.solve`` compiles
 it (``solve._chunk_runner``, donated state), a first chunk from step 1 warms it up, then chunks
-of ``--steps`` steps run ``--reps`` times (host clock around a blocking call); the median gives
-ms per step and ns per replica-step.  A least-squares line through the sizes' medians splits a
+of ``--steps`` steps run ``--reps`` times (host clock around a blocking call; ``--schedule``: a
+sequence of chunks per repetition, each read back as mw.solve does); the median gives ms per
+step and ns per replica-step.  A least-squares line through the sizes' medians splits a
 step into a fixed part (ms) and a part per replica (ns); from it the speed-ups on k devices are
 predicted as ``t1(B) / (t1(B / k) + c)``, ``c`` the extra time per step of a split run
 (``--collective-ms``, e.g. the measured 4-device excess; 0 by default).
@@ -60,6 +61,10 @@ def main() -> int:
     p = common.new_parser(__doc__)
     p.add_argument("--sizes", default="1048576,4194304,8388608,16777216", help="comma-separated replica counts")
     p.add_argument("--steps", type=int, default=50, help="steps per timed chunk")
+    p.add_argument("--schedule", default="",
+                   help="comma-separated chunk lengths run one after another as one timed repetition, each "
+                        "read back like mw.solve's chunks (e.g. 1,2,4,8,16,32,64,73: the driver's doubling "
+                        "chunks of a 200-step run); replaces --steps")
     p.add_argument("--reps", type=int, default=5, help="timed chunks per size and version (median)")
     p.add_argument("--nex", type=int, default=10, help="numsteps_exchange")
     p.add_argument("--trace", action="store_true", help="profile one chunk per size and version: kernels by name")
@@ -107,8 +112,20 @@ def main() -> int:
         classes[v] = (importlib.import_module(module).Exchange, options)
     problem = mw.Problem(objective=himmelblau, lower=-6.0 * np.ones(2), upper=6.0 * np.ones(2))
     n_chunks = 1 + args.reps + (1 if args.trace else 0)
-    numsteps = 2 + args.steps * n_chunks  # never reached: every chunk runs all its steps
-    n_arg = jnp.asarray(args.steps, jnp.int32)
+    schedule = [int(c) for c in args.schedule.split(",")] if args.schedule else [args.steps]
+    if any(c < 1 for c in schedule):
+        p.error(f"--schedule: every chunk length must be at least 1, got {args.schedule}")
+    steps = sum(schedule)  # per repetition
+    numsteps = 2 + steps * n_chunks  # never reached: every chunk runs all its steps
+    chunk_args = [jnp.asarray(c, jnp.int32) for c in schedule]
+
+    def repetition(compiled: Any, state: Any, arrays: Any) -> Any:
+        """One repetition: the schedule's chunks, each read back (its step count) as the driver does."""
+        for c, n_arg in zip(schedule, chunk_args):
+            state, done = compiled(state, n_arg, arrays)
+            assert int(done) == c, (int(done), c)
+        return state
+
     rows: list[dict[str, Any]] = []
 
     for R in sizes:
@@ -122,18 +139,17 @@ def main() -> int:
             arrays, static = driver._problem_arrays(problem, solver)
             t0 = time.perf_counter()
             runner = jax.jit(driver._chunk_runner(problem, solver, 0, static), donate_argnums=0)
-            compiled = runner.lower(state, n_arg, arrays).compile()
+            compiled = runner.lower(state, chunk_args[0], arrays).compile()
             t_compile = time.perf_counter() - t0
-            state, done = compiled(state, n_arg, arrays)  # warm-up: steps 1 .. steps
+            state = repetition(compiled, state, arrays)  # warm-up
             jax.block_until_ready(state)
-            assert int(done) == args.steps, (int(done), args.steps)
             prepared[v] = [compiled, state, arrays, [], t_compile]
             log(f"R={R} {short(v)}: compiled in {t_compile:.1f} s")
         for _ in range(args.reps):  # versions interleaved, chunk by chunk
             for v in versions:
                 compiled, state, arrays, times, _ = prepared[v]
                 t0 = time.perf_counter()
-                state, _ = compiled(state, n_arg, arrays)
+                state = repetition(compiled, state, arrays)
                 jax.block_until_ready(state)
                 times.append(time.perf_counter() - t0)
                 prepared[v][1] = state
@@ -164,21 +180,21 @@ def main() -> int:
                 with tempfile.TemporaryDirectory() as tmp:
                     jax.profiler.start_trace(tmp)
                     t0 = time.perf_counter()
-                    state, _ = compiled(state, n_arg, arrays)
+                    state = repetition(compiled, state, arrays)
                     jax.block_until_ready(state)
                     wall = time.perf_counter() - t0
                     jax.profiler.stop_trace()
                     kernels = kernel_times(Path(tmp))
             med = statistics.median(times)
-            per_step = med / args.steps
-            busy = sum(k["ns"] for k in kernels.values()) / args.steps / 1e3
+            per_step = med / steps
+            busy = sum(k["ns"] for k in kernels.values()) / steps / 1e3
             row = {"version": v, "replicas": R, "ms_per_step": per_step * 1e3,
                    "ns_per_replica_step": per_step / R * 1e9, "compile_seconds": t_compile, "seconds": times,
                    "spread": (max(times) - min(times)) / med, "state_vs_first": same.get(v, ""),
-                   "traced_us_per_step": wall / args.steps * 1e6 if wall else None,
+                   "traced_us_per_step": wall / steps * 1e6 if wall else None,
                    "kernel_us_per_step": busy if kernels else None,
-                   "launches_per_step": sum(k["n"] for k in kernels.values()) / args.steps if kernels else None,
-                   "kernels": {k: {"us_per_step": d["ns"] / args.steps / 1e3, "launches_per_step": d["n"] / args.steps}
+                   "launches_per_step": sum(k["n"] for k in kernels.values()) / steps if kernels else None,
+                   "kernels": {k: {"us_per_step": d["ns"] / steps / 1e3, "launches_per_step": d["n"] / steps}
                                for k, d in sorted(kernels.items(), key=lambda kv: -kv[1]["ns"])}}
             rows.append(row)
             log(f"R={R} {short(v)}: {row['ms_per_step']:.3f} ms/step, {row['ns_per_replica_step']:.3f} ns per "
@@ -187,7 +203,8 @@ def main() -> int:
         prepared.clear()
         (out / "exchange_probe.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
 
-    lines = [f"{args.steps} steps per chunk, median of {args.reps} chunks", "",
+    per = f"chunks of {args.schedule} steps, each read back," if args.schedule else f"a chunk of {steps} steps"
+    lines = [f"{per} per repetition, median of {args.reps} repetitions", "",
              "| version | replicas | ms / step | ns / replica-step | spread | compile s | state vs first version |",
              "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:

@@ -82,11 +82,11 @@ def test_interval_form_equals_one_step_per_trip(nex, draws, unroll, space):
 
 
 def test_exchange_runs_on_exchange_steps_only():
-    """Off CPUs the edges compute the exchange masked (a no-op where the step is no exchange
-    step); in the bulk of a chunk it runs only on exchange steps.  One chunk of 200 steps from
-    step 1, an exchange every 5 steps, one draw per step (one interval per group): every
-    exchange step's exchange once, and masked no-ops only before the first exchange step (steps
-    1-4).  The form before (a masked exchange every step) made 160 no-ops."""
+    """The interval form runs the exchange only on exchange steps, also at a chunk's edges, as
+    on a GPU (where the plain step computes it masked: a no-op where the step is no exchange
+    step).  Chunks of 7, 200 and 3 steps from step 1, an exchange every 5 steps, one draw per
+    step (one interval per group): every exchange step's exchange once, no masked no-op.  The
+    form before (a masked exchange every step) made 168 no-ops."""
     calls: list[tuple[int, bool]] = []
 
     def note(step, due):
@@ -105,9 +105,10 @@ def test_exchange_runs_on_exchange_steps_only():
         with pytest.MonkeyPatch.context() as mp:  # the edges' exchange masked, as on a GPU
             mp.setattr(jax, "default_backend", lambda: "gpu-for-the-test")
             state = jax.jit(lambda k: solver.init(problem, k))(jax.random.PRNGKey(1))
-            state, done = jax.jit(lambda st, n: solver.run_chunk(problem, st, 0, n))(state, jnp.int32(200))
+            run = jax.jit(lambda st, n: solver.run_chunk(problem, st, 0, n))
+            for n in (7, 200, 3):
+                state, done = run(state, jnp.int32(n))
+                assert int(done) == n
             jax.block_until_ready(state)
-    assert int(done) == 200
-    due = sorted(s for s, d in calls if d)
-    assert due == list(range(5, 201, 5))  # each exchange step once
-    assert sorted(s for s, d in calls if not d) == [1, 2, 3, 4]  # the head's masked no-ops only
+    assert sorted(s for s, d in calls if d) == list(range(5, 211, 5))  # each exchange step once
+    assert [s for s, d in calls if not d] == []  # no masked no-op

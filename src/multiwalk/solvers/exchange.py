@@ -480,22 +480,22 @@ class Exchange(Solver):
         (:meth:`_dynamic_steps`), the exchange under a cond on exchange steps only.  Elsewhere
         (GPUs, TPUs: a cond or a loop test is read back to the host there, and a masked exchange
         every step cost its work and, split over devices, its collectives every step) the
-        interval form: in the bulk of a chunk the exchange (and on several devices its
-        collective-permutes) runs only on exchange steps (``step % numsteps_exchange == 0``), the
-        other steps are Metropolis moves alone:
+        interval form: the exchange (and on several devices its collective-permutes) runs only
+        on exchange steps (``step % numsteps_exchange == 0``), every other step is a Metropolis
+        move alone (an exchange step: its exchange, then its move like the others):
 
         1. groups of whole intervals, one loop trip each (:meth:`_intervals`): each interval's
-           exchange, then its ``numsteps_exchange`` Metropolis moves in loops of a STATIC trip
-           count, whose test a GPU does not evaluate (XLA runs a loop of known trip count without
-           reading its condition back to the host, ~10+ us a trip): a GPU reads back once per
-           group, not two or three times per step as before;
-        2. the edges of the chunk, before its first exchange step (a chunk may start inside an
-           interval) and after the last whole group: one step per trip of a loop of dynamic
-           count, the exchange where due (``_advance(exchange=None)``: under a cond on a CPU,
-           computed and masked elsewhere).  Fewer than ``(interval_group + 1) * numsteps_exchange``
-           steps per chunk.
+           exchange, then its ``numsteps_exchange`` moves in loops of a STATIC trip count, whose
+           test a GPU does not evaluate (XLA runs a loop of known trip count without reading its
+           condition back to the host, ~5-10 us a trip): a GPU reads back once per group, not
+           three times per step as before;
+        2. the edges of the chunk, where no whole group fits (before the first exchange step:
+           a chunk may start inside an interval; after the last group): the moves one per trip
+           of a loop of dynamic count (:meth:`_dynamic_steps`), each exchange in a loop of 0 or 1
+           trip.  Fewer than ``(interval_group + 1) * numsteps_exchange`` steps per chunk.
 
-        One outer loop runs edge, groups, edge (two trips at most), so each form of the step is
+        One outer loop runs [moves to the next exchange step, groups, that step's exchange] per
+        trip (two trips, plus one per interval of the tail), so each form of the step is
         compiled once.  Random numbers: those of :meth:`draw_steps` steps in one call (vmapped
         :meth:`_draws`: the numbers ``step`` draws).  Results equal ``n`` calls of ``step`` bit
         for bit, for any chunking and ``unroll`` (tests/test_odatse_run.py,
@@ -514,21 +514,30 @@ class Exchange(Solver):
             i, st = carry
             return i + L, self._intervals(problem, st, ladder)
 
-        def trip(carry: tuple) -> tuple:
-            i, st = carry
-            # the edge: up to the next exchange step if a whole group fits after it, else to n
-            head = (nex - st.step % nex) % nex
-            i, st = self._dynamic_steps(problem, i, st, jnp.where(n - i - head >= L, i + head, n), ladder)
-            return jax.lax.while_loop(lambda c: n - c[0] >= L, group, (i, st))
+        def exchange(carry: tuple) -> tuple:
+            i, st, _ = carry
+            u_exchange = self._draws(problem, st.key, st.step, moves=False)[0]
+            return i, self._exchange_step(problem, st, u_exchange, ladder), jnp.asarray(False)
 
-        i, state = jax.lax.while_loop(lambda c: c[0] < n, trip, (i0, state))
+        def trip(carry: tuple) -> tuple:
+            # pending: the current step is an exchange step whose exchange has not run yet
+            i, st, pending = carry
+            # the moves up to the next exchange step (or n); none while an exchange is pending
+            m = jnp.where(pending, 0, jnp.minimum(nex - st.step % nex, n - i))
+            i, st = self._dynamic_steps(problem, i, st, i + m, ladder, exchange=False)
+            i, st = jax.lax.while_loop(lambda c: n - c[0] >= L, group, (i, st))
+            # now at an exchange step (or at n): its exchange; its moves are the next trip's
+            return jax.lax.while_loop(lambda c: c[2], exchange, (i, st, i < n))
+
+        first_pending = (state.step % nex) == 0
+        i, state, _ = jax.lax.while_loop(lambda c: c[0] < n, trip, (i0, state, first_pending))
         return state, i
 
     def interval_form(self, problem: Problem) -> bool:
         """Whether :meth:`run_chunk` runs the interval form: off CPUs.  On a CPU the plain loop
         is as fast (its cond costs no read-back there; 256-1M replicas, 2-core machine) and
-        compiles in half the time (3.5 against 7.5 s at 64 replicas: one form of the step
-        against the edge's and the intervals' two, each with its draws)."""
+        compiles in half the time (3.1-3.5 against 6.7-7.5 s at 64 replicas: one form of the
+        step against the edges' and the intervals' two, each with its draws)."""
         return jax.default_backend() != "cpu"
 
     def draw_steps(self, problem: Problem) -> int:
@@ -607,21 +616,33 @@ class Exchange(Solver):
         return jax.vmap(lambda s: self._draws(problem, key, s, **which))(steps)
 
     def _dynamic_steps(
-        self, problem: Problem, i: jax.Array, st: ExchangeState, limit: jax.Array, ladder: Ladder
+        self, problem: Problem, i: jax.Array, st: ExchangeState, limit: jax.Array, ladder: Ladder,
+        exchange: bool | None = None,
     ) -> tuple[jax.Array, ExchangeState]:
-        """Steps until the count ``i`` reaches ``limit`` (traced), one per trip of the inner loop,
-        each with the exchange where due (:meth:`_advance`, ``exchange=None``).  The numbers of
-        :meth:`draw_steps` steps are drawn in one call per outer trip: on a CPU draws made inside
-        each step cost ~3x as much (jax's threefry there is a rolled loop of small kernels, paid
-        per step: 256 replicas, 2-core machine, 55 -> 29 us per step with this and the exchange
-        under a ``cond``)."""
+        """Steps until the count ``i`` reaches ``limit`` (traced), one per trip of a loop;
+        ``exchange`` as in :meth:`_advance` (None: the exchange where due; False: none of the
+        steps is an exchange step, or its exchange has run).  The numbers of :meth:`draw_steps`
+        steps are drawn in one call per outer trip: on a CPU draws made inside each step cost
+        ~3x as much (jax's threefry there is a rolled loop of small kernels, paid per step: 256
+        replicas, 2-core machine, 55 -> 29 us per step with this and the exchange under a
+        ``cond``).  With one step per draw and no exchange: a single loop, one step per trip
+        drawing its own numbers (a GPU reads one loop test back per step, not three)."""
         D = self.draw_steps(problem)
+        if D == 1 and exchange is False:
+            def single(carry: tuple) -> tuple:
+                i, st = carry
+                draws = self._draws(problem, st.key, st.step, exchange=False)
+                return i + 1, self._advance(problem, st, draws, exchange=False, ladder=ladder)
+
+            return jax.lax.while_loop(lambda c: c[0] < limit, single, (i, st))
 
         def drawn(carry: tuple) -> tuple:
             i, st = carry
-            draws = self._draw_block(problem, st.key, st.step, 1, D)
+            draws = self._draw_block(problem, st.key, st.step, 1, D, exchange=exchange is not False)
             m = jnp.minimum(D, limit - i)  # the steps past limit drawn in the last block are not used
-            return i + m, jax.lax.fori_loop(0, m, lambda j, st: self._advance(problem, st, _pick(draws, j), ladder=ladder), st)
+            return i + m, jax.lax.fori_loop(
+                0, m, lambda j, st: self._advance(problem, st, _pick(draws, j), exchange=exchange, ladder=ladder), st
+            )
 
         return jax.lax.while_loop(lambda c: c[0] < limit, drawn, (i, st))
 
