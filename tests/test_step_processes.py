@@ -297,3 +297,92 @@ def test_a_worker_gets_its_offsets_from_every_earlier_worker_directly(tmp_path):
     for j in (0, 1):  # the test's ends (the worker closed its own)
         os.close(to_worker[j][1])
         os.close(from_worker[j][0])
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def low_file_limit():
+    """The soft limit of open files set below what 2 writer processes' start asks for (their
+    links + 256), restored after the test; its value."""
+    resource = pytest.importorskip("resource")
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("counts open files in /proc/self/fd (Linux)")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = len(_open_fds()) + 64  # room for the test's own files; 2 workers ask for 4 + 256
+    if low >= 2 * 2 * 1 + 256 or (hard != resource.RLIM_INFINITY and hard < 2 * 3 * 2 + 256):
+        pytest.skip(f"this process has {low - 64} files open, or the hard limit {hard} is too low")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+    try:
+        yield low
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_raised_limit_of_open_files_is_put_back(tmp_path, low_file_limit):
+    """The parent raises its soft limit while it holds the workers' links; the limit is the whole
+    process's, so it is put back (here: once the workers have their links), and the files are
+    still written whole."""
+    import resource
+
+    n, chunks = 4, [3, 5]
+    writer = step_processes.ProcessWriter(2)
+    try:
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == low_file_limit
+    finally:
+        writer.close()
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == low_file_limit
+    written = _write(tmp_path / "p", n, 1, chunks, 8, processes=2)
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == low_file_limit
+    assert written == _write(tmp_path / "t", n, 1, chunks, 8, threads=0)
+
+
+def test_running_out_of_files_for_the_links_closes_them_and_says_what_to_do(monkeypatch, low_file_limit):
+    """os.pipe() fails (EMFILE) at the 6th of 3 workers' 6 links: the 5 made are closed, the
+    limit raised for them is put back, and the error names the limit and both ways out."""
+    import errno
+    import resource
+
+    real, made = os.pipe, []
+
+    def pipe() -> tuple[int, int]:
+        if len(made) == 5:
+            raise OSError(errno.EMFILE, "Too many open files")
+        made.append(real())
+        return made[-1]
+
+    before = _open_fds()
+    monkeypatch.setattr(step_processes.os, "pipe", pipe)  # os itself: undone after the test
+    with pytest.raises(ValueError, match=r"pipe 6 of the 6.*Too many open files.*limit of open files is \d+.*"
+                                         r"--write-processes.*ulimit -n"):
+        step_processes.ProcessWriter(3)
+    monkeypatch.undo()
+    assert len(made) == 5 and not _open_fds() - before  # every end closed
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == low_file_limit
+
+
+def test_a_failed_warm_up_is_reported_and_the_files_still_written(tmp_path, monkeypatch):
+    """A worker's warm-up (made to fail here: numpy.random.default_rng, which only the warm-up
+    calls, raises in the workers through a sitecustomize on their PYTHONPATH) is a warning and
+    the worker's profile's ``warm_up_error``, not a failed run: the files are the threaded writer's."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import numpy.random\n\n\ndef _refused(*args, **kwargs):\n"
+        "    raise RuntimeError('default_rng refused by the test')\n\n\nnumpy.random.default_rng = _refused\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    n = 4
+    writer = odatse_io.StepWriter(tmp_path / "p", ["a", "b"], 1.0 / np.logspace(0, 2, n), False, 1, n, processes=2)
+    try:
+        values, ints = _chunks(n, [3])[0]
+        with pytest.warns(UserWarning, match="warm-up failed .*default_rng refused by the test"):
+            writer.on_steps(SimpleNamespace(rec_values=values, rec_ints=ints), 0, 2)
+            writer.flush()
+    finally:
+        writer.close()
+    workers = writer.profile()["workers"]
+    assert all("RuntimeError: default_rng refused by the test" in k["warm_up_error"] for k in workers)
+    assert _write(tmp_path / "p2", n, 1, [3], 8, processes=0, threads=0) == {
+        str(p.relative_to(tmp_path / "p")): p.read_bytes() for p in sorted((tmp_path / "p").rglob("*.txt"))}

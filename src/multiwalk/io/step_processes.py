@@ -42,9 +42,11 @@ only after a successful flush, and ``--resume`` cuts the files back to the check
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -96,22 +98,58 @@ def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
     return min(16, cpus // 2)
 
 
-def _enough_descriptors(needed: int, who: str = "writer processes: their links") -> None:
+def _enough_descriptors(needed: int, who: str = "writer processes: their links") -> tuple[int, int] | None:
     """Raise the soft limit of open files if ``needed`` more are wanted (the parent: W (W - 1)
     pipes open while the workers start; a worker: its files and links); a ValueError naming
-    ``who`` if the hard limit is too low."""
+    ``who`` if the hard limit is too low.  Returns ``(previous soft limit, the one set)`` when it
+    raised it (for :func:`_restore_descriptors`), else None."""
     try:
         import resource
     except ImportError:  # not POSIX: no limit to raise here
-        return
+        return None
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = needed + 256  # the pipes + what the process has open besides
     if soft == resource.RLIM_INFINITY or soft >= want:
-        return
+        return None
     if hard != resource.RLIM_INFINITY and hard < want:
         raise ValueError(f"{who} need ~{want} open files, the limit is {hard}; "
                          "use fewer writer processes (--write-processes) or raise the limit (ulimit -n)")
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    return soft, want
+
+
+def _restore_descriptors(raised: tuple[int, int] | None) -> None:
+    """Put back the soft limit of open files that :func:`_enough_descriptors` raised (the limit is
+    the whole process's: a library must not leave it changed), unless someone has changed it since."""
+    if raised is None:
+        return
+    import resource
+
+    previous, ours = raised
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == ours:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (previous, hard))
+
+
+def _descriptor_limit() -> str:
+    """The soft and hard limits of open files, for messages."""
+    try:
+        import resource
+    except ImportError:
+        return "unknown"
+    soft, hard = (("unlimited" if v == resource.RLIM_INFINITY else str(v)) for v in resource.getrlimit(resource.RLIMIT_NOFILE))
+    return f"{soft} (hard limit {hard})"
+
+
+def _out_of_files(err: OSError, workers: int, what: str) -> ValueError:
+    """The error for running out of open files (EMFILE, ENFILE) while starting ``workers`` writer
+    processes: what failed, the limit, and the two ways out."""
+    whose = "this system's" if err.errno == errno.ENFILE else "this process's"
+    return ValueError(
+        f"{workers} step-file writer processes need {workers * (workers - 1)} pipes between them "
+        f"({2 * workers * (workers - 1)} open files while they start); {what} failed: {err.strerror} "
+        f"({whose} limit; the limit of open files is {_descriptor_limit()}): use fewer writer processes "
+        "(--write-processes) or raise the limit (ulimit -n)")
 
 
 def _split(total: int, parts: int) -> list[tuple[int, int]]:
@@ -247,8 +285,8 @@ def _worker(inbox: Any, outbox: Any) -> None:
     t0 = time.perf_counter()
     try:
         _warm_up(formats, t_series)
-    except Exception:  # noqa: BLE001 - only a head start: a real chunk runs the same code and reports its errors
-        pass
+    except Exception as err:  # noqa: BLE001 - only a head start: said with the first answer, the run goes on
+        carry["warm_up_error"] = f"{type(err).__name__}: {err}"
     spent["warm_up"] = time.perf_counter() - t0
 
     # a message's bytes read so far from each link: a link is read only when select says it is
@@ -421,6 +459,8 @@ def _worker(inbox: Any, outbox: Any) -> None:
         busy += t2 - t1  # formatting and writing; the wait for the offsets apart
         spent["offsets_wait"] += wait
         profile = {**spent, "got": got_at.pop(chunk, float("nan")), "done": t2}
+        if carry.get("warm_up_error"):  # with the first answer, once
+            profile["warm_up_error"] = carry.pop("warm_up_error")
         spent.update(dict.fromkeys(PROFILE_PHASES, 0.0))
         try:
             outbox.send((chunk, error, busy, wait, skipped, profile))
@@ -492,9 +532,24 @@ class ProcessWriter:
         self._dir: str | None = None
         self._slots: list[tuple[Path, Path]] = []  # (values file, ints file) per slot, made at the first chunk
         self._maps: list[tuple[np.memmap, np.memmap]] = []
-        # the links: pipe (j, k) carries worker j's pieces' lengths to worker k, one message a chunk
-        _enough_descriptors(2 * W * (W - 1))
-        links = {(j, k): os.pipe() for j in range(W) for k in range(W) if j != k}
+        # the links: pipe (j, k) carries worker j's pieces' lengths to worker k, one message a chunk.
+        # The raised limit of open files is needed only while the parent holds them (they are
+        # closed here once the workers have them): put back at the end of this constructor.
+        raised = _enough_descriptors(2 * W * (W - 1))
+        links: dict[tuple[int, int], tuple[int, int]] = {}
+        try:
+            for j in range(W):
+                for k in range(W):
+                    if j != k:
+                        links[j, k] = os.pipe()
+        except OSError as err:
+            for r, wr in links.values():  # none of them is any use without the others
+                os.close(r)
+                os.close(wr)
+            _restore_descriptors(raised)
+            if err.errno in (errno.EMFILE, errno.ENFILE):
+                raise _out_of_files(err, W, f"pipe {len(links) + 1} of the {W * (W - 1)} between them") from err
+            raise
         self._links = [({j: links[j, k][0] for j in range(W) if j != k},  # (read ends, write ends) of worker k
                         {j: links[k, j][1] for j in range(W) if j != k}) for k in range(W)]
         try:
@@ -512,13 +567,16 @@ class ProcessWriter:
                 proc.stdout.close()
                 self._conns.append((to_worker, from_worker))
                 self._procs.append(proc)
-        except BaseException:
+        except BaseException as err:
             self._stop()
+            if isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE):
+                raise _out_of_files(err, W, f"starting writer process {len(self._procs) + 1}") from err
             raise
         finally:
             for r, wr in links.values():  # the workers hold them now: a worker's death is EOF for the others
                 os.close(r)
                 os.close(wr)
+            _restore_descriptors(raised)
         self._slot_shape: tuple[tuple[int, ...], tuple[int, ...]] | None = None
         self._pending: list[tuple[int, int]] = []  # (chunk, slot) handed over, oldest first
         self._open: tuple[int, int, int] | None = None  # (slot, first step, steps) gathered, not yet sent
@@ -530,7 +588,8 @@ class ProcessWriter:
         # where the time goes (``multiwalk run`` writes it out under MULTIWALK_PROFILE): each worker's
         # seconds by phase (:data:`PROFILE_PHASES`), the parent's copying into the slots and waiting
         # for a free slot, and per chunk sent: when (perf_counter), its steps, each worker's arrival and end
-        self.profile = [dict.fromkeys(PROFILE_PHASES, 0.0) for _ in range(W)]
+        # (and "warm_up_error": its text, where a worker's warm-up failed)
+        self.profile: list[dict[str, Any]] = [dict.fromkeys(PROFILE_PHASES, 0.0) for _ in range(W)]
         self.copy_seconds = 0.0
         self.slot_wait_seconds = 0.0
         self.timeline: list[dict[str, Any]] = []
@@ -637,6 +696,10 @@ class ProcessWriter:
         self.ring_wait[k] += wait
         for phase in PROFILE_PHASES:
             self.profile[k][phase] += spent.get(phase, 0.0)
+        if "warm_up_error" in spent:  # an optimisation failed: the run goes on, its first chunk slower
+            self.profile[k]["warm_up_error"] = spent["warm_up_error"]
+            warnings.warn(f"step-file writer process {k}: its warm-up failed ({spent['warm_up_error']}); "
+                          "the files are written all the same, its first chunk pays the start-up costs", stacklevel=2)
         if got < len(self.timeline):
             self.timeline[got]["got"][k], self.timeline[got]["done"][k] = spent.get("got"), spent.get("done")
         return err, skipped
