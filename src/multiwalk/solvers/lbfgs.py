@@ -101,7 +101,7 @@ _ADVICE = {
         "(eps={eps}): raise max_iterations, or loosen eps"
     ),
     LBFGSStatus.TIME_LIMIT: "stopped at the time limit; x is the last iterate",
-    LBFGSStatus.INTERRUPTED: "interrupted (Ctrl-C); x is the last iterate",
+    LBFGSStatus.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); x is the last iterate",
     LBFGSStatus.LINE_SEARCH_BAD_INPUT: (
         "line search failed (info=0, improper input): the search direction is not a descent direction or "
         "f / g'd is not finite; check the gradient (value_and_grad), and ftol, gtol, stpmin, stpmax"
