@@ -1,6 +1,8 @@
 """Review of the driver's one read per chunk (7fabb88, 88ef135) and ProcessWriter's open-file
-fixes (73f5fd2): defects found, pinned as strict xfails until fixed (patch proposal in
-/work/notes/review_driver.patch), and one guard on what the review checked and found right.
+fixes (73f5fd2): the three defects found (fixed in the commit that made these tests pass: a
+chosen single device now holds the committed state; the out-of-files message names the worker;
+a worker whose pipes to the parent fail is ended), and one guard on what the review checked and
+found right (the summary's zero stand-ins are not allocated).
 
 CPU only; ~15 s on 2 cores (one 4-virtual-device subprocess, three writer-process starts).
 """
@@ -71,9 +73,6 @@ _ONE_CHOSEN_DEVICE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="pre-existing (also at 3df3fc3): devices=[d] creates the state under "
-                   "jax.default_device(d), uncommitted, and the loop is lowered outside that context, so the "
-                   "loop and the summary run on jax.devices()[0]; the state is moved there at the first chunk")
 def test_one_chosen_device_runs_the_loop_and_the_summary_there():
     """``solve(..., devices=[jax.devices()[2]])`` (the docstring: "a list of jax devices: those") on
     4 virtual CPU devices: the compiled loop's inputs and the per-chunk read are on device 2.
@@ -113,8 +112,6 @@ def _end(procs: list) -> None:
         proc.wait(timeout=30)
 
 
-@pytest.mark.xfail(strict=True, reason="73f5fd2: _stop() empties self._procs before the message counts them, "
-                   "so it always says 'starting writer process 1'")
 def test_out_of_files_starting_a_worker_names_that_worker(monkeypatch):
     """The 2nd of 2 workers' start fails with EMFILE: the ValueError says which start failed
     (process 2), as the pipe case says which pipe."""
@@ -129,9 +126,6 @@ def test_out_of_files_starting_a_worker_names_that_worker(monkeypatch):
     assert "starting writer process 2" in str(err.value), str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="73f5fd2: a worker started by Popen whose os.dup of its pipes then fails "
-                   "(EMFILE) is in neither _procs nor _conns: _stop() neither tells nor reaps it, and its stdin "
-                   "stays open while the exception (its traceback holds the constructor's frame) lives")
 def test_a_worker_whose_links_to_the_parent_fail_is_ended(monkeypatch):
     """Out of open files at the parent's os.dup of the 1st worker's stdin (after its Popen): the
     ValueError comes out and that worker ends (within 8 s; a worker's start is ~1 s), rather

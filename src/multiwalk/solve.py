@@ -631,6 +631,9 @@ def solve(
     elif devices is not None:  # one device, chosen
         with jax.default_device(placement.devices[0]):
             state = init_fn(key)
+        # committed there: uncommitted, the loop (lowered outside this context) and the summary
+        # ran on the default device, the state moved there at the first chunk
+        state = jax.device_put(state, placement.devices[0])
     else:
         state = init_fn(key)
     done = [0] * len(phases)

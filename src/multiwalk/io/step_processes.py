@@ -561,16 +561,23 @@ class ProcessWriter:
                     [sys.executable, "-u", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     pass_fds=[*self._links[k][0].values(), *self._links[k][1].values()], env=env,
                     start_new_session=True)  # Ctrl-C in the terminal does not reach it
-                to_worker = Connection(os.dup(proc.stdin.fileno()), readable=False)
-                from_worker = Connection(os.dup(proc.stdout.fileno()), writable=False)
-                proc.stdin.close()
-                proc.stdout.close()
+                self._procs.append(proc)  # reaped by _stop() whatever fails next
+                to_worker = from_worker = None
+                try:
+                    to_worker = Connection(os.dup(proc.stdin.fileno()), readable=False)
+                    from_worker = Connection(os.dup(proc.stdout.fileno()), writable=False)
+                except BaseException:
+                    if to_worker is not None:
+                        to_worker.close()
+                    raise
+                finally:  # without the Connections the worker reads EOF at its first recv() and ends
+                    proc.stdin.close()
+                    proc.stdout.close()
                 self._conns.append((to_worker, from_worker))
-                self._procs.append(proc)
         except BaseException as err:
-            self._stop()
+            self._stop()  # empties self._procs: the message counts with k
             if isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE):
-                raise _out_of_files(err, W, f"starting writer process {len(self._procs) + 1}") from err
+                raise _out_of_files(err, W, f"starting writer process {k + 1} of {W}") from err
             raise
         finally:
             for r, wr in links.values():  # the workers hold them now: a worker's death is EOF for the others
