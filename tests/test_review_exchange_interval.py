@@ -2,12 +2,12 @@
 tests/test_exchange_blocks.py.  The form must give what one ``step`` per loop trip gives, bit for
 bit (no tolerance: it only reorganises the same operations, each step behind its own barrier).
 
-Pinned (xfail strict) where the form loses what it is for: whole intervals in loops of static
-trip count, which no chunk of the driver's runs when a group of intervals is longer than
-``max_chunk`` (``record - 1``, ``max_chunk_steps``), and a groups' loop compiled where no chunk can
-run it.  Passing: float32, two replicas, ``numsteps_exchange`` > ``draw_steps`` with a remainder,
-the GPU's default ``unroll`` (8) under mw.solve's doubling chunks, and a checkpoint of the interval
-form resumed by the CPU form.  ~50 s on 2 cores (compilation)."""
+Found and fixed (these tests failed before): whole intervals in loops of static trip count,
+which no chunk of the driver's ran when a group of intervals was longer than ``max_chunk``
+(``record - 1``, ``max_chunk_steps``), and a groups' loop compiled where no chunk can run it.
+Also: float32, two replicas, ``numsteps_exchange`` > ``draw_steps`` with a remainder, the
+GPU's default ``unroll`` (8) under mw.solve's doubling chunks, and a checkpoint of the interval form
+resumed by the CPU form.  ~50 s on 2 cores (compilation)."""
 
 from __future__ import annotations
 
@@ -62,11 +62,6 @@ def _plain(solver: Exchange):
     return lambda p, st, ph, n: Solver.run_chunk(solver, p, st, ph, n)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "interval_group ignores max_chunk: record=16 (chunks of at most 15 steps) with "
-    "numsteps_exchange=5 at 6 replicas makes groups of 6 intervals (30 steps), which no chunk "
-    "holds, so every step runs in the edges' dynamic loops (0 of 105 steps in whole intervals); "
-    "fix in /work/notes/review_exchange.patch"))
 def test_whole_intervals_run_within_the_chunk_limit():
     """Chunks as mw.solve makes them with ``record=16`` (1, 2, 4, 8, then 15 each): at least half
     of the steps must run in whole intervals (the loops of static trip count), and the state must
@@ -93,11 +88,6 @@ def test_whole_intervals_run_within_the_chunk_limit():
     assert sum(group_steps) >= sum(chunks) // 2, (sum(group_steps), sum(chunks))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "run_chunk compiles the groups' loop (up to ~2 unroll copies of the step and their draws) "
-    "where no chunk can hold a group: numsteps_exchange larger than the run or than max_chunk; "
-    "compile 13.2 -> 6.0 s on the 2-core CPU, one sample each (GPU unroll 8, numsteps_exchange=1000, 400 steps); "
-    "fix in /work/notes/review_exchange.patch"))
 @pytest.mark.parametrize("numsteps,nex,max_chunk_steps", [(400, 1000, None), (400, 20, 15)])
 def test_no_groups_loop_where_no_chunk_holds_a_group(numsteps, nex, max_chunk_steps):
     """Tracing only (no compilation): ``_intervals`` must not be traced when a group

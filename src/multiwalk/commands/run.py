@@ -734,8 +734,8 @@ def add_parser(commands: Any) -> None:
                         "fixed ~2-3 ms); the files are the same")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision (default float64)")
     p.add_argument("--unroll", type=int, default=None, metavar="K",
-                   help="exchange: Monte Carlo steps per compiled loop trip (default: 8 on a GPU, 1 on a CPU); "
-                        "the results do not depend on it")
+                   help="exchange: Monte Carlo steps per compiled loop trip off CPUs (default 8 on a GPU; "
+                        "a CPU's XLA form runs one step per trip whatever K); the results do not depend on it")
     p.add_argument("--kernel", choices=["auto", "xla", "pallas"], default="auto",
                    help="exchange: how the Monte Carlo steps run: auto (default: one Pallas kernel per block of steps "
                         "between exchanges on a GPU, for a continuous space with --no-step-files), xla, or pallas")

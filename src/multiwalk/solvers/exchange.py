@@ -509,6 +509,9 @@ class Exchange(Solver):
         if not self.interval_form(problem):
             return self._dynamic_steps(problem, i0, state, n, ladder)[::-1]
         L = self.interval_group(problem) * nex  # steps per trip of the groups' loop
+        # no chunk of the driver's holds a whole group (max_chunk, or the run, shorter): the edges'
+        # loops run every step, and the groups' loop (its copies of the step) is not compiled
+        groups = L <= min(self.max_chunk(problem) or self.numsteps, self.numsteps - 1)
 
         def group(carry: tuple) -> tuple:
             i, st = carry
@@ -525,7 +528,8 @@ class Exchange(Solver):
             # the moves up to the next exchange step (or n); none while an exchange is pending
             m = jnp.where(pending, 0, jnp.minimum(nex - st.step % nex, n - i))
             i, st = self._dynamic_steps(problem, i, st, i + m, ladder, exchange=False)
-            i, st = jax.lax.while_loop(lambda c: n - c[0] >= L, group, (i, st))
+            if groups:
+                i, st = jax.lax.while_loop(lambda c: n - c[0] >= L, group, (i, st))
             # now at an exchange step (or at n): its exchange; its moves are the next trip's
             return jax.lax.while_loop(lambda c: c[2], exchange, (i, st, i < n))
 
@@ -550,8 +554,14 @@ class Exchange(Solver):
     def interval_group(self, problem: Problem) -> int:
         """Intervals (exchange step to exchange step) per trip of :meth:`run_chunk`'s main loop:
         as many whole intervals as :meth:`draw_steps` holds (their numbers drawn in one call), at
-        least one."""
-        return max(1, self.draw_steps(problem) // self.numsteps_exchange)
+        least one; fewer where the driver's chunks are shorter (:meth:`max_chunk`: ``record - 1``,
+        ``max_chunk_steps``): a group must fit in a chunk after the up to ``numsteps_exchange - 1``
+        steps before its first exchange step, else no chunk runs one (``record=16``,
+        ``numsteps_exchange=5``, small R: 6 intervals, 30 steps, against chunks of 15)."""
+        nex = self.numsteps_exchange
+        g = max(1, self.draw_steps(problem) // nex)
+        cap = self.max_chunk(problem)
+        return g if cap is None else max(1, min(g, (cap - nex + 1) // nex))
 
     def _intervals(self, problem: Problem, st: ExchangeState, ladder: Ladder) -> ExchangeState:
         """:meth:`interval_group` intervals of ``numsteps_exchange`` steps from an exchange step
