@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_exchange_blocks import _Intervals  # the interval form forced on the CPU
+from test_exchange_blocks import _leaves as _run  # the state's leaves after the chunks, from step 1
 
 import multiwalk as mw
 from multiwalk.functions.odatse import himmelblau
@@ -25,31 +27,8 @@ from multiwalk.solvers.base import Solver
 from multiwalk.solvers.exchange import Exchange, ExchangeState, temperature_ladder
 
 
-@dataclass(frozen=True)
-class _Intervals(Exchange):
-    """The interval form on the CPU, with ``draws`` steps drawn per call (0: the default rule)."""
-
-    draws: int = 0
-
-    def interval_form(self, problem: Problem) -> bool:
-        return True
-
-    def draw_steps(self, problem: Problem) -> int:
-        return self.draws or super().draw_steps(problem)
-
-
 def _box() -> Problem:
     return Problem(objective=himmelblau, lower=[-6.0, -6.0], upper=[6.0, 6.0])
-
-
-def _run(solver: Exchange, problem: Problem, run_chunk, chunks: list[int]) -> list[np.ndarray]:
-    """The state's leaves after ``chunks`` (each runs all its steps) from step 1."""
-    state = jax.jit(lambda k: solver.init(problem, k))(jax.random.PRNGKey(5))
-    f = jax.jit(lambda st, n: run_chunk(problem, st, 0, n))
-    for n in chunks:
-        state, done = f(state, jnp.int32(n))
-        assert int(done) == n
-    return [np.asarray(a) for a in jax.tree_util.tree_leaves(state)]
 
 
 def _assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
