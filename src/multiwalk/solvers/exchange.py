@@ -112,6 +112,17 @@ def _pick(draws: tuple, j: Any) -> tuple:
     return tuple(None if d is None else jax.lax.dynamic_index_in_dim(d, j, keepdims=False) for d in draws)
 
 
+def _behind_barrier(state: Any, extra: Any) -> tuple[Any, Any]:
+    """``state`` (an :class:`ExchangeState`) and ``extra`` behind one ``optimization_barrier``, as
+    each step's start is: without it XLA simplified and fused the arithmetic of ``unroll`` steps
+    (and of draws made in a batch) otherwise than that of one step, and the last bits differed
+    (FMA contraction).  The record buffers stay out of it: they are only written."""
+    recs = ("rec_values", "rec_ints")
+    rest = {k: v for k, v in state._asdict().items() if k not in recs}
+    rest, extra = jax.lax.optimization_barrier((rest, extra))
+    return state._replace(**rest), extra
+
+
 class ExchangeState(NamedTuple):
     """Every (T, ...) / (B, T, ...) array is in temperature order: row t is the replica at
     temperature t (``replica[t]``); T = R."""
@@ -611,10 +622,8 @@ class Exchange(Solver):
         """The exchange of an exchange step (``state.step``), before its Metropolis move
         (``_advance(exchange=False)``), behind a barrier of its own as each step's start is (the
         record buffers stay out of it)."""
-        recs = ("rec_values", "rec_ints")
-        rest = {k: v for k, v in state._asdict().items() if k not in recs}
-        rest, u_exchange = jax.lax.optimization_barrier((rest, u_exchange))
-        return self._exchange(problem, state._replace(**rest), u_exchange, ladder=ladder)
+        state, u_exchange = _behind_barrier(state, u_exchange)
+        return self._exchange(problem, state, u_exchange, ladder=ladder)
 
     def _draw_block(
         self, problem: Problem, key: jax.Array, first: jax.Array, stride: int, size: int, **which: bool
@@ -627,10 +636,10 @@ class Exchange(Solver):
 
     def _dynamic_steps(
         self, problem: Problem, i: jax.Array, st: ExchangeState, limit: jax.Array, ladder: Ladder,
-        exchange: bool | None = None,
+        exchange: bool = True,
     ) -> tuple[jax.Array, ExchangeState]:
         """Steps until the count ``i`` reaches ``limit`` (traced), one per trip of a loop;
-        ``exchange`` as in :meth:`_advance` (None: the exchange where due; False: none of the
+        ``exchange`` as in :meth:`_advance` (True: the exchange where due; False: none of the
         steps is an exchange step, or its exchange has run).  The numbers of :meth:`draw_steps`
         steps are drawn in one call per outer trip: on a CPU draws made inside each step cost
         ~3x as much (jax's threefry there is a rolled loop of small kernels, paid per step: 256
@@ -638,7 +647,7 @@ class Exchange(Solver):
         ``cond``).  With one step per draw and no exchange: a single loop, one step per trip
         drawing its own numbers (a GPU reads one loop test back per step, not three)."""
         D = self.draw_steps(problem)
-        if D == 1 and exchange is False:
+        if D == 1 and not exchange:
             def single(carry: tuple) -> tuple:
                 i, st = carry
                 draws = self._draws(problem, st.key, st.step, exchange=False)
@@ -648,7 +657,7 @@ class Exchange(Solver):
 
         def drawn(carry: tuple) -> tuple:
             i, st = carry
-            draws = self._draw_block(problem, st.key, st.step, 1, D, exchange=exchange is not False)
+            draws = self._draw_block(problem, st.key, st.step, 1, D, exchange=exchange)
             m = jnp.minimum(D, limit - i)  # the steps past limit drawn in the last block are not used
             return i + m, jax.lax.fori_loop(
                 0, m, lambda j, st: self._advance(problem, st, _pick(draws, j), exchange=exchange, ladder=ladder), st
@@ -734,34 +743,29 @@ class Exchange(Solver):
 
     def _advance(
         self, problem: Problem, state: ExchangeState, draws: tuple[jax.Array, jax.Array, jax.Array],
-        exchange: bool | None = None, ladder: Ladder | None = None,
+        exchange: bool = True, ladder: Ladder | None = None,
     ) -> ExchangeState:
         """One step with the given random numbers (:meth:`_draws` of ``state.step``).
 
-        ``exchange``: None, any step (the exchange when ``step % numsteps_exchange == 0``: on a
-        CPU under a cond, elsewhere computed and masked); True, an exchange step (the exchange,
-        masked by the same test); False, a step known not to be one (no exchange at all).
+        ``exchange``: True, any step (the exchange when ``step % numsteps_exchange == 0``: on a
+        CPU under a cond, elsewhere computed and masked); False, a step known not to be one, or
+        whose exchange has run (:meth:`_exchange_step`): no exchange at all.
         ``ladder``: :meth:`_ladder` (made here when None)."""
-        # a barrier at each step's start: without it XLA simplified and fused the arithmetic of
-        # ``unroll`` steps (and of the draws made in a batch) otherwise than that of one step, and
-        # the last bits differed (FMA contraction); with it, any ``unroll`` gives the same bits
-        # (the record buffers stay out of it: they are only written)
-        recs = ("rec_values", "rec_ints")
-        rest = {k: v for k, v in state._asdict().items() if k not in recs}
-        rest, (u_exchange, move, u_accept) = jax.lax.optimization_barrier((rest, draws))
-        st = state._replace(**rest)
+        # a barrier at each step's start (_behind_barrier says why): any ``unroll`` gives the same bits
+        st, (u_exchange, move, u_accept) = _behind_barrier(state, draws)
         dt = problem.dtype
         R = self.n_replicas
         s = st.step
         ladder = self._ladder(problem) if ladder is None else ladder
 
         # 1. temperature exchange, alternating even-odd and odd-even pairs (ODAT-SE's order).
-        # run_chunk calls this only on exchange steps (exchange=True; False elsewhere).  For a step
-        # of unknown kind (``step``): on a CPU under a cond (computed every step and masked, it cost
-        # ~25 % of a step there; a GPU would read the cond's predicate back to the host each step)
-        if exchange is False:
+        # The interval form runs each exchange by itself (:meth:`_exchange_step`) and calls this
+        # with exchange=False.  For a step of unknown kind (``step``, the CPU form): on a CPU under a
+        # cond (computed every step and masked, it cost ~25 % of a step there; a GPU would read the
+        # cond's predicate back to the host each step)
+        if not exchange:
             pass
-        elif exchange is None and jax.default_backend() == "cpu" and self.numsteps_exchange > 1:
+        elif jax.default_backend() == "cpu" and self.numsteps_exchange > 1:
             light = st._replace(rec_values=None, rec_ints=None)  # the record buffers stay out of the cond
             light = jax.lax.cond(
                 (s % self.numsteps_exchange) == 0, lambda t: self._exchange(problem, t, u_exchange, ladder=ladder), lambda t: t,
