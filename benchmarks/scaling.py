@@ -17,20 +17,26 @@ count) runs on every k:
 * "best": the best value found, which must not depend on k (bit for bit for the sampler and the
   searches; L-BFGS's batched products may round differently, relative difference shown).
 
-Each configuration is compiled and run for one iteration (``time_limit``), then run in full
-(the compiled loop is cached); that run's ``stats["run_seconds"]`` (compilation excluded) is
-the time.  Then one L-BFGS problem (extended Rosenbrock, ``--lbfgs-n`` variables on the most
-devices, m = 7, float64) with its vectors split along n: n k / k_max on k devices (the same
-per-device size; n alone on fewer devices does not fit) against the memory floor per iteration
-and device over the measured bandwidth of one device: (4m + 10) n / k values for the two-pass
-and XLA forms (the floor of benchmarks/lbfgs.py, divided over the devices), (2m + 5) n / k = 19
-n / k values per evaluation times the loop's evaluations per iteration for the one-pass form
-(``kernel="onepass"``, benchmarks/lbfgs_onepass.py's floor); a configuration whose state would
-not fit in the devices' memory is skipped with its estimate.  ``--split-problem cute`` (default)
-gives the problem as cute's ``extended_rosenbrock_value_and_grad`` (with its ``.block`` hook, so
-``kernel="auto"`` / ``"onepass"`` run the one-pass loop split over the devices on GPUs in
-float64), ``objective`` as the plain objective (the two-pass form's case before 2026-11-23);
-``--split-compare`` adds the goal's size on the most devices with other kernels (same run).
+Each configuration is timed as a user calls it: the wall clock of ``mw.solve(..., devices=k)``
+with the result read back, the first call (compiling) and the second (the compiled loop reused,
+warm collectives).  In the table the peer is the same batch on one device, measured in the same
+run (ratio = speed-up), and the floor is perfect scaling, time(1 device) / k.
+
+Then one L-BFGS problem (extended Rosenbrock, ``--lbfgs-n`` variables on the most devices, m = 7,
+float64) with its vectors split along n: n k / k_max on k devices (the same per-device size; n alone
+on fewer devices does not fit) against the memory floor per iteration and device over the measured
+bandwidth of one device: (4m + 10) n / k values for the two-pass and XLA forms (the floor of
+benchmarks/lbfgs.py, divided over the devices), (2m + 5) n / k = 19 n / k values per evaluation
+times the loop's evaluations per iteration for the one-pass form (``kernel="onepass"``), per
+iteration of ``run_seconds``; a configuration whose state would not fit in the devices' memory is
+skipped with its estimate. ``--split-problem cute`` (default) gives the problem as cute's
+``extended_rosenbrock_value_and_grad`` (with its ``.block`` hook, so ``kernel="auto"`` /
+``"onepass"`` run the one-pass loop split over the devices on GPUs in float64), ``objective`` as the
+plain objective (the two-pass form's case before 2026-11-23); ``--split-compare`` adds the goal's
+size on the most devices with other kernels (same run).
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 PYTHONPATH=src python3 benchmarks/scaling.py --device cpu --quick
+    PYTHONPATH=src python3 benchmarks/scaling.py --device gpu --budget 400 --out "$OUT"    # 2-8 GPUs of one host
 
 Cases run in the order ``--cases`` gives.  Every row is printed and the report (scaling.json /
 .md in ``--out``) rewritten as soon as it is measured, so a run cut off by a time limit keeps what
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import sys
 import time
@@ -57,18 +64,16 @@ THROUGHPUT_BOUND = 1.7  # time(2B) / time(B) on one device at or above this: thr
 
 
 def timed(mw: Any, problem: Any, solver: Any, k: int) -> dict[str, Any]:
-    """Compile and run the whole run once untimed, then again; the second's run seconds,
-    iterations and best.  The untimed run is whole, not one iteration: what runs first inside a
-    run is then warm too (on several GPUs the collectives' communicators are set up at their
-    first execution: mw.Exchange's first exchange step comes at step ``numsteps_exchange``, and
-    one step of warm-up left that set-up in the timed run, 0.2 ms per step more over 200 steps in
-    the first split row of a process on 2 H200s, 2026-11-23)."""
-    first = mw.solve(problem, solver, seed=0, progress=False, devices=k)
-    r = mw.solve(problem, solver, seed=0, progress=False, devices=k)
-    iters = sum(r.stats["iterations"].values())
+    """The wall clock of ``mw.solve(..., devices=k)`` twice, the result read back: the first call
+    compiles; the second is the time.  The first run is whole, not one iteration: what runs first
+    inside a run is then warm too (on several GPUs the collectives' communicators are set up at
+    their first execution: mw.Exchange's first exchange comes at step ``numsteps_exchange``)."""
+    calls = common.wall_calls(lambda: mw.solve(problem, solver, seed=0, progress=False, devices=k))
+    r = calls.result
     return {
-        "devices": r.stats["devices"], "seconds": r.stats["run_seconds"], "iterations": iters,
-        "compile_seconds": first.stats["compile_seconds"], "fun": float(r.fun),
+        "devices": r.stats["devices"], "seconds": calls.second, "first_seconds": calls.first,
+        "run_seconds": r.stats["run_seconds"], "iterations": sum(r.stats["iterations"].values()),
+        "compile_seconds": calls.first_result.stats["compile_seconds"], "fun": float(r.fun),
         "nfev": int(r.stats.get("evaluations", 0)), "kernel": r.stats.get("kernel", ""),
     }
 
@@ -115,30 +120,27 @@ def same_best(a: float, b: float) -> str:
     return f"rel. diff {abs(a - b) / max(abs(a), abs(b), 1e-300):.1e}"
 
 
-def scaling_table(rows: list[dict[str, Any]]) -> list[str]:
-    """Markdown rows: per case and batch, time on each device count, speed-up over one device at
-    that batch, weak-scaling efficiency, the throughput check and whether the best agrees."""
-    out = ["| solver | batch | devices | ms | ms / it | speed-up vs 1 device (same batch) | weak efficiency | "
-           "time(2B)/time(B) on 1 | best | best vs 1 device |",
-           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+def scaling_rows(rows: list[dict[str, Any]]) -> list[common.Row]:
+    """Per case, batch and device count: ours on k devices against the same batch on one device
+    (the peer), the floor time(1) / k; the note has the weak-scaling efficiency, the throughput
+    check (time(2B) / time(B) on one device) and whether the best agrees with one device's."""
+    out = []
     for row in rows:
         at = {(r["batch"], r["k"]): r for r in rows if r["case"] == row["case"]}
         base = min(b for b, _ in at)  # B: the case's smallest batch
         one = at.get((row["batch"], 1))
-        speed = f"{one['seconds'] / row['seconds']:.2f}x" if one and row["k"] > 1 else ""
-        weak = ""
+        notes = [f"{row['iterations']} it, best {row['fun']:.6g}"]
         if row["k"] > 1 and row["batch"] == base * row["k"] and (base, 1) in at:
-            weak = f"{at[(base, 1)]['seconds'] / row['seconds']:.2f}"
-        growth = ""
+            notes.append(f"weak efficiency {at[(base, 1)]['seconds'] / row['seconds']:.2f}")
         if row["k"] == 1 and row["batch"] == 2 * base and (base, 1) in at:
             g = row["seconds"] / at[(base, 1)]["seconds"]
-            growth = f"{g:.2f} ({'throughput' if g >= THROUGHPUT_BOUND else 'LATENCY'}-bound)"
-        agree = same_best(one["fun"], row["fun"]) if one and row["k"] > 1 else ""
-        out.append(
-            f"| {row['case']} | {row['option']}={row['batch']} | {row['devices']} | {row['seconds'] * 1e3:.1f} | "
-            f"{row['seconds'] * 1e3 / max(row['iterations'], 1):.3f} | {speed} | {weak} | {growth} | "
-            f"{row['fun']:.6g} | {agree} |"
-        )
+            notes.append(f"time(2B)/time(B) {g:.2f}: {'throughput' if g >= THROUGHPUT_BOUND else 'LATENCY'}-bound")
+        if one and row["k"] > 1:
+            notes.append(f"best vs 1 device: {same_best(one['fun'], row['fun'])}")
+        peer = one["seconds"] if one and row["k"] > 1 else None
+        out.append(common.Row(f"{row['case']}, {row['option']}={row['batch']}, {row['devices']} device(s)",
+                              row["first_seconds"], row["seconds"], peer, "1 device" if peer else "",
+                              peer / row["k"] if peer else None, "; ".join(notes)))
     return out
 
 
@@ -173,15 +175,15 @@ def lbfgs_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main() -> int:
-    p = common.new_parser(__doc__)
+    p = common.new_parser(__doc__, "scaling")
     p.add_argument("--max-devices", type=int, default=None, help="largest device count (default: all)")
     p.add_argument("--device-counts", default=None,
                    help="comma-separated device counts to run, 1 included (default: 1, 2, 4, 8 up to --max-devices); "
                         "e.g. 1,4 on a 4-GPU host when the 2-GPU rows are known")
-    p.add_argument("--quick", action="store_true", help="small batches (a CPU check of the script)")
     p.add_argument("--budget", type=float, default=230.0, help="seconds after which no new configuration starts")
-    p.add_argument("--cases", default="re,ps,lbfgs,exchange,split",
-                   help="comma-separated subset of re, ps, lbfgs (multi-start), exchange, split (one L-BFGS problem)")
+    p.add_argument("--cases", default=None,
+                   help="comma-separated subset of re, ps, lbfgs (multi-start), exchange, split (one L-BFGS problem); "
+                        "default all (with --quick: re)")
     p.add_argument("--re-nseq", type=int, default=32768, help="ReplicaExchange sequences B (x 32 temperatures)")
     p.add_argument("--re-iters", type=int, default=30, help="ReplicaExchange sampling iterations")
     p.add_argument("--ps-walkers", type=int, default=1 << 22, help="PatternSearch walkers B (1.9x on 2 H200s needs >= ~2.8M)")
@@ -200,8 +202,10 @@ def main() -> int:
                         "can run) or the plain objective (the two-pass form only)")
     p.add_argument("--split-compare", default="",
                    help="comma-separated kernels also run at the goal's size on the most devices (e.g. pallas)")
-    common.add_out_option(p, "scaling")
     args = p.parse_args()
+    args.cases = args.cases or ("re" if args.quick else "re,ps,lbfgs,exchange,split")
+    if args.quick and args.device != "gpu":  # two virtual CPU devices, unless XLA_FLAGS says otherwise
+        os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     common.select_platform(args.device)
     # the split L-BFGS problem is sized to fill the devices: let JAX take 95 % of each (default 75 %)
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
@@ -288,19 +292,21 @@ def main() -> int:
     out = Path(args.out)
 
     def report() -> str:
-        lines = [f"## Scaling ({env['device']} x {jax.device_count()}, {env['date']}, JAX {env['jax']})", "",
-                 f"Command: `{env['command']}`", ""]
-        lines += scaling_table(rows)
+        lines = [f"Scaling: {env['device']} x {jax.device_count()}, {env['date']}, JAX {env['jax']}; "
+                 f"`{env['command']}`", "", *common.results_table(env, scaling_rows(rows))]
         if lbfgs_rows:
             bw = env.get("bandwidth_bytes_per_s", 0.0)
             lines += ["", f"One L-BFGS problem split along n (m = {M}, float64, --split-problem {args.split_problem}; "
                       f"floor = {TWO_PASS_VALUES} n / k values per iteration, the one-pass form {ONEPASS_VALUES} n / k "
                       f"per evaluation in the loop, at {bw / 1e9:.0f} GB/s, the measured bandwidth of one device):", ""]
             lines += lbfgs_table(lbfgs_rows)
-        notes = [f"skipped (time budget, memory or error): {'; '.join(skipped)}"] if skipped else []
-        md = common.finish_markdown(lines, notes)
-        common.write_report(out, "scaling", {"environment": env, "rows": rows, "lbfgs": lbfgs_rows,
-                                             "skipped": skipped}, md)
+        if skipped:
+            lines += ["", f"Note: skipped (time budget, memory or error): {'; '.join(skipped)}"]
+        md = "\n".join(lines) + "\n"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "scaling.json").write_text(json.dumps({"environment": env, "rows": rows, "lbfgs": lbfgs_rows,
+                                                      "skipped": skipped}, indent=1, default=str))
+        (out / "scaling.md").write_text(md)
         return md
 
     def over_budget(what: str) -> bool:
@@ -325,8 +331,8 @@ def main() -> int:
                 log(skipped[-1])
                 continue
             rows.append({"case": name, "option": option, "batch": batch, "k": k, **r})
-            md_row = scaling_table([x for x in rows if x["case"] == name])[-1]
-            log(f"{md_row}  (compile {r['compile_seconds']:.1f} s, {r['iterations']} it)")
+            log(f"{what}: first {r['first_seconds']:.2f} s, second {r['seconds']:.3f} s "
+                f"(compile {r['compile_seconds']:.1f} s, {r['iterations']} it)")
             report()
 
     def run_split() -> None:
@@ -386,7 +392,7 @@ def main() -> int:
                 skipped.append(f"{what}: {type(err).__name__}: {str(err)[:200]}")
                 log(skipped[-1])
                 continue
-            per_it = r["seconds"] / max(r["iterations"], 1)
+            per_it = r["run_seconds"] / max(r["iterations"], 1)
             floor = split_floor(r["kernel"], n / k, r["iterations"], r["nfev"], bw)
             design = split_floor("", n / k, r["iterations"], r["nfev"], bw)
             lbfgs_rows.append({"n": n, "k": k, "per_iteration": per_it, "floor": floor, "design_floor": design, **r})
@@ -400,7 +406,9 @@ def main() -> int:
             run_case(*next(c for c in cases if c[0] == token))
 
     md = report()
-    common.print_done(log, out, "scaling", t_start, md)
+    log(f"wrote {out / 'scaling.json'} and {out / 'scaling.md'}; total {time.perf_counter() - t_start:.1f} s")
+    print()
+    print(md)
     return 0
 
 
