@@ -2,10 +2,10 @@
 
 The XLA form of a step is about ten dependent XLA kernels over all replicas (random numbers,
 proposal and objective, accept, best point, per-temperature statistics), and on a GPU each costs
-microseconds of launch latency whatever the replica count: at 10^4 replicas a step took 27-65 us
-(docs/benchmarks.md).  Between two temperature exchanges every replica stays at its temperature,
-so the steps of one replica depend only on that replica: here each Pallas program owns ``block``
-replicas, keeps them in registers as ``[block]`` vectors (one per coordinate), and runs the steps
+microseconds of launch latency whatever the replica count, so at moderate replica counts a step
+is bound by latency, not by work.  Between two temperature exchanges every replica stays at its
+temperature, so the steps of one replica depend only on that replica: here each Pallas program
+owns ``block`` replicas, keeps them in registers as ``[block]`` vectors (one per coordinate), and runs the steps
 up to the next exchange without leaving the kernel.  The random numbers are drawn beforehand by
 ``jax.random`` exactly as the XLA form draws them (the kernel only reads them), and the exchange
 itself stays in XLA.

@@ -25,11 +25,8 @@ evaluates again with the new step.  The loop is ONE while loop over evaluations 
 always computes the accepting branch and keeps it by selects (no ``cond``), the scalars packed.
 
 Vector traffic per evaluation: ``(2m + 2) n`` read, ``3 n`` written: 19 n at ``m = 7``, against
-~39 n per iteration (plus 3 n per extra evaluation) of the two-pass form.  On an H200
-(docs/benchmarks.md, 2026-11-22 22:58 UTC): the kernel 0.405 ms per evaluation at n = 1e7 float64
-(1.10x its floor); whole solves 30.5 ms against the two-pass form's 42.9 (1e7) and 93.8 against
-150.1 ms (5e7), with the same iterations, evaluations and status; with the small matrices in
-chronological order (:data:`SMALL_ORDER`, 23:21 UTC) 27.7 ms at 1e7.
+~39 n per iteration (plus 3 n per extra evaluation) of the two-pass form.  A solve is bound by
+that traffic, so reading the pairs once per evaluation is what makes this form faster.
 
 The rings are stored as ``(rows, n / width, width)``: a row of the problem's block hook (``width``
 coordinates it evaluates together, 2 for Rosenbrock) never straddles two devices.  One problem
@@ -67,10 +64,8 @@ __all__ = [
 ]
 
 # Launch: rows of (rows, width) blocks per program step, warps, steps per program.  Small blocks:
-# each thread holds 4m + 7 running sums plus 2m + 2 loaded rows (register pressure).  On an H200
-# at n = 1e7 float64 (benchmarks/lbfgs_onepass.py, 2026-11-22 22:51 UTC), per call: 32 x 1 x 32
-# 0.406 ms (1.12x the floor 0.361), 64 x 2 x 16 0.460, 64 x 4 x 16 0.506, 64 x 1 x 16 1.017,
-# 128 x 2 x 8 1.249, 256 x 4 x 4 1.291.  One warp: its sums fold by shuffles, no shared memory.
+# each thread holds 4m + 7 running sums plus 2m + 2 loaded rows (register pressure: larger blocks
+# spill and were slower on a GPU).  One warp: its sums fold by shuffles, no shared memory.
 ROWS = 32
 WARPS = 1
 CHUNKS = 32
@@ -78,19 +73,16 @@ _WIDTH = 64  # partial sums per program (4m + 7 <= 64: m <= 14)
 # Where the small matrices (SY, YY, a, b) keep the pairs: "chronological" (oldest first, the
 # newest pair in the last row and column, unused positions first; the accepting branch shifts
 # by one: every index static) or "ring" (the two-pass state's slots, ``head`` the next one: the
-# accepting branch gathers and scatters at ``head``).  Read while tracing.  On an H200 at n = 1e7
-# float64 (benchmarks/lbfgs_onepass_probe.py, 2026-11-22 23:15 and 23:21 UTC) chronological made
-# the scalar work per evaluation cheaper (its largest kernel 33 -> 16 us, ~0.127 -> ~0.099 ms per
-# evaluation outside the line-search kernel) and whole solves 31.5 -> 28.4 and 29.1 -> 27.7 ms
-# (medians of 7), with the same iterations, evaluations and f.
+# accepting branch gathers and scatters at ``head``).  Read while tracing.  Chronological is the
+# default: with every index static the scalar work per evaluation outside the line-search kernel
+# is cheaper on a GPU, with the same iterations, evaluations and f.
 SMALL_ORDER = "chronological"
 # The chunk's XLA command-buffer types on a GPU (``xla_gpu_enable_command_buffer``; None: XLA's
 # default, which has no WHILE).  "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL" makes the while loop over
 # evaluations one CUDA graph with conditional nodes (no host round trip of its condition, no
-# launches per evaluation): in one call from start to end 0.35-0.7 ms faster at 1e7 in both H200
-# runs (23:15, 23:21 UTC), but whole solves (the driver's 6 chunks) were 0.4 ms faster in the
-# first and 1.0 ms slower in the second: not a clear win, so not the default.  The loop has
-# fusions and one Triton custom call only (no cuBLAS / cuDNN).
+# launches per evaluation): the loop alone is faster, but whole solves (the driver's chunks) were
+# not clearly faster on a GPU, so it is not the default.  The loop has fusions and one Triton
+# custom call only (no cuBLAS / cuDNN).
 COMMAND_BUFFERS: str | None = None
 _DTYPES = ("float32", "float64")
 
@@ -142,14 +134,14 @@ def block_hook(problem: Any) -> Callable | None:
 def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1, m: int = 7) -> OnePassPlan:
     """Whether ``LBFGS(kernel=kernel)`` runs the one-pass loop on ``problem``, and why (not).
 
-    ``"onepass"`` asks for it (interpret mode off GPUs).  ``"auto"`` takes it on GPUs in float64
-    only, where an H200 run showed it faster with the same iterations, evaluations and status as
-    the two-pass form at n = 1e6, 1e7 and 5e7 (docs/benchmarks.md, 2026-11-22 22:51 UTC: 30.7 vs
-    41.0 ms at 1e7); in float32 it took one iteration more (38 / 51 against 37 / 50 at 1e7, both
-    SUCCESS).  On a host of several devices ``"auto"`` takes it only where the driver's default
-    split over all of them applies (``n / width`` a multiple of the device count): split, it
-    moves 19 n per evaluation against the split two-pass form's ~39 n per iteration (not yet
-    measured on GPUs).  ``devices``: how many devices the run is split over (the reason says so)."""
+    ``"onepass"`` asks for it (interpret mode off GPUs). ``"auto"`` takes it on GPUs in float64
+    only, where it was faster than the two-pass form with the same iterations, evaluations and
+    status; in float32 its summation order can cost an iteration near the end (float32 sums over n
+    terms cannot resolve the last decreases), so float32 keeps the two-pass form. On a host of
+    several devices ``"auto"`` takes it only where the driver's default split over all of them
+    applies (``n / width`` a multiple of the device count): split, it moves 19 n per evaluation
+    against the split two-pass form's ~39 n per iteration (not yet measured on GPUs). ``devices``:
+    how many devices the run is split over (the reason says so)."""
     if kernel not in ("onepass", "auto"):
         return OnePassPlan(False, False, f"kernel={kernel!r}")
     name, on_gpu = backend(("gpu", "cuda"))
