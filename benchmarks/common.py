@@ -306,17 +306,6 @@ def wall_calls(call: Callable[[], Any], read_back: Callable[[Any], Any] | None =
     return Calls(times[0], times[1], results[1], results[0])
 
 
-def time_peer(call: Callable[[], Any], min_seconds: float = 0.0) -> float:
-    """Seconds of one ``call()`` of a peer: the median of calls until ``min_seconds`` have passed (at least one)."""
-    times: list[float] = []
-    t_start = time.perf_counter()
-    while not times or time.perf_counter() - t_start < min_seconds:
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 # ============================================================================ the table
 @dataclass
 class Row:

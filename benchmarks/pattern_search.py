@@ -21,9 +21,11 @@ core of a 2.5 GHz Core 2 Duo; its figures are printed in the note column.
   mean over ``--table5-runs`` seeds of each run's best value, re-evaluated in float64 NumPy.
 * Floor: the search's evaluations, walkers * (1 + 2 d iterations), times the objective's lane
   operations (XLA's cost analysis, a transcendental as 20) plus 12 for the trial point and the
-  comparisons, over the FP32 lane rate; or a kernel per coordinate sub-step's bytes,
-  walkers * (4 d + 17) per sub-step, over the copy bandwidth; the larger.  It bounds throughput:
-  the iterations x d sub-steps are sequential, so small searches are bound by latency instead.
+  comparisons, over the FP32 lane rate measured in the same run (a search keeping its walkers in
+  registers moves few bytes: operations bound it).  It bounds throughput: the iterations x d
+  sub-steps are sequential, so small searches are bound by latency instead; and the Pallas form
+  evaluates a trial point incrementally (only what depends on the moved coordinate), below this
+  count of full evaluations.
 """
 
 from __future__ import annotations
@@ -96,13 +98,11 @@ def numpy_function(name: str, noisy: bool = True) -> Callable[[np.ndarray], np.n
 
 
 def floor_seconds(problem: Any, walkers: int, iterations: int, ceilings: dict[str, Any]) -> float:
-    """The larger of the operations time and the bytes time of a kernel-per-sub-step search (module docstring)."""
+    """The operations time of the search's full evaluations (module docstring)."""
     cost = common.xla_cost(problem)
-    d = problem.n_free
-    evaluations = walkers * (1 + 2 * d * iterations)
+    evaluations = walkers * (1 + 2 * problem.n_free * iterations)
     ops = evaluations * (cost["flops"] + common.TRANSCENDENTAL_OPS * cost["transcendentals"] + ALGO_OPS)
-    nbytes = walkers * (4 * d + 17) * d * iterations
-    return max(ops / ceilings["lane_ops_per_s"], nbytes / ceilings["bytes_per_s"])
+    return ops / ceilings["lane_ops_per_s"]
 
 
 # ============================================================================ Tables 1 and 4
