@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,5 +52,36 @@ def plot_replica_exchange(result: ReplicaExchangeResult, path: str | None = None
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return fig
+
+
+def plot_sky_image(image: np.ndarray, cell: float, path: str | os.PathLike | None = None, title: str = "",
+                   unit: str = ""):
+    """An image in sky order (``image[row, col]``: north up the rows, east at column 0, the phase
+    centre at (N // 2, M // 2), as :mod:`multiwalk.deconv` makes them) on axes of offsets from the
+    phase centre in arcsec, east to the left and north up; ``cell`` in radians.
+
+    The offsets are the direction cosines (l, m) of the SIN projection (RA offset times cos Dec,
+    Dec offset, near the centre).  Returns the Figure; writes it to ``path`` when given."""
+    import matplotlib
+
+    if path is not None:
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    n, m = np.shape(image)
+    arcsec = np.degrees(cell) * 3600.0
+    # outer pixel edges: column j is centred on l = -(j - M // 2) cells, row i on m = (i - N // 2) cells
+    left, bottom = m // 2 + 0.5, -(n // 2 + 0.5)
+    extent = (left * arcsec, (left - m) * arcsec, bottom * arcsec, (bottom + n) * arcsec)
+    fig, ax = plt.subplots(figsize=(6, 5))
+    shown = ax.imshow(image, origin="lower", extent=extent, cmap="inferno", interpolation="nearest")
+    ax.set_xlabel("RA offset [arcsec] (east left)")
+    ax.set_ylabel("Dec offset [arcsec] (north up)")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(shown, ax=ax, label=unit)
+    if path is not None:
+        fig.savefig(path, dpi=100)
         plt.close(fig)
     return fig

@@ -1,16 +1,19 @@
 """``multiwalk image``: deconvolve visibilities (FITS) by major cycles; write FITS and PNG images.
 
     multiwalk image --uvw uvw.fits --vis vis.fits --freq freq.fits --npix 512 --cell 0.5arcsec \\
-        --solver cd --out DIR
+        --ra 0deg --dec=-30deg --solver cd --out DIR
 
 uvw: baselines x times x 3 (metres); vis: baselines x times x channels x 4 correlations x re/im
-(Stokes I = (XX + YY) / 2); freq: channels (Hz).  Writes dirty, psf, model, residual and restored
-images as FITS (with a WCS header) and PNG into DIR.
+(Stokes I = (XX + YY) / 2); freq: channels (Hz).  The phase centre is read from the files'
+OBSRA/OBSDEC header keywords (degrees), or given by --ra/--dec where they have none.  Writes
+dirty, psf, model, residual and restored images as FITS (north up, east left, with a WCS header
+about the phase centre) and PNG (offsets from the phase centre in arcsec) into DIR.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
@@ -30,6 +33,54 @@ def parse_angle(text: str) -> float:
     return value
 
 
+def parse_sky_angle(text: str, name: str) -> float:
+    """``--ra``/``--dec`` -> radians: a number with a unit (``'-30deg'``, ``'0.5rad'``) or
+    sexagesimal (``'12h30m00s'``, ``'-30d00m00s'``); a bare number is refused (degrees or hours?)."""
+    from astropy.coordinates import Angle
+    from astropy.units import UnitsError
+
+    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*(rad|deg|arcmin|arcsec)\s*", text)
+    try:
+        value = float(m.group(1)) * _UNITS[m.group(2)] if m else float(Angle(text).rad)
+    except (ValueError, TypeError, UnitsError):
+        raise ValueError(
+            f"{name} {text!r} is not an angle with a unit: e.g. {name}=-30deg, {name}=0.5rad, {name} 12h30m00s"
+        ) from None
+    if name == "--dec" and not abs(value) <= math.pi / 2:
+        raise ValueError(f"--dec must lie in [-90deg, 90deg], got {text!r}")
+    return value
+
+
+def phase_centre(args: argparse.Namespace) -> tuple[float, float]:
+    """(RA, Dec) in radians: the files' OBSRA/OBSDEC, or ``--ra``/``--dec`` where they have none.
+
+    ValueError where neither gives it, where only one of --ra/--dec is given, or where the flags
+    disagree with the files (the phase centre is where the data were phased: an image cannot move it)."""
+    from ..io.fits import read_phase_centre
+
+    given = [parse_sky_angle(text, name) for text, name in ((args.ra, "--ra"), (args.dec, "--dec")) if text is not None]
+    if len(given) == 1:
+        raise ValueError("give both --ra and --dec (the phase centre), or neither")
+    from_files = read_phase_centre(args.uvw, args.vis, args.freq)
+    if from_files is None and not given:
+        raise ValueError(
+            f"the phase centre is in none of {args.uvw}, {args.vis}, {args.freq} (no OBSRA/OBSDEC header keywords): "
+            "give it with --ra and --dec, e.g. --ra 0deg --dec=-30deg"
+        )
+    if from_files is not None and given and not all(_same_angle(a, b) for a, b in zip(given, from_files)):
+        raise ValueError(
+            f"--ra {args.ra} --dec {args.dec} disagree with the phase centre in the files' headers "
+            f"(OBSRA {math.degrees(from_files[0]):.10g} deg, OBSDEC {math.degrees(from_files[1]):.10g} deg): leave --ra/--dec out"
+        )
+    ra, dec = from_files if from_files is not None else given
+    return ra, dec
+
+
+def _same_angle(a: float, b: float, tolerance: float = 1e-9) -> bool:
+    """Equal within ``tolerance`` radians (2e-4 arcsec), modulo a full turn."""
+    return abs(math.remainder(a - b, 2 * math.pi)) <= tolerance
+
+
 def add_parser(commands: Any) -> None:
     p = commands.add_parser(
         "image", help="deconvolve visibilities (major cycles, coordinate descent or CLEAN) into FITS and PNG images",
@@ -38,6 +89,13 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--uvw", type=Path, required=True, help="FITS: baselines x times x 3, metres")
     p.add_argument("--vis", type=Path, required=True, help="FITS: baselines x times x channels x 4 correlations x re/im")
     p.add_argument("--freq", type=Path, required=True, help="FITS: channel frequencies, Hz")
+    p.add_argument("--ra", type=str, default=None,
+                   help="phase centre's right ascension, where the files' headers have no OBSRA (e.g. 0deg, 12h30m00s)")
+    p.add_argument("--dec", type=str, default=None,
+                   help="phase centre's declination, where the files' headers have no OBSDEC (e.g. --dec=-30deg)")
+    p.add_argument("--convention", choices=["casa", "fourier"], default="casa",
+                   help="phase sign of the visibilities: casa (Measurement Sets, V ~ exp(+2 pi i (ul + vm))) "
+                        "or fourier (exp(-2 pi i ...)) (default: %(default)s)")
     p.add_argument("--npix", type=int, default=512, help="image side in pixels, even (default: %(default)s)")
     p.add_argument("--cell", type=str, default="0.5arcsec", help="pixel size with unit (default: %(default)s)")
     p.add_argument("--solver", choices=["cd", "clean"], default="cd", help="minor cycle (default: %(default)s)")
@@ -77,24 +135,24 @@ def read_visibilities(uvw_path: Path, vis_path: Path, freq_path: Path) -> tuple[
     return stokes_i.reshape(-1, freqs.size), uvw.reshape(-1, 3), freqs
 
 
-def _png(path: Path, image: Any, title: str) -> None:
-    import matplotlib
+def write_outputs(out: Path, result: Any, ra: float, dec: float, freq: float, label: str) -> None:
+    """dirty, model, residual, restored (FITS and PNG) and psf (FITS) of an ImagingResult into ``out``:
+    sky order with the WCS about the phase centre (``ra``, ``dec`` in radians); the restored image
+    carries the clean beam (BMAJ/BMIN/BPA)."""
+    from ..io.fits import write_image
+    from ..plotting import plot_sky_image
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 5))
-    im = ax.imshow(image, origin="upper", cmap="inferno")
-    ax.set_title(title)
-    fig.colorbar(im, ax=ax)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    centre = f"phase centre RA {math.degrees(ra) % 360:.6f} deg, Dec {math.degrees(dec):.6f} deg"
+    for name, img, unit in (("dirty", result.dirty, "Jy/beam"), ("model", result.model, "Jy/pixel"),
+                            ("residual", result.residual, "Jy/beam"), ("restored", result.restored, "Jy/beam")):
+        write_image(out / f"{name}.fits", img, result.cell, ra=ra, dec=dec, freq=freq, unit=unit,
+                    beam=result.beam if name == "restored" else None)
+        plot_sky_image(img, result.cell, out / f"{name}.png", title=f"{name} ({label})\n{centre}", unit=unit)
+    write_image(out / "psf.fits", result.psf, result.cell, ra=ra, dec=dec, freq=freq, unit="")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import multiwalk as mw
-
-    from ..io.fits import write_image
 
     try:
         cell = parse_angle(args.cell)
@@ -106,19 +164,16 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         else:
             solver = mw.deconv.Clean(gain=args.gain, threshold=args.threshold, max_iterations=args.max_iterations or 5000)
         vis, uvw, freqs = read_visibilities(args.uvw, args.vis, args.freq)
+        ra, dec = phase_centre(args)
     except (ValueError, TypeError, FileNotFoundError) as err:
         parser.error(str(err))
     args.out.mkdir(parents=True, exist_ok=True)
     try:
-        r = mw.deconv.image(vis, uvw, freqs, args.npix, cell, solver, major_cycles=args.major_cycles, progress=args.progress)
+        r = mw.deconv.image(vis, uvw, freqs, args.npix, cell, solver, major_cycles=args.major_cycles,
+                            convention=args.convention, progress=args.progress)
     except (ValueError, TypeError) as err:
         parser.error(str(err))
-    freq0 = float(freqs.mean())
-    for name, img, unit in (("dirty", r.dirty, "Jy/beam"), ("model", r.model, "Jy/pixel"), ("residual", r.residual, "Jy/beam"),
-                            ("restored", r.restored, "Jy/beam")):
-        write_image(args.out / f"{name}.fits", img, cell, freq=freq0, unit=unit, beam=r.beam if name == "restored" else None)
-        _png(args.out / f"{name}.png", img, f"{name} ({args.solver})")
-    write_image(args.out / "psf.fits", r.psf, cell, freq=freq0, unit="")
+    write_outputs(args.out, r, ra, dec, float(freqs.mean()), args.solver)
     print(r.message)
     print(f"wrote dirty, psf, model, residual, restored (.fits, .png but psf) to {args.out}")
     sys.stdout.flush()

@@ -9,34 +9,41 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["write_image", "read_image", "read_array"]
+__all__ = ["image_wcs", "write_image", "read_image", "read_array", "read_phase_centre"]
 
 
-def write_image(
-    path: str | os.PathLike, image: np.ndarray, cell: float, *, ra: float = 0.0, dec: float = 0.0, freq: float | None = None,
-    unit: str = "Jy/beam", beam: tuple[float, float, float] | None = None, overwrite: bool = True,
-) -> Path:
-    """Write a 2-D image (rows top-down, as displayed) with a WCS header.
-
-    ``cell``, ``ra``, ``dec`` in radians; the phase centre is ducc0's centre pixel, which the
-    display orientation of :mod:`multiwalk.deconv.major_cycle` puts at row N/2 - 1, column M/2
-    (from 0), i.e. FITS pixel (M/2 + 1, N/2 + 1); ``beam`` = (sigma_major, sigma_minor [pixels], angle [rad]) gives
-    BMAJ/BMIN/BPA (FWHM, degrees).  FITS stores rows bottom-up, so the rows are flipped."""
-    from astropy.io import fits
+def image_wcs(shape: tuple[int, int], cell: float, ra: float, dec: float) -> Any:
+    """The astropy WCS of an image in sky order (``image[row, col]``, north up the rows, east at
+    column 0, as :mod:`multiwalk.deconv` makes them): SIN projection about (``ra``, ``dec``) at
+    pixel (row, col) = (N // 2, M // 2), i.e. FITS CRPIX = (M // 2 + 1, N // 2 + 1); ``cell``,
+    ``ra``, ``dec`` in radians.  ``wcs.pixel_to_world(col, row)`` is then the sky position of
+    ``image[row, col]``."""
     from astropy.wcs import WCS
 
-    image = np.asarray(image)
-    if image.ndim != 2:
-        raise ValueError(f"image must be 2-D, got shape {image.shape}")
-    n, m = image.shape
+    n, m = shape
     w = WCS(naxis=2)
     w.wcs.ctype = ["RA---SIN", "DEC--SIN"]
     w.wcs.cunit = ["deg", "deg"]
     w.wcs.crval = [math.degrees(ra) % 360.0, math.degrees(dec)]
-    w.wcs.cdelt = [-math.degrees(cell), math.degrees(cell)]
-    # display row r is FITS row n - 1 - r (from 0): the centre row n/2 - 1 is FITS row n/2, 1-based n/2 + 1
+    w.wcs.cdelt = [-math.degrees(cell), math.degrees(cell)]  # RA grows to the east, at column 0
     w.wcs.crpix = [m // 2 + 1, n // 2 + 1]
-    header = w.to_header()
+    return w
+
+
+def write_image(
+    path: str | os.PathLike, image: np.ndarray, cell: float, *, ra: float, dec: float, freq: float | None = None,
+    unit: str = "Jy/beam", beam: tuple[float, float, float] | None = None, overwrite: bool = True,
+) -> Path:
+    """Write a 2-D image in sky order with the WCS of :func:`image_wcs` (``cell``, phase centre
+    ``ra``, ``dec`` in radians).  ``beam`` = (sigma_major, sigma_minor [pixels], position angle
+    [rad, north through east]), as :func:`multiwalk.deconv.major_cycle.fit_beam` gives it, is
+    written as BMAJ/BMIN (FWHM) and BPA, in degrees."""
+    from astropy.io import fits
+
+    image = np.asarray(image)
+    if image.ndim != 2:
+        raise ValueError(f"image must be 2-D, got shape {image.shape}")
+    header = image_wcs(image.shape, cell, ra, dec).to_header()
     header["BUNIT"] = unit
     if freq is not None:
         header["RESTFRQ"] = float(freq)
@@ -45,19 +52,46 @@ def write_image(
         header["BMAJ"], header["BMIN"] = beam[0] * fwhm, beam[1] * fwhm
         header["BPA"] = math.degrees(beam[2])
     path = Path(path)
-    fits.PrimaryHDU(data=np.ascontiguousarray(image[::-1], np.float32), header=header).writeto(path, overwrite=overwrite)
+    fits.PrimaryHDU(data=np.ascontiguousarray(image, np.float32), header=header).writeto(path, overwrite=overwrite)
     return path
 
 
 def read_image(path: str | os.PathLike) -> tuple[np.ndarray, Any]:
-    """(image rows top-down, astropy WCS of the FITS layout) from a FITS image; extra axes of length 1 dropped."""
+    """(image, astropy WCS) from a FITS image, extra axes of length 1 dropped; the array as FITS
+    stores it (``image[row, col]`` is WCS pixel (col, row)), for :func:`write_image`'s images sky order."""
     from astropy.wcs import WCS
 
     data, header = _read(path)
     data = np.squeeze(data)
     if data.ndim != 2:
         raise ValueError(f"{path}: expected a 2-D image (after dropping axes of length 1), got shape {data.shape}")
-    return np.asarray(data[::-1], np.float64), WCS(header, naxis=2)
+    return np.asarray(data, np.float64), WCS(header, naxis=2)
+
+
+def read_phase_centre(*paths: str | os.PathLike) -> tuple[float, float] | None:
+    """The phase centre (RA, Dec in radians) that the primary headers of ``paths`` give in
+    OBSRA/OBSDEC (degrees), or None where none does; ValueError where they disagree or give one
+    of the two only."""
+    from astropy.io import fits
+
+    found: dict[str, tuple[float, float]] = {}
+    for path in paths:
+        try:
+            header = fits.getheader(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such file") from None
+        except OSError as err:
+            raise ValueError(f"{path}: not a readable FITS file: {err}") from err
+        has = [key in header for key in ("OBSRA", "OBSDEC")]
+        if any(has) and not all(has):
+            raise ValueError(f"{path}: the header has {'OBSRA' if has[0] else 'OBSDEC'} but not the other; give both or neither")
+        if all(has):
+            found[os.fspath(path)] = (math.radians(float(header["OBSRA"])), math.radians(float(header["OBSDEC"])))
+    centres = list(found.values())
+    if any(not np.allclose(c, centres[0], rtol=0, atol=1e-10) for c in centres):
+        listed = ", ".join(f"{p}: ({math.degrees(r)} deg, {math.degrees(d)} deg)" for p, (r, d) in found.items())
+        raise ValueError(f"the phase centres in the headers disagree: {listed}")
+    return centres[0] if centres else None
 
 
 def read_array(path: str | os.PathLike, shape_hint: str = "") -> np.ndarray:
