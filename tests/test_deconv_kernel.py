@@ -27,18 +27,24 @@ def field(n: int, p: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return dirty, psf
 
 
-def both(problem: mw.deconv.Deconvolution, **options) -> tuple:
+class SignedMapCD(mw.deconv.CoordinateDescent):
+    """The kernel form that reads the signed Lipschitz map instead of block marks (same results)."""
+
+    constant_lipschitz_kernel = False
+
+
+def both(problem: mw.deconv.Deconvolution, solver: type = mw.deconv.CoordinateDescent, **options) -> tuple:
     """The same solver in the XLA form and as the Pallas kernel (interpret mode here)."""
-    return tuple(mw.solve(problem, mw.deconv.CoordinateDescent(kernel=k, **options), progress=False) for k in ("xla", "pallas"))
+    return tuple(mw.solve(problem, solver(kernel=k, **options), progress=False) for k in ("xla", "pallas"))
 
 
 @pytest.mark.parametrize(
     "p, options, warm",
     [
         (2 * N, {}, True),  # PSF twice the image (the major cycle's): every update touches the whole map
-        # small PSF: only the touched blocks run, refreshes in between; the seed's per-pixel L, so
-        # the kernel reads the signed Lipschitz map (the other cases: one L, block marks)
-        (15, {"refresh_every": 9, "lipschitz": "exact"}, False),
+        # small PSF: only the touched blocks run, refreshes in between; the kernel reads the signed
+        # Lipschitz map (the other cases: one L as a scalar, block marks)
+        (15, {"refresh_every": 9, "solver": SignedMapCD}, False),
         (2 * N, {"update_window": 9, "refresh_every": 7}, False),  # truncated window
     ],
 )
@@ -122,9 +128,9 @@ def test_kernel_stops_inside_an_unrolled_trip():
 
 def test_autocorrelation_lipschitz_descends_where_exact_fails():
     # PSF twice the image: the map update's diagonal AC[0] = sum PSF^2 exceeds the corner pixel's
-    # exact L[k] more than twice (2.13x here), so the seed's per-pixel step over-relaxes there.  A
-    # source in the corner: the exact constants' tracked objective goes negative (impossible for a
-    # sum of squares) and the true one never moves; the default steps with AC[0] and converges.
+    # exact L[k] more than twice (2.13x here), so the seed's per-pixel step would over-relax there
+    # (it did: its tracked objective went negative and the true one never moved), and it is not
+    # offered.  A source in the corner: the steps with AC[0] converge.
     n, p = 24, 48
     y, x = np.mgrid[:p, :p] - p // 2
     r = np.hypot(x, y)
@@ -138,25 +144,21 @@ def test_autocorrelation_lipschitz_descends_where_exact_fails():
     problem = mw.deconv.Deconvolution(dirty, psf)
     start = 0.5 * float(np.sum(dirty**2))  # the objective at x = 0
 
-    def run(lipschitz: str):
-        solver = mw.deconv.CoordinateDescent(lam=0.01, epsilon=1e-6, max_iterations=300, refresh_every=30,
-                                             lipschitz=lipschitz, kernel="xla")
-        return mw.solve(problem, solver, progress=False)
-
-    ok = run("autocorrelation")
+    solver = mw.deconv.CoordinateDescent(lam=0.01, epsilon=1e-6, max_iterations=300, refresh_every=30, kernel="xla")
+    ok = mw.solve(problem, solver, progress=False)
     assert np.isfinite(ok.objective).all() and ok.fun < 0.01 * start
     exact = ok.objective[29::30]  # the exact objective at each refresh never increases: 1e-6 relative (float32)
     assert np.all(np.diff(exact) <= 1e-6 * start)
     # both sources back (fftconvolve's "same" centres an even PSF half a pixel off ours: 3 x 3 sums;
     # 0.1 Jy: the L1 shrinkage lam / L plus a flux split between neighbours)
     assert ok.model[:3, :3].sum() == pytest.approx(1.0, abs=0.1) and ok.model[11:14, 11:14].sum() == pytest.approx(1.0, abs=0.1)
-    bad = run("exact")
-    assert bad.objective.min() < 0 and bad.fun > 0.9 * start
+    with pytest.raises(ValueError, match="lipschitz must be 'autocorrelation'.*over-relax"):
+        mw.deconv.CoordinateDescent(lam=0.01, lipschitz="exact")
 
 
 def test_options():
     with pytest.raises(ValueError, match="update_window=9 needs refresh_every"):
-        mw.deconv.CoordinateDescent(lam=1.0, update_window=9)
+        mw.deconv.CoordinateDescent(lam=1.0, update_window=9, refresh_every=None)
     with pytest.raises(ValueError, match="kernel must be one of"):
         mw.deconv.CoordinateDescent(lam=1.0, kernel="cuda")
     with pytest.raises(ValueError, match="lipschitz must be"):

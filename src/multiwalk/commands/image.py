@@ -102,13 +102,15 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--lam", type=float, default=0.5,
                    help="cd: elastic-net weight lambda; the residual floor is ~lam / sum(PSF^2) Jy/beam (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=1.0, help="cd: elastic-net L1 share (default: %(default)s)")
-    p.add_argument("--epsilon", type=float, default=1e-4, help="cd: smallest pixel change (default: %(default)s)")
+    p.add_argument("--epsilon", type=float, default=None,
+                   help="cd: stop when no pixel can change by more than this times the brightest pixel, on the exact "
+                        "gradient map (default: the solver's, 1e-6)")
     p.add_argument("--gain", type=float, default=0.1, help="clean: loop gain (default: %(default)s)")
     p.add_argument("--threshold", type=float, default=0.01, help="clean: stop below this peak (default: %(default)s)")
     p.add_argument("--max-iterations", type=int, default=None,
-                   help="minor iterations per major cycle (default: cd 20000, clean 5000)")
-    p.add_argument("--refresh-every", type=int, default=1000,
-                   help="cd: exact gradient map every k iterations (default: %(default)s)")
+                   help="minor iterations per major cycle (default: cd the solver's 100000, clean 5000)")
+    p.add_argument("--refresh-every", type=int, default=None,
+                   help="cd: exact gradient map every k iterations (default: the solver's, 100)")
     p.add_argument("--major-cycles", type=int, default=3, help="(default: %(default)s)")
     p.add_argument("--out", type=Path, required=True, help="output folder (created)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=False, help="progress bars on stderr")
@@ -157,9 +159,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         cell = parse_angle(args.cell)
         if args.solver == "cd":
+            given = {"epsilon": args.epsilon, "max_iterations": args.max_iterations, "refresh_every": args.refresh_every}
             solver: Any = mw.deconv.CoordinateDescent(
-                lam=args.lam, alpha=args.alpha, epsilon=args.epsilon, max_iterations=args.max_iterations or 20_000,
-                refresh_every=args.refresh_every,
+                lam=args.lam, alpha=args.alpha, **{k: v for k, v in given.items() if v is not None}
             )
         else:
             solver = mw.deconv.Clean(gain=args.gain, threshold=args.threshold, max_iterations=args.max_iterations or 5000)

@@ -8,15 +8,16 @@ Lipschitz map).  Here each Pallas program owns one block: it reads the block of 
 the autocorrelation, writes the updated map, and from the values still in registers computes
 the block's best score and its pixel - one pass over memory instead of two.
 
-Traffic per update, for a window of A pixels, with per-pixel Lipschitz constants
-(``lipschitz="exact"``): read + write the map, read the autocorrelation window and the Lipschitz
-map (16 A bytes in float32).  The model is read only where it can be non-zero: the state keeps
-the Lipschitz constant NEGATED at every pixel the solver ever changed (``L`` is positive
-everywhere, so its sign is free), and the kernel loads the model with a mask ``L < 0``
+Traffic per update, for a window of A pixels, with a map of Lipschitz constants (the form kept
+for comparison, ``CoordinateDescent.constant_lipschitz_kernel = False``): read + write the map,
+read the autocorrelation window and the Lipschitz map (16 A bytes in float32).  The model is
+read only where it can be non-zero: the state keeps the Lipschitz constant NEGATED at every
+pixel the solver ever changed (``L`` is positive everywhere, so its sign is free), and the
+kernel loads the model with a mask ``L < 0``
 (``other=0``), which on a GPU issues no memory request for warps with no such pixel.  Greedy
 coordinate descent changes few pixels, so that read all but vanishes.
 
-With one Lipschitz constant for every pixel (``lipschitz="autocorrelation"``, the default) the
+With one Lipschitz constant for every pixel (``sum PSF^2``, what CoordinateDescent uses) the
 map of L carries nothing but those marks, so it is not read at all (12 A bytes, a quarter less):
 L is a scalar argument, and a (blocks) int32 array marks the blocks where the model may be
 non-zero; a program loads its block of the model only if its mark is set.  The arithmetic is the
