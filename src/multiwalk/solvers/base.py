@@ -49,8 +49,8 @@ def end_status(status: Status, success_message: str, found_finite: bool, failed_
 
 
 def value_at_point(problem: Problem, x: np.ndarray, found: float) -> float:
-    """The value to report at the point a run found: chi2 of ONE full point ``x`` (n,), evaluated
-    operation by operation on the default device, or ``found`` (the run's own value) where that is
+    """The value to report at the point a run found: chi2 of ONE full point ``x`` (n,) by the
+    one-point program on the default device (compiled once per problem), or ``found`` (the run's own value) where that is
     not finite (no finite point was found: ``x`` is only a start).
 
     A walker's value comes from the run's batched program, and XLA chooses its kernels by the
@@ -59,9 +59,10 @@ def value_at_point(problem: Problem, x: np.ndarray, found: float) -> float:
     Evaluated here, the reported value depends on ``x`` alone, not on how the run was split."""
     if not np.isfinite(found):
         return float(found)
-    # Op by op, not jitted: nothing to compile per problem (each operation's kernel is shared by
-    # every problem), and no fusion whose choices could depend on anything but x.
-    return float(problem.chi2_full(jax.numpy.asarray(x, dtype=problem.dtype)))
+    from ..solve import cached_jit  # here: the driver module imports this one
+
+    point = np.asarray(x, dtype=problem.dtype)
+    return float(cached_jit(problem, None, "value_at_point", problem.chi2_full)(point))
 
 
 class Phase(NamedTuple):
