@@ -5,8 +5,8 @@
 
 The system has two roots, (-0.966012, 0.258497) and (0.730718, 0.682679).  The residuals are
 the model, the data are zeros and sigma is small, so chi2 is tiny only near a root; the coldest
-chains of the many independent sequences settle at both roots, and ``result.roots(tol)`` groups
-the recorded samples with chi2 <= tol into distinct roots.
+chains of the many independent sequences settle at both roots, and ``result.roots(tol)`` polishes
+the recorded samples into the distinct roots (Levenberg-Marquardt), each with chi2 <= tol.
 
 The problem is solved twice: with the modern API (``mw.Problem`` + ``mw.ReplicaExchange`` +
 ``mw.solve``) and with the seed's interface ``multiwalk.compat.imgpu.Mcgpu``.  With the same
@@ -34,7 +34,7 @@ from multiwalk.compat.imgpu import Mcgpu  # noqa: E402
 
 A, B = 0.25, 0.5  # the line y = A x + B
 SIGMA = 1e-3  # residual scale: chi2 = |F(x, y)|^2 / SIGMA^2
-ROOT_TOL = 1.0  # chi2 under which a sample counts as a root (residuals below ~1e-3)
+ROOT_TOL = 1.0  # chi2 under which a polished point counts as a root (residuals below ~1e-3)
 LOWER, UPPER = [-2.0, -2.0], [2.0, 2.0]
 
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = mw.Problem(model=residuals, data=np.zeros(2), sigma=SIGMA, lower=LOWER, upper=UPPER,
                          args=(A, B), names=["x", "y"])
     result = mw.solve(problem, mw.ReplicaExchange(**sizes), seed=opts.seed, progress=False)
-    roots = result.roots(ROOT_TOL)
+    roots = result.roots(ROOT_TOL).x
     print(f"\n[modern API] {result.message} in {time.perf_counter() - t0:.1f} s; best chi2 {result.fun:.3g}")
     ok_modern = report("modern API", roots, lambda r: problem.chi2(r[None])[0], exact)
     result.plot(str(out / "solvsys_marginals.png"))
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     po, c2 = mc.pout, mc.chi2  # the seed's [nprm, nseq*niter] and [nseq*niter]
     print(f"\n[Mcgpu] burnin_and_search() in {time.perf_counter() - t0:.1f} s; pout {po.shape}, chi2 {c2.shape}; "
           f"smallest chi2 {c2.min():.3g} at (x, y) = ({po[0, c2.argmin()]:.6f}, {po[1, c2.argmin()]:.6f})")
-    mc_roots = mc.result.roots(ROOT_TOL)
+    mc_roots = mc.result.roots(ROOT_TOL).x
     ok_mcgpu = report("Mcgpu", mc_roots, lambda r: mc.calcmodchi2(r)[()], exact)
     mc.result.plot(str(out / "solvsys_mcgpu_marginals.png"))
     same = np.array_equal(result.samples, mc.result.samples)

@@ -25,6 +25,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 import multiwalk as mw  # noqa: E402
+from multiwalk.functions import yao  # noqa: E402
 
 
 def sphere(x):
@@ -60,6 +61,14 @@ def main() -> dict:
     a, b = (mw.solve(box, ps, seed=1, progress=False, devices=k) for k in (1, 4))
     out["ps_same"] = same(a.walkers, b.walkers) and same(a.values, b.values) and same(a.x, b.x) and a.fun == b.fun
     out["ps_devices"] = b.stats["devices"]
+
+    # PatternSearch on Rastrigin-4 in float32, 1024 walkers: XLA's CPU backend evaluates a batch of
+    # 1024 points with other kernels than the 4 devices' 256 each, which round differently
+    rastrigin4 = mw.Problem(objective=yao.rastrigin, lower=np.full(4, -5.12), upper=np.full(4, 5.12), dtype="float32")
+    ps1024 = mw.PatternSearch(n_walkers=1024, iterations=20, kernel="xla")
+    a1, b4 = (mw.solve(rastrigin4, ps1024, seed=4, progress=False, devices=k) for k in (1, 4))
+    out["ps1024_x_same"] = same(a1.x, b4.x)
+    out["ps1024_fun"] = [a1.fun, b4.fun]
 
     # A checkpoint written on 4 devices resumes on 1: interrupted after the first chunk, then resumed
     with tempfile.TemporaryDirectory() as tmp:

@@ -200,7 +200,7 @@ def test_roots_of_equation_system():
         upper=[5.0, 5.0],
     )
     r = _run(problem, seed=3, nbeta=16, nseq=16, nburn=300, niter=300, betan=1e-7)
-    roots = r.roots(tol)
+    roots = r.roots(tol).x
     # Two roots ~1.7 apart, grouping radius 0.01 of the box (0.1): exactly two groups.
     assert roots.shape == (2, 2), roots
     # Error bound: chi2 <= tol means |residual| <= sqrt(tol) * sigma, so to first order the point

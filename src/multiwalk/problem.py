@@ -511,15 +511,20 @@ class Problem:
 
     def chi2_full(self, x: jax.Array) -> jax.Array:
         """chi2 of ONE full point ``x`` of shape ``(n,)``; a real scalar."""
-        out = self._call(x)
         if not self.is_model:
-            return jnp.asarray(out).astype(self.dtype)
-        resid = out - self.data
+            return jnp.asarray(self._call(x)).astype(self.dtype)
+        r = self.residuals_full(x)
+        return jnp.sum(jnp.real(r * jnp.conj(r))).astype(self.dtype)
+
+    def residuals_full(self, x: jax.Array) -> jax.Array:
+        """``(model(x) - data) / sigma`` of ONE full point ``x`` (n,), data's shape (complex for
+        complex data), the ``angular_data`` entries wrapped to [-pi, pi); chi2 is the sum of
+        their squared moduli.  Only for ``model=`` problems."""
+        resid = self._call(x) - self.data
         if self.angular_data is not None:
             wrapped = jnp.mod(resid + jnp.pi, 2 * jnp.pi) - jnp.pi
             resid = jnp.where(self.angular_data, wrapped, resid)
-        r = resid / self.sigma
-        return jnp.sum(jnp.real(r * jnp.conj(r))).astype(self.dtype)
+        return resid / self.sigma
 
     def chi2_free(self, theta: jax.Array) -> jax.Array:
         """chi2 of ONE point given by its free parameters ``(n_free,)``."""

@@ -58,7 +58,7 @@ from ..problem import Problem
 from ..result import Result, Status
 from ..spaces import Mesh
 from . import exchange_kernel
-from .base import Phase, Solver, check_int_option, end_status
+from .base import Phase, Solver, check_int_option, end_status, value_at_point
 
 __all__ = ["Exchange", "ExchangeResult", "ExchangeState", "replica_order", "temperature_ladder"]
 
@@ -929,7 +929,7 @@ class Exchange(Solver):
             exch = np.where(st.n_exchange_tries > 0, st.n_exchanges / np.maximum(st.n_exchange_tries, 1), np.nan)
         return ExchangeResult(
             x=st.best_x[i_best].copy(),
-            fun=float(st.best_fx[i_best]),
+            fun=value_at_point(problem, st.best_x[i_best], float(st.best_fx[i_best])),
             status=status,
             message=message,
             stats=stats,

@@ -54,7 +54,7 @@ from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem
 from ..result import Result, Status
 from . import pattern_search_kernel
-from .base import Phase, Solver, check_int_option, end_status
+from .base import Phase, Solver, check_int_option, end_status, value_at_point
 
 __all__ = ["PatternSearch", "PatternSearchResult"]
 
@@ -423,9 +423,10 @@ class PatternSearch(Solver):
             bool(np.isfinite(st.best_f)),
             f"no finite objective value in {stats['evaluations']} evaluations (all NaN or inf)",
         )
+        x_best = np.asarray(problem.expand(st.best_x))
         return PatternSearchResult(
-            x=np.asarray(problem.expand(st.best_x)),
-            fun=float(st.best_f),
+            x=x_best,
+            fun=value_at_point(problem, x_best, float(st.best_f)),
             status=status,
             message=message,
             stats=stats,

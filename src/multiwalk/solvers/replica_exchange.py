@@ -26,11 +26,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..polish import Roots, polish
+from ..polish import default_root_tol as _default_root_tol
 from ..problem import Problem
 from ..result import Result, Status
-from .base import Phase, Solver, check_int_option, end_status
+from .base import Phase, Solver, check_int_option, end_status, value_at_point
 
-__all__ = ["ReplicaExchange", "ReplicaExchangeResult"]
+__all__ = ["ReplicaExchange", "ReplicaExchangeResult", "Roots"]
 
 _ADAPT_TARGET = 0.30  # acceptance below which a step shrinks (cuda_mcmc's adjust_steps)
 _ADAPT_FACTOR = 1.01
@@ -369,7 +371,7 @@ class ReplicaExchange(Solver):
         )
         return ReplicaExchangeResult(
             x=x_best,
-            fun=float(st.best_chi2[i_best]),
+            fun=value_at_point(problem, x_best, float(st.best_chi2[i_best])),
             status=status,
             message=message,
             stats=stats,
@@ -388,6 +390,7 @@ class ReplicaExchange(Solver):
             lower=problem.lower.copy(),
             upper=problem.upper.copy(),
             options=self.options(),
+            problem=problem,
         )
 
 
@@ -418,35 +421,68 @@ class ReplicaExchangeResult(Result):
     lower: np.ndarray = None  # type: ignore[assignment]
     upper: np.ndarray = None  # type: ignore[assignment]
     options: dict[str, Any] = field(default_factory=dict)
+    problem: Problem | None = field(default=None, repr=False)  # for roots(); not saved
 
     @property
     def flat_samples(self) -> np.ndarray:
         """All recorded samples as ``(niter * nseq, n)``."""
         return self.samples.reshape(-1, self.samples.shape[-1])
 
-    def roots(self, tol: float, radius: float = 0.01) -> np.ndarray:
-        """Distinct points with chi2 <= ``tol``: all roots of an equation system.
+    def roots(self, tol: float | None = None, radius: float = 1e-3, max_candidates: int = 2048) -> Roots:
+        """Every distinct root the sampling found, polished to the precision of the dtype.
 
-        Samples under ``tol`` are taken best first; each starts a group that absorbs every
-        sample within ``radius`` of it, measured per coordinate in units of the box width
-        (max |dx_i| / (upper_i - lower_i)).  Returns the best point of each group,
-        shape ``(k, n)``, sorted by chi2.
+        The sampler finds the basins; the roots in them come from Levenberg-Marquardt
+        (:mod:`multiwalk.polish`) started at candidates taken from the recorded samples and
+        ``x``: the lowest-chi2 sample in each cell of a 64-per-axis grid over the box, at most
+        ``max_candidates`` of them (the lowest chi2 first).  A polished point is a root if its
+        chi2 is at most ``tol`` and it lies in the box (periodic parameters wrapped into it);
+        roots closer than ``radius`` of the box width in every coordinate are one root.
+
+        ``tol`` (chi2) defaults to that of residuals of ``sqrt(eps) * max(1, max|data|)`` in
+        every datum (data units; ``eps`` of the problem's dtype), ``eps`` for an objective.
+        Simple roots are found to a few rounding errors of the residual; a multiple root
+        (singular Jacobian) to ``sqrt(eps)`` relative in ``x`` (see :mod:`multiwalk.polish`).
+        Returns :class:`Roots` ``(x (k, n), residual (k,))``, the lowest residual first.
         """
-        if not (tol >= 0):
-            raise ValueError(f"tol must be a non-negative chi2 value, got {tol!r}")
+        if self.problem is None:
+            raise ValueError(
+                "roots() polishes with the problem's function, which this result does not hold "
+                "(a result read back from a file): run mw.solve again to get a result with it"
+            )
+        if tol is not None and not (tol >= 0):
+            raise ValueError(f"tol must be a non-negative chi2 value or None (the dtype's default), got {tol!r}")
         if not (radius > 0):
             raise ValueError(f"radius must be positive (a fraction of the box width), got {radius!r}")
-        pts = self.flat_samples
-        c2 = self.chi2.reshape(-1)
-        keep = np.flatnonzero(c2 <= tol)
-        keep = keep[np.argsort(c2[keep], kind="stable")]
-        scale = self.upper - self.lower
-        roots: list[np.ndarray] = []
-        for i in keep:
-            p = pts[i]
-            if all(np.max(np.abs(p - r) / scale) > radius for r in roots):
-                roots.append(p)
-        return np.array(roots).reshape(-1, pts.shape[-1])
+        if isinstance(max_candidates, bool) or not isinstance(max_candidates, (int, np.integer)) or max_candidates < 1:
+            raise ValueError(f"max_candidates must be a positive integer, got {max_candidates!r}")
+        problem = self.problem
+        x, chi2 = polish(problem, self._root_candidates(int(max_candidates)))
+        span = self.upper - self.lower
+        periodic = problem.periodic
+        x = np.where(periodic, self.lower + np.mod(x - self.lower, span), x).astype(problem.dtype)
+        slack = 4 * np.finfo(problem.dtype).eps * span  # a root on a bound may land an ulp outside
+        inside = np.all((x >= self.lower - slack) & (x <= self.upper + slack), axis=1)
+        keep = np.flatnonzero(inside & (chi2 <= (_default_root_tol(problem) if tol is None else tol)))
+        keep = keep[np.argsort(chi2[keep], kind="stable")]
+        distinct: list[int] = []
+        while keep.size:  # the best remaining point, and every point within radius of it is the same root
+            distinct.append(int(keep[0]))
+            far = np.max(np.abs(x[keep] - x[keep[0]]) / span, axis=1) > radius
+            keep = keep[far]
+        return Roots(x=x[distinct].reshape(-1, problem.n), residual=np.sqrt(chi2[distinct]))
+
+    def _root_candidates(self, max_candidates: int) -> np.ndarray:
+        """Starting points for the polish (k, n): ``x`` and the lowest-chi2 sample of each
+        occupied cell of a 64-per-axis grid over the box, the lowest chi2 first."""
+        pts = np.concatenate([self.x[None, :], self.flat_samples])
+        c2 = np.concatenate([[self.fun], self.chi2.reshape(-1)])
+        ok = np.isfinite(c2)
+        pts, c2 = pts[ok], c2[ok]
+        order = np.argsort(c2, kind="stable")
+        pts = pts[order]
+        cells = np.floor((pts - self.lower) / (self.upper - self.lower) * 64).astype(np.int64)
+        _, first = np.unique(cells, axis=0, return_index=True)  # first = the lowest chi2 of each cell
+        return pts[np.sort(first)[:max_candidates]]
 
     def marginals(self, bins: int = 50) -> list[tuple[np.ndarray, np.ndarray]]:
         """Histogram ``(counts, edges)`` of every free parameter's samples, over its bounds."""
