@@ -6,6 +6,7 @@ ODAT-SE's own code are skipped when odat-se is not installed (it is not a depend
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -201,6 +202,28 @@ def test_mesh_and_neighbor_list_errors_name_file_and_line(tmp_path):
         read_neighbor_list(nn, 3)
     nn.write_text("0 1\n1 0 2\n2 1\n")
     assert read_neighbor_list(nn, 3) == [[1], [0, 2], [1]]
+
+
+BINARY = b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe"  # the start of a binary file: byte 0x89 is not UTF-8
+
+
+@pytest.mark.parametrize(
+    "kind, content, message",
+    [
+        ("mesh", b"0 0.0 0.0\n" + BINARY, "{path}, line 2: not text (byte 0x89 at column 1 is not UTF-8)"),
+        ("neighbour list", BINARY, "{path}, line 1: not text (byte 0x89 at column 1 is not UTF-8)"),
+        ("input", b'[base]\ndimension = 2\noutput_dir = "\xff"\n', "{path}, line 3: not text (byte 0xff at column 15"),
+        # a neighbour listed twice is a duplicate (its move would be drawn twice as often), not an asymmetry
+        ("neighbour list", b"0 1\n1 0 2 2\n2 1\n", "{path}, line 2: node 1 lists neighbour 2 more than once"),
+    ],
+    ids=["binary mesh", "binary neighbour list", "binary input", "duplicate neighbour"],
+)
+def test_binary_files_and_duplicate_neighbours_name_file_and_line(tmp_path, kind, content, message):
+    path = tmp_path / "file"
+    path.write_bytes(content)
+    read = {"mesh": read_mesh, "neighbour list": lambda p: read_neighbor_list(p, 3), "input": load_input}[kind]
+    with pytest.raises(ValueError, match=re.escape(message.format(path=path))):  # InputError is a ValueError
+        read(path)
 
 
 def test_neighborlist_command(tmp_path):

@@ -123,10 +123,20 @@ def load_input(path: str | Path) -> dict[str, Any]:
     """Read and check an ODAT-SE input file; InputError names the file and the key."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise InputError(f"{path}: no such input file") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot be read: {err.strerror or err}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        raise InputError(
+            f"{path}, line {line}: not text (byte {raw[err.start]:#04x} at column {column} is not UTF-8): "
+            "an input file is TOML text"
+        ) from None
     except tomllib.TOMLDecodeError as err:
         raise InputError(f"{path}: not valid TOML: {err}") from None
     for key in data:
