@@ -126,6 +126,8 @@ BAD_INPUTS = [
     ("step_list = [0.1, 0.2]", 'step_list = ["a", 1]', "step_list must be a list of numbers"),
     ("initial_list = [[0.5, 0.5], [0.1, -0.1]]", "initial_list = [[0.5, 0.5, 1.0]]", "initial_list must be 2 numbers"),
     ("nreplica_per_proc = 3", "nreplica_per_proc = 1", "initial_list has 2 points but nreplica_per_proc = 1"),
+    ("initial_list = [[0.5, 0.5], [0.1, -0.1]]", "initial_list = [[0.5, 0.5], [0.1, 2.0]]",
+     "initial_list[1] = [0.1, 2.0] is outside the box: b = 2.0 is not in [-2.0, 2.0) (min_list[1], max_list[1])"),
     ("nreplica_per_proc = 3", "nreplica_per_proc = 0", "nreplica_per_proc must be at least 1"),
     ("min_list", 'mesh_path = "m.txt"\nmin_list', "min_list is for a continuous space"),
     ("min_list", 'neighborlist_path = "n.txt"\nmin_list', "neighborlist_path needs mesh_path"),
@@ -224,6 +226,21 @@ def test_binary_files_and_duplicate_neighbours_name_file_and_line(tmp_path, kind
     read = {"mesh": read_mesh, "neighbour list": lambda p: read_neighbor_list(p, 3), "input": load_input}[kind]
     with pytest.raises(ValueError, match=re.escape(message.format(path=path))):  # InputError is a ValueError
         read(path)
+
+
+def test_initial_points_outside_the_box_are_refused(tmp_path):
+    """A start outside the box would stay there (exchange: every move from it is rejected;
+    minsearch: f = inf there): refused, naming the key, the value and the box."""
+    head, tail = FULL.replace('name = "exchange"', 'name = "minsearch"').split("[algorithm.exchange]")
+    minsearch = head + "[solver]" + tail.split("[solver]")[1]
+    path = write_input(tmp_path, minsearch.replace("[[0.5, 0.5], [0.1, -0.1]]", "[1.5, 0.0]"))
+    with pytest.raises(InputError, match=re.escape("initial_list = [1.5, 0.0] is outside the box: a = 1.5 is not in "
+                                                   "[-1.0, 1.0] (min_list[0], max_list[0])")):
+        build_setup(path)
+    problem = mw.Problem(objective=analytical.quadratics, lower=[-1, -1], upper=[1, 1])
+    with pytest.raises(ValueError, match=re.escape("initial[0] = [0.0, 1.0] is outside the box: coordinate 1 = 1.0 "
+                                                   "is not in [lower[1], upper[1]) = [-1.0, 1.0)")):
+        mw.solve(problem, mw.Exchange(betas=(1.0, 0.5), numsteps=5, step_width=(0.1, 0.1), initial=((0.0, 1.0),)))
 
 
 def test_neighborlist_command(tmp_path):

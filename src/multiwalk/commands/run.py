@@ -255,6 +255,22 @@ def _vector(path: Path, param: dict, key: str, dimension: int, positive: bool = 
     return v
 
 
+def _check_initial_in_box(path: Path, given: Any, setup: RunSetup, upper_inside: bool) -> None:
+    """InputError unless every point of initial_list lies in the box: ``min <= x < max`` for the
+    exchange (whose moves keep ``x < max``, ODAT-SE's rule), ``min <= x <= max`` for minsearch.
+    A start outside would stay there (every move from it is rejected, or f is inf there)."""
+    init, lo, hi = setup.initial, setup.lower, setup.upper
+    inside = (init >= lo) & ((init <= hi) if upper_inside else (init < hi))
+    if inside.all():
+        return
+    k, i = (int(v) for v in np.argwhere(~inside)[0])
+    point = f"initial_list[{k}] = {init[k].tolist()}" if np.ndim(given) == 2 else f"initial_list = {init[k].tolist()}"
+    raise InputError(
+        f"{path}: [algorithm.param] {point} is outside the box: {setup.labels[i]} = {init[k, i]} is not in "
+        f"[{lo[i]}, {hi[i]}{']' if upper_inside else ')'} (min_list[{i}], max_list[{i}]): start inside the box"
+    )
+
+
 def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetup:
     """Check an input file's contents and gather what the run needs (no compilation)."""
     from ..solvers.exchange import temperature_ladder
@@ -347,6 +363,8 @@ def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetu
                     f"got {param['initial_list']}"
                 )
             setup.initial = init
+            if name in ("exchange", "minsearch"):  # L-BFGS is unconstrained: its box only draws starts
+                _check_initial_in_box(path, param["initial_list"], setup, upper_inside=name == "minsearch")
 
     if name == "exchange":
         ex = alg.get("exchange")
