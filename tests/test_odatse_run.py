@@ -7,13 +7,14 @@ ODAT-SE's own code are skipped when odat-se is not installed (it is not a depend
 from __future__ import annotations
 
 import re
+import shutil
 import textwrap
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
-from odatse_inputs import ctrl_c_after_chunks, himmelblau_exchange, run_cli
+from odatse_inputs import ctrl_c_after_chunks, himmelblau_exchange, output_files, run_cli
 
 import multiwalk as mw
 from multiwalk.cli import main
@@ -467,6 +468,51 @@ def test_resume_after_interrupt_equals_one_run(full_run, tmp_path, monkeypatch):
     assert run_cli(tmp_path, "input.toml", "--nprocs", "2", "--cont", "--reset-rand") == 0
     tail = (tmp_path / "output" / "0" / "trial.txt").read_text().splitlines()[-100:]
     assert all(int(ln.split()[0]) >= 401 for ln in tail) and len(tail) == 100
+
+
+def _cut_last_lines(path: Path, k: int) -> None:
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-k]))
+
+
+RESUME_REFUSALS = {
+    # (what is changed in the input, or a function damaging the copy of the finished run; the message)
+    "function_name": ('function_name = "himmelblau"', 'function_name = "rosenbrock"',
+                      "objective ([solver] function_name/function): multiwalk.functions.odatse.himmelblau then, "
+                      "multiwalk.functions.odatse.rosenbrock now"),
+    "min_list": ("min_list = [-6.0, -6.0]", "min_list = [-5.0, -6.0]",
+                 "lower ([algorithm.param] min_list): [-6.0, -6.0] then, [-5.0, -6.0] now"),
+    "short step file": (lambda out: _cut_last_lines(out / "result_T2.txt", 3), None,
+                        "result_T2.txt ends with step 397, walker"),
+    "damaged checkpoint": (lambda out: (out / "0" / "checkpoint.npz").write_bytes(
+        (out / "0" / "checkpoint.npz").read_bytes()[:-100]), None, "is not a multiwalk checkpoint, or it is damaged"),
+}
+
+
+@pytest.mark.parametrize("case", list(RESUME_REFUSALS))
+def test_continuing_another_problem_or_damaged_files_is_refused(full_run, tmp_path, capsys, case):
+    """--cont of the finished 401-step run, after changing the problem in the input or damaging its
+    files: refused before anything runs, naming what changed or the file."""
+    change, by, message = RESUME_REFUSALS[case]
+    shutil.copytree(full_run / "output", tmp_path / "output")
+    source = HIMMELBLAU.format(numsteps=451).replace("nreplica_per_proc = 4", "nreplica_per_proc = 2")
+    if by is None:
+        change(tmp_path / "output")
+    else:
+        assert change in source
+        source = source.replace(change, by)
+    write_input(tmp_path, source)
+    before = output_files(tmp_path)
+    assert run_cli(tmp_path, "input.toml", "--nprocs", "2", "--cont") == 2
+    assert message in capsys.readouterr().err
+    assert output_files(tmp_path) == before  # nothing was written
+
+
+def test_checkpoint_file_that_cannot_be_written_is_refused_first(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    write_input(tmp_path, himmelblau_exchange(algorithm_extra=f'checkpoint_file = "{tmp_path / "a_file" / "ck.npz"}"'))
+    assert run_cli(tmp_path, "input.toml") == 2
+    assert "a_file/ck.npz' ([base] output_dir, [algorithm] checkpoint_file): its folder cannot be made" in capsys.readouterr().err
+    assert not (tmp_path / "output").exists()  # refused before any file was written
 
 
 def test_minsearch_and_pattern(tmp_path):

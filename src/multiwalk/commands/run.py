@@ -409,16 +409,39 @@ def _record_length(n_replicas: int, dimension: int) -> int:
     return int(min(1024, max(16, 4_000_000 // (n_replicas * (dimension + 3)))))
 
 
-def _read_meta(path: Path) -> dict[str, Any]:
-    import json
+def _read_checkpoint_file(path: Path) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """``(meta, leaves)`` of the checkpoint to resume or continue from, read whole (its checksums
+    checked) before any file of the run is touched; InputError naming it when it is missing or damaged."""
+    from ..solve import _read_checkpoint
 
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            return json.loads(str(npz["__meta__"]))
+        return _read_checkpoint(path, label=str(path))
     except FileNotFoundError:
         raise InputError(f"{path}: no checkpoint to resume or continue from (run without --resume/--cont first)") from None
-    except (KeyError, ValueError, OSError) as err:
-        raise InputError(f"{path} is not a multiwalk checkpoint: {err}") from None
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
+# how the input file names the parts of a problem that multiwalk.identity compares
+PART_KEYS = {"objective": "[solver] function_name/function", "lower": "[algorithm.param] min_list",
+             "upper": "[algorithm.param] max_list", "n": "[base] dimension"}
+
+
+def _prepare_checkpoint_path(setup: RunSetup) -> None:
+    """Make the checkpoint's folder and check a file can be written there, before the run compiles
+    or touches its files; InputError naming the path and the keys it comes from."""
+    from ..solve import _check_checkpoint_path
+
+    path = setup.checkpoint_file
+    label = f"{setup.input_path}: checkpoint {str(path)!r} ([base] output_dir, [algorithm] checkpoint_file)"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"{label}: its folder cannot be made ({err.strerror or err})") from None
+    try:
+        _check_checkpoint_path(path, label)
+    except (ValueError, FileNotFoundError) as err:
+        raise InputError(str(err)) from None
 
 
 def _reset_random(path: Path, seed: int, step: int) -> None:
@@ -430,9 +453,8 @@ def _reset_random(path: Path, seed: int, step: int) -> None:
     from ..solve import _key
     from ..solvers.exchange import ExchangeState
 
-    with np.load(path, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    meta = json.loads(str(arrays["__meta__"]))
+    meta, leaves = _read_checkpoint_file(path)
+    arrays = {f"leaf_{i:04d}": leaf for i, leaf in enumerate(leaves)}
     i = ExchangeState._fields.index("key")
     new = jax.random.fold_in(jax.random.fold_in(_key(seed), 0x5EED), step)
     arrays[f"leaf_{i:04d}"] = np.asarray(new, dtype=arrays[f"leaf_{i:04d}"].dtype)
@@ -465,7 +487,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
         raise InputError(f"{setup.input_path}: the temperatures are not distinct: result_T files need distinct values")
     mode = "resume" if args.resume else "cont" if args.cont else "init"
     ckpt = setup.checkpoint_file
-    meta = _read_meta(ckpt) if mode != "init" else None
+    meta, saved_leaves = _read_checkpoint_file(ckpt) if mode != "init" else (None, None)
     seed = setup.seed
     if meta is not None:
         seed = int(meta["seed"])
@@ -532,6 +554,15 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                 f"{ckpt} was written {'with' if meta['options'].get('record') else 'without'} the per-step files; "
                 f"resume it {'without' if args.step_files else 'with'} --no-step-files as before"
             )
+        if meta is not None:  # before any file of the run is touched
+            from ..identity import problem_identity, refuse_other_problem
+
+            try:
+                refuse_other_problem(ckpt, meta, problem_identity(problem), PART_KEYS)
+            except ValueError as err:
+                raise InputError(f"{setup.input_path}: {err}") from None
+        if writes:
+            _prepare_checkpoint_path(setup)
         if meta is not None and args.reset_rand:
             if writes:
                 _reset_random(ckpt, seed, int(meta["done"][0]) + 1)
@@ -541,10 +572,9 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             if meta is not None:  # the writer starts from each replica's last result
                 from types import SimpleNamespace
 
-                from ..solve import _read_checkpoint
                 from ..solvers.exchange import checkpoint_replica_rows
 
-                state0 = SimpleNamespace(**checkpoint_replica_rows(_read_checkpoint(ckpt)[1]))  # state is by temperature
+                state0 = SimpleNamespace(**checkpoint_replica_rows(saved_leaves))  # state is by temperature
             writer = StepWriter(
                 setup.output_dir, setup.labels, betas, setup.as_beta, nprocs, per,
                 coordinates=None if setup.mesh is None else setup.mesh.coordinates, separate_T=setup.separate_T,
@@ -553,13 +583,11 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             )
         elif writes:
             setup.output_dir.mkdir(parents=True, exist_ok=True)
-        if writes:
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
         solver = Exchange(**solver_kw, on_steps=None if writer is None else writer.on_steps,
                           on_flush=None if writer is None else writer.flush)
         every = setup.checkpoint_interval if setup.checkpoint else None
         if setup.checkpoint and setup.checkpoint_steps:
-            every = 0.0
+            every = 0.0  # after every chunk: chunks are at most checkpoint_steps long (max_chunk)
         t0 = time.perf_counter()
         try:
             result = solve(
