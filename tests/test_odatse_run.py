@@ -6,8 +6,12 @@ ODAT-SE's own code are skipped when odat-se is not installed (it is not a depend
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -244,6 +248,21 @@ def test_initial_points_outside_the_box_are_refused(tmp_path):
         mw.solve(problem, mw.Exchange(betas=(1.0, 0.5), numsteps=5, step_width=(0.1, 0.1), initial=((0.0, 1.0),)))
 
 
+def test_checkpoints_by_default(tmp_path):
+    """Without checkpoint keys a run writes its checkpoint every DEFAULT_CHECKPOINT_INTERVAL seconds;
+    checkpoint_interval alone is used; checkpoint = false writes it only at the end, saying so."""
+    from multiwalk.commands.run import DEFAULT_CHECKPOINT_INTERVAL
+
+    plain = FULL.split("checkpoint = true")[0] + FULL.split('checkpoint_file = "state.npz"\n')[1]
+    setup = build_setup(write_input(tmp_path, plain))
+    assert setup.checkpoint and setup.checkpoint_steps is None and setup.checkpoint_interval == DEFAULT_CHECKPOINT_INTERVAL
+    setup = build_setup(write_input(tmp_path, plain.replace('name = "exchange"', 'name = "exchange"\ncheckpoint_interval = 5')))
+    assert setup.checkpoint and setup.checkpoint_interval == 5
+    setup = build_setup(write_input(tmp_path, plain.replace('name = "exchange"', 'name = "exchange"\ncheckpoint = false\n'
+                                                                                 "checkpoint_interval = 5")))
+    assert not setup.checkpoint and any("checkpoint_interval not used" in note for note in setup.notes)
+
+
 def test_neighborlist_command(tmp_path):
     rng = np.random.default_rng(3)
     pts = rng.uniform(0, 4, size=(300, 2))
@@ -468,6 +487,42 @@ def test_resume_after_interrupt_equals_one_run(full_run, tmp_path, monkeypatch):
     assert run_cli(tmp_path, "input.toml", "--nprocs", "2", "--cont", "--reset-rand") == 0
     tail = (tmp_path / "output" / "0" / "trial.txt").read_text().splitlines()[-100:]
     assert all(int(ln.split()[0]) >= 401 for ln in tail) and len(tail) == 100
+
+
+KILL_AFTER_CHUNKS = """
+import os, signal, sys
+from multiwalk.cli import main
+from multiwalk.commands import run
+from multiwalk.io import odatse
+
+run.DEFAULT_CHECKPOINT_INTERVAL = 0.0  # the default interval, shortened: a checkpoint after every chunk
+original, calls = odatse.StepWriter.on_steps, []
+
+def on_steps(self, state, first, last):
+    original(self, state, first, last)  # this chunk's lines go to the writer threads
+    calls.append(last)
+    if len(calls) == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+odatse.StepWriter.on_steps = on_steps
+sys.exit(main(["run", "input.toml", "--nprocs", "2", "--no-progress"]))
+"""
+
+
+def test_resume_after_sigkill_equals_one_run(full_run, tmp_path):
+    """A run with default checkpoint settings (the interval shortened) killed by SIGKILL in the middle
+    of its 5th chunk leaves its last checkpoint; --resume then gives the files of the uninterrupted run."""
+    write_input(tmp_path, HIMMELBLAU.format(numsteps=401).replace("nreplica_per_proc = 4", "nreplica_per_proc = 2"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", KILL_AFTER_CHUNKS], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    out = tmp_path / "output"
+    assert (out / "0" / "checkpoint.npz").exists() and not (out / "fx.txt").exists()  # killed before the end
+    assert run_cli(tmp_path, "input.toml", "--nprocs", "2", "--resume") == 0
+    for name in STEP_FILES + ["best_result.txt", "fx.txt"]:
+        assert text(out / name) == text(full_run / "output" / name), name
 
 
 def _cut_last_lines(path: Path, k: int) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_CHECKPOINT_INTERVAL = 60.0  # seconds of wall time between checkpoints when the input names none
 
 ALGORITHMS = ("exchange", "minsearch", "pattern", "lbfgs", "tempering")
 
@@ -392,12 +393,20 @@ def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetu
                 f"{path}: [algorithm.param] initial_list has {len(setup.initial)} points but nreplica_per_proc = "
                 f"{setup.nreplica_per_proc}: at most one per replica of a process"
             )
-    setup.checkpoint = alg.get("checkpoint", False)
+    # checkpoints unless checkpoint = false: a crash then loses at most checkpoint_interval seconds
+    # (default DEFAULT_CHECKPOINT_INTERVAL) or checkpoint_steps steps of the run
+    setup.checkpoint = alg.get("checkpoint", True)
     setup.checkpoint_steps = alg.get("checkpoint_steps")
     setup.checkpoint_interval = alg.get("checkpoint_interval")
+    if setup.checkpoint_steps is None and setup.checkpoint_interval is None:
+        setup.checkpoint_interval = DEFAULT_CHECKPOINT_INTERVAL
     for key in ("checkpoint_steps", "checkpoint_interval"):
         if key in alg and not alg[key] > 0:
             raise InputError(f"{path}: [algorithm] {key} must be positive, got {alg[key]}")
+    unused = [key for key in ("checkpoint_steps", "checkpoint_interval") if key in alg]
+    if not setup.checkpoint and unused and name == "exchange":
+        setup.notes.append(f"[algorithm] checkpoint = false: {' and '.join(unused)} not used; the checkpoint is "
+                           "written at the end only, so a crash loses the whole run")
     ckpt = Path(alg.get("checkpoint_file", "checkpoint.npz")).expanduser()
     setup.checkpoint_file = ckpt if ckpt.is_absolute() else output_dir / "0" / ckpt
     return setup
