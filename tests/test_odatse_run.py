@@ -6,13 +6,19 @@ ODAT-SE's own code are skipped when odat-se is not installed (it is not a depend
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
-from odatse_inputs import ctrl_c_after_chunks, himmelblau_exchange, run_cli
+from odatse_inputs import ctrl_c_after_chunks, himmelblau_exchange, output_files, run_cli
 
 import multiwalk as mw
 from multiwalk.cli import main
@@ -125,6 +131,8 @@ BAD_INPUTS = [
     ("step_list = [0.1, 0.2]", 'step_list = ["a", 1]', "step_list must be a list of numbers"),
     ("initial_list = [[0.5, 0.5], [0.1, -0.1]]", "initial_list = [[0.5, 0.5, 1.0]]", "initial_list must be 2 numbers"),
     ("nreplica_per_proc = 3", "nreplica_per_proc = 1", "initial_list has 2 points but nreplica_per_proc = 1"),
+    ("initial_list = [[0.5, 0.5], [0.1, -0.1]]", "initial_list = [[0.5, 0.5], [0.1, 2.0]]",
+     "initial_list[1] = [0.1, 2.0] is outside the box: b = 2.0 is not in [-2.0, 2.0) (min_list[1], max_list[1])"),
     ("nreplica_per_proc = 3", "nreplica_per_proc = 0", "nreplica_per_proc must be at least 1"),
     ("min_list", 'mesh_path = "m.txt"\nmin_list', "min_list is for a continuous space"),
     ("min_list", 'neighborlist_path = "n.txt"\nmin_list', "neighborlist_path needs mesh_path"),
@@ -201,6 +209,58 @@ def test_mesh_and_neighbor_list_errors_name_file_and_line(tmp_path):
         read_neighbor_list(nn, 3)
     nn.write_text("0 1\n1 0 2\n2 1\n")
     assert read_neighbor_list(nn, 3) == [[1], [0, 2], [1]]
+
+
+BINARY = b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe"  # the start of a binary file: byte 0x89 is not UTF-8
+
+
+@pytest.mark.parametrize(
+    "kind, content, message",
+    [
+        ("mesh", b"0 0.0 0.0\n" + BINARY, "{path}, line 2: not text (byte 0x89 at column 1 is not UTF-8)"),
+        ("neighbour list", BINARY, "{path}, line 1: not text (byte 0x89 at column 1 is not UTF-8)"),
+        ("input", b'[base]\ndimension = 2\noutput_dir = "\xff"\n', "{path}, line 3: not text (byte 0xff at column 15"),
+        # a neighbour listed twice is a duplicate (its move would be drawn twice as often), not an asymmetry
+        ("neighbour list", b"0 1\n1 0 2 2\n2 1\n", "{path}, line 2: node 1 lists neighbour 2 more than once"),
+    ],
+    ids=["binary mesh", "binary neighbour list", "binary input", "duplicate neighbour"],
+)
+def test_binary_files_and_duplicate_neighbours_name_file_and_line(tmp_path, kind, content, message):
+    path = tmp_path / "file"
+    path.write_bytes(content)
+    read = {"mesh": read_mesh, "neighbour list": lambda p: read_neighbor_list(p, 3), "input": load_input}[kind]
+    with pytest.raises(ValueError, match=re.escape(message.format(path=path))):  # InputError is a ValueError
+        read(path)
+
+
+def test_initial_points_outside_the_box_are_refused(tmp_path):
+    """A start outside the box would stay there (exchange: every move from it is rejected;
+    minsearch: f = inf there): refused, naming the key, the value and the box."""
+    head, tail = FULL.replace('name = "exchange"', 'name = "minsearch"').split("[algorithm.exchange]")
+    minsearch = head + "[solver]" + tail.split("[solver]")[1]
+    path = write_input(tmp_path, minsearch.replace("[[0.5, 0.5], [0.1, -0.1]]", "[1.5, 0.0]"))
+    with pytest.raises(InputError, match=re.escape("initial_list = [1.5, 0.0] is outside the box: a = 1.5 is not in "
+                                                   "[-1.0, 1.0] (min_list[0], max_list[0])")):
+        build_setup(path)
+    problem = mw.Problem(objective=analytical.quadratics, lower=[-1, -1], upper=[1, 1])
+    with pytest.raises(ValueError, match=re.escape("initial[0] = [0.0, 1.0] is outside the box: coordinate 1 = 1.0 "
+                                                   "is not in [lower[1], upper[1]) = [-1.0, 1.0)")):
+        mw.solve(problem, mw.Exchange(betas=(1.0, 0.5), numsteps=5, step_width=(0.1, 0.1), initial=((0.0, 1.0),)))
+
+
+def test_checkpoints_by_default(tmp_path):
+    """Without checkpoint keys a run writes its checkpoint every DEFAULT_CHECKPOINT_INTERVAL seconds;
+    checkpoint_interval alone is used; checkpoint = false writes it only at the end, saying so."""
+    from multiwalk.commands.run import DEFAULT_CHECKPOINT_INTERVAL
+
+    plain = FULL.split("checkpoint = true")[0] + FULL.split('checkpoint_file = "state.npz"\n')[1]
+    setup = build_setup(write_input(tmp_path, plain))
+    assert setup.checkpoint and setup.checkpoint_steps is None and setup.checkpoint_interval == DEFAULT_CHECKPOINT_INTERVAL
+    setup = build_setup(write_input(tmp_path, plain.replace('name = "exchange"', 'name = "exchange"\ncheckpoint_interval = 5')))
+    assert setup.checkpoint and setup.checkpoint_interval == 5
+    setup = build_setup(write_input(tmp_path, plain.replace('name = "exchange"', 'name = "exchange"\ncheckpoint = false\n'
+                                                                                 "checkpoint_interval = 5")))
+    assert not setup.checkpoint and any("checkpoint_interval not used" in note for note in setup.notes)
 
 
 def test_neighborlist_command(tmp_path):
@@ -427,6 +487,87 @@ def test_resume_after_interrupt_equals_one_run(full_run, tmp_path, monkeypatch):
     assert run_cli(tmp_path, "input.toml", "--nprocs", "2", "--cont", "--reset-rand") == 0
     tail = (tmp_path / "output" / "0" / "trial.txt").read_text().splitlines()[-100:]
     assert all(int(ln.split()[0]) >= 401 for ln in tail) and len(tail) == 100
+
+
+KILL_AFTER_CHUNKS = """
+import os, signal, sys
+from multiwalk.cli import main
+from multiwalk.commands import run
+from multiwalk.io import odatse
+
+run.DEFAULT_CHECKPOINT_INTERVAL = 0.0  # the default interval, shortened: a checkpoint after every chunk
+original, calls = odatse.StepWriter.on_steps, []
+
+def on_steps(self, state, first, last):
+    original(self, state, first, last)  # this chunk's lines go to the writer threads
+    calls.append(last)
+    if len(calls) == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+odatse.StepWriter.on_steps = on_steps
+sys.exit(main(["run", "input.toml", "--nprocs", "2", "--no-progress"]))
+"""
+
+
+def test_resume_after_sigkill_equals_one_run(full_run, tmp_path):
+    """A run with default checkpoint settings (the interval shortened) killed by SIGKILL in the middle
+    of its 5th chunk leaves its last checkpoint; --resume then gives the files of the uninterrupted run."""
+    write_input(tmp_path, HIMMELBLAU.format(numsteps=401).replace("nreplica_per_proc = 4", "nreplica_per_proc = 2"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", KILL_AFTER_CHUNKS], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    out = tmp_path / "output"
+    assert (out / "0" / "checkpoint.npz").exists() and not (out / "fx.txt").exists()  # killed before the end
+    assert run_cli(tmp_path, "input.toml", "--nprocs", "2", "--resume") == 0
+    for name in STEP_FILES + ["best_result.txt", "fx.txt"]:
+        assert text(out / name) == text(full_run / "output" / name), name
+
+
+def _cut_last_lines(path: Path, k: int) -> None:
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-k]))
+
+
+RESUME_REFUSALS = {
+    # (what is changed in the input, or a function damaging the copy of the finished run; the message)
+    "function_name": ('function_name = "himmelblau"', 'function_name = "rosenbrock"',
+                      "objective ([solver] function_name/function): multiwalk.functions.odatse.himmelblau then, "
+                      "multiwalk.functions.odatse.rosenbrock now"),
+    "min_list": ("min_list = [-6.0, -6.0]", "min_list = [-5.0, -6.0]",
+                 "lower ([algorithm.param] min_list): [-6.0, -6.0] then, [-5.0, -6.0] now"),
+    "short step file": (lambda out: _cut_last_lines(out / "result_T2.txt", 3), None,
+                        "result_T2.txt ends with step 397, walker"),
+    "damaged checkpoint": (lambda out: (out / "0" / "checkpoint.npz").write_bytes(
+        (out / "0" / "checkpoint.npz").read_bytes()[:-100]), None, "is not a multiwalk checkpoint, or it is damaged"),
+}
+
+
+@pytest.mark.parametrize("case", list(RESUME_REFUSALS))
+def test_continuing_another_problem_or_damaged_files_is_refused(full_run, tmp_path, capsys, case):
+    """--cont of the finished 401-step run, after changing the problem in the input or damaging its
+    files: refused before anything runs, naming what changed or the file."""
+    change, by, message = RESUME_REFUSALS[case]
+    shutil.copytree(full_run / "output", tmp_path / "output")
+    source = HIMMELBLAU.format(numsteps=451).replace("nreplica_per_proc = 4", "nreplica_per_proc = 2")
+    if by is None:
+        change(tmp_path / "output")
+    else:
+        assert change in source
+        source = source.replace(change, by)
+    write_input(tmp_path, source)
+    before = output_files(tmp_path)
+    assert run_cli(tmp_path, "input.toml", "--nprocs", "2", "--cont") == 2
+    assert message in capsys.readouterr().err
+    assert output_files(tmp_path) == before  # nothing was written
+
+
+def test_checkpoint_file_that_cannot_be_written_is_refused_first(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    write_input(tmp_path, himmelblau_exchange(algorithm_extra=f'checkpoint_file = "{tmp_path / "a_file" / "ck.npz"}"'))
+    assert run_cli(tmp_path, "input.toml") == 2
+    assert "a_file/ck.npz' ([base] output_dir, [algorithm] checkpoint_file): its folder cannot be made" in capsys.readouterr().err
+    assert not (tmp_path / "output").exists()  # refused before any file was written
 
 
 def test_minsearch_and_pattern(tmp_path):

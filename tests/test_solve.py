@@ -16,11 +16,14 @@ import re
 import signal
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import multiwalk as mw
+
+solve_module = importlib.import_module("multiwalk.solve")  # the package exports the function solve
 
 NSEQ, NBETA, NBURN, NITER = 4, 8, 20, 40
 
@@ -205,6 +208,78 @@ def test_resume_from_foreign_npz(problem, workdir):
     np.savez(foreign, a=np.arange(3))
     with pytest.raises(ValueError, match=re.escape(str(foreign)) + r".*is not a multiwalk checkpoint"):
         mw.solve(problem, solver(), seed=0, progress=False, resume=foreign)
+
+
+def shifted_sphere(x):
+    return ((x - 1.0) ** 2).sum()
+
+
+@pytest.mark.parametrize(
+    "other, changed",
+    [
+        (lambda: mw.Problem(objective=shifted_sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3)),
+         "objective: test_solve.sphere then, test_solve.shifted_sphere now"),
+        (lambda: mw.Problem(objective=sphere, lower=-5.0 * np.ones(3), upper=np.array([5.0, 4.0, 5.0])),
+         "upper: [5.0, 5.0, 5.0] then, [5.0, 4.0, 5.0] now"),
+    ],
+    ids=["objective", "bounds"],
+)
+def test_resume_of_another_problem_names_what_changed(half, other, changed, monkeypatch):
+    # same n, so the state's shapes fit: only the problem's identity in the checkpoint tells them apart;
+    # refused before anything compiles
+    _, ck = half
+    monkeypatch.setattr(solve_module, "_compiled_chunk_runner", _no_compiling)
+    with pytest.raises(ValueError, match=re.escape(f"{ck} was written for another problem: {changed}")):
+        mw.solve(other(), solver(), seed=0, progress=False, resume=ck)
+
+
+def test_problem_identity_tells_functions_apart_by_code_and_closure():
+    from multiwalk.identity import changes, problem_identity
+
+    def scaled(c):
+        return lambda x: c * (x**2).sum()
+
+    def ident(f):
+        return problem_identity(mw.Problem(objective=f, lower=-np.ones(2), upper=np.ones(2)))
+
+    assert changes(ident(scaled(2.0)), ident(scaled(2.0))) == []  # another object, same function
+    assert changes(ident(scaled(2.0)), ident(scaled(3.0))) == [
+        "objective: test_solve.test_problem_identity_tells_functions_apart_by_code_and_closure.<locals>.scaled"
+        ".<locals>.<lambda>, other code or closure than when it was written"]
+    assert changes(ident(lambda x: (x**2).sum()), ident(lambda x: (x**3).sum()))  # other code, same name
+
+
+def _no_compiling(*args, **kwargs):
+    raise AssertionError("compiled the loop before refusing the input")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bit flipped"])
+def test_damaged_checkpoint_is_a_clear_error_naming_it(problem, half, workdir, damage):
+    _, ck = half
+    raw = ck.read_bytes()
+    bad = workdir / f"damaged_{damage.replace(' ', '_')}.npz"
+    # a flip in the middle of the file lands in a state array: the zip's CRC-32 catches it
+    bad.write_bytes(raw[: len(raw) // 2] if damage == "truncated" else
+                    raw[: len(raw) // 2] + bytes([raw[len(raw) // 2] ^ 0x10]) + raw[len(raw) // 2 + 1:])
+    with pytest.raises(ValueError, match=re.escape(f"resume={str(bad)!r} is not a multiwalk checkpoint, or it is damaged")):
+        mw.solve(problem, solver(), seed=0, progress=False, resume=bad)
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [("under a file", "is a file, not a folder"), ("a folder", "is a folder: give a file name"),
+     ("/proc", "a file cannot be written in '/proc'")],
+)
+def test_bad_checkpoint_path_is_refused_before_compiling(problem, workdir, monkeypatch, where, message):
+    if where == "/proc" and not Path("/proc").is_dir():
+        pytest.skip("no /proc on this system")
+    a_file = workdir / "a_file.txt"
+    a_file.write_text("")
+    target = {"under a file": a_file / "ck.npz", "a folder": workdir, "/proc": Path("/proc/ck.npz")}[where]
+    monkeypatch.setattr(solve_module, "_compiled_chunk_runner", _no_compiling)
+    with pytest.raises(ValueError, match=re.escape(f"checkpoint={str(target)!r}") + ".*" + re.escape(message)):
+        mw.solve(problem, solver(), progress=False, checkpoint=target)
+    assert not target.with_name(target.name + ".tmp").exists()  # no stray file left
 
 
 # ------------------------------------------------------------------------------------------- time limit

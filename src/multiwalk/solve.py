@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import distributed as dist
+from .identity import problem_identity, refuse_other_problem
 from .problem import Problem
 from .result import Result, Status
 from .solvers.base import Phase, Solver
@@ -71,20 +72,52 @@ def _write_checkpoint(path: Path, state: Any, meta: dict[str, Any]) -> None:
         return
     arrays = {f"leaf_{i:04d}": leaf for i, leaf in enumerate(leaves)}
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # no stray half-written file beside the checkpoint
+        raise
 
 
-def _read_checkpoint(path: Path) -> tuple[dict[str, Any], list[np.ndarray]]:
+def _check_checkpoint_path(path: Path, label: str) -> None:
+    """Raise before anything compiles unless a checkpoint can be written at ``path`` (``label``
+    names the argument in the message): its folder exists and takes a new file, and ``path``
+    is not a folder.  The probe file is the write's own ``.tmp``, removed at once."""
+    folder = path.parent
+    if not folder.exists():
+        raise FileNotFoundError(f"{label}: folder {str(folder)!r} does not exist")
+    if not folder.is_dir():
+        raise ValueError(f"{label}: {str(folder)!r} is a file, not a folder: put the checkpoint in a folder")
+    if path.is_dir():
+        raise ValueError(f"{label} is a folder: give a file name, such as {str(path / 'checkpoint.npz')!r}")
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb"):
+            pass
+        tmp.unlink()
+    except OSError as err:
+        raise ValueError(f"{label}: a file cannot be written in {str(folder)!r} ({err.strerror or err}): "
+                         "give a path in a folder you can write to") from None
+
+
+def _read_checkpoint(path: Path, label: str | None = None) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """``(meta, leaves)`` of a checkpoint; a file that is missing, not a checkpoint, cut short or
+    altered (the zip's checksums) is a FileNotFoundError / ValueError naming it (``label``:
+    how the message names it, default ``resume='path'``)."""
+    label = f"resume={str(path)!r}" if label is None else label
     try:
         with np.load(path, allow_pickle=False) as npz:
             meta = json.loads(str(npz["__meta__"]))
             leaves = [npz[f"leaf_{i:04d}"] for i in range(meta["n_leaves"])]
     except FileNotFoundError:
-        raise FileNotFoundError(f"resume={str(path)!r}: no such checkpoint file") from None
-    except (KeyError, ValueError, OSError) as err:
-        raise ValueError(f"resume={str(path)!r} is not a multiwalk checkpoint: {err}") from err
+        raise FileNotFoundError(f"{label}: no such checkpoint file") from None
+    except Exception as err:  # noqa: BLE001 - zipfile.BadZipFile, EOFError, zlib.error, a bad header...
+        raise ValueError(
+            f"{label} is not a multiwalk checkpoint, or it is damaged (cut short or altered: {type(err).__name__}: "
+            f"{err}): resume from an intact copy, or start the run anew"
+        ) from err
     return meta, leaves
 
 
@@ -577,7 +610,8 @@ def solve(
     checkpoint : path of a file the state is written to after each chunk (at most every
         ``checkpoint_every`` seconds) and at the end, interrupted or not.
     resume : path of a checkpoint to continue from.  Options must match those of the saved
-        run, except the ones in ``solver.resumable_options`` (e.g. ``niter``), which may grow.
+        run, except the ones in ``solver.resumable_options`` (e.g. ``niter``), which may grow;
+        the problem must be the one it was written for (:mod:`multiwalk.identity`).
     callback : called after each chunk with a dict (phase, iteration, elapsed, summary);
         raising KeyboardInterrupt from it stops the run like Ctrl-C.
     chunk_seconds : target wall time of one jitted chunk (progress and clock granularity).
@@ -618,8 +652,15 @@ def solve(
         longest = 2**31 - 2 - sum(p.length for p in phases[:-1])  # the iteration counter is int32
         phases[-1] = Phase(phases[-1].name, longest)
     checkpoint_path = Path(checkpoint) if checkpoint is not None else None
-    if checkpoint_path is not None and dist.is_writer() and not checkpoint_path.parent.exists():
-        raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: folder {str(checkpoint_path.parent)!r} does not exist")
+    if checkpoint_path is not None and dist.is_writer():
+        _check_checkpoint_path(checkpoint_path, f"checkpoint={str(checkpoint)!r}")
+    identity = problem_identity(problem)  # written into checkpoints: a resume of another problem is refused
+    if resume is not None:  # read and checked before anything compiles
+        resume_path = Path(resume)
+        meta, leaves = _read_checkpoint(resume_path)
+        if meta["seed"] != int(seed):
+            raise ValueError(f"{resume_path} was written with seed={meta['seed']}, not seed={seed}")
+        refuse_other_problem(resume_path, meta, identity)
 
     key = _key(int(seed))
     init_fn = solver.initial_state_fn(problem)
@@ -639,10 +680,6 @@ def solve(
     done = [0] * len(phases)
     phase_index = 0
     if resume is not None:
-        resume_path = Path(resume)
-        meta, leaves = _read_checkpoint(resume_path)
-        if meta["seed"] != int(seed):
-            raise ValueError(f"{resume_path} was written with seed={meta['seed']}, not seed={seed}")
         restored = _restore(solver, state, meta, leaves, resume_path)
         if placement.sharded:
             state = dist.place(restored, placement.shardings)
@@ -672,6 +709,7 @@ def solve(
             "phase_index": phase_index,
             "n_leaves": len(jax.tree_util.tree_leaves(state)),
             "layout": _state_layout(state),  # the state's form, named when a resume makes another
+            "problem": identity,
         }
 
     summary_fn, summary_leaves = _summary_runner(

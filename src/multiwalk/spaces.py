@@ -43,15 +43,23 @@ class Box:
 
 
 def _lines(path: Path):
-    """``(line number, words)`` of the non-blank lines of ``path``, comments (``#``) removed."""
+    """``(line number, words)`` of the non-blank lines of ``path``, comments (``#``) removed;
+    a line that is not UTF-8 text (a binary file) is a ValueError naming the file and the line."""
     try:
-        fh = open(path)
+        fh = open(path, "rb")
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file") from None
     except OSError as err:
         raise OSError(f"{path}: cannot be read: {err}") from err
     with fh:
-        for number, line in enumerate(fh, 1):
+        for number, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{path}, line {number}: not text (byte {raw[err.start]:#04x} at column {err.start + 1} is not "
+                    "UTF-8): a mesh or neighbour-list file is text, one node per line"
+                ) from None
             words = line.split("#", 1)[0].split()
             if words:
                 yield number, words
@@ -207,6 +215,12 @@ def check_neighbor_list(lists: list[list[int]], source: str, line_of: dict[int, 
     cols = np.concatenate([np.asarray(nn, dtype=np.int64) for nn in lists])
     if cols.min() < 0 or cols.max() >= n:
         raise ValueError(f"{source}: a neighbour index is outside 0..{n - 1}")
+    pairs = np.sort(rows * n + cols)  # each (node, neighbour) once: a second entry would double that move's weight
+    repeated = pairs[1:][pairs[1:] == pairs[:-1]]
+    if repeated.size:
+        i, j = divmod(int(repeated[0]), n)
+        where = f"{source}, line {line_of[i]}" if line_of else source
+        raise ValueError(f"{where}: node {i} lists neighbour {j} more than once: list each neighbour once")
     graph = coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n)).tocsr()
     asym = (graph != graph.T).nonzero()
     if asym[0].size:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_CHECKPOINT_INTERVAL = 60.0  # seconds of wall time between checkpoints when the input names none
 
 ALGORITHMS = ("exchange", "minsearch", "pattern", "lbfgs", "tempering")
 
@@ -123,10 +124,20 @@ def load_input(path: str | Path) -> dict[str, Any]:
     """Read and check an ODAT-SE input file; InputError names the file and the key."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise InputError(f"{path}: no such input file") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot be read: {err.strerror or err}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        raise InputError(
+            f"{path}, line {line}: not text (byte {raw[err.start]:#04x} at column {column} is not UTF-8): "
+            "an input file is TOML text"
+        ) from None
     except tomllib.TOMLDecodeError as err:
         raise InputError(f"{path}: not valid TOML: {err}") from None
     for key in data:
@@ -245,6 +256,22 @@ def _vector(path: Path, param: dict, key: str, dimension: int, positive: bool = 
     return v
 
 
+def _check_initial_in_box(path: Path, given: Any, setup: RunSetup, upper_inside: bool) -> None:
+    """InputError unless every point of initial_list lies in the box: ``min <= x < max`` for the
+    exchange (whose moves keep ``x < max``, ODAT-SE's rule), ``min <= x <= max`` for minsearch.
+    A start outside would stay there (every move from it is rejected, or f is inf there)."""
+    init, lo, hi = setup.initial, setup.lower, setup.upper
+    inside = (init >= lo) & ((init <= hi) if upper_inside else (init < hi))
+    if inside.all():
+        return
+    k, i = (int(v) for v in np.argwhere(~inside)[0])
+    point = f"initial_list[{k}] = {init[k].tolist()}" if np.ndim(given) == 2 else f"initial_list = {init[k].tolist()}"
+    raise InputError(
+        f"{path}: [algorithm.param] {point} is outside the box: {setup.labels[i]} = {init[k, i]} is not in "
+        f"[{lo[i]}, {hi[i]}{']' if upper_inside else ')'} (min_list[{i}], max_list[{i}]): start inside the box"
+    )
+
+
 def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetup:
     """Check an input file's contents and gather what the run needs (no compilation)."""
     from ..solvers.exchange import temperature_ladder
@@ -337,6 +364,8 @@ def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetu
                     f"got {param['initial_list']}"
                 )
             setup.initial = init
+            if name in ("exchange", "minsearch"):  # L-BFGS is unconstrained: its box only draws starts
+                _check_initial_in_box(path, param["initial_list"], setup, upper_inside=name == "minsearch")
 
     if name == "exchange":
         ex = alg.get("exchange")
@@ -364,12 +393,20 @@ def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetu
                 f"{path}: [algorithm.param] initial_list has {len(setup.initial)} points but nreplica_per_proc = "
                 f"{setup.nreplica_per_proc}: at most one per replica of a process"
             )
-    setup.checkpoint = alg.get("checkpoint", False)
+    # checkpoints unless checkpoint = false: a crash then loses at most checkpoint_interval seconds
+    # (default DEFAULT_CHECKPOINT_INTERVAL) or checkpoint_steps steps of the run
+    setup.checkpoint = alg.get("checkpoint", True)
     setup.checkpoint_steps = alg.get("checkpoint_steps")
     setup.checkpoint_interval = alg.get("checkpoint_interval")
+    if setup.checkpoint_steps is None and setup.checkpoint_interval is None:
+        setup.checkpoint_interval = DEFAULT_CHECKPOINT_INTERVAL
     for key in ("checkpoint_steps", "checkpoint_interval"):
         if key in alg and not alg[key] > 0:
             raise InputError(f"{path}: [algorithm] {key} must be positive, got {alg[key]}")
+    unused = [key for key in ("checkpoint_steps", "checkpoint_interval") if key in alg]
+    if not setup.checkpoint and unused and name == "exchange":
+        setup.notes.append(f"[algorithm] checkpoint = false: {' and '.join(unused)} not used; the checkpoint is "
+                           "written at the end only, so a crash loses the whole run")
     ckpt = Path(alg.get("checkpoint_file", "checkpoint.npz")).expanduser()
     setup.checkpoint_file = ckpt if ckpt.is_absolute() else output_dir / "0" / ckpt
     return setup
@@ -381,16 +418,39 @@ def _record_length(n_replicas: int, dimension: int) -> int:
     return int(min(1024, max(16, 4_000_000 // (n_replicas * (dimension + 3)))))
 
 
-def _read_meta(path: Path) -> dict[str, Any]:
-    import json
+def _read_checkpoint_file(path: Path) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """``(meta, leaves)`` of the checkpoint to resume or continue from, read whole (its checksums
+    checked) before any file of the run is touched; InputError naming it when it is missing or damaged."""
+    from ..solve import _read_checkpoint
 
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            return json.loads(str(npz["__meta__"]))
+        return _read_checkpoint(path, label=str(path))
     except FileNotFoundError:
         raise InputError(f"{path}: no checkpoint to resume or continue from (run without --resume/--cont first)") from None
-    except (KeyError, ValueError, OSError) as err:
-        raise InputError(f"{path} is not a multiwalk checkpoint: {err}") from None
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
+# how the input file names the parts of a problem that multiwalk.identity compares
+PART_KEYS = {"objective": "[solver] function_name/function", "lower": "[algorithm.param] min_list",
+             "upper": "[algorithm.param] max_list", "n": "[base] dimension"}
+
+
+def _prepare_checkpoint_path(setup: RunSetup) -> None:
+    """Make the checkpoint's folder and check a file can be written there, before the run compiles
+    or touches its files; InputError naming the path and the keys it comes from."""
+    from ..solve import _check_checkpoint_path
+
+    path = setup.checkpoint_file
+    label = f"{setup.input_path}: checkpoint {str(path)!r} ([base] output_dir, [algorithm] checkpoint_file)"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"{label}: its folder cannot be made ({err.strerror or err})") from None
+    try:
+        _check_checkpoint_path(path, label)
+    except (ValueError, FileNotFoundError) as err:
+        raise InputError(str(err)) from None
 
 
 def _reset_random(path: Path, seed: int, step: int) -> None:
@@ -402,9 +462,8 @@ def _reset_random(path: Path, seed: int, step: int) -> None:
     from ..solve import _key
     from ..solvers.exchange import ExchangeState
 
-    with np.load(path, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    meta = json.loads(str(arrays["__meta__"]))
+    meta, leaves = _read_checkpoint_file(path)
+    arrays = {f"leaf_{i:04d}": leaf for i, leaf in enumerate(leaves)}
     i = ExchangeState._fields.index("key")
     new = jax.random.fold_in(jax.random.fold_in(_key(seed), 0x5EED), step)
     arrays[f"leaf_{i:04d}"] = np.asarray(new, dtype=arrays[f"leaf_{i:04d}"].dtype)
@@ -437,7 +496,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
         raise InputError(f"{setup.input_path}: the temperatures are not distinct: result_T files need distinct values")
     mode = "resume" if args.resume else "cont" if args.cont else "init"
     ckpt = setup.checkpoint_file
-    meta = _read_meta(ckpt) if mode != "init" else None
+    meta, saved_leaves = _read_checkpoint_file(ckpt) if mode != "init" else (None, None)
     seed = setup.seed
     if meta is not None:
         seed = int(meta["seed"])
@@ -504,6 +563,15 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                 f"{ckpt} was written {'with' if meta['options'].get('record') else 'without'} the per-step files; "
                 f"resume it {'without' if args.step_files else 'with'} --no-step-files as before"
             )
+        if meta is not None:  # before any file of the run is touched
+            from ..identity import problem_identity, refuse_other_problem
+
+            try:
+                refuse_other_problem(ckpt, meta, problem_identity(problem), PART_KEYS)
+            except ValueError as err:
+                raise InputError(f"{setup.input_path}: {err}") from None
+        if writes:
+            _prepare_checkpoint_path(setup)
         if meta is not None and args.reset_rand:
             if writes:
                 _reset_random(ckpt, seed, int(meta["done"][0]) + 1)
@@ -513,10 +581,9 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             if meta is not None:  # the writer starts from each replica's last result
                 from types import SimpleNamespace
 
-                from ..solve import _read_checkpoint
                 from ..solvers.exchange import checkpoint_replica_rows
 
-                state0 = SimpleNamespace(**checkpoint_replica_rows(_read_checkpoint(ckpt)[1]))  # state is by temperature
+                state0 = SimpleNamespace(**checkpoint_replica_rows(saved_leaves))  # state is by temperature
             writer = StepWriter(
                 setup.output_dir, setup.labels, betas, setup.as_beta, nprocs, per,
                 coordinates=None if setup.mesh is None else setup.mesh.coordinates, separate_T=setup.separate_T,
@@ -525,13 +592,11 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             )
         elif writes:
             setup.output_dir.mkdir(parents=True, exist_ok=True)
-        if writes:
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
         solver = Exchange(**solver_kw, on_steps=None if writer is None else writer.on_steps,
                           on_flush=None if writer is None else writer.flush)
         every = setup.checkpoint_interval if setup.checkpoint else None
         if setup.checkpoint and setup.checkpoint_steps:
-            every = 0.0
+            every = 0.0  # after every chunk: chunks are at most checkpoint_steps long (max_chunk)
         t0 = time.perf_counter()
         try:
             result = solve(

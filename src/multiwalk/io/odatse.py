@@ -19,8 +19,8 @@ small files are written with ``repr`` itself; the step files, which hold three l
 and step, column-wise by polars' CSV writer (:func:`number_column`: polars' shortest digits, with
 ``repr`` for the few values polars spells differently): ~1 µs per replica-step for the three
 files, where one ``repr`` per number and one Python string per line took ~7 µs.  They are written as the run goes
-(:meth:`StepWriter.on_steps`, called by the driver after each chunk), so a crash loses at most
-the chunk in flight; a resumed run first cuts them back to its checkpoint.
+(:meth:`StepWriter.on_steps`, called by the driver after each chunk); a resumed run first cuts them
+back to its checkpoint (a crash leaves them past it) and refuses one that ends before it.
 """
 
 from __future__ import annotations
@@ -47,26 +47,31 @@ def number(v: float) -> str:
     return repr(float(v))
 
 
-def truncate_from_step(path: Path, step: int) -> None:
+def truncate_from_step(path: Path, step: int) -> tuple[int, int] | None:
     """Cut ``path`` (a step file, in step order) just before its first line of step >= ``step``,
     or before its first line that is not a whole line (no step number, or no line end): a crash
-    of the writer processes may leave the chunk in flight with holes (zero bytes) or cut short."""
-    if not path.exists():
-        return
+    of the writer processes may leave the chunk in flight with holes (zero bytes) or cut short.
+
+    Returns the step and walker (the first two numbers) of the last line kept, None if no data
+    line is kept; FileNotFoundError if there is no such file."""
+    last = None
     with open(path, "rb+") as fh:
         offset = 0
         for line in fh:
-            words = line.split(None, 1)
+            words = line.split(None, 2)
             if not line.endswith(b"\n"):
                 break
             if words and not words[0].startswith(b"#"):
                 try:
-                    if int(words[0]) >= step:
-                        break
-                except ValueError:
+                    numbers = int(words[0]), int(words[1])
+                except (ValueError, IndexError):
                     break
+                if numbers[0] >= step:
+                    break
+                last = numbers
             offset += len(line)
         fh.truncate(offset)
+    return last
 
 
 def read_result_T(path: str | os.PathLike) -> tuple[str, np.ndarray]:
@@ -363,7 +368,7 @@ class StepWriter:
             self.last_result: np.ndarray | None = None  # (n, 1 + d): fx and x of each replica's result
         else:
             for f in files + self.t_files:
-                truncate_from_step(f, resume_step)
+                self._cut_back(f, resume_step, last_walker=self.per - 1 if f in files else None)
             self.next_step = resume_step
             self.last_result = self._values(np.asarray(state.fx), np.asarray(state.x), np.asarray(state.node))
         # the step files stay open for appends (os.write on each file's descriptor, no open and
@@ -397,6 +402,25 @@ class StepWriter:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="multiwalk-step-files")
             if self.threads > 1:
                 self._formatters = ThreadPoolExecutor(self.threads, thread_name_prefix="multiwalk-format")
+
+    @staticmethod
+    def _cut_back(path: Path, resume_step: int, last_walker: int | None) -> None:
+        """Cut ``path`` back to the checkpoint's ``resume_step``; ValueError naming the file if it
+        then does not end with that step's last line (``last_walker``: the walker of that line,
+        None for a result_T file): a file shorter than the checkpoint (lost, cut, replaced) would
+        leave a gap in the steps."""
+        try:
+            last = truncate_from_step(path, resume_step)
+        except FileNotFoundError:
+            raise ValueError(f"{path}: no such step file, but the checkpoint has steps 0..{resume_step - 1} of it: "
+                             "restore the file, or start the run anew (without --resume/--cont)") from None
+        if last is None or last[0] != resume_step - 1 or (last_walker is not None and last[1] != last_walker):
+            ends = "holds no step" if last is None else f"ends with step {last[0]}, walker {last[1]}"
+            raise ValueError(
+                f"{path} {ends}, but the checkpoint continues from step {resume_step} (the file should end with step "
+                f"{resume_step - 1}{'' if last_walker is None else f', walker {last_walker}'}): resuming would leave "
+                "a gap; restore the file, or start the run anew (without --resume/--cont)"
+            )
 
     def _values(self, fx: np.ndarray, x: np.ndarray | None, node: np.ndarray | None) -> np.ndarray:
         """``(m, 1 + d)`` rows ``fx x1 x2 ...`` from ``fx`` (m,) and ``x`` (m, d) or mesh ``node`` (m,)."""

@@ -195,6 +195,19 @@ def replica_order(state: ExchangeState, steps: np.ndarray | None = None) -> Exch
     return st._replace(**rows, rec_values=values, rec_ints=ints)
 
 
+def _check_initial_in_box(initial: np.ndarray, problem: Problem) -> None:
+    """ValueError unless every initial point ``(K, d)`` lies in the box ``lower <= x < upper``: a
+    replica started outside would stay there (every move from it lands outside and is rejected)."""
+    inside = (initial >= problem.lower) & (initial < problem.upper)
+    if inside.all():
+        return
+    k, i = (int(v) for v in np.argwhere(~inside)[0])
+    raise ValueError(
+        f"initial[{k}] = {initial[k].tolist()} is outside the box: coordinate {i} = {initial[k, i]} is not in "
+        f"[lower[{i}], upper[{i}]) = [{problem.lower[i]}, {problem.upper[i]}): start inside the box"
+    )
+
+
 def checkpoint_replica_rows(leaves: list[np.ndarray]) -> dict[str, np.ndarray]:
     """``x``, ``fx`` and ``node`` of each replica, in replica order, from a checkpoint's arrays (the
     leaves of an :class:`ExchangeState`, in field order): where a continued run's step files
@@ -338,6 +351,10 @@ class Exchange(Solver):
             raise ValueError("Exchange moves every coordinate: fixed parameters are not supported")
         if self.initial and len(self.initial[0]) != problem.n:
             raise ValueError(f"initial points have {len(self.initial[0])} coordinates, the problem {problem.n}")
+        if self.initial and self.mesh is not None:
+            raise ValueError("initial points are for a continuous space: on a mesh the replicas start at random nodes")
+        if self.initial:
+            _check_initial_in_box(np.asarray(self.initial), problem)
 
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("exchange", self.numsteps - 1)]
