@@ -69,3 +69,15 @@ def assert_fields_close_ulp(actual, desired, ulps: float, names=None, scale: flo
     assert len(actual) == len(desired) == len(names), (len(actual), len(desired), len(names))
     for name, a, d in zip(names, actual, desired):
         assert_close_ulp(a, d, ulps, err_msg=name, scale=scale)
+
+
+def max_ulps(actual, desired, scale: float = 0.0) -> float:
+    """The largest :func:`ulp_distance` of two arrays as one number, for reports made in a subprocess
+    (``inf`` where shapes differ or integer/boolean decisions differ at all; 0 for empty arrays).
+    A test then asserts ``max_ulps(...) <= ulps`` with the same reasons as :func:`assert_close_ulp`."""
+    a, d = np.asarray(actual), np.asarray(desired)
+    if a.shape != d.shape:
+        return float("inf")
+    if a.dtype.kind != "f" and d.dtype.kind != "f":
+        return 0.0 if np.array_equal(a, d) else float("inf")
+    return float(ulp_distance(a, d, scale).max()) if a.size else 0.0
