@@ -47,7 +47,7 @@ def main() -> dict:
     # searches of every form, split or not, end on rounding, and their evaluation counts differ)
     solver = mw.LBFGS(m=3, max_iterations=60, eps=1e-7, kernel="pallas", kernel_block=BLOCK)
     runs = {}
-    out: dict = {"devices": jax.device_count()}
+    out: dict = {"devices": jax.device_count(), "n": N}
     for k in (1, 2, 4):
         runs[k] = mw.solve(big, solver, progress=False, devices=k)
         out[f"kernel_{k}"] = runs[k].stats["kernel"]

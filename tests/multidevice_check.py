@@ -6,7 +6,7 @@ JAX makes its CPU devices when it starts, so ``XLA_FLAGS=--xla_force_host_platfo
 is set here before JAX is imported; the pytest process has started JAX already, hence a
 subprocess (one for the whole session: tests/conftest.py's ``multidevice_report``).  Usage:
 ``python multidevice_check.py OUT.json [SECTION ...]`` (all sections by default); a section that
-raises reports its traceback under ``"error"`` and the others still run.
+raises reports its traceback under ``"section_error"`` and the others still run.
 """
 
 from __future__ import annotations
@@ -41,14 +41,14 @@ SECTIONS = {
 
 
 def run(names: list[str]) -> dict:
-    """``{section: its report, or {"error": traceback}}``, with each section's seconds."""
+    """``{section: its report, or {"section_error": traceback}}``, with each section's seconds."""
     out = {}
     for name in names:
         t0 = time.perf_counter()
         try:
             out[name] = SECTIONS[name]()
         except Exception:  # noqa: BLE001 - reported to the tests of that section, the others still run
-            out[name] = {"error": traceback.format_exc()}
+            out[name] = {"section_error": traceback.format_exc()}
         out[name]["section_seconds"] = time.perf_counter() - t0
     return out
 

@@ -52,6 +52,6 @@ def multidevice_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def section(report: dict, name: str) -> dict:
     """One section of the report; a test failure with its traceback if that section raised."""
-    if "error" in report[name]:
-        pytest.fail(f"tests/multidevice_check.py, section {name!r}:\n{report[name]['error']}", pytrace=False)
+    if "section_error" in report[name]:
+        pytest.fail(f"tests/multidevice_check.py, section {name!r}:\n{report[name]['section_error']}", pytrace=False)
     return report[name]

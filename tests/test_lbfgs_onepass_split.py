@@ -2,7 +2,7 @@
 
 The runs happen in the session's multi-device subprocess (tests/lbfgs_onepass_split_check.py, run
 by tests/multidevice_check.py) with 4 virtual CPU devices and the kernel in Pallas' interpret mode:
-Extended Rosenbrock at n = 80 on 1, 2 and 4 devices, each device's rows ending in a masked
+Extended Rosenbrock at n = 728 on 1, 2 and 4 devices, each device's rows ending in a masked
 program, a Ctrl-C'd 4-device run
 resumed on one device, the fallbacks where the hook's rows do not split, 'auto' on a simulated
 4-GPU host, and the Triton lowering of the shard_mapped kernel for CUDA.
@@ -45,7 +45,7 @@ def test_split_run_is_the_one_device_run(report, k):
     assert report["nfev_1"] == report[f"nfev_{k}"] > report["iterations_1"]  # some searches took 2+ evaluations
     assert report[f"nfev_hist_equal_{k}"]  # the same evaluations in every line search
     # f at every iteration relative to f at the start: sums folded per device, then over devices
-    # (float64, 40 rows; measured <= 8e-15 at 364), so 1e-12 leaves room and still catches a real difference
+    # (float64, 364 rows; measured <= 8e-15), so 1e-12 leaves room and still catches a real difference
     assert report[f"f_hist_diff_{k}"] < 1e-12
     assert report[f"f_rel_{k}"] < 1e-9  # the final f (~1e-11, near the minimum): measured <= 3e-16 relative
     # x: both stopped at ||g|| < 1e-5 max(1, ||x||); rounding moves the last iterate by far less (measured 0)
@@ -60,7 +60,7 @@ def test_split_checkpoint_resumes_on_one_device(report):
 
 
 def test_rows_that_do_not_split_fall_back_clearly(report):
-    # n = 84 is a multiple of 4 but its 42 rows of the hook are not: refused before compiling when
+    # n = 732 is a multiple of 4 but its 366 rows of the hook are not: refused before compiling when
     # asked for, one device with the reason when the driver chooses
     odd = report["rows"] + 2
     msg = report["uneven_error"]
@@ -77,8 +77,8 @@ def test_auto_takes_the_split_loop_where_the_rows_split(report):
     assert use and "split along n over 4 devices" in reason
     use, reason = report["auto_plan_odd"]
     assert not use and f"{odd} rows of the block hook is not a multiple of 4" in reason
-    # solve(devices=k): 'auto' decides with the k asked for, so an explicit devices=3 with n / 2 = 40
-    # rows takes the two-pass form (which splits n itself) instead of refusing; 42 rows split over 2
+    # solve(devices=k): 'auto' decides with the k asked for, so an explicit devices=3 with n / 2 = 364
+    # rows takes the two-pass form (which splits n itself) instead of refusing; 366 rows split over 2
     use, reason = report["auto_plan_big_on_3"]
     assert not use and f"{rows} rows of the block hook is not a multiple of 3" in reason
     use, reason = report["auto_plan_odd_on_2"]
