@@ -1,34 +1,23 @@
-"""The collectives in the compiled loops of split runs, for tests/test_collectives.py (run as a subprocess).
+"""The collectives in the compiled loops of split runs, for tests/test_collectives.py.
 
-Runs ReplicaExchange (burn-in and sampling), PatternSearch (XLA form) and Exchange (ODAT-SE's, XLA
-form, with step records; and in its interval form, with the compiled loops' structure) with
-``devices=2`` on two virtual CPU devices (``--devices N``: N devices;
-Exchange then also runs split over N), then reads the HLO of the loops the driver compiled and cached, and prints
-one JSON object: per solver and phase, each collective's kind and element count.  A walker-parallel
-loop should only move a few numbers between devices per iteration (a best value and its point);
-a collective as large as the batch means every device gathers every walker, which scales no better
-than one device.
+Run by tests/multidevice_check.py (4 virtual CPU devices).  :func:`main` runs ReplicaExchange
+(burn-in and sampling), PatternSearch (XLA form) and Exchange (ODAT-SE's, XLA form, with step
+records; and in its interval form, with the compiled loops' structure) with ``devices=2``
+(``main(4, exchange_only=True)``: Exchange alone, split over 4), then reads the HLO of the loops
+the driver compiled and cached, and returns one dict: per solver and phase, each collective's
+kind and element count.  A walker-parallel loop should only move a few numbers between devices
+per iteration (a best value and its point); a collective as large as the batch means every device
+gathers every walker, which scales no better than one device.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
-import os
 import re
-import sys
 
-N_DEVICES = int(sys.argv[sys.argv.index("--devices") + 1]) if "--devices" in sys.argv else 2
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={N_DEVICES}"
-os.environ["JAX_PLATFORMS"] = "cpu"
+import numpy as np
 
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-
-import numpy as np  # noqa: E402
-
-import multiwalk as mw  # noqa: E402
+import multiwalk as mw
 
 driver = importlib.import_module("multiwalk.solve")  # the module; mw.solve is the function
 
@@ -86,17 +75,17 @@ def loop_structure(text: str, state_shape: str) -> list[list]:
     return out
 
 
-def main() -> dict:
+def main(n_devices: int = 2, exchange_only: bool = False) -> dict:
     box = mw.Problem(objective=sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3))
-    report: dict = {"devices": jax.device_count()}
-    if "--exchange-only" not in sys.argv:
+    report: dict = {"devices": n_devices}
+    if not exchange_only:
         solve_others(box, report)
     # ODAT-SE's exchange: 16 replicas (8 per device on 2, 4 on 4), swaps every step, step records kept
     ex_solver = mw.Exchange(betas=tuple(np.geomspace(10.0, 0.1, 16)), numsteps=6, step_width=(0.5, 0.5, 0.5),
                             record=4, kernel="xla")
     ex_run = {}
     report["ex"] = loop_collectives(
-        lambda: ex_run.setdefault("r", mw.solve(box, ex_solver, progress=False, devices=N_DEVICES))
+        lambda: ex_run.setdefault("r", mw.solve(box, ex_solver, progress=False, devices=n_devices))
     )
     report["ex_devices"] = ex_run["r"].stats["devices"]
     # the interval form (off CPUs; forced here): an exchange every 20 steps (one interval per
@@ -106,11 +95,11 @@ def main() -> dict:
                                  step_width=(0.5, 0.5, 0.5), record=0, kernel="xla")
     iv_run = {}
     report["ex_intervals"] = loop_collectives(
-        lambda: iv_run.setdefault("r", mw.solve(box, iv_solver, progress=False, devices=N_DEVICES))
+        lambda: iv_run.setdefault("r", mw.solve(box, iv_solver, progress=False, devices=n_devices))
     )
     report["ex_intervals_devices"] = iv_run["r"].stats["devices"]
     report["ex_intervals_loops"] = loop_structure(
-        list(driver._COMPILED.values())[-1].as_text(), f"f64[{16 // N_DEVICES},3]"
+        list(driver._COMPILED.values())[-1].as_text(), f"f64[{16 // n_devices},3]"
     )
     report["batch"] = {"re": 48 * 4, "ps": 96, "ex": 16}  # chains (nseq x nbeta), walkers, replicas
     return report
@@ -134,6 +123,3 @@ def solve_others(box: mw.Problem, report: dict) -> None:
     report["ps"] = loop_collectives(lambda: ps_run.setdefault("r", mw.solve(box, ps_solver, progress=False, devices=2)))
     report["ps_devices"] = ps_run["r"].stats["devices"]
 
-
-if __name__ == "__main__":
-    print(json.dumps(main()))

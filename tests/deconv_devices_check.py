@@ -1,43 +1,37 @@
 """Deconvolution split in row patches over 1, 2 and 4 CPU devices, for tests/test_deconv_devices.py.
 
-Run as a subprocess: ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` must be set before
-JAX starts.  Prints one JSON object of comparisons (plain numbers, bools, strings).
+Run by tests/multidevice_check.py (4 virtual CPU devices), float32 (x64 off here).  :func:`main`
+returns a dict of comparisons (plain numbers, bools, strings): decisions (which pixels are in the
+model, iterations, status) exactly, floats as their largest distance in ulp (tests/ulp.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-os.environ["JAX_PLATFORMS"] = "cpu"
+import jax
+import numpy as np
+from scipy.signal import fftconvolve
+from ulp import max_ulps
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from scipy.signal import fftconvolve  # noqa: E402
-
-import multiwalk as mw  # noqa: E402
+import multiwalk as mw
 
 COLLECTIVE = re.compile(r"= (\w+)\[([\d,]*)\]\S* (all-gather|all-reduce|collective-permute|all-to-all|reduce-scatter)")
 
 
-def same(a, b) -> bool:
-    """Bit for bit (NaN equal to NaN); None equal to None."""
-    if a is None or b is None:
-        return a is None and b is None
-    return bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
-
-
-def same_result(a, b) -> bool:
-    return (
-        same(a.model, b.model) and same(a.steps, b.steps) and same(a.objective, b.objective)
-        and a.iterations == b.iterations and a.status == b.status
-    )
+def result_ulps(a, b) -> float:
+    """How far result ``b`` is from ``a``: the largest ulp distance of the model, the steps and the
+    objective history (values below the image's peak counted in the peak's ulp: the model and the
+    maps are built by subtractions at that scale), ``inf`` where a decision differs (the pixels in
+    the model, the iterations, the status)."""
+    if a.iterations != b.iterations or a.status != b.status or not np.array_equal(a.model != 0, b.model != 0):
+        return float("inf")
+    scale = float(np.max(np.abs(a.model)))
+    return max(max_ulps(b.model, a.model, scale), max_ulps(b.steps, a.steps, scale),
+               max_ulps(b.objective, a.objective))
 
 
 def collective_sizes() -> list[int]:
@@ -54,6 +48,11 @@ def largest_collective() -> int:
 
 
 def main() -> dict:
+    with jax.enable_x64(False):  # float32, as a deconvolution usually runs
+        return _main()
+
+
+def _main() -> dict:
     out: dict = {"devices": jax.device_count()}
     t0 = time.perf_counter()
     rng = np.random.default_rng(0)
@@ -71,7 +70,7 @@ def main() -> dict:
     cd = mw.deconv.CoordinateDescent(lam=0.05, alpha=0.8, max_iterations=200, kernel="xla")
     runs = {k: mw.solve(problem, cd, progress=False, devices=k) for k in (1, 2, 4)}
     out["cd_devices"] = [runs[k].stats["devices"] for k in (1, 2, 4)]
-    out["cd_same_2"], out["cd_same_4"] = same_result(runs[1], runs[2]), same_result(runs[1], runs[4])
+    out["cd_ulps_2"], out["cd_ulps_4"] = result_ulps(runs[1], runs[2]), result_ulps(runs[1], runs[4])
     # the 4-device loop; the exact refresh (every refresh_every iterations and to verify
     # convergence) gathers the model (n x m) for its FFTs: counted apart
     sizes = collective_sizes()
@@ -83,7 +82,7 @@ def main() -> dict:
     # a 7 x 7 window (smaller than a patch) and FFT refreshes
     cdw = mw.deconv.CoordinateDescent(lam=0.05, alpha=0.8, max_iterations=200, kernel="xla", update_window=7, refresh_every=40)
     a, b = (mw.solve(problem, cdw, progress=False, devices=k) for k in (1, 4))
-    out["cdw_same"] = same_result(a, b)
+    out["cdw_ulps"] = result_ulps(a, b)
     out["cdw_devices"] = b.stats["devices"]
 
     # Clean on a rectangular image with two identical sources in different patches: an exact tie
@@ -99,7 +98,7 @@ def main() -> dict:
     clean = mw.deconv.Clean(gain=0.1, max_iterations=150, block=16)
     tie_problem = mw.deconv.Deconvolution(tie_dirty, psf_c)
     a, b = (mw.solve(tie_problem, clean, progress=False, devices=k) for k in (1, 4))
-    out["clean_same"] = same_result(a, b)
+    out["clean_ulps"] = result_ulps(a, b)
     out["clean_devices"] = b.stats["devices"]
     out["clean_largest_collective"] = largest_collective()
     # which of the tied peaks is taken first: the first in row-major order, as on one device
@@ -116,7 +115,7 @@ def main() -> dict:
         part = mw.solve(problem, cd, progress=False, devices=4, checkpoint=ck, callback=stop)
         resumed = mw.solve(problem, cd, progress=False, devices=1, resume=ck)
         out["resume_partial"] = part.status == mw.Status.INTERRUPTED and part.iterations < 200
-        out["resume_same"] = same_result(resumed, runs[1])
+        out["resume_ulps"] = result_ulps(runs[1], resumed)
 
     # rows that do not split: devices=None falls back with a note, an explicit count errors
     odd = mw.deconv.Deconvolution(dirty[:100], psf)  # 100 rows padded to 128: 4 rows of 32-row blocks, splits
@@ -133,6 +132,3 @@ def main() -> dict:
     out["seconds"] = time.perf_counter() - t0
     return out
 
-
-if __name__ == "__main__":
-    json.dump(main(), sys.stdout)

@@ -1,36 +1,27 @@
 """One L-BFGS problem split along n over 1, 2 and 4 CPU devices with the fused Pallas passes
-(``LBFGS(kernel="pallas")``, interpret mode), for tests/test_lbfgs_split.py (run as a subprocess).
+(``LBFGS(kernel="pallas")``, interpret mode), for tests/test_lbfgs_split.py.
 
-JAX makes its CPU devices when it starts, so ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
-is set before it is imported; the script prints one JSON object (plain numbers, bools, strings).
-Sizes are small: the time goes into compiling one loop per device count (~7 s each on 2 cores).
+Run by tests/multidevice_check.py (4 virtual CPU devices, float64); :func:`main` returns one dict
+(plain numbers, bools, strings).  Sizes are small: interpret mode runs the kernels' programs one
+after another, so the time goes into compiling one loop per device count and into the programs.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import sys
 import time
 
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-os.environ["JAX_PLATFORMS"] = "cpu"
+import jax
+import numpy as np
 
-import jax  # noqa: E402
+import multiwalk as mw
+from multiwalk.functions import cute
+from multiwalk.solve import _COMPILED
 
-jax.config.update("jax_enable_x64", True)
-
-import numpy as np  # noqa: E402
-
-import multiwalk as mw  # noqa: E402
-from multiwalk.functions import cute  # noqa: E402
-from multiwalk.solve import _COMPILED  # noqa: E402
-
-# n = 768 with 128 columns per program: 768 and 384 columns per device are whole programs (the
-# kernels' unmasked form), 192 on 4 devices ends in a half-masked program.
-N = 768
-BLOCK = 128
+# n = 192 with 32 columns per program: 192 and 96 columns per device are whole programs (the
+# kernels' unmasked form), 48 on 4 devices ends in a half-masked program.
+N = 192
+BLOCK = 32
 
 
 def coupled(x, weights):
@@ -56,7 +47,7 @@ def main() -> dict:
     # searches of every form, split or not, end on rounding, and their evaluation counts differ)
     solver = mw.LBFGS(m=3, max_iterations=60, eps=1e-7, kernel="pallas", kernel_block=BLOCK)
     runs = {}
-    out: dict = {"devices": jax.device_count()}
+    out: dict = {"devices": jax.device_count(), "n": N}
     for k in (1, 2, 4):
         runs[k] = mw.solve(big, solver, progress=False, devices=k)
         out[f"kernel_{k}"] = runs[k].stats["kernel"]
@@ -103,6 +94,3 @@ def main() -> dict:
     out["seconds"] = time.perf_counter() - t0
     return out
 
-
-if __name__ == "__main__":
-    json.dump(main(), sys.stdout)

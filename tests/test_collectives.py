@@ -1,8 +1,9 @@
 """Split runs move only a few numbers between devices per iteration (no whole-batch gathers).
 
 tests/collectives_check.py runs ReplicaExchange (192 chains), PatternSearch (96 walkers, XLA
-form) and Exchange (16 replicas) on 2 virtual CPU devices in a subprocess (~10 s on 2 cores), and
-Exchange alone on 4 (~5 s), and reports the collectives in the HLO of the compiled loops.  Before
+form) and Exchange (16 replicas) split over 2 virtual CPU devices, and Exchange alone over 4, in
+the session's multi-device subprocess (tests/multidevice_check.py), and reports the collectives
+in the HLO of the compiled loops.  Before
 the fix, PatternSearch's best point (``x[argmin(fx)]``) all-gathered every walker's point and value
 each iteration (288 and 96 elements), and ReplicaExchange's burn-in ring buffer
 (``jnp.put_along_axis``) all-gathered whole-batch scatter indices for each trial (576 and 192
@@ -19,17 +20,17 @@ count without any collective (the form before masked the exchange into every ste
 from __future__ import annotations
 
 import pytest
-from subprocess_check import run_check_script
+from subprocess_check import section
 
 
 @pytest.fixture(scope="module")
-def report() -> dict:
-    return run_check_script("collectives_check.py")
+def report(multidevice_report) -> dict:
+    return section(multidevice_report, "collectives")
 
 
 @pytest.fixture(scope="module")
-def report4() -> dict:
-    return run_check_script("collectives_check.py", "--devices", "4", "--exchange-only")
+def report4(multidevice_report) -> dict:
+    return section(multidevice_report, "collectives4")
 
 
 def test_runs_were_split_over_two_devices(report):

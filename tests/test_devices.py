@@ -1,13 +1,16 @@
 """``mw.solve(..., devices=...)``: every solver's batch split over 4 CPU devices gives the 1-device result.
 
-The runs happen in a subprocess (tests/devices_check.py): JAX must see
-``XLA_FLAGS=--xla_force_host_platform_device_count=4`` before it starts, and this test process has
-started JAX already.  The script runs each solver on 1 and 4 devices (ReplicaExchange also on 2)
-and reports comparisons; one subprocess serves every test here (~50 s on 2 cores, mostly compiling).
+The runs happen in the session's multi-device subprocess (tests/devices_check.py, run by
+tests/multidevice_check.py): JAX must see ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
+before it starts, and this test process has started JAX already.  Each solver runs on 1 and 4
+devices (ReplicaExchange also on 2) and the report holds the comparisons.
 
-Tolerances: walker-parallel solvers must agree BIT FOR BIT - their arithmetic is per walker, the
-random numbers do not depend on the split (jax_threefry_partitionable), and what crosses walkers
-(a best value, argmin, exchanges of temperatures) is exact.  L-BFGS is compared up to rounding:
+Tolerances: walker-parallel solvers must take the same decisions EXACTLY (acceptances, ladder
+positions, counts, statuses) - their arithmetic is per walker, the random numbers do not depend on
+the split (jax_threefry_partitionable), and what crosses walkers (a best value, argmin, exchanges
+of temperatures) is exact - and give floats within ULPS: the split loop is another compiled program,
+which may contract a multiply-add where the one-device loop does not (tests/ulp.py).  L-BFGS is
+compared up to rounding:
 per start, its small matrix products are batched, and XLA's CPU kernels sum them in an order that
 depends on the batch per device; a single problem split along n sums its dot products per device
 and then across devices.
@@ -15,13 +18,19 @@ and then across devices.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from subprocess_check import run_check_script
+from subprocess_check import section
+
+# Floats of the split and one-device runs to 64 ulp, values below 1 counted in 1's ulp: a walker's
+# x moves by x + step * r each step, where one compilation may fuse the multiply-add and the other
+# not (an ulp of the box's ~5 per step at most); 40 steps of sphere (no cancellation) stay far below.
+ULPS = 64
 
 
 @pytest.fixture(scope="module")
-def report() -> dict:
-    return run_check_script("devices_check.py")
+def report(multidevice_report) -> dict:
+    return section(multidevice_report, "devices")
 
 
 def test_four_devices_and_partitionable_random_streams(report):
@@ -30,40 +39,53 @@ def test_four_devices_and_partitionable_random_streams(report):
     assert report["threefry_partitionable"] is True
 
 
-def test_replica_exchange_bit_for_bit_on_1_2_4_devices(report):
+def _within(ulps: dict) -> bool:
+    """Every field's distance (``inf`` where integers differ) within ULPS."""
+    return max(ulps.values()) <= ULPS
+
+
+def test_replica_exchange_on_1_2_4_devices(report):
     assert (report["re_devices_2"], report["re_devices_4"]) == (2, 4)
-    assert report["re_same_2"] and report["re_same_4"]  # exact: samples, chi2, rates, steps, labels, best x
+    # samples, chi2, rates, steps, best x to ULPS; labels (temperature order) exactly
+    assert _within(report["re_ulps_2"]), report["re_ulps_2"]
+    assert _within(report["re_ulps_4"]), report["re_ulps_4"]
     assert report["re_default_devices"] == 4  # devices=None takes all 4: 8 sequences split evenly
 
 
-def test_pattern_search_bit_for_bit(report):
+def test_pattern_search_on_4_devices(report):
     assert report["ps_devices"] == 4
-    assert report["ps_same"]  # exact: every walker, its value, and the best point
+    assert _within(report["ps_ulps"]), report["ps_ulps"]  # every walker, its value, and the best point
 
 
 def test_pattern_search_reports_the_same_value_at_the_same_point(report):
     # float32 Rastrigin-4, 1024 walkers: the walkers' values round differently on 1 and on 4
     # devices (the batch per device picks XLA's kernels); the reported f is f at the reported x by
-    # one program for one point, so the same x gives the same f, exactly
-    assert report["ps1024_x_same"]
+    # one program for one point, so the same x gives the same f, exactly.  The walkers themselves
+    # may move differently on another CPU (their values round differently), so x is held to ulps
+    assert _within(report["ps1024_x_ulps"]), report["ps1024_x_ulps"]
     one, four = report["ps1024_fun"]
-    assert one == four
+    if report["ps1024_x_same"]:
+        assert one == four
+    else:
+        assert abs(one - four) <= 64 * np.spacing(np.float32(max(abs(one), 1.0))), (one, four)
 
 
 def test_checkpoint_from_4_devices_resumes_on_1(report):
     assert report["resume_partial"]  # the first run really stopped early
-    assert report["resume_same"]  # exact: equal to the uninterrupted 1-device run
+    assert _within(report["resume_ulps"]), report["resume_ulps"]  # the uninterrupted 1-device run
 
 
-def test_exchange_bit_for_bit_with_swaps_across_devices(report):
+def test_exchange_with_swaps_across_devices(report):
     assert report["ex_devices"] == 4
     assert report["ex_swaps"] >= 3  # neighbouring temperatures did swap (2 replicas per device: across devices too)
-    assert report["ex_same"]  # exact: replicas, ladder positions, statistics, exchange rates, best
+    # ladder positions exactly; replicas, statistics, exchange rates, best to ULPS
+    assert _within(report["ex_ulps"]), report["ex_ulps"]
 
 
 def test_multistart_lbfgs_up_to_rounding(report):
     assert report["lbm_devices"] == 4
-    assert report["lbm_f0_same"]  # start and first iteration (no stored pairs yet): exact
+    # start and first iteration (no stored pairs yet): the same evaluations, another compilation
+    assert report["lbm_f0_ulps"] <= 16
     assert report["lbm_iterations_same"] and report["lbm_statuses_same"]
     # later iterates differ by the rounding of the batched products (float64: ~1e-16 relative per
     # iteration, grown over ~40 iterations of Rosenbrock's curved valley); 1e-9 is far below any
@@ -77,7 +99,7 @@ def test_single_lbfgs_problem_split_along_n(report):
     a, b = report["lb1_iterations"]
     assert a == b and report["lb1_success"]
     # f at every iteration, relative to f at the start: dot products summed per device then
-    # across devices round differently (float64 eps 2.2e-16, n = 512 terms)
+    # across devices round differently (float64 eps 2.2e-16, n = 128 terms)
     assert report["lb1_f_hist_diff"] < 1e-12
     # x: both converged to ||g|| < 1e-9 max(1, ||x||); rounding moves the last iterates by far less
     assert report["lb1_x_maxdiff"] < 1e-8

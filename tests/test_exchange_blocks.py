@@ -1,8 +1,8 @@
 """mw.Exchange's interval form (the XLA form off CPUs, forced here on the CPU): the exchange runs
 only on exchange steps, the Metropolis moves between two exchanges in loops of static trip count,
-the chunk's edges one step per trip.  It must give exactly what one ``step`` per loop trip gives
-(bit for bit: no tolerance, the form only reorganises the same operations, each step behind its
-own barrier), for every grouping of intervals (``draw_steps`` against ``numsteps_exchange``),
+the chunk's edges one step per trip.  It must give what one ``step`` per loop trip gives (the same
+operations reorganised, each step behind its own barrier, but another compiled program: decisions
+exactly, floats to ULPS, see tests/ulp.py), for every grouping of intervals (``draw_steps`` against ``numsteps_exchange``),
 chunking (chunks starting and ending inside intervals and groups, shorter than an interval) and
 ``unroll``.  ~60 s on 2 cores."""
 
@@ -14,12 +14,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from ulp import assert_fields_close_ulp
 
 from multiwalk.functions.odatse import himmelblau
 from multiwalk.problem import Problem
 from multiwalk.solvers.base import Solver
 from multiwalk.solvers.exchange import Exchange, ExchangeState, temperature_ladder
 from multiwalk.spaces import Mesh, build_neighbor_list
+
+# Floats of two compilations to 64 ulp, values below 1 counted in 1's ulp: a compilation may
+# contract a step's x + step_width * move into a fused multiply-add where the other does not (an
+# ulp of x), which Himmelblau's f amplifies by |grad f| (measured 19 ulp of f ~ 1 near a minimum,
+# tests/test_exchange_kernel.py); below f = 1 that stays < 48 ulp of 1.
+ULPS, SCALE = 64, 1.0
 
 CHUNKS = [5, 9, 40, 2, 13, 1, 30]  # 100 steps from step 1: edges, whole groups, a chunk inside an interval
 
@@ -75,9 +82,7 @@ def test_interval_form_equals_one_step_per_trip(nex, draws, unroll, space):
                             draws=draws, kernel="xla", **kw)
         plain = _leaves(solver, problem, lambda p, st, ph, n: Solver.run_chunk(solver, p, st, ph, n), CHUNKS)
         blocks = _leaves(solver, problem, solver.run_chunk, CHUNKS)
-    assert len(blocks) == len(plain)
-    for name, a, b in zip(ExchangeState._fields, blocks, plain):
-        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert_fields_close_ulp(blocks, plain, ULPS, names=ExchangeState._fields, scale=SCALE)
     assert plain[-1].shape[0] == 64 and int(plain[1]) == 101  # records kept; step 101 next
 
 

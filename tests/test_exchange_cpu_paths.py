@@ -1,8 +1,9 @@
 """The CPU speed paths of ODAT-SE's exchange (issue 5): the random numbers of a block of steps
 drawn in one call (``Exchange._dynamic_steps``), the exchange under a ``cond`` on a CPU, the step
 files' trial and result pieces formatted in one polars call (``odatse._proc_lines_many``) and
-``multiwalk run --write-chunks``.  Each must give exactly what the plain form gives (bit for bit,
-byte for byte: no tolerance, the paths only reorganise the same operations).  ~10 s on 2 cores."""
+``multiwalk run --write-chunks``.  Each must give what the plain form gives: the sampling paths are
+other compiled programs of the same operations (decisions exactly, floats to
+test_exchange_blocks.ULPS, see tests/ulp.py), the writers byte for byte.  ~10 s on 2 cores."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import polars as pl
 import pytest
+from test_exchange_blocks import SCALE, ULPS
+from ulp import assert_fields_close_ulp
 
 from multiwalk.cli import main
 from multiwalk.functions.odatse import himmelblau
@@ -18,7 +21,7 @@ from multiwalk.io import odatse as odatse_io
 from multiwalk.problem import Problem
 from multiwalk.solvers import exchange as exchange_module
 from multiwalk.solvers.base import Solver
-from multiwalk.solvers.exchange import Exchange, temperature_ladder
+from multiwalk.solvers.exchange import Exchange, ExchangeState, temperature_ladder
 
 
 class _ShortDraws(Exchange):
@@ -48,24 +51,21 @@ def exchange_case():
 
 
 def test_drawn_blocks_equal_per_step_draws(exchange_case):
-    # exact equality: the same threefry bits and the same arithmetic, only drawn in one call
+    # the same threefry bits and the same arithmetic, only drawn in one call (another program)
     problem, solver, plain = exchange_case
     with jax.enable_x64(True):
         drawn = _leaves(solver, problem, solver.run_chunk, [7, 5, 1])
-    assert len(drawn) == len(plain)
-    for a, b in zip(drawn, plain):
-        np.testing.assert_array_equal(a, b)
+    assert_fields_close_ulp(drawn, plain, ULPS, names=ExchangeState._fields, scale=SCALE)
 
 
 def test_exchange_under_cond_equals_masked_exchange(exchange_case, monkeypatch):
     # off a CPU the exchange is computed every step and masked; on a CPU it runs under a cond only
-    # on exchange steps: the same bits (a masked exchange changes nothing on the other steps)
+    # on exchange steps: the same run (a masked exchange changes nothing on the other steps)
     problem, solver, plain = exchange_case
     monkeypatch.setattr(exchange_module.jax, "default_backend", lambda: "gpu-for-the-test")
     with jax.enable_x64(True):
         masked = _leaves(solver, problem, lambda p, st, ph, n: Solver.run_chunk(solver, p, st, ph, n), [7, 5, 1])
-    for a, b in zip(masked, plain):
-        np.testing.assert_array_equal(a, b)
+    assert_fields_close_ulp(masked, plain, ULPS, names=ExchangeState._fields, scale=SCALE)
 
 
 def test_trial_and_result_in_one_call_same_bytes():

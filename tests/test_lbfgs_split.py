@@ -1,7 +1,8 @@
 """One L-BFGS problem split along n over devices with the fused Pallas passes (``kernel="pallas"``).
 
-The runs happen in a subprocess (tests/lbfgs_split_check.py) with 4 virtual CPU devices and the
-kernels in Pallas' interpret mode: n = 768 on 1, 2 and 4 devices (~25 s on 2 cores, compiling).
+The runs happen in the session's multi-device subprocess (tests/lbfgs_split_check.py, run by
+tests/multidevice_check.py) with 4 virtual CPU devices and the kernels in Pallas' interpret mode:
+n = 192 on 1, 2 and 4 devices.
 Tolerances: the split run sums pass A's products per device and then across devices (psum), the
 one-device run per 128-column program then over programs: the same terms folded in another order,
 so f agrees to float64 rounding (eps 2.2e-16) and x to far below the convergence tolerance.
@@ -11,15 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from subprocess_check import run_check_script
+from subprocess_check import section
 
 import multiwalk as mw
 from multiwalk.solvers import lbfgs_kernel
 
 
 @pytest.fixture(scope="module")
-def report() -> dict:
-    return run_check_script("lbfgs_split_check.py")
+def report(multidevice_report) -> dict:
+    return section(multidevice_report, "lbfgs_split")
 
 
 def test_split_runs_use_the_fused_passes_under_shard_map(report):
@@ -43,7 +44,7 @@ def test_split_iterates_equal_the_one_device_run(report, k):
     assert a == b and a > 10  # a real run, the same number of iterations
     assert report[f"nfev_{k}"][0] == report[f"nfev_{k}"][1]  # the same line searches
     # f at every iteration relative to f at the start: sums folded in another order (float64,
-    # 768 terms; measured <= 1.6e-16), so 1e-12 leaves room and still catches any real difference
+    # 192 terms; measured <= 1.6e-16 at 768), so 1e-12 leaves room and still catches any real difference
     assert report[f"f_hist_diff_{k}"] < 1e-12
     # x: both stopped at ||g|| < 1e-7 max(1, ||x||); rounding moves the last iterate by ~1e-10
     assert report[f"x_maxdiff_{k}"] < 1e-8
@@ -51,7 +52,7 @@ def test_split_iterates_equal_the_one_device_run(report, k):
 
 def test_n_must_divide_over_the_devices(report):
     msg = report["uneven_error"]
-    assert msg.startswith("devices=4:") and "= 770" in msg and "multiple of 4" in msg and "devices=2" in msg
+    assert msg.startswith("devices=4:") and f"= {report['n'] + 2}" in msg and "multiple of 4" in msg and "devices=2" in msg
 
 
 def test_plans_of_a_split_problem():
@@ -78,7 +79,7 @@ def test_a_value_and_grad_problem_is_not_gathered(report):
     assert report["vg_iterations"][0] == report["vg_iterations"][1] > 10
     assert report["vg_nfev"][0] == report["vg_nfev"][1]
     # f relative to f at the start (~9.3e3): one device evaluates through value_and_grad.along (its
-    # own summation order), the split run through value_and_grad and psum: 384 terms folded
-    # otherwise, measured 1.8e-14; 1e-12 still catches any real difference
+    # own summation order), the split run through value_and_grad and psum: 96 terms folded
+    # otherwise, measured 1.8e-14 at 384; 1e-12 still catches any real difference
     assert report["vg_f_hist_diff"] < 1e-12
     assert report["vg_x_maxdiff"] < 1e-8  # measured 0.0; both stop at ||g|| < 1e-7 max(1, ||x||)

@@ -6,7 +6,8 @@ XLA.  What is checked:
 
 * the scalariser reproduces every Yao function on random points (float64, where only the order
   of a sum can differ: rtol 1e-12), and a trial point's partial re-evaluation equals a full
-  evaluation of the graph at that point bit for bit (the same operations in the same order);
+  evaluation of the graph at that point (the same operations in the same order; to 8 float32 ulp,
+  as the two may be fused differently);
 * the kernel and the XLA form walk identically: exactly (every state field) on Sphere from
   points on a coarse dyadic grid, where all arithmetic is exact whatever the summation order;
   and on Ackley / Rastrigin from uniform points, where only rounding of f differs;
@@ -20,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from ulp import assert_close_ulp, assert_fields_close_ulp
 
 import multiwalk as mw
 from multiwalk.functions import yao
@@ -60,8 +62,9 @@ def test_scalarised_yao_functions_equal_f(name):
 
 @pytest.mark.parametrize("name", ["ackley", "rosenbrock", "penalized_1", "schwefel_1_2", "griewank"])
 def test_partial_reevaluation_is_exact(name):
-    """f(x with x[j] changed) from the cached values at x == the full graph evaluation there, bit for bit:
-    the recomputed nodes are the same operations on the same operands."""
+    """f(x with x[j] changed) from the cached values at x == the full graph evaluation there: the
+    recomputed nodes are the same operations on the same operands, but XLA may fuse (contract a
+    multiply-add in) the two subgraphs differently: 8 float32 ulp, values below 1 in 1's ulp."""
     n = 6
     spec = yao.TABLE[name]
     graph = scalarise(spec.fn, n, np.float32)
@@ -85,7 +88,7 @@ def test_partial_reevaluation_is_exact(name):
         return jnp.stack(partial), jnp.stack(full)
 
     partial, full = both(x, x_new)
-    np.testing.assert_array_equal(np.asarray(partial), np.asarray(full))
+    assert_close_ulp(np.asarray(partial), np.asarray(full), 8, name, scale=1.0)
 
 
 def test_scalariser_handles_jnp_idioms():
@@ -208,7 +211,9 @@ def test_solve_with_kernel_is_deterministic(step_runs):
 
 def test_run_chunk_equals_steps_mid_round():
     """run_chunk of 3 then 4 iterations (a launch ending mid-round, then one crossing into the next
-    round's restart) = 7 single-iteration kernel steps, bit for bit, on Ackley (same kernel code)."""
+    round's restart) = 7 single-iteration kernel steps on Ackley: the same kernel code in other
+    compiled programs, so the decisions (halvings, resets, iteration) exactly and the floats to 8
+    float32 ulp at Ackley's scale (20 + e is added and cancelled near its minimum)."""
     problem = yao_problem("ackley", 3)
     solver = mw.PatternSearch(n_walkers=40, iterations=5, rounds=2, kernel="pallas", kernel_block=16)
     state = jax.jit(lambda k: solver.init(problem, k))(jax.random.PRNGKey(7))
@@ -217,8 +222,7 @@ def test_run_chunk_equals_steps_mid_round():
     a, n2 = chunk(a, jnp.int32(4))
     b = run_loop(problem, solver, state, 7)
     assert int(n1) == 3 and int(n2) == 4 and int(a.iteration) == 7
-    for field in b._fields:
-        np.testing.assert_array_equal(np.asarray(getattr(a, field)), getattr(b, field), err_msg=field)
+    assert_fields_close_ulp(jax.tree_util.tree_map(np.asarray, a), b, 8, scale=20.0)
 
 
 def test_fallbacks_and_options(recwarn):

@@ -1,6 +1,6 @@
 """Review of mw.Exchange's interval form (863342e, 3df3fc3), forced on the CPU as in
-tests/test_exchange_blocks.py.  The form must give what one ``step`` per loop trip gives, bit for
-bit (no tolerance: it only reorganises the same operations, each step behind its own barrier).
+tests/test_exchange_blocks.py.  The form must give what one ``step`` per loop trip gives: the same
+decisions exactly and floats to test_exchange_blocks.ULPS (another compiled program, tests/ulp.py).
 
 Found and fixed (these tests failed before): whole intervals in loops of static trip count,
 which no chunk of the driver's ran when a group of intervals was longer than ``max_chunk``
@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_exchange_blocks import _Intervals  # the interval form forced on the CPU
+from test_exchange_blocks import SCALE, ULPS, _Intervals  # the interval form forced on the CPU; its tolerance
 from test_exchange_blocks import _leaves as _run  # the state's leaves after the chunks, from step 1
+from ulp import assert_fields_close_ulp
 
 import multiwalk as mw
 from multiwalk.functions.odatse import himmelblau
@@ -32,9 +33,8 @@ def _box() -> Problem:
 
 
 def _assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
-    assert len(a) == len(b)
-    for name, x, y in zip(ExchangeState._fields, a, b):
-        np.testing.assert_array_equal(x, y, err_msg=name)
+    """Two compiled programs' states: decisions exactly, floats to ULPS."""
+    assert_fields_close_ulp(a, b, ULPS, names=ExchangeState._fields, scale=SCALE)
 
 
 def _plain(solver: Exchange):
