@@ -647,7 +647,7 @@ def _iterate_rows(
 def line_evaluation_into(problem: Problem) -> Callable | None:
     """The user's one-pass evaluation writing g into a row of a buffer, ``into(x, d, stp, out, row)
     -> (f, out, g'd)`` (an ``into`` attribute of ``value_and_grad.along``, e.g. cute's
-    :func:`~multiwalk.functions.cute_kernel.rosenbrock_along_into`); None where
+    :func:`~multiwalk.functions.cute.rosenbrock_along_into`); None where
     :func:`line_evaluation` is None or the hook is missing."""
     if line_evaluation(problem) is None:
         return None
