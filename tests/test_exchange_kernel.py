@@ -9,7 +9,6 @@ files must reach every checkpoint's step when the checkpoint is written.  ~40 s 
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 
@@ -131,11 +130,11 @@ def test_files_reach_every_checkpoint_and_a_crash_resumes(in_the_caller, tmp_pat
     """With a slow writer thread, each checkpoint is written only once the files hold its steps;
     a crash in the fourth chunk's on_chunk keeps the third's checkpoint, whose --resume gives the
     reference files."""
-    solve_module = sys.modules["multiwalk.solve"]  # the module: mw.solve is the function
+    from multiwalk import checkpoint as checkpoint_format
 
     (tmp_path / "input.toml").write_text(_input("checkpoint = true\ncheckpoint_steps = 20"))
     original_write, original_on_steps, original_ckpt = (
-        odatse_io.StepWriter._write, odatse_io.StepWriter.on_steps, solve_module._write_checkpoint)
+        odatse_io.StepWriter._write, odatse_io.StepWriter.on_steps, checkpoint_format.write_checkpoint)
     seen = []
 
     def slow_write(self, *args):
@@ -158,7 +157,7 @@ def test_files_reach_every_checkpoint_and_a_crash_resumes(in_the_caller, tmp_pat
             raise RuntimeError("simulated crash")
 
     monkeypatch.setattr(odatse_io.StepWriter, "_write", slow_write)
-    monkeypatch.setattr(solve_module, "_write_checkpoint", checked_checkpoint)
+    monkeypatch.setattr(checkpoint_format, "write_checkpoint", checked_checkpoint)
     monkeypatch.setattr(odatse_io.StepWriter, "on_steps", crashing_on_steps)
     with pytest.raises(RuntimeError, match="simulated crash"):
         _cli(tmp_path, "--write-threads", "2")

@@ -25,7 +25,7 @@ import pytest
 import multiwalk as mw
 from multiwalk.functions import yao
 from multiwalk.reference import pattern_search as ref
-from multiwalk.solve import _key
+from multiwalk.solve import run_key
 
 W, ITERS, D = 16, 10, 3
 C = np.array([1.0, -2.0, 3.0])
@@ -75,7 +75,7 @@ def jax_search(name: str, seed: int, iterations: int = ITERS):
         state = solver.init(problem, key)
         return state.x, jax.lax.fori_loop(0, iterations, lambda i, c: solver.step(problem, c, 0), state)
 
-    x0, final = jax.jit(run)(_key(seed))
+    x0, final = jax.jit(run)(run_key(seed))
     return np.asarray(x0), jax.tree_util.tree_map(np.asarray, final)
 
 
@@ -156,7 +156,7 @@ def test_mw_solve_matches_reference():
     problem = mw.Problem(objective=l1, lower=np.full(D, lo), upper=np.full(D, hi))
     solver = mw.PatternSearch(n_walkers=W, iterations=ITERS, delta0=delta0, rounds=1)
     seed = 7
-    x0 = np.asarray(jax.jit(lambda k: solver.init(problem, k))(_key(seed)).x)
+    x0 = np.asarray(jax.jit(lambda k: solver.init(problem, k))(run_key(seed)).x)
     res = mw.solve(problem, solver, seed=seed, progress=False)
     x, fx, scale = ref.pattern_search_numpy(f_np, x0, lo, hi, ITERS, delta0=delta0)
     np.testing.assert_array_equal(res.walkers, x)
@@ -184,6 +184,6 @@ def test_walker_with_nan_value_stays_in_box():
         state = solver.init(problem, key)
         return state.x, jax.lax.fori_loop(0, 5, lambda i, c: solver.step(problem, c, 0), state).x
 
-    x0, x = (np.asarray(a) for a in jax.jit(run)(_key(0)))
+    x0, x = (np.asarray(a) for a in jax.jit(run)(run_key(0)))
     assert np.any(x0[:, 0] > 7.0)  # some walkers start in the NaN region near the edge
     assert np.all((x >= -8.0) & (x <= 8.0))

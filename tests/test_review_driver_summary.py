@@ -10,7 +10,6 @@ CPU only; ~15 s on 2 cores (one 4-virtual-device subprocess, three writer-proces
 from __future__ import annotations
 
 import errno
-import importlib
 import json
 import os
 import subprocess
@@ -25,8 +24,9 @@ import multiwalk as mw
 from multiwalk import compile_cache
 from multiwalk.functions import cute
 from multiwalk.io import step_processes
+from multiwalk.progress import summary_runner
+from multiwalk.solve import run_key
 
-driver = importlib.import_module("multiwalk.solve")  # the package exports the function solve
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
@@ -40,9 +40,9 @@ def test_the_summary_allocates_nothing_of_the_unread_leaves_size():
     n = 100_000
     problem = mw.Problem(objective=cute.extended_rosenbrock, x0=cute.start("extended_rosenbrock", n))
     solver = mw.LBFGS(max_iterations=3, kernel="xla")
-    state = solver.initial_state_fn(problem)(driver._key(0))
+    state = solver.initial_state_fn(problem)(run_key(0))
     leaves = jax.tree_util.tree_leaves(state)
-    summary, used = driver._summary_runner(problem, solver, state, None)
+    summary, used = summary_runner(problem, solver, state, None)
     assert len(used) < len(leaves)
     summary([leaves[i] for i in used])  # compiles and keeps it
     kept = [v for name, v in compile_cache.kept_for(problem) if name.startswith("summary ") and name != "summary inputs"]
@@ -53,18 +53,17 @@ def test_the_summary_allocates_nothing_of_the_unread_leaves_size():
 
 # ---------------------------------------------------------------------------- solve(devices=[d])
 _ONE_CHOSEN_DEVICE = textwrap.dedent("""
-    import importlib, json
+    import json
     import jax, numpy as np
     import multiwalk as mw
-    from multiwalk import compile_cache
-    driver = importlib.import_module("multiwalk.solve")
+    from multiwalk import compile_cache, progress
     box = mw.Problem(objective=lambda x: ((x - 0.5) ** 2).sum(), lower=-5 * np.ones(3), upper=5 * np.ones(3))
     fetched = set()
-    fetch = driver._fetch
+    fetch = progress.fetch
     def spy(tree):
         fetched.update(d.id for x in jax.tree_util.tree_leaves(tree) for d in x.devices())
         return fetch(tree)
-    driver._fetch = spy
+    progress.fetch = spy
     r = mw.solve(box, mw.ReplicaExchange(nseq=3, nbeta=2, nburn=3, niter=6), progress=False,
                  chunk_seconds=1e-9, devices=[jax.devices()[2]])
     loop = compile_cache.compiled_loops()[-1]

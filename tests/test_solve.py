@@ -493,12 +493,12 @@ def test_replica_exchange_needs_a_box():
 
 def test_64_bit_seeds_keep_their_high_half():
     # jax.random.PRNGKey keeps only 32 bits without x64; the driver folds the high half in.
-    from multiwalk.solve import _key
+    from multiwalk.solve import run_key
 
-    low = np.asarray(_key(5))
-    assert not np.array_equal(low, np.asarray(_key(2**32 + 5)))
-    assert not np.array_equal(np.asarray(_key(2**32 + 5)), np.asarray(_key(2**33 + 5)))
-    assert np.array_equal(low, np.asarray(_key(5)))
+    low = np.asarray(run_key(5))
+    assert not np.array_equal(low, np.asarray(run_key(2**32 + 5)))
+    assert not np.array_equal(np.asarray(run_key(2**32 + 5)), np.asarray(run_key(2**33 + 5)))
+    assert np.array_equal(low, np.asarray(run_key(5)))
 
 
 def test_a_second_solve_reuses_the_compiled_loop_and_a_changed_problem_does_not():

@@ -9,7 +9,6 @@ the cache exists to avoid (tracing, hence compiling), and does not depend on tim
 from __future__ import annotations
 
 import gc
-import importlib
 import weakref
 
 import jax
@@ -18,8 +17,7 @@ import pytest
 
 import multiwalk as mw
 from multiwalk import compile_cache
-
-driver = importlib.import_module("multiwalk.solve")  # the package exports the function solve
+from multiwalk.solve import run_key
 
 TRACES = {"n": 0}
 
@@ -73,8 +71,8 @@ def test_a_problem_changed_in_place_gets_a_new_start(problem):
 def test_initial_state_fn_works_under_eval_shape(problem):
     # benchmarks/scaling.py and the driver's device choice ask for the start's shapes by tracing it.
     for solver in SOLVERS.values():
-        shapes = jax.eval_shape(solver.initial_state_fn(problem), driver._key(0))
-        state = solver.initial_state_fn(problem)(driver._key(0))
+        shapes = jax.eval_shape(solver.initial_state_fn(problem), run_key(0))
+        state = solver.initial_state_fn(problem)(run_key(0))
         same = jax.tree.map(lambda s, a: s.shape == a.shape and s.dtype == a.dtype, shapes, state)
         assert all(jax.tree_util.tree_leaves(same))
 

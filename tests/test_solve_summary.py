@@ -5,7 +5,6 @@ in one ``jax.device_get``.  The values must be those of ``solver.summary`` on th
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import jax
@@ -13,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import multiwalk as mw
-
-driver = importlib.import_module("multiwalk.solve")  # the package exports the function solve
+from multiwalk.progress import summary_runner
+from multiwalk.solve import run_key
 
 
 def sphere(x):
@@ -37,8 +36,8 @@ def test_the_summary_gets_only_the_leaves_it_reads():
     problem = box()
     for starts, fields in ((1, ("f", "gnorm")), (3, ("f", "gnorm", "status"))):
         solver = mw.LBFGS(max_iterations=5, starts=starts if starts > 1 else None)
-        state = solver.initial_state_fn(problem)(driver._key(0))
-        _, used = driver._summary_runner(problem, solver, state, None)
+        state = solver.initial_state_fn(problem)(run_key(0))
+        _, used = summary_runner(problem, solver, state, None)
         want = sorted(leaf_index(state, lambda s, f=f: getattr(s.starts, f)) for f in fields)
         assert list(used) == want, (starts, used, want)
         assert len(jax.tree_util.tree_leaves(state)) > 40
@@ -77,7 +76,7 @@ def test_a_summary_may_read_an_unread_leafs_shape():
         assert all(np.isfinite(info["best"]) for info in seen)
     solver = BufferSummary(nseq=2, nbeta=2, nburn=3, niter=5)
     for niter in (5, 9):
-        state = BufferSummary(nseq=2, nbeta=2, nburn=3, niter=niter).initial_state_fn(problem)(driver._key(0))
-        summary, used = driver._summary_runner(problem, solver, state, None)
+        state = BufferSummary(nseq=2, nbeta=2, nburn=3, niter=niter).initial_state_fn(problem)(run_key(0))
+        summary, used = summary_runner(problem, solver, state, None)
         leaves = jax.tree_util.tree_leaves(state)
         assert float(summary([leaves[i] for i in used])["buffer"]) == niter

@@ -9,16 +9,14 @@ state, so nothing computed is lost.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import hashlib
-import json
 import os
-import signal
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +24,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+# the checkpoint format and the progress display under short names: solve()'s keywords are
+# called checkpoint and progress
+from . import checkpoint as ckpt
 from . import compile_cache
 from . import distributed as dist
-from .identity import problem_identity, refuse_other_problem
+from . import progress as prog
+from .identity import problem_identity
 from .problem import Problem
 from .result import Result, Status
 from .solvers.base import Phase, Solver
 
-__all__ = ["solve"]
-
-CHECKPOINT_VERSION = 1
+__all__ = ["solve", "run_key", "place"]
 
 
 def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every) -> None:
@@ -61,169 +61,10 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
         raise ValueError(f"checkpoint_every must be a non-negative number of seconds, got {checkpoint_every!r}")
 
 
-# ---------------------------------------------------------------------------- checkpoints
-def _write_checkpoint(path: Path, state: Any, meta: dict[str, Any]) -> None:
-    """Write the state atomically: a crash while writing leaves the previous file intact.
-
-    A state split over devices is gathered whole; under ``jax.distributed`` every process
-    takes part in the gather (a collective) and process 0 writes."""
-    leaves = jax.tree_util.tree_leaves(dist.to_host(state))
-    if not dist.is_writer():
-        return
-    arrays = {f"leaf_{i:04d}": leaf for i, leaf in enumerate(leaves)}
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # no stray half-written file beside the checkpoint
-        raise
-
-
-def _check_checkpoint_path(path: Path, label: str) -> None:
-    """Raise before anything compiles unless a checkpoint can be written at ``path`` (``label``
-    names the argument in the message): its folder exists and takes a new file, and ``path``
-    is not a folder.  The probe file is the write's own ``.tmp``, removed at once."""
-    folder = path.parent
-    if not folder.exists():
-        raise FileNotFoundError(f"{label}: folder {str(folder)!r} does not exist")
-    if not folder.is_dir():
-        raise ValueError(f"{label}: {str(folder)!r} is a file, not a folder: put the checkpoint in a folder")
-    if path.is_dir():
-        raise ValueError(f"{label} is a folder: give a file name, such as {str(path / 'checkpoint.npz')!r}")
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb"):
-            pass
-        tmp.unlink()
-    except OSError as err:
-        raise ValueError(f"{label}: a file cannot be written in {str(folder)!r} ({err.strerror or err}): "
-                         "give a path in a folder you can write to") from None
-
-
-def _read_checkpoint(path: Path, label: str | None = None) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """``(meta, leaves)`` of a checkpoint; a file that is missing, not a checkpoint, cut short or
-    altered (the zip's checksums) is a FileNotFoundError / ValueError naming it (``label``:
-    how the message names it, default ``resume='path'``)."""
-    label = f"resume={str(path)!r}" if label is None else label
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            meta = json.loads(str(npz["__meta__"]))
-            leaves = [npz[f"leaf_{i:04d}"] for i in range(meta["n_leaves"])]
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{label}: no such checkpoint file") from None
-    except Exception as err:  # noqa: BLE001 - zipfile.BadZipFile, EOFError, zlib.error, a bad header...
-        raise ValueError(
-            f"{label} is not a multiwalk checkpoint, or it is damaged (cut short or altered: {type(err).__name__}: "
-            f"{err}): resume from an intact copy, or start the run anew"
-        ) from err
-    return meta, leaves
-
-
-def _state_layout(state: Any) -> list[str]:
-    """The names of the state's NamedTuple types, outermost first (e.g. ``LBFGSRun``, ``OnePassState``):
-    written into checkpoints, so a resume whose solver lays its state out in another form (LBFGS's
-    one-pass rings vs its stored pairs) is told so instead of failing on an array's shape."""
-    names: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            names.append(type(node).__name__)
-        if isinstance(node, (tuple, list)):
-            for child in node:
-                walk(child)
-        elif isinstance(node, dict):
-            for key in sorted(node):
-                walk(node[key])
-
-    walk(state)
-    return names
-
-
-def _restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: list[np.ndarray], path: Path) -> Any:
-    """Put the checkpoint's arrays into a state shaped for ``solver`` (numpy arrays; the driver
-    puts them on the devices, split or not, so a run may resume on another number of devices).
-
-    Buffers that grew because a resumable option grew (``niter``) keep their saved prefix.
-    """
-    if meta.get("version") != CHECKPOINT_VERSION:
-        raise ValueError(f"{path}: checkpoint version {meta.get('version')} is not {CHECKPOINT_VERSION}")
-    if meta["solver"] != type(solver).__name__:
-        raise ValueError(f"{path} holds a {meta['solver']} run, not a {type(solver).__name__} run")
-    now = solver.options()
-    for name, saved in meta["options"].items():
-        if name in solver.resumable_options:
-            continue
-        if now.get(name) != saved:
-            raise ValueError(
-                f"{path} was written with {name}={saved!r} but the solver now has {name}={now.get(name)!r}: "
-                f"resume with the same options (only {', '.join(solver.resumable_options) or 'none'} may change)"
-            )
-    saved_layout, layout = meta.get("layout"), _state_layout(fresh_state)
-    if saved_layout is not None and saved_layout != layout:
-        converted = solver.convert_checkpoint(dist.to_host(fresh_state), saved_layout, leaves)
-        if converted is not None:
-            leaves, saved_layout = converted, layout
-    if saved_layout is not None and saved_layout != layout:
-        # e.g. LBFGS: kernel="onepass" (or "auto" on one GPU in float64) keeps rings, the other forms
-        # the stored pairs; say which options were saved, as the shapes alone would blame the problem
-        changed = {k: (meta["options"].get(k), now.get(k)) for k in solver.resumable_options
-                   if meta["options"].get(k) != now.get(k)}
-        said = ", ".join(f"{k}={a!r} then, {b!r} now" for k, (a, b) in changed.items())
-        raise ValueError(
-            f"{path} holds a {type(solver).__name__} run whose state is laid out as {'/'.join(saved_layout)}, but this solver "
-            f"makes one laid out as {'/'.join(layout)} here ({said or 'the same options'}): the form was chosen "
-            "by an option or by the machine (backend, number of devices); resume with the options and on the "
-            "kind of machine that wrote it"
-        )
-    fresh_leaves, treedef = jax.tree_util.tree_flatten(dist.to_host(fresh_state))
-    if len(fresh_leaves) != len(leaves):
-        # e.g. a state whose fields changed between multiwalk versions (mw.Exchange's layout
-        # changed in 6376614): say what differs and what to do, not only that it differs
-        raise ValueError(
-            f"{path}: the checkpoint holds {len(leaves)} state arrays but a {type(solver).__name__} state "
-            f"now has {len(fresh_leaves)}: it was written by another version of multiwalk or for another "
-            "problem; resume it with the version that wrote it, or start the run anew"
-        )
-    out = []
-    for new, old in zip(fresh_leaves, leaves):
-        if new.shape == old.shape:
-            out.append(np.asarray(old, dtype=new.dtype))
-        elif new.shape[1:] == old.shape[1:] and new.shape[0] >= old.shape[0]:
-            grown = new.copy()
-            grown[: old.shape[0]] = old
-            out.append(grown)
-        else:
-            raise ValueError(
-                f"{path}: saved array of shape {old.shape} does not fit the state's {new.shape}; "
-                "was it written for another problem, or by another form of the solver (chosen by an option "
-                "such as LBFGS's kernel, or by the machine)?"
-            )
-    return jax.tree_util.tree_unflatten(treedef, out)
-
-
-# ---------------------------------------------------------------------------- progress
-class _Progress:
-    """A tqdm bar over all iterations of all phases; silent when disabled."""
-
-    def __init__(self, enabled: bool, total: int | None, initial: int) -> None:
-        self.bar = None
-        if enabled:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=total, initial=initial, unit="it", dynamic_ncols=True, leave=True)
-
-    def update(self, n: int, phase: str, info: dict[str, float]) -> None:
-        if self.bar is None:
-            return
-        self.bar.set_description(phase)
-        self.bar.set_postfix({k: f"{v:.4g}" for k, v in info.items()}, refresh=False)
-        self.bar.update(n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def run_key(seed: int) -> jax.Array:
+    """The run's key from a 64-bit seed: both halves count (PRNGKey alone keeps 32 bits)."""
+    key = jax.random.PRNGKey(seed & 0xFFFFFFFF)
+    return jax.random.fold_in(key, seed >> 32) if seed >> 32 else key
 
 
 def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any) -> Callable:
@@ -239,55 +80,6 @@ def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any) -> Call
         return solver.run_chunk(compile_cache.with_arrays(problem, arrays, static), state, phase, n)
 
     return run_chunk
-
-
-def _key(seed: int) -> jax.Array:
-    """The run's key from a 64-bit seed: both halves count (PRNGKey alone keeps 32 bits)."""
-    key = jax.random.PRNGKey(seed & 0xFFFFFFFF)
-    return jax.random.fold_in(key, seed >> 32) if seed >> 32 else key
-
-
-class _CtrlC:
-    """While a run is on: the first SIGINT (Ctrl-C) or SIGTERM sets ``pressed``, a second raises
-    KeyboardInterrupt.
-
-    SIGTERM counts as a Ctrl-C because it is how batch systems end a job (SLURM sends it at the
-    time limit, then SIGKILL after a grace period; ``kill`` sends it by default): the run stops
-    after the chunk in flight, writes its checkpoint and returns the partial result instead of
-    dying with nothing saved.
-    """
-
-    SIGNALS = ("SIGINT", "SIGTERM")
-
-    def __init__(self) -> None:
-        self.pressed = False
-        self.forced = False
-        self._previous: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            for name in self.SIGNALS:
-                signum = getattr(signal, name, None)
-                if signum is not None:  # SIGTERM cannot be caught everywhere (Windows has no handler for it)
-                    try:
-                        self._previous[signum] = signal.signal(signum, self._handle)
-                    except (OSError, ValueError):
-                        pass
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.pressed:
-            self.forced = True
-            raise KeyboardInterrupt
-        self.pressed = True
-
-    def restore(self) -> None:
-        for signum, previous in self._previous.items():
-            # None: the previous handler was not set from Python; the default is what was there
-            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
-        self._previous = {}
-
-
-def _deleted(state: Any) -> bool:
-    """Whether any array of ``state`` was donated away (a run aborted inside a chunk)."""
-    return any(getattr(leaf, "is_deleted", lambda: False)() for leaf in jax.tree_util.tree_leaves(state))
 
 
 def _compiled_chunk_runner(
@@ -338,50 +130,6 @@ def _compiled_chunk_runner(
     return compiled, arrays
 
 
-def _summary_runner(problem: Any, solver: Solver, state: Any, out_shardings: Any) -> tuple[Callable, tuple[int, ...]]:
-    """``(summary, used)``: the compiled progress summary, called as ``summary([leaves[i] for i in used])``
-    with the state's ``leaves`` that ``solver.summary`` reads (LBFGS: 2 of 51, 3 with several starts), returning its dict
-    of scalars on the device.
-
-    Only those leaves are passed: dispatching an executable costs the host ~2 us per argument
-    (~100 us for a state of 51 leaves on a CPU), paid after every chunk.  The others are zeros of
-    their shapes inside the trace (a summary may read a leaf's shape, never its values), which XLA
-    drops.  Which leaves are read is found by tracing once, kept like the start (:func:`~multiwalk.compile_cache.cached_jit`)."""
-    leaves, treedef = jax.tree_util.tree_flatten(state)
-    avals = tuple((tuple(np.shape(x)), x.dtype) for x in leaves)
-    # the whole layout names the executable: a summary may use an unread leaf's shape as a constant
-    layout = hashlib.blake2b(repr((treedef, avals)).encode(), digest_size=16).hexdigest()
-    cache_key = compile_cache.small_key(problem, solver, "summary inputs", layout)
-    used = compile_cache.kept(cache_key)
-    if used is None:
-        def of_all(*xs: Any) -> Any:
-            return solver.summary(problem, jax.tree_util.tree_unflatten(treedef, xs))
-
-        jaxpr = jax.make_jaxpr(of_all)(*leaves).jaxpr
-        read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars} | {id(v) for v in jaxpr.outvars}
-        # a leaf of an extended dtype (a typed PRNG key) has no zeros to stand in: pass it
-        used = tuple(i for i, v in enumerate(jaxpr.invars) if id(v) in read or not isinstance(avals[i][1], np.dtype))
-        compile_cache.keep(problem, cache_key, used)
-    kept = set(used)
-
-    def summary_of(used_leaves: list[Any]) -> Any:
-        it = iter(used_leaves)
-        xs = [next(it) if i in kept else jnp.zeros(shape, dtype) for i, (shape, dtype) in enumerate(avals)]
-        return solver.summary(problem, jax.tree_util.tree_unflatten(treedef, xs))
-
-    return compile_cache.cached_jit(problem, solver, f"summary {layout}", summary_of, out_shardings), used
-
-
-def _fetch(tree: Any) -> Any:
-    """``tree`` of small device arrays as numpy arrays, in one round trip: every copy is started
-    before the first is waited for.  What ``jax.device_get`` does, without its per-leaf checks
-    (on a 2-core CPU, n_run and LBFGS's summary: ~40 us less a chunk)."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    for x in leaves:
-        x.copy_to_host_async()
-    return jax.tree_util.tree_unflatten(treedef, [np.asarray(x) for x in leaves])
-
-
 def _initial_shapes(problem: Any, solver: Solver, init_fn: Callable, key: jax.Array) -> Any:
     """``jax.eval_shape(init_fn, key)``, kept across solve() calls like the start itself."""
     cache_key = compile_cache.small_key(problem, solver, "initial shapes", key.shape, str(key.dtype))
@@ -390,6 +138,274 @@ def _initial_shapes(problem: Any, solver: Solver, init_fn: Callable, key: jax.Ar
         shapes = jax.eval_shape(init_fn, key)
         compile_cache.keep(problem, cache_key, shapes)
     return shapes
+
+
+def _deleted(state: Any) -> bool:
+    """Whether any array of ``state`` was donated away (a run aborted inside a chunk)."""
+    return any(getattr(leaf, "is_deleted", lambda: False)() for leaf in jax.tree_util.tree_leaves(state))
+
+
+# ---------------------------------------------------------------------------- before the run
+def _start_distributed(distributed: bool | dict[str, Any]) -> None:
+    """Start ``jax.distributed`` (``solve(..., distributed=)``), before anything touches a device."""
+    if not isinstance(distributed, (bool, dict)):
+        raise TypeError(f"distributed must be True/False or a dict of initialize() keywords, got {distributed!r}")
+    dist.initialize(**(distributed if isinstance(distributed, dict) else {}))
+
+
+def _phases(problem: Any, solver: Solver, time_limit: float | None) -> tuple[list[Phase], bool]:
+    """``(phases, until_time_limit)``: the solver's phases.  Solvers that work in rounds
+    (PatternSearch) keep starting rounds until the time limit: their last phase is then
+    unbounded and reaching the limit is their natural end (``until_time_limit``)."""
+    phases = solver.phases(problem)
+    until_time_limit = time_limit is not None and solver.until_time_limit
+    if until_time_limit:
+        longest = 2**31 - 2 - sum(p.length for p in phases[:-1])  # the iteration counter is int32
+        phases[-1] = Phase(phases[-1].name, longest)
+    return phases, until_time_limit
+
+
+def _checkpoint_path(checkpoint: str | os.PathLike | None) -> Path | None:
+    """``checkpoint=`` as a path, checked writable (by the process that writes) before anything compiles."""
+    if checkpoint is None:
+        return None
+    path = Path(checkpoint)
+    if dist.is_writer():
+        ckpt.check_checkpoint_path(path, f"checkpoint={str(checkpoint)!r}")
+    return path
+
+
+def _placement(problem: Any, solver: Solver, init_fn: Callable, key: jax.Array, devices: Any) -> dist.Placement:
+    """Where the run goes (``solve(..., devices=)``): the default device when there is one and no
+    ``devices`` were asked for, else :func:`multiwalk.distributed.choose_devices`'s choice."""
+    if devices is None and jax.device_count() == 1:
+        return dist.Placement((None,), None, None)
+    return dist.choose_devices(solver, problem, _initial_shapes(problem, solver, init_fn, key), devices)
+
+
+def place(state: Any, placement: dist.Placement, pinned: bool) -> Any:
+    """``state`` (host or device arrays) where the run keeps it: split over the placement's devices,
+    committed to the one device ``devices=`` chose (``pinned``), or on the default device."""
+    if placement.sharded:
+        return dist.place(state, placement.shardings)
+    if pinned:
+        # committed there: uncommitted, the loop (lowered outside this context) and the summary
+        # ran on the default device, the state moved there at the first chunk
+        return jax.device_put(state, placement.devices[0])
+    return jax.tree_util.tree_map(jnp.asarray, state)  # device arrays stay as they are
+
+
+def _first_state(problem: Any, solver: Solver, init_fn: Callable, key: jax.Array, placement: dist.Placement,
+                 pinned: bool, saved: tuple[dict[str, Any], list[np.ndarray], Path] | None) -> Any:
+    """The state the run starts from, placed (:func:`place`): the solver's start, or the checkpoint
+    ``saved`` (``(meta, leaves, path)``) put into the start's form."""
+    if placement.sharded:  # each device creates its part of the state
+        state = solver.initial_state_fn(problem, placement.shardings)(key)
+    else:
+        with jax.default_device(placement.devices[0]) if pinned else contextlib.nullcontext():
+            state = init_fn(key)
+        if pinned:
+            state = place(state, placement, pinned)
+    if saved is not None:
+        meta, leaves, path = saved
+        state = place(ckpt.restore(solver, state, meta, leaves, path), placement, pinned)
+    return state
+
+
+def _first_stats(placement: dist.Placement) -> dict[str, Any]:
+    stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0, "devices": len(placement.devices)}
+    if placement.note:
+        stats["devices_note"] = placement.note
+    if dist.multi_process():
+        stats["processes"] = jax.process_count()
+    return stats
+
+
+def _summary(problem: Any, solver: Solver, state: Any, placement: dist.Placement) -> Callable[[Any], dict]:
+    """``state -> the progress summary's scalars`` (on the device), given only the leaves it reads
+    (:func:`multiwalk.progress.summary_runner`)."""
+    summary, used = prog.summary_runner(problem, solver, state, placement.replicated if placement.sharded else None)
+
+    def of_state(state: Any) -> dict:
+        leaves = jax.tree_util.tree_leaves(state)
+        return summary([leaves[i] for i in used])
+
+    return of_state
+
+
+# ---------------------------------------------------------------------------- the run
+@dataclass
+class _Run:
+    """One solve() call between chunks: what it runs and how (fixed), and where it stands (updated
+    after each chunk)."""
+
+    problem: Any
+    solver: Solver
+    phases: list[Phase]
+    seed: int
+    identity: dict[str, Any]  # the problem's, written into checkpoints
+    checkpoint_path: Path | None
+    checkpoint_every: float
+    time_limit: float | None
+    chunk_seconds: float
+    max_chunk: int | None  # the solver's longest chunk; None: as long as chunk_seconds allows
+    callback: Callable[[dict[str, Any]], None] | None
+    # Under jax.distributed, solvers that read the state after each chunk (writers) get it
+    # gathered; every process gathers (a collective), whatever the solver then does with it.
+    host_on_chunk: bool
+    state: Any
+    done: list[int]  # iterations run of each phase
+    phase_index: int  # the phase running
+    stats: dict[str, Any]
+    status: Status = Status.SUCCESS
+    t_run: float = 0.0  # seconds spent running chunks (compilation excluded)
+    unaccounted: bool = False  # a chunk ran but is not yet in ``done`` (on_chunk is between them)
+    last_checkpoint: float = 0.0  # time.perf_counter() of the last checkpoint written
+
+    def write_checkpoint(self) -> None:
+        meta = ckpt.checkpoint_meta(self.solver, self.seed, self.done, self.phase_index, self.state, self.identity)
+        ckpt.write_checkpoint(self.checkpoint_path, self.state, meta)
+
+
+def _compile(run: _Run, placement: dist.Placement, summary: Callable, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any]]:
+    """``{phase index: (compiled loop, problem arrays)}`` of every phase still to run, compiled with
+    the progress summary before the clock and the bar start: the chunk loop compiles nothing."""
+    t0 = time.perf_counter()
+    executables = {}
+    try:
+        for i in range(run.phase_index, len(run.phases)):
+            if run.done[i] < run.phases[i].length:
+                executables[i] = _compiled_chunk_runner(run.problem, run.solver, i, run.state, placement)
+        if executables:
+            summary(run.state)  # the progress summary too (compiled on first use)
+    except BaseException:
+        ctrl_c.restore()
+        raise
+    run.stats["compile_seconds"] = time.perf_counter() - t0
+    return executables
+
+
+def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, summary: Callable, bar: prog.ProgressBar,
+               ctrl_c: prog.CtrlC) -> tuple[int, float]:
+    """One chunk of up to ``n`` iterations of the current phase, then what follows it: the solver's
+    ``on_chunk``, the bar, the checkpoint when due, the callback.  ``(iterations run, seconds)``."""
+    phase_index, phase = run.phase_index, run.phases[run.phase_index]
+    t0 = time.perf_counter()
+    # The state is donated (updated in place), so it is replaced in one statement;
+    # Ctrl-C only sets a flag (see CtrlC), so nothing interrupts this.
+    run.unaccounted = True  # the state is ahead of ``done`` until the chunk is counted
+    # n as a numpy scalar: the executable copies it in with its call (jnp.asarray first
+    # was a dispatch of its own, ~0.1 ms of every chunk's time on a CPU)
+    run.state, n_run = compiled(run.state, np.int32(n), arrays)
+    jax.block_until_ready(run.state)
+    dt = time.perf_counter() - t0
+    # One read from the device per chunk: the steps run and the progress summary's scalars.
+    n_run, info = prog.fetch((n_run, summary(run.state)))
+    n_run = int(n_run)
+    info = {k: float(v) for k, v in info.items()}
+    # Every decision below derives from dt and the flags: under jax.distributed all
+    # processes take process 0's, so they run the same chunks and stop together.
+    checkpoint_due = run.checkpoint_path is not None and time.perf_counter() - run.last_checkpoint >= run.checkpoint_every
+    dt, pressed, checkpoint_due = dist.broadcast((dt, ctrl_c.pressed, checkpoint_due))
+    ctrl_c.pressed = bool(pressed)
+    run.t_run += dt
+    first = run.done[phase_index]
+    run.solver.on_chunk(run.problem, dist.to_host(run.state) if run.host_on_chunk else run.state, first, first + n_run)
+    run.done[phase_index] += n_run
+    run.unaccounted = False
+    run.stats["chunks"] += 1
+    bar.update(n_run, phase.name, info)
+    if checkpoint_due:
+        # what on_chunk handed to threads is written first; if that fails, the files lag
+        # this state and the last checkpoint must stay (_run_phases writes none)
+        run.unaccounted = True
+        run.solver.on_sync(run.problem)
+        run.unaccounted = False
+        run.write_checkpoint()
+        run.last_checkpoint = time.perf_counter()
+    if run.callback is not None:
+        run.callback({"phase": phase.name, "done": list(run.done), "elapsed": run.t_run, **info})
+    return n_run, dt
+
+
+def _next_chunk_length(run: _Run, n: int, n_run: int, per_step: float) -> int:
+    """Iterations of the next chunk: about ``chunk_seconds`` of work (at ``per_step`` seconds an
+    iteration), at most twice the last, and not past the time limit."""
+    target = run.chunk_seconds
+    if run.time_limit is not None:
+        target = min(target, max(run.time_limit - run.t_run, 0.0))
+    return max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30, run.max_chunk or 1 << 30))
+
+
+def _run_phase(run: _Run, compiled: Any, arrays: Any, summary: Callable, bar: prog.ProgressBar,
+               ctrl_c: prog.CtrlC) -> None:
+    """Chunks of the current phase until it is done or converged (``solver.done``), or until the
+    time limit or Ctrl-C (``run.status`` says which).  The first chunk is one iteration: it times a step."""
+    remaining = run.phases[run.phase_index].length - run.done[run.phase_index]
+    n_next = 1
+    converged = False
+    while remaining > 0 and not converged:
+        if run.time_limit is not None and run.t_run >= run.time_limit:
+            run.status = Status.TIME_LIMIT
+            return
+        n = int(min(n_next, remaining))
+        n_run, dt = _run_chunk(run, compiled, arrays, n, summary, bar, ctrl_c)
+        remaining -= n_run
+        converged = n_run < n
+        per_step = max(dt / max(n_run, 1), 1e-9)
+        n_next = _next_chunk_length(run, n, n_run, per_step)
+        if ctrl_c.pressed:
+            run.status = Status.INTERRUPTED
+            return
+        later = range(run.phase_index + 1, len(run.phases))
+        work_left = remaining > 0 or any(run.done[j] < run.phases[j].length for j in later)
+        if work_left and run.time_limit is not None and run.t_run + per_step > run.time_limit:
+            run.status = Status.TIME_LIMIT
+            return
+
+
+def _run_phases(run: _Run, executables: dict[int, tuple[Any, Any]], summary: Callable, bar: prog.ProgressBar,
+                ctrl_c: prog.CtrlC) -> None:
+    """The phases from the current one to the last, or until the time limit or Ctrl-C.  A failure
+    (out of memory, a bug) keeps the last finished chunk's state on disk, and is raised."""
+    try:
+        while run.status == Status.SUCCESS and run.phase_index < len(run.phases):
+            if run.done[run.phase_index] < run.phases[run.phase_index].length:
+                _run_phase(run, *executables[run.phase_index], summary, bar, ctrl_c)
+                if run.status != Status.SUCCESS:
+                    break
+            run.phase_index += 1
+    except KeyboardInterrupt:  # raised by the callback, or a second Ctrl-C
+        if ctrl_c.forced:
+            raise
+        run.status = Status.INTERRUPTED
+    except BaseException:
+        # Not under jax.distributed: the gather is a collective that the other processes may not
+        # join; not when on_chunk failed: what it writes would lag that state (the last checkpoint stays).
+        if run.checkpoint_path is not None and not run.unaccounted and not _deleted(run.state) and not dist.multi_process():
+            run.solver.on_sync(run.problem)  # when it fails, the files lag the state: no checkpoint of it
+            run.write_checkpoint()
+        raise
+    finally:
+        bar.close()
+        ctrl_c.restore()
+
+
+def _finish(run: _Run, until_time_limit: bool, t_loop: float) -> Result:
+    """The solver's result, after what the solver's writers hold is written and the last checkpoint."""
+    if until_time_limit and run.status == Status.TIME_LIMIT:
+        run.status = Status.SUCCESS
+        run.stats["ended_by_time_limit"] = True
+    run.stats["run_seconds"] = run.t_run
+    run.stats["iterations"] = {p.name: d for p, d in zip(run.phases, run.done)}
+    run.solver.on_sync(run.problem)
+    run.stats["loop_seconds"] = time.perf_counter() - t_loop  # run_seconds + the host's work between chunks
+    if run.checkpoint_path is not None:
+        run.write_checkpoint()
+    # One gather at the end: the result builders read the state with np.asarray (which gathers
+    # a split state); under jax.distributed every process gathers it whole first.
+    state = dist.to_host(run.state) if dist.multi_process() else run.state
+    return run.solver.result(run.problem, state, list(run.done), run.status, run.stats)
 
 
 # ---------------------------------------------------------------------------- the driver
@@ -466,219 +482,34 @@ def solve(
     anew; as with ``jax.jit``, global arrays read by the function are baked in at compilation.
     """
     if distributed:  # before anything touches a device
-        if not isinstance(distributed, (bool, dict)):
-            raise TypeError(f"distributed must be True/False or a dict of initialize() keywords, got {distributed!r}")
-        dist.initialize(**(distributed if isinstance(distributed, dict) else {}))
+        _start_distributed(distributed)
     _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every)
     solver.check(problem)
-    phases = solver.phases(problem)
-    max_chunk = solver.max_chunk(problem)  # None: chunks as long as chunk_seconds allows
-    # Solvers that work in rounds (PatternSearch) keep starting rounds until the time limit:
-    # their last phase is then unbounded and reaching the limit is their natural end.
-    until_time_limit = time_limit is not None and solver.until_time_limit
-    if until_time_limit:
-        longest = 2**31 - 2 - sum(p.length for p in phases[:-1])  # the iteration counter is int32
-        phases[-1] = Phase(phases[-1].name, longest)
-    checkpoint_path = Path(checkpoint) if checkpoint is not None else None
-    if checkpoint_path is not None and dist.is_writer():
-        _check_checkpoint_path(checkpoint_path, f"checkpoint={str(checkpoint)!r}")
+    phases, until_time_limit = _phases(problem, solver, time_limit)
+    max_chunk = solver.max_chunk(problem)
+    checkpoint_path = _checkpoint_path(checkpoint)
     identity = problem_identity(problem)  # written into checkpoints: a resume of another problem is refused
+    saved = None
     if resume is not None:  # read and checked before anything compiles
-        resume_path = Path(resume)
-        meta, leaves = _read_checkpoint(resume_path)
-        if meta["seed"] != int(seed):
-            raise ValueError(f"{resume_path} was written with seed={meta['seed']}, not seed={seed}")
-        refuse_other_problem(resume_path, meta, identity)
-
-    key = _key(int(seed))
+        saved = (*ckpt.read_resume(Path(resume), int(seed), identity), Path(resume))
+    key = run_key(int(seed))
     init_fn = solver.initial_state_fn(problem)
-    placement = dist.Placement((None,), None, None)
-    if devices is not None or jax.device_count() > 1:
-        placement = dist.choose_devices(solver, problem, _initial_shapes(problem, solver, init_fn, key), devices)
-    if placement.sharded:  # each device creates its part of the state
-        state = solver.initial_state_fn(problem, placement.shardings)(key)
-    elif devices is not None:  # one device, chosen
-        with jax.default_device(placement.devices[0]):
-            state = init_fn(key)
-        # committed there: uncommitted, the loop (lowered outside this context) and the summary
-        # ran on the default device, the state moved there at the first chunk
-        state = jax.device_put(state, placement.devices[0])
-    else:
-        state = init_fn(key)
-    done = [0] * len(phases)
-    phase_index = 0
-    if resume is not None:
-        restored = _restore(solver, state, meta, leaves, resume_path)
-        if placement.sharded:
-            state = dist.place(restored, placement.shardings)
-        elif devices is not None:
-            state = jax.device_put(restored, placement.devices[0])
-        else:
-            state = jax.tree_util.tree_map(jnp.asarray, restored)
-        done = list(meta["done"]) + [0] * (len(phases) - len(meta["done"]))
-        for ph, d in zip(phases, done):
-            if d > ph.length:
-                raise ValueError(
-                    f"{resume_path} has {d} {ph.name} iterations done, more than the {ph.length} asked for now: "
-                    "a resumed run may only be longer"
-                )
-        phase_index = int(meta["phase_index"])
-        # A run that finished its last phase and is resumed with a longer one goes on there.
-        if phase_index >= len(phases):
-            phase_index = len(phases) - 1
-
-    def meta_now() -> dict[str, Any]:
-        return {
-            "version": CHECKPOINT_VERSION,
-            "solver": type(solver).__name__,
-            "options": solver.options(),
-            "seed": int(seed),
-            "done": done,
-            "phase_index": phase_index,
-            "n_leaves": len(jax.tree_util.tree_leaves(state)),
-            "layout": _state_layout(state),  # the state's form, named when a resume makes another
-            "problem": identity,
-        }
-
-    summary_fn, summary_leaves = _summary_runner(
-        problem, solver, state, placement.replicated if placement.sharded else None
-    )
-
-    def summary_inputs(state: Any) -> list[Any]:
-        leaves = jax.tree_util.tree_leaves(state)
-        return [leaves[i] for i in summary_leaves]
-
-    stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0, "devices": len(placement.devices)}
-    if placement.note:
-        stats["devices_note"] = placement.note
-    if dist.multi_process():
-        stats["processes"] = jax.process_count()
-    # Under jax.distributed, solvers that read the state after each chunk (writers) get it
-    # gathered; every process gathers (a collective), whatever the solver then does with it.
+    placement = _placement(problem, solver, init_fn, key, devices)
+    state = _first_state(problem, solver, init_fn, key, placement, devices is not None, saved)
+    done, phase_index = ckpt.resumed_position(saved[0], phases, saved[2]) if saved else ([0] * len(phases), 0)
     host_on_chunk = dist.multi_process() and type(solver).on_chunk is not Solver.on_chunk
-    # Compile every phase still to run before the clock and the progress bar start.
+    run = _Run(problem, solver, phases, int(seed), identity, checkpoint_path, checkpoint_every, time_limit,
+               chunk_seconds, max_chunk, callback, host_on_chunk, state, done, phase_index, _first_stats(placement))
+    summary = _summary(problem, solver, state, placement)
     # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
     # compiling), returning what was done; a second Ctrl-C aborts at once.
-    ctrl_c = _CtrlC()
-    t0 = time.perf_counter()
-    executables = {}
-    try:
-        for i in range(phase_index, len(phases)):
-            if done[i] < phases[i].length:
-                executables[i] = _compiled_chunk_runner(problem, solver, i, state, placement)  # (compiled, arrays)
-        if executables:
-            summary_fn(summary_inputs(state))  # the progress summary too (compiled on first use): the loop compiles nothing
-    except BaseException:
-        ctrl_c.restore()
-        raise
-    stats["compile_seconds"] = time.perf_counter() - t0
-    status = Status.INTERRUPTED if ctrl_c.pressed else Status.SUCCESS
+    ctrl_c = prog.CtrlC()
+    executables = _compile(run, placement, summary, ctrl_c)
+    if ctrl_c.pressed:
+        run.status = Status.INTERRUPTED
     show = sys.stderr.isatty() if progress is None else bool(progress)
     total = None if until_time_limit else sum(p.length for p in phases)
-    bar = _Progress(show and status == Status.SUCCESS, total, sum(done))
-    t_run = 0.0  # seconds spent running chunks (compilation excluded)
-    unaccounted = False  # a chunk ran but is not yet in ``done`` (on_chunk is between them)
-    last_checkpoint = time.perf_counter()
-    t_loop = last_checkpoint  # the chunk loop's wall time: chunks, on_chunk (writers), checkpoints
-
-    try:
-        while status == Status.SUCCESS and phase_index < len(phases):
-            phase = phases[phase_index]
-            remaining = phase.length - done[phase_index]
-            if remaining <= 0:
-                phase_index += 1
-                continue
-
-            compiled, arrays = executables[phase_index]
-            n_next = 1  # the first chunk of a phase is one iteration: it times a step
-            converged = False
-            while remaining > 0 and not converged:
-                if time_limit is not None and t_run >= time_limit:
-                    status = Status.TIME_LIMIT
-                    break
-                n = int(min(n_next, remaining))
-                t0 = time.perf_counter()
-                # The state is donated (updated in place), so it is replaced in one statement;
-                # Ctrl-C only sets a flag (see _CtrlC), so nothing interrupts this.
-                unaccounted = True  # the state is ahead of ``done`` until the chunk is counted
-                # n as a numpy scalar: the executable copies it in with its call (jnp.asarray first
-                # was a dispatch of its own, ~0.1 ms of every chunk's time on a CPU)
-                state, n_run = compiled(state, np.int32(n), arrays)
-                jax.block_until_ready(state)
-                dt = time.perf_counter() - t0
-                # One read from the device per chunk: the steps run and the progress summary's scalars.
-                n_run, info = _fetch((n_run, summary_fn(summary_inputs(state))))
-                n_run = int(n_run)
-                info = {k: float(v) for k, v in info.items()}
-                # Every decision below derives from dt and the flags: under jax.distributed all
-                # processes take process 0's, so they run the same chunks and stop together.
-                checkpoint_due = checkpoint_path is not None and time.perf_counter() - last_checkpoint >= checkpoint_every
-                dt, pressed, checkpoint_due = dist.broadcast((dt, ctrl_c.pressed, checkpoint_due))
-                ctrl_c.pressed = bool(pressed)
-                t_run += dt
-                solver.on_chunk(
-                    problem, dist.to_host(state) if host_on_chunk else state, done[phase_index], done[phase_index] + n_run
-                )
-                done[phase_index] += n_run
-                unaccounted = False
-                remaining -= n_run
-                stats["chunks"] += 1
-                converged = n_run < n
-                bar.update(n_run, phase.name, info)
-                if checkpoint_due:
-                    # what on_chunk handed to threads is written first; if that fails, the files lag
-                    # this state and the last checkpoint must stay (the except below writes none)
-                    unaccounted = True
-                    solver.on_sync(problem)
-                    unaccounted = False
-                    _write_checkpoint(checkpoint_path, state, meta_now())
-                    last_checkpoint = time.perf_counter()
-                if callback is not None:
-                    callback({"phase": phase.name, "done": list(done), "elapsed": t_run, **info})
-                # Next chunk: about chunk_seconds of work, and not past the time limit.
-                per_step = max(dt / max(n_run, 1), 1e-9)
-                target = chunk_seconds
-                if time_limit is not None:
-                    target = min(target, max(time_limit - t_run, 0.0))
-                n_next = max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30, max_chunk or 1 << 30))
-                if ctrl_c.pressed:
-                    status = Status.INTERRUPTED
-                    break
-                work_left = remaining > 0 or any(done[j] < phases[j].length for j in range(phase_index + 1, len(phases)))
-                if work_left and time_limit is not None and t_run + per_step > time_limit:
-                    status = Status.TIME_LIMIT
-                    break
-            if status != Status.SUCCESS:
-                break
-            phase_index += 1
-    except KeyboardInterrupt:  # raised by the callback, or a second Ctrl-C
-        if ctrl_c.forced:
-            raise
-        status = Status.INTERRUPTED
-    except BaseException:
-        # Any other failure (out of memory, a bug): keep the last finished chunk on disk (not
-        # under jax.distributed: the gather is a collective that the other processes may not join).
-        # (not when on_chunk failed: what it writes would lag that state; the last checkpoint stays)
-        if checkpoint_path is not None and not unaccounted and not _deleted(state) and not dist.multi_process():
-            solver.on_sync(problem)  # when it fails, the files lag the state: no checkpoint of it
-            _write_checkpoint(checkpoint_path, state, meta_now())
-        raise
-    finally:
-        bar.close()
-        ctrl_c.restore()
-
-    if until_time_limit and status == Status.TIME_LIMIT:
-        status = Status.SUCCESS
-        stats["ended_by_time_limit"] = True
-    stats["run_seconds"] = t_run
-    stats["iterations"] = {p.name: d for p, d in zip(phases, done)}
-    solver.on_sync(problem)
-    stats["loop_seconds"] = time.perf_counter() - t_loop  # run_seconds + the host's work between chunks
-    if checkpoint_path is not None:
-        _write_checkpoint(checkpoint_path, state, meta_now())
-    # One gather at the end: the result builders read the state with np.asarray (which gathers
-    # a split state); under jax.distributed every process gathers it whole first.
-    if dist.multi_process():
-        state = dist.to_host(state)
-    return solver.result(problem, state, list(done), status, stats)
-
+    bar = prog.ProgressBar(show and run.status == Status.SUCCESS, total, sum(done))
+    run.last_checkpoint = t_loop = time.perf_counter()  # the chunk loop's wall time: chunks, on_chunk, checkpoints
+    _run_phases(run, executables, summary, bar, ctrl_c)
+    return _finish(run, until_time_limit, t_loop)

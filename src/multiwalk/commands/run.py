@@ -421,10 +421,10 @@ def _record_length(n_replicas: int, dimension: int) -> int:
 def _read_checkpoint_file(path: Path) -> tuple[dict[str, Any], list[np.ndarray]]:
     """``(meta, leaves)`` of the checkpoint to resume or continue from, read whole (its checksums
     checked) before any file of the run is touched; InputError naming it when it is missing or damaged."""
-    from ..solve import _read_checkpoint
+    from ..checkpoint import read_checkpoint
 
     try:
-        return _read_checkpoint(path, label=str(path))
+        return read_checkpoint(path, label=str(path))
     except FileNotFoundError:
         raise InputError(f"{path}: no checkpoint to resume or continue from (run without --resume/--cont first)") from None
     except ValueError as err:
@@ -439,7 +439,7 @@ PART_KEYS = {"objective": "[solver] function_name/function", "lower": "[algorith
 def _prepare_checkpoint_path(setup: RunSetup) -> None:
     """Make the checkpoint's folder and check a file can be written there, before the run compiles
     or touches its files; InputError naming the path and the keys it comes from."""
-    from ..solve import _check_checkpoint_path
+    from ..checkpoint import check_checkpoint_path
 
     path = setup.checkpoint_file
     label = f"{setup.input_path}: checkpoint {str(path)!r} ([base] output_dir, [algorithm] checkpoint_file)"
@@ -448,30 +448,24 @@ def _prepare_checkpoint_path(setup: RunSetup) -> None:
     except OSError as err:
         raise InputError(f"{label}: its folder cannot be made ({err.strerror or err})") from None
     try:
-        _check_checkpoint_path(path, label)
+        check_checkpoint_path(path, label)
     except (ValueError, FileNotFoundError) as err:
         raise InputError(str(err)) from None
 
 
 def _reset_random(path: Path, seed: int, step: int) -> None:
     """``--reset-rand``: a new random series from here on (the checkpoint's key is replaced)."""
-    import json
-
     import jax
 
-    from ..solve import _key
+    from ..checkpoint import write_leaves
+    from ..solve import run_key
     from ..solvers.exchange import ExchangeState
 
     meta, leaves = _read_checkpoint_file(path)
-    arrays = {f"leaf_{i:04d}": leaf for i, leaf in enumerate(leaves)}
     i = ExchangeState._fields.index("key")
-    new = jax.random.fold_in(jax.random.fold_in(_key(seed), 0x5EED), step)
-    arrays[f"leaf_{i:04d}"] = np.asarray(new, dtype=arrays[f"leaf_{i:04d}"].dtype)
-    arrays["__meta__"] = np.array(json.dumps(meta))
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
-    tmp.replace(path)
+    new = jax.random.fold_in(jax.random.fold_in(run_key(seed), 0x5EED), step)
+    leaves[i] = np.asarray(new, dtype=leaves[i].dtype)
+    write_leaves(path, meta, leaves)
 
 
 def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
