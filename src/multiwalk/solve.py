@@ -30,6 +30,7 @@ import numpy as np
 from . import distributed as dist
 from .problem import Problem
 from .result import Result, Status
+from .solvers._common import check_callable_option, check_state_fits
 from .solvers.base import Phase, Solver
 
 __all__ = ["solve"]
@@ -37,7 +38,7 @@ __all__ = ["solve"]
 CHECKPOINT_VERSION = 1
 
 
-def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every) -> None:
+def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback) -> None:
     if not isinstance(solver, Solver):
         if not isinstance(problem, Problem) and not hasattr(problem, "fingerprint"):
             raise TypeError(f"problem must be a multiwalk.Problem, got {type(problem).__name__}")
@@ -58,6 +59,7 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
         raise ValueError(f"chunk_seconds must be a positive number, got {chunk_seconds!r}")
     if not (isinstance(checkpoint_every, (int, float)) and checkpoint_every >= 0):
         raise ValueError(f"checkpoint_every must be a non-negative number of seconds, got {checkpoint_every!r}")
+    check_callable_option("callback", callback, "a function callback(info: dict), called after each chunk")
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -607,8 +609,9 @@ def solve(
         if not isinstance(distributed, (bool, dict)):
             raise TypeError(f"distributed must be True/False or a dict of initialize() keywords, got {distributed!r}")
         dist.initialize(**(distributed if isinstance(distributed, dict) else {}))
-    _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every)
+    _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback)
     solver.check(problem)
+    check_state_fits(type(solver).__name__, solver.state_memory(problem), dist.requested_device_count())
     phases = solver.phases(problem)
     max_chunk = solver.max_chunk(problem)  # None: chunks as long as chunk_seconds allows
     # Solvers that work in rounds (PatternSearch) keep starting rounds until the time limit:
