@@ -450,17 +450,18 @@ def finish_iteration(
     zero = jnp.zeros((), jnp.int32)
     if fused:  # pass B: the direction and the new pair written into P in one sweep
         w, gd = compact_coefficients(new, m, unrolled=True)
+        w, gamma_d = _no_direction_unless_finite(w, gd, new.gamma)
         if cfg.mesh is not None:  # columnwise: each device its own columns, no communication
             d, P, gt = lbfgs_kernel.direction_and_store_split(
-                cfg.mesh, st.P, w, new.gamma, stp, gt, st.g, st.d, slot, st.count, **tuning
+                cfg.mesh, st.P, w, gamma_d, stp, gt, st.g, st.d, slot, st.count, **tuning
             )
         elif rows:  # the new gradient is already in the loop's buffer: pass B only reads it
             d, P, _ = lbfgs_kernel.direction_and_store(
-                st.P, w, new.gamma, stp, gt, gt, st.d, slot, st.count, new=new_row, **tuning
+                st.P, w, gamma_d, stp, gt, gt, st.d, slot, st.count, new=new_row, **tuning
             )
             gt = st.g
         else:
-            d, P, gt = lbfgs_kernel.direction_and_store(st.P, w, new.gamma, stp, gt, st.g, st.d, slot, st.count, **tuning)
+            d, P, gt = lbfgs_kernel.direction_and_store(st.P, w, gamma_d, stp, gt, st.g, st.d, slot, st.count, **tuning)
         new = new._replace(g=gt)
         diag_ok = jnp.asarray(True)
     elif cfg.diag_fn is None and not cfg.use_h0:
@@ -468,8 +469,9 @@ def finish_iteration(
         # makes every read of P come before the in-place write of the new pair (otherwise XLA
         # may schedule a read after the write and copy all of P, 2m n values, to allow it).
         w, gd = compact_coefficients(new, m)
+        w, gamma_d = _no_direction_unless_finite(w, gd, new.gamma)
         in_p = w.at[slot].set(0.0).at[m + slot].set(0.0)
-        d = -new.gamma * gt + in_p @ st.P + w[slot] * new_s + w[m + slot] * new_y
+        d = -gamma_d * gt + in_p @ st.P + w[slot] * new_s + w[m + slot] * new_y
         d, P_old = lax.optimization_barrier((d, st.P))
         P = lax.dynamic_update_slice(P_old, new_s[None], (slot, zero))
         P = lax.dynamic_update_slice(P, new_y[None], (m + slot, zero))
@@ -478,6 +480,7 @@ def finish_iteration(
         P = lax.dynamic_update_slice(st.P, new_s[None], (slot, zero))
         P = lax.dynamic_update_slice(P, new_y[None], (m + slot, zero))
         d, gd, diag_ok = _direction(cfg, new._replace(P=P), h0)
+        d = jnp.where(jnp.isfinite(gd), d, 0.0)  # as _no_direction_unless_finite
     new = new._replace(P=P)
     status = jnp.where(ok, _RUNNING, jnp.asarray(_INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
     status = jnp.where(ok & (new.gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), LBFGSStatus.SUCCESS, status)
@@ -488,6 +491,15 @@ def finish_iteration(
     # P's written rows are already masked: a select over all of P would double its traffic.
     kept = jax.tree.map(lambda a_, b_: jnp.where(running, a_, b_), new._replace(P=st.P), st)
     return kept._replace(P=P)
+
+
+def _no_direction_unless_finite(w: jax.Array, gd: jax.Array, gamma: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(w, gamma)`` of the next direction ``d = -gamma g + w @ P``, both zero where ``g'd`` is not
+    finite (an overflowing gradient: y'y = inf makes gamma 0 and g'd = 0 * inf): the next search
+    then has improper input (info 0) and its one evaluation, at ``x + 0 d``, is ``x`` itself, not
+    NaN (a NaN ``d`` made ``x`` NaN).  Scalars and the 2m coefficients only: no pass over n."""
+    ok = jnp.isfinite(gd)
+    return jnp.where(ok, w, 0.0), jnp.where(ok, gamma, 0.0)
 
 
 def iterate(cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array, masked: bool) -> LBFGSState:
