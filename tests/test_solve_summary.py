@@ -33,7 +33,7 @@ def leaf_index(state, pick) -> int:
 
 
 def test_the_summary_gets_only_the_leaves_it_reads():
-    """LBFGS's summary reads f and gnorm (and status with several starts), 2-3 of 51 leaves."""
+    """LBFGS's summary reads f and gnorm (and status with several starts), 2-3 of 53 leaves."""
     problem = box()
     for starts, fields in ((1, ("f", "gnorm")), (3, ("f", "gnorm", "status"))):
         solver = mw.LBFGS(max_iterations=5, starts=starts if starts > 1 else None)
