@@ -404,7 +404,7 @@ def test_save_roundtrip(fixed_result, tmp_path):
         (dict(nbeta=0), r"nbeta must be a positive integer, got 0"),
         (dict(nseq=-1), r"nseq must be a positive integer, got -1"),
         (dict(niter=-1), r"niter must be a non-negative integer, got -1"),
-        (dict(beta1=0.5, betan=0.9), r"betan must lie in \(0, beta1=0.5\], got 0.9"),
+        (dict(beta1=0.5, betan=0.9), r"betan must be a number in \(0, 0\.5\], got 0\.9"),
         (dict(nbeta=3, betas=(1.0, 0.5, 0.7)), r"betas must be strictly decreasing"),
         (dict(nbeta=3, betas=(1.0, 0.5)), r"betas must have nbeta=3 values"),
     ],
