@@ -31,6 +31,7 @@ from . import distributed as dist
 from .identity import problem_identity, refuse_other_problem
 from .problem import Problem
 from .result import Result, Status
+from .solvers._common import check_callable_option, check_state_fits
 from .solvers.base import Phase, Solver
 
 __all__ = ["solve"]
@@ -38,7 +39,7 @@ __all__ = ["solve"]
 CHECKPOINT_VERSION = 1
 
 
-def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every) -> None:
+def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback) -> None:
     if not isinstance(solver, Solver):
         if not isinstance(problem, Problem) and not hasattr(problem, "fingerprint"):
             raise TypeError(f"problem must be a multiwalk.Problem, got {type(problem).__name__}")
@@ -59,6 +60,7 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
         raise ValueError(f"chunk_seconds must be a positive number, got {chunk_seconds!r}")
     if not (isinstance(checkpoint_every, (int, float)) and checkpoint_every >= 0):
         raise ValueError(f"checkpoint_every must be a non-negative number of seconds, got {checkpoint_every!r}")
+    check_callable_option("callback", callback, "a function callback(info: dict), called after each chunk")
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -496,7 +498,7 @@ def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_sharding
 
 def _summary_runner(problem: Any, solver: Solver, state: Any, out_shardings: Any) -> tuple[Callable, tuple[int, ...]]:
     """``(summary, used)``: the compiled progress summary, called as ``summary([leaves[i] for i in used])``
-    with the state's ``leaves`` that ``solver.summary`` reads (LBFGS: 2 of 51, 3 with several starts), returning its dict
+    with the state's ``leaves`` that ``solver.summary`` reads (LBFGS: 2 of 53, 3 with several starts), returning its dict
     of scalars on the device.
 
     Only those leaves are passed: dispatching an executable costs the host ~2 us per argument
@@ -641,8 +643,9 @@ def solve(
         if not isinstance(distributed, (bool, dict)):
             raise TypeError(f"distributed must be True/False or a dict of initialize() keywords, got {distributed!r}")
         dist.initialize(**(distributed if isinstance(distributed, dict) else {}))
-    _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every)
+    _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback)
     solver.check(problem)
+    check_state_fits(type(solver).__name__, solver.state_memory(problem), dist.requested_device_count())
     phases = solver.phases(problem)
     max_chunk = solver.max_chunk(problem)  # None: chunks as long as chunk_seconds allows
     # Solvers that work in rounds (PatternSearch) keep starting rounds until the time limit:
