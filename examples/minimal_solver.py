@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import multiwalk as mw
-from multiwalk.solvers.base import check_int_option, end_status, value_at_point
+from multiwalk.solvers._common import check_int_option, worst_if_nonfinite
+from multiwalk.solvers.base import end_status, value_at_point
 
 _INIT_STREAM = 0x7FFFFFFF  # key stream of the start; iteration i draws from stream i
 
@@ -47,17 +48,20 @@ class RandomSearch(mw.Solver):
         if problem.lower is None:
             raise ValueError("RandomSearch needs a box: pass lower= and upper= to Problem")
 
+    def state_memory(self, problem: mw.Problem) -> tuple[int, str]:  # checked before compiling
+        per_walker = (problem.n_free + 1) * np.dtype(problem.dtype).itemsize
+        return self.n_walkers * per_walker + 16, f"lower n_walkers={self.n_walkers}"
+
     def phases(self, problem: mw.Problem) -> list[mw.Phase]:
         return [mw.Phase("search", self.iterations)]
 
     def _draw(self, problem: mw.Problem, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """One uniform point per walker, its objective (non-finite -> +inf) and how many were not finite."""
+        """One uniform point per walker, its objective (NaN, +-inf -> +inf) and how many were not finite."""
         lo, hi, _ = problem.free_bounds()
         u = jax.random.uniform(key, (self.n_walkers, problem.n_free), problem.dtype)
         x = jnp.asarray(lo, problem.dtype) + jnp.asarray(hi - lo, problem.dtype) * u
-        f = jax.vmap(problem.chi2_free)(x)  # the user's one-point objective, batched over walkers
-        finite = jnp.isfinite(f)
-        return x, jnp.where(finite, f, jnp.inf), jnp.sum(~finite, dtype=jnp.int32)
+        f, bad = worst_if_nonfinite(jax.vmap(problem.chi2_free)(x))  # the one-point objective, batched
+        return x, f, jnp.sum(bad, dtype=jnp.int32)
 
     def init(self, problem: mw.Problem, key: jax.Array) -> RandomSearchState:
         x, f, bad = self._draw(problem, jax.random.fold_in(key, _INIT_STREAM))
