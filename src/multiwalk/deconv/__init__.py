@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from .block_coordinate_descent import BlockCoordinateDescent
 from .clean import Clean
 from .coordinate_descent import CoordinateDescent, proximal_step
 from .problem import Deconvolution
 from .result import DeconvolutionResult
 
-__all__ = ["Deconvolution", "CoordinateDescent", "Clean", "DeconvolutionResult", "image", "proximal_step"]
+__all__ = [
+    "Deconvolution", "CoordinateDescent", "BlockCoordinateDescent", "Clean", "DeconvolutionResult", "image", "proximal_step",
+]
 
 
 def image(*args: Any, **kwargs: Any) -> Any:
