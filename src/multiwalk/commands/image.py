@@ -103,10 +103,11 @@ def add_parser(commands: Any) -> None:
                         "cd-serial, the same objective by the seed's one-pixel greedy coordinate descent; clean, "
                         "Hogbom CLEAN (default: %(default)s)")
     p.add_argument("--lam", type=float, default=0.5,
-                   help="cd: elastic-net weight lambda; the residual floor is ~lam / sum(PSF^2) Jy/beam (default: %(default)s)")
-    p.add_argument("--alpha", type=float, default=1.0, help="cd: elastic-net L1 share (default: %(default)s)")
+                   help="cd, cd-serial: elastic-net weight lambda; the residual floor is ~lam / sum(PSF^2) Jy/beam "
+                        "(default: %(default)s)")
+    p.add_argument("--alpha", type=float, default=1.0, help="cd, cd-serial: elastic-net L1 share (default: %(default)s)")
     p.add_argument("--epsilon", type=float, default=None,
-                   help="cd: stop when no pixel can change by more than this times the brightest pixel, on the exact "
+                   help="cd, cd-serial: stop when no pixel can change by more than this times the brightest pixel, on the exact "
                         "gradient map (default: the solver's, 1e-6)")
     p.add_argument("--gain", type=float, default=0.1, help="clean: loop gain (default: %(default)s)")
     p.add_argument("--threshold", type=float, default=0.01, help="clean: stop below this peak (default: %(default)s)")
