@@ -146,10 +146,8 @@ def floor_seconds(n: int, itemsize: int, iterations: int, nfev: int, bytes_per_s
 
 
 def run_ours(mw, cute, n: int, dtype: str, kernel: str, gradient: str) -> common.Calls:
-    from multiwalk.functions import cute_kernel
-
     vg = {"analytic": cute.extended_rosenbrock_value_and_grad, "autodiff": None,
-          "analytic-xla": cute_kernel.extended_rosenbrock_xla}[gradient]
+          "analytic-xla": cute.extended_rosenbrock_xla}[gradient]
     problem = mw.Problem(objective=cute.extended_rosenbrock, value_and_grad=vg,
                          x0=cute.start("extended_rosenbrock", n), dtype=dtype)
     solver = mw.LBFGS(m=M, eps=EPS, kernel=kernel)

@@ -90,9 +90,10 @@ def loop_bytes_per_device(problem: Any, solver: Any, k: int) -> int:
 
     driver = importlib.import_module("multiwalk.solve")  # the module; mw.solve is the function
     dist = importlib.import_module("multiwalk.distributed")
+    compile_cache = importlib.import_module("multiwalk.compile_cache")
     shapes = jax.eval_shape(solver.initial_state_fn(problem), driver._key(0))
     placement = dist.choose_devices(solver, problem, shapes, k)
-    arrays, static = driver._problem_arrays(problem, solver)
+    arrays, static = compile_cache.problem_arrays(problem, solver)
     runner = driver._chunk_runner(problem, solver, 0, static)
     if placement.sharded:
         shapes = jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),

@@ -12,14 +12,12 @@ gathers every walker, which scales no better than one device.
 
 from __future__ import annotations
 
-import importlib
 import re
 
 import numpy as np
 
 import multiwalk as mw
-
-driver = importlib.import_module("multiwalk.solve")  # the module; mw.solve is the function
+from multiwalk import compile_cache
 
 COLLECTIVE = re.compile(r"= (.+?) (all-reduce|all-gather|collective-permute|all-to-all|reduce-scatter)(?:-start)?\(")
 
@@ -38,11 +36,11 @@ def elements(shapes: str) -> int:
 
 def loop_collectives(run) -> dict[int, list[list]]:
     """Run ``run()`` (one mw.solve) and return, per phase index, the collectives of the loops it compiled."""
-    driver._COMPILED.clear()
+    compile_cache.clear_loops()
     run()
     out: dict[int, list[list]] = {}
-    # the driver compiles every phase before running, in phase order (a dict keeps that order)
-    for phase, compiled in enumerate(driver._COMPILED.values()):
+    # the driver compiles every phase before running, in phase order
+    for phase, compiled in enumerate(compile_cache.compiled_loops()):
         out[phase] = [[kind, elements(shapes)] for shapes, kind in COLLECTIVE.findall(compiled.as_text())]
     return out
 
@@ -99,7 +97,7 @@ def main(n_devices: int = 2, exchange_only: bool = False) -> dict:
     )
     report["ex_intervals_devices"] = iv_run["r"].stats["devices"]
     report["ex_intervals_loops"] = loop_structure(
-        list(driver._COMPILED.values())[-1].as_text(), f"f64[{16 // n_devices},3]"
+        compile_cache.compiled_loops()[-1].as_text(), f"f64[{16 // n_devices},3]"
     )
     report["batch"] = {"re": 48 * 4, "ps": 96, "ex": 16}  # chains (nseq x nbeta), walkers, replicas
     return report

@@ -36,9 +36,9 @@ def result_ulps(a, b) -> float:
 
 def collective_sizes() -> list[int]:
     """Elements of each collective in the last compiled loop (its optimised HLO)."""
-    from multiwalk.solve import _COMPILED
+    from multiwalk import compile_cache
 
-    text = list(_COMPILED.values())[-1].as_text()
+    text = compile_cache.compiled_loops()[-1].as_text()
     return [int(np.prod([int(d) for d in dims.split(",") if d])) for _, dims, _ in COLLECTIVE.findall(text)]
 
 

@@ -137,8 +137,8 @@ def main() -> dict:
 
 
 def _last_compiled_shardings():
-    from multiwalk.solve import _COMPILED
+    from multiwalk.compile_cache import compiled_loops
 
-    compiled = list(_COMPILED.values())[-1]
+    compiled = compiled_loops()[-1]
     return compiled.input_shardings[0][0].starts.P
 

@@ -23,8 +23,8 @@ import numpy as np
 from ulp import max_ulps
 
 import multiwalk as mw
+from multiwalk.compile_cache import compiled_loops
 from multiwalk.functions import cute, cute_kernel
-from multiwalk.solve import _COMPILED
 from multiwalk.solvers import lbfgs_onepass
 
 N = 728
@@ -37,7 +37,7 @@ def problem(n: int) -> mw.Problem:
 
 def collectives() -> list[list]:
     """``[kind, result shape]`` of every collective in the last compiled loop."""
-    text = list(_COMPILED.values())[-1].as_text()
+    text = compiled_loops()[-1].as_text()
     kinds = r"all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter"
     return sorted({(kind, shape) for shape, kind in re.findall(rf"= (\S+) ({kinds})(?:-start)?\(", text)})
 
@@ -76,7 +76,7 @@ def main() -> dict:
         out[f"devices_{k}"] = runs[k].stats["devices"]
         out[f"collectives_{k}"] = collectives()
         if k > 1:
-            out[f"X_spec_{k}"] = str(list(_COMPILED.values())[-1].input_shardings[0][0].starts.X.spec)
+            out[f"X_spec_{k}"] = str(compiled_loops()[-1].input_shardings[0][0].starts.X.spec)
     a = runs[1]
     out["status_1"] = int(a.status)
     out["iterations_1"], out["nfev_1"] = a.iterations, a.nfev

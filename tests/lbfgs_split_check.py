@@ -15,8 +15,8 @@ import jax
 import numpy as np
 
 import multiwalk as mw
+from multiwalk.compile_cache import compiled_loops
 from multiwalk.functions import cute
-from multiwalk.solve import _COMPILED
 
 # n = 192 with 32 columns per program: 192 and 96 columns per device are whole programs (the
 # kernels' unmasked form), 48 on 4 devices ends in a half-masked program.
@@ -36,7 +36,7 @@ def problem(n: int) -> mw.Problem:
 
 def collectives() -> list[str]:
     """The kinds of collective operations in the last compiled loop."""
-    text = list(_COMPILED.values())[-1].as_text()
+    text = compiled_loops()[-1].as_text()
     return sorted(set(re.findall(r"\b(all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)\b", text)))
 
 
@@ -55,7 +55,7 @@ def main() -> dict:
         out[f"devices_{k}"] = runs[k].stats["devices"]
         out[f"collectives_{k}"] = collectives()
         if k > 1:
-            out[f"P_spec_{k}"] = str(list(_COMPILED.values())[-1].input_shardings[0][0].starts.P.spec)
+            out[f"P_spec_{k}"] = str(compiled_loops()[-1].input_shardings[0][0].starts.P.spec)
     a = runs[1]
     out["status_1"] = int(a.status)
     for k in (2, 4):

@@ -155,8 +155,6 @@ def test_lbfgs_uses_along_on_the_fused_path():
     """LBFGS(kernel='pallas') (interpret mode here) evaluates through value_and_grad.along when it is
     there, with the iterates of the XLA form: the same iteration and evaluation counts, f to 1e-10
     relative (the fused passes fold sums in another order; test_lbfgs_kernel.py allows the same)."""
-    from multiwalk.functions import cute_kernel
-
     calls = []
 
     def vg(x):
@@ -164,7 +162,7 @@ def test_lbfgs_uses_along_on_the_fused_path():
 
     def along(x, d, stp):
         calls.append(x.shape)  # at trace time: the solver's loop was built on along
-        return cute_kernel.rosenbrock_along(x, d, stp)  # the jax.numpy form off GPUs
+        return cute.rosenbrock_along(x, d, stp)  # the jax.numpy form off GPUs
 
     vg.along = along
     n = 600
@@ -184,8 +182,8 @@ def test_along_plan_and_default_dispatch(monkeypatch):
     relative (float64 sums folded in another order, as in test_rosenbrock_along_kernel)."""
     from multiwalk.functions import cute_kernel
 
-    assert cute.TABLE["extended_rosenbrock"].value_and_grad.along is cute_kernel.rosenbrock_along
-    assert not hasattr(cute_kernel.extended_rosenbrock_xla, "along")  # the XLA form, to opt out
+    assert cute.TABLE["extended_rosenbrock"].value_and_grad.along is cute.rosenbrock_along
+    assert not hasattr(cute.extended_rosenbrock_xla, "along")  # the XLA form, to opt out
     off = cute_kernel.along_plan(1000, jnp.float64)
     assert not off.use_pallas and "GPUs only (backend: cpu)" in off.reason
 
@@ -222,14 +220,12 @@ def test_lbfgs_reports_the_line_evaluation():
     without .along: the same counts and status, f to 1e-10 relative (the same float64 operations,
     but XLA may fuse x + stp d into the evaluation, with other roundings, when the trial point is
     not kept; near f ~ 1e-11 the line search's interpolation amplifies those)."""
-    from multiwalk.functions import cute_kernel
-
     n = 400
     x0 = cute.start("extended_rosenbrock", n)
     solver = mw.LBFGS(kernel="pallas", kernel_block=256)
     with jax.enable_x64(True):
         along = mw.solve(mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0), solver, progress=False)
-        plain = mw.solve(mw.Problem(value_and_grad=cute_kernel.extended_rosenbrock_xla, x0=x0), solver, progress=False)
+        plain = mw.solve(mw.Problem(value_and_grad=cute.extended_rosenbrock_xla, x0=x0), solver, progress=False)
     assert along.stats["line_evaluation"].startswith("value_and_grad.along: ")
     assert "GPUs only" in along.stats["line_evaluation"]
     assert plain.stats["line_evaluation"] == "value_and_grad at x + stp d, then g'd"

@@ -1,5 +1,5 @@
 """Both gradients of the fused one-device L-BFGS loop in one (2, n) buffer (``LBFGS.gradient_rows``, opt-in):
-the line search's evaluation writes g into the older gradient's row (``cute_kernel.rosenbrock_along_into``)
+the line search's evaluation writes g into the older gradient's row (``cute.rosenbrock_along_into``)
 and passes A and B read both rows, so pass B no longer copies the new gradient (n values per
 iteration).  Everything runs in Pallas' interpret mode on the CPU, plus the Triton lowering for a
 CUDA target.

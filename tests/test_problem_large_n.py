@@ -8,15 +8,12 @@ list and the loop they replace; exact comparisons (names and indices are exact).
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
 import multiwalk as mw
+from multiwalk import compile_cache
 from multiwalk.problem import DefaultNames
-
-driver = importlib.import_module("multiwalk.solve")  # the module; mw.solve is the function
 
 
 def sphere(x):
@@ -56,7 +53,7 @@ def test_fingerprint_does_not_depend_on_names():
     a = mw.Problem(objective=sphere, lower=-np.ones(3), upper=np.ones(3))
     b = mw.Problem(objective=sphere, lower=-np.ones(3), upper=np.ones(3), names=["p", "q", "r"])
     c = mw.Problem(objective=sphere, lower=-np.ones(3), upper=2 * np.ones(3))
-    assert driver._fingerprint(a) == driver._fingerprint(b) != driver._fingerprint(c)
+    assert compile_cache.fingerprint(a) == compile_cache.fingerprint(b) != compile_cache.fingerprint(c)
     # fixed values (and so free_index) still count
     d = mw.Problem(objective=sphere, lower=-np.ones(3), upper=np.ones(3), fixed={1: 0.0})
-    assert driver._fingerprint(d) != driver._fingerprint(a)
+    assert compile_cache.fingerprint(d) != compile_cache.fingerprint(a)

@@ -22,6 +22,7 @@ import jax
 import pytest
 
 import multiwalk as mw
+from multiwalk import compile_cache
 from multiwalk.functions import cute
 from multiwalk.io import step_processes
 
@@ -43,9 +44,8 @@ def test_the_summary_allocates_nothing_of_the_unread_leaves_size():
     leaves = jax.tree_util.tree_leaves(state)
     summary, used = driver._summary_runner(problem, solver, state, None)
     assert len(used) < len(leaves)
-    summary([leaves[i] for i in used])  # compiles and keeps it in driver._SMALL
-    kept = [v for k, v in driver._SMALL.items() if k[0] == id(problem) and str(k[3]).startswith("summary ")
-            and k[3] != "summary inputs"]
+    summary([leaves[i] for i in used])  # compiles and keeps it
+    kept = [v for name, v in compile_cache.kept_for(problem) if name.startswith("summary ") and name != "summary inputs"]
     assert len(kept) == 1
     memory = kept[0].memory_analysis()
     assert memory.temp_size_in_bytes + memory.output_size_in_bytes < 4 * n, memory
@@ -56,6 +56,7 @@ _ONE_CHOSEN_DEVICE = textwrap.dedent("""
     import importlib, json
     import jax, numpy as np
     import multiwalk as mw
+    from multiwalk import compile_cache
     driver = importlib.import_module("multiwalk.solve")
     box = mw.Problem(objective=lambda x: ((x - 0.5) ** 2).sum(), lower=-5 * np.ones(3), upper=5 * np.ones(3))
     fetched = set()
@@ -66,7 +67,7 @@ _ONE_CHOSEN_DEVICE = textwrap.dedent("""
     driver._fetch = spy
     r = mw.solve(box, mw.ReplicaExchange(nseq=3, nbeta=2, nburn=3, niter=6), progress=False,
                  chunk_seconds=1e-9, devices=[jax.devices()[2]])
-    loop = list(driver._COMPILED.values())[-1]
+    loop = compile_cache.compiled_loops()[-1]
     print(json.dumps({"devices": r.stats["devices"], "fetched": sorted(fetched),
                       "loop": sorted({d.id for s in jax.tree_util.tree_leaves(loop.input_shardings)
                                       for d in s.device_set})}))

@@ -1,5 +1,5 @@
 """A repeated `mw.solve` of the same problem reuses the compiled start and progress summary
-(`multiwalk.solve.cached_jit`), not only the loop, and keeps no problem alive once it is garbage.
+(`multiwalk.compile_cache.cached_jit`), not only the loop, and keeps no problem alive once it is garbage.
 
 Traces are counted by a side effect in the objective: Python code in it runs only while jax
 traces it, so a solve that runs kept executables leaves the count unchanged.  This counts what
@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import multiwalk as mw
+from multiwalk import compile_cache
 
 driver = importlib.import_module("multiwalk.solve")  # the package exports the function solve
 
@@ -88,9 +89,9 @@ def test_a_solved_problem_is_collected_and_its_entries_forgotten():
         p = make_problem(box=name != "LBFGS")  # L-BFGS refuses a box it would ignore
         pid = id(p)
         result = mw.solve(p, solver, seed=0, progress=True)
-        assert any(k[0] == pid for k in driver._SMALL)
+        assert compile_cache.holds(pid)
         ref = weakref.ref(p)
         del p, result
         gc.collect()
         assert ref() is None, f"a cache kept the problem alive ({name})"
-        assert not any(k[0] == pid for k in driver._SMALL) and not any(k[0] == pid for k in driver._COMPILED)
+        assert not compile_cache.holds(pid)

@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .solvers.replica_exchange import ReplicaExchangeResult
+
+class SampledResult(Protocol):
+    """What :func:`plot_replica_exchange` reads of a result: a
+    :class:`~multiwalk.solvers.replica_exchange.ReplicaExchangeResult` (whose ``plot`` calls it;
+    named here by its parts, so this module, below the solvers, imports none of them)."""
+
+    x: np.ndarray  # (n,) the best point
+    fun: float
+    names: list[str]
+    lower: np.ndarray  # (n,)
+    upper: np.ndarray  # (n,)
+    free_index: np.ndarray  # indices of the free parameters
+    chi2: np.ndarray  # (iterations, sequences) of the coldest chains
+
+    @property
+    def flat_samples(self) -> np.ndarray: ...  # (samples, n) of the coldest chains
 
 
-def plot_replica_exchange(result: ReplicaExchangeResult, path: str | None = None, bins: int = 50):
+def plot_replica_exchange(result: SampledResult, path: str | None = None, bins: int = 50):
     """Marginal histogram of every free parameter (coldest chains) and the chi2 trace.
 
     Returns the matplotlib Figure; writes it to ``path`` when given (format from the suffix).

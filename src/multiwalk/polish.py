@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .compile_cache import fingerprint, problem_arrays, with_arrays
 from .problem import Problem
 
 __all__ = ["polish", "Roots", "default_root_tol", "CHUNK", "MAX_ITERATIONS"]
@@ -134,20 +135,18 @@ def polish(problem: Problem, points: np.ndarray, max_iterations: int = MAX_ITERA
 def _compiled_polish(problem: Problem, max_iterations: int) -> tuple[Callable, Any]:
     """``(run, arrays)``: the compiled ``run(theta (CHUNK, n_free), arrays) -> (theta, chi2 / 2)``
     for problems like this one, and this problem's arrays to pass it."""
-    from .solve import _fingerprint, _problem_arrays, _with_arrays  # the driver's split of a problem
-
-    class _Arguments:  # _problem_arrays asks a solver whether the arrays may be arguments
+    class _Arguments:  # problem_arrays asks a solver whether the arrays may be arguments
         @staticmethod
         def arrays_as_arguments(problem: Problem) -> bool:
             return True
 
-    arrays, static = _problem_arrays(problem, _Arguments())
-    key = (problem._user_fn, _fingerprint(problem, True), static, max_iterations)
+    arrays, static = problem_arrays(problem, _Arguments())
+    key = (problem._user_fn, fingerprint(problem, True), static, max_iterations)
     compiled = _COMPILED.get(key)
     if compiled is None:
 
         def run(theta: jax.Array, arrays: Any) -> tuple[jax.Array, jax.Array]:
-            local = _local_model(_with_arrays(problem, arrays, static))
+            local = _local_model(with_arrays(problem, arrays, static))
             return jax.vmap(lambda t: _levenberg_marquardt(local, t, max_iterations))(theta)
 
         shape = jax.ShapeDtypeStruct((CHUNK, problem.n_free), problem.dtype)

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 import warnings
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import compile_cache
 from . import distributed as dist
 from .identity import problem_identity, refuse_other_problem
 from .problem import Problem
@@ -233,46 +233,14 @@ def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any) -> Call
     ``solver.done`` (``solver.run_chunk``: by default a ``while_loop`` over ``step``).
 
     The trip count is dynamic, so one executable serves chunks of every length; ``arrays`` are
-    the problem's data, sigma and ``args`` arrays (:func:`_problem_arrays`), arguments rather
+    the problem's data, sigma and ``args`` arrays (:func:`~multiwalk.compile_cache.problem_arrays`), arguments rather
     than constants, so one executable also serves every dataset of the same shapes.
     """
 
     def run_chunk(state: Any, n: jax.Array, arrays: Any) -> tuple[Any, jax.Array]:
-        return solver.run_chunk(_with_arrays(problem, arrays, static), state, phase, n)
+        return solver.run_chunk(compile_cache.with_arrays(problem, arrays, static), state, phase, n)
 
     return run_chunk
-
-
-def _problem_arrays(problem: Any, solver: Solver) -> tuple[Any, Any]:
-    """``(arrays, static)``: what of ``problem`` the compiled loop takes as arguments, and what
-    of ``args`` stays a compiled-in constant.
-
-    ``arrays`` are a :class:`Problem`'s ``data``, ``sigma`` and the array leaves of ``args``, so
-    a fit to a new dataset of the same shapes reuses the compiled loop; ``None`` for other
-    problems and for solvers that need them as constants (``solver.arrays_as_arguments``).
-    ``static`` is ``args``' tree and its other leaves (Python numbers, strings; ``None`` where
-    an array goes), part of the cache key.
-    """
-    if not isinstance(problem, Problem) or not solver.arrays_as_arguments(problem):
-        return None, None
-    leaves, tree = jax.tree_util.tree_flatten(problem.args)
-    is_array = [isinstance(x, (np.ndarray, jax.Array)) for x in leaves]
-    arrays = (problem.data, problem.sigma, [x for x, a in zip(leaves, is_array) if a])
-    return arrays, (tree, tuple(None if a else x for x, a in zip(leaves, is_array)))
-
-
-def _with_arrays(problem: Any, arrays: Any, static: Any) -> Any:
-    """A shallow copy of ``problem`` holding ``arrays`` (traced, inside the compiled loop)."""
-    if arrays is None:
-        return problem
-    data, sigma, array_leaves = arrays
-    tree, leaves = static
-    it = iter(array_leaves)
-    copy = object.__new__(type(problem))
-    copy.__dict__.update(vars(problem))
-    copy.data, copy.sigma = data, sigma
-    copy.args = jax.tree_util.tree_unflatten(tree, [next(it) if x is None else x for x in leaves])
-    return copy
 
 
 def _key(seed: int) -> jax.Array:
@@ -324,62 +292,19 @@ def _deleted(state: Any) -> bool:
     return any(getattr(leaf, "is_deleted", lambda: False)() for leaf in jax.tree_util.tree_leaves(state))
 
 
-# Compiled chunk runners, reused by later solve() calls on the same problem and solver (a
-# notebook re-running a fit, a benchmark repeating a run) and, where data, sigma and args are
-# arguments of the loop, on new data of the same shapes (fits to many datasets with one model
-# function): compiling costs seconds.
-_COMPILED: dict[tuple, Any] = {}
-_COMPILED_MAX = 32
-
-
-def _fingerprint(problem: Any, as_arguments: bool = False) -> str:
-    """A digest of everything of ``problem`` that is baked into compiled code as constants, so
-    a problem changed in place after construction is compiled anew rather than run stale.
-
-    With ``as_arguments`` (data, sigma and args arrays are arguments of the loop) only their
-    shapes and dtypes count.  ``x0`` only enters through ``init`` (its shape counts); the user's
-    functions are not digested: the cache key holds them by identity.  Problems other than
-    :class:`Problem` (``multiwalk.deconv.Deconvolution``) say it themselves with ``fingerprint()``.
-    """
-    if not isinstance(problem, Problem):
-        return str(problem.fingerprint())
-    h = hashlib.blake2b(digest_size=16)
-    for name, value in sorted(vars(problem).items()):
-        h.update(name.encode())
-        if callable(value) or name in ("names", "free_index"):
-            # names never enter compiled code; free_index follows from n and fixed (both digested),
-            # and at n = 1e9 digesting its 8 GB took seconds in every solve()
-            continue
-        if name == "x0" or (as_arguments and name in ("data", "sigma")):
-            h.update(repr(None if value is None else (np.shape(value), str(np.asarray(value).dtype))).encode())
-        elif name == "args":
-            for leaf in jax.tree_util.tree_leaves(value):
-                if hasattr(leaf, "shape"):
-                    h.update(repr((np.shape(leaf), str(leaf.dtype))).encode())
-                    if not as_arguments:
-                        h.update(np.asarray(leaf).tobytes())
-                else:
-                    h.update(repr(leaf).encode())
-        elif isinstance(value, np.ndarray):
-            h.update(repr((value.shape, str(value.dtype))).encode() + np.ascontiguousarray(value).tobytes())
-        else:
-            h.update(repr(sorted(value.items()) if isinstance(value, dict) else value).encode())
-    return h.hexdigest()
-
-
 def _compiled_chunk_runner(
     problem: Problem, solver: Solver, phase: int, state: Any, placement: dist.Placement | None = None
 ) -> tuple[Any, Any]:
     """The compiled ``_chunk_runner`` for this problem, solver, phase, state layout and device
     placement (the state's shardings are the loop's input and output shardings, so the state
     stays split from chunk to chunk and is donated in place), and the problem's arrays to pass
-    it (:func:`_problem_arrays`; on every device when the state is split)."""
-    arrays, static = _problem_arrays(problem, solver)
+    it (:func:`~multiwalk.compile_cache.problem_arrays`; on every device when the state is split)."""
+    arrays, static = compile_cache.problem_arrays(problem, solver)
     sharded = placement is not None and placement.sharded
     if sharded and arrays is not None:
         arrays = dist.place(arrays, placement.replicated)
     avals = tuple((tuple(np.shape(x)), str(x.dtype)) for x in jax.tree_util.tree_leaves(state))
-    fingerprint = _fingerprint(problem, True) if arrays is not None else _full_fingerprint(problem)
+    fingerprint = compile_cache.fingerprint(problem, True) if arrays is not None else compile_cache.full_fingerprint(problem)
     options = dict(solver.compiler_options(problem))  # e.g. command buffers for a loop of small GPU kernels
     common = (
         fingerprint, solver, phase, jax.tree_util.tree_structure(state), avals,
@@ -389,7 +314,7 @@ def _compiled_chunk_runner(
         key = (id(problem), *common)
     else:  # any problem with these functions and this fingerprint can use it
         key = ("functions", problem._user_fn, problem._user_vg, *common)
-    compiled = _COMPILED.get(key)
+    compiled = compile_cache.loop(key)
     if compiled is None:
         if sharded:
             rep = placement.replicated
@@ -410,90 +335,9 @@ def _compiled_chunk_runner(
                                   f"({type(e).__name__}: {str(e)[:300]}); compiling the loop without them", stacklevel=2)
             if compiled is None:
                 compiled = lowered.compile()
-        if len(_COMPILED) >= _COMPILED_MAX:
-            _COMPILED.pop(next(iter(_COMPILED)))
-        _COMPILED[key] = compiled
-        if arrays is None:
-            # Forget the entries of a problem once it is garbage (its id may be reused).
-            weakref.finalize(problem, _forget, id(problem)).atexit = False  # nothing to free at exit
+        # a loop compiled for this very problem object is forgotten once that is garbage
+        compile_cache.keep_loop(key, compiled, owner=problem if arrays is None else None)
     return compiled, arrays
-
-
-def _forget(problem_id: int) -> None:
-    for cache in (_COMPILED, _SMALL):
-        for key in [k for k in cache if k[0] == problem_id]:
-            cache.pop(key, None)
-
-
-# Compiled starts (``initial_state_fn``) and progress summaries, reused like the loops: keyed by
-# the problem object's id and its full fingerprint (they close over the problem, so its data are
-# constants in them), forgotten by the same finalizer.  Only executables and shapes are kept,
-# never the traced Python function: that closes over the problem and would keep it alive.
-# A separate dict: tests and benchmarks read the last loop as _COMPILED's last entry.
-_SMALL: dict[tuple, Any] = {}
-_SMALL_MAX = 64
-# While solve() runs: id(problem) -> its full fingerprint, digested once per call, not per use.
-_FINGERPRINTS: dict[int, str | None] = {}
-
-
-def _remember_small(problem: Any, key: tuple, value: Any) -> None:
-    if len(_SMALL) >= _SMALL_MAX:
-        _SMALL.pop(next(iter(_SMALL)))
-    _SMALL[key] = value
-    weakref.finalize(problem, _forget, id(problem)).atexit = False  # nothing to free at exit
-
-
-def _full_fingerprint(problem: Any) -> str:
-    """``_fingerprint(problem)``, digested once per solve() call (a large problem's bounds and
-    data take a while to digest)."""
-    fingerprint = _FINGERPRINTS.get(id(problem))
-    if fingerprint is None:
-        fingerprint = _fingerprint(problem)
-        if id(problem) in _FINGERPRINTS:  # inside solve(problem, ...): keep it for the call
-            _FINGERPRINTS[id(problem)] = fingerprint
-    return fingerprint
-
-
-def _small_key(problem: Any, solver: Any, name: str, *parts: Any) -> tuple:
-    return (id(problem), _full_fingerprint(problem), solver, name, str(jax.config.jax_default_device), *parts)
-
-
-def _arg_key(x: Any) -> Any:
-    """What of one argument an executable is compiled for: shape, dtype, and where it lies
-    (uncommitted arrays go where the executable runs, so their device does not count)."""
-    if isinstance(x, jax.Array):
-        # the dtype itself (hashable, equal by value), not str(dtype): ~3.6 us a leaf on a CPU,
-        # which the progress summary paid for each of a state's ~50 leaves after every chunk
-        return (x.shape, x.dtype, x.aval.weak_type, x.sharding if x.committed else None)
-    if isinstance(x, np.ndarray) or np.isscalar(x):
-        return (np.shape(x), str(np.asarray(x).dtype), not isinstance(x, (np.ndarray, np.generic)))
-    raise TypeError(f"cached_jit: arguments must be arrays, got {type(x).__name__}")
-
-
-def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_shardings: Any = None) -> Callable:
-    """``jax.jit(fun, out_shardings=...)`` whose executable is kept across solve() calls.
-
-    For a solver's small functions that close over ``problem`` (the start in
-    ``initial_state_fn``, the progress summary): the second solve() of the same problem, with
-    arguments of the same shapes, dtypes and placement, runs the kept executable instead of
-    tracing and compiling again (~0.5 s on a CPU).  Called under a trace (``jax.eval_shape``,
-    an outer ``jit``) it traces ``fun`` as ``jax.jit`` does.  ``name`` tells the functions of
-    one solver apart."""
-    options = {} if out_shardings is None else {"out_shardings": out_shardings}
-
-    def call(*args: Any) -> Any:
-        leaves, tree = jax.tree_util.tree_flatten(args)
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return jax.jit(fun, **options)(*args)
-        placed = jax.tree_util.tree_flatten(out_shardings)
-        key = _small_key(problem, solver, name, tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
-        compiled = _SMALL.get(key)
-        if compiled is None:
-            compiled = jax.jit(fun, **options).lower(*args).compile()
-            _remember_small(problem, key, compiled)
-        return compiled(*args)
-
-    return call
 
 
 def _summary_runner(problem: Any, solver: Solver, state: Any, out_shardings: Any) -> tuple[Callable, tuple[int, ...]]:
@@ -504,13 +348,13 @@ def _summary_runner(problem: Any, solver: Solver, state: Any, out_shardings: Any
     Only those leaves are passed: dispatching an executable costs the host ~2 us per argument
     (~100 us for a state of 51 leaves on a CPU), paid after every chunk.  The others are zeros of
     their shapes inside the trace (a summary may read a leaf's shape, never its values), which XLA
-    drops.  Which leaves are read is found by tracing once, kept like the start (:func:`cached_jit`)."""
+    drops.  Which leaves are read is found by tracing once, kept like the start (:func:`~multiwalk.compile_cache.cached_jit`)."""
     leaves, treedef = jax.tree_util.tree_flatten(state)
     avals = tuple((tuple(np.shape(x)), x.dtype) for x in leaves)
     # the whole layout names the executable: a summary may use an unread leaf's shape as a constant
     layout = hashlib.blake2b(repr((treedef, avals)).encode(), digest_size=16).hexdigest()
-    cache_key = _small_key(problem, solver, "summary inputs", layout)
-    used = _SMALL.get(cache_key)
+    cache_key = compile_cache.small_key(problem, solver, "summary inputs", layout)
+    used = compile_cache.kept(cache_key)
     if used is None:
         def of_all(*xs: Any) -> Any:
             return solver.summary(problem, jax.tree_util.tree_unflatten(treedef, xs))
@@ -519,7 +363,7 @@ def _summary_runner(problem: Any, solver: Solver, state: Any, out_shardings: Any
         read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars} | {id(v) for v in jaxpr.outvars}
         # a leaf of an extended dtype (a typed PRNG key) has no zeros to stand in: pass it
         used = tuple(i for i, v in enumerate(jaxpr.invars) if id(v) in read or not isinstance(avals[i][1], np.dtype))
-        _remember_small(problem, cache_key, used)
+        compile_cache.keep(problem, cache_key, used)
     kept = set(used)
 
     def summary_of(used_leaves: list[Any]) -> Any:
@@ -527,7 +371,7 @@ def _summary_runner(problem: Any, solver: Solver, state: Any, out_shardings: Any
         xs = [next(it) if i in kept else jnp.zeros(shape, dtype) for i, (shape, dtype) in enumerate(avals)]
         return solver.summary(problem, jax.tree_util.tree_unflatten(treedef, xs))
 
-    return cached_jit(problem, solver, f"summary {layout}", summary_of, out_shardings), used
+    return compile_cache.cached_jit(problem, solver, f"summary {layout}", summary_of, out_shardings), used
 
 
 def _fetch(tree: Any) -> Any:
@@ -542,31 +386,15 @@ def _fetch(tree: Any) -> Any:
 
 def _initial_shapes(problem: Any, solver: Solver, init_fn: Callable, key: jax.Array) -> Any:
     """``jax.eval_shape(init_fn, key)``, kept across solve() calls like the start itself."""
-    cache_key = _small_key(problem, solver, "initial shapes", key.shape, str(key.dtype))
-    shapes = _SMALL.get(cache_key)
+    cache_key = compile_cache.small_key(problem, solver, "initial shapes", key.shape, str(key.dtype))
+    shapes = compile_cache.kept(cache_key)
     if shapes is None:
         shapes = jax.eval_shape(init_fn, key)
-        _remember_small(problem, cache_key, shapes)
+        compile_cache.keep(problem, cache_key, shapes)
     return shapes
 
 
 # ---------------------------------------------------------------------------- the driver
-def _one_fingerprint_per_call(run: Callable[..., Result]) -> Callable[..., Result]:
-    """``run(problem, solver, **options)`` with the problem's full fingerprint digested once in
-    the call (on first use, see :func:`_full_fingerprint`), not once for each small function
-    (see :func:`cached_jit`); nested calls on the same problem digest again."""
-
-    @functools.wraps(run)
-    def call(problem: Problem, solver: Solver, **options: Any) -> Result:
-        _FINGERPRINTS[id(problem)] = None
-        try:
-            return run(problem, solver, **options)
-        finally:
-            _FINGERPRINTS.pop(id(problem), None)
-
-    return call
-
-
 def _with_requested_devices(run: Callable[..., Any]) -> Callable[..., Any]:
     """:func:`solve` with its ``devices=`` visible to the solver while it runs
     (:func:`multiwalk.distributed.requested_device_count`): a solver whose state layout depends on
@@ -581,7 +409,7 @@ def _with_requested_devices(run: Callable[..., Any]) -> Callable[..., Any]:
     return with_devices
 
 
-@_one_fingerprint_per_call
+@compile_cache.one_fingerprint_per_call
 @_with_requested_devices
 def solve(
     problem: Problem,

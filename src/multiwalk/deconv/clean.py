@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..compile_cache import cached_jit  # kept across solve() calls of the same problem
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import greedy, patches
@@ -95,8 +96,6 @@ class Clean(Solver):
         return self.initial_state_fn(problem)(key)
 
     def initial_state_fn(self, problem: Deconvolution, shardings: Any = None) -> Callable[[jax.Array], CleanState]:
-        from ..solve import cached_jit  # kept across solve() calls of the same problem
-
         make = cached_jit(problem, self, "init", lambda d, p, x0: self._initial_state(problem, d, p, x0), shardings)
         return lambda key: make(problem.dirty, problem.psf, problem.model)
 

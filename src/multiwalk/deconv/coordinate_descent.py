@@ -59,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import distributed as dist
+from ..compile_cache import cached_jit  # kept across solve() calls of the same problem
 from ..kernels import check_kernel_option
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
@@ -237,8 +238,6 @@ class CoordinateDescent(Solver):
         dirty, psf, start = problem.dirty, problem.psf, problem.model
         # AC[0] = sum PSF^2, the map update's own diagonal (module doc), summed in float64
         lipschitz = np.full(problem.shape, float(np.sum(np.asarray(psf, np.float64) ** 2)), problem.dtype)
-        from ..solve import cached_jit  # kept across solve() calls of the same problem
-
         make = cached_jit(problem, self, "init", lambda d, p, x0, lip: self._initial_state(problem, d, p, x0, lip))
         if shardings is None:
             return lambda key: make(dirty, psf, start, lipschitz)

@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from ..models.xringaus import MODELS
-from .closure import model_closure_phases
+from .closure import ClosurePhases, model_closure_phases
 
 if TYPE_CHECKING:
-    from .fit import XringausFit
+    from ..io.uvdata import UVData
+    from ..solvers.replica_exchange import ReplicaExchangeResult
+
+
+class FitToPlot(Protocol):
+    """What the figures read of a fit: :class:`~multiwalk.eht.fit.XringausFit` (whose ``plot``
+    calls :func:`plot_fit`; named here by its parts, so this module does not import that one)."""
+
+    result: ReplicaExchangeResult
+    data: UVData
+    closure: ClosurePhases
+    model: str
+    best: np.ndarray  # (n,) parameters
+    median: np.ndarray
+    lo68: np.ndarray
+    hi68: np.ndarray
+
+    def visibilities(self, params: Any | None = None, u: Any | None = None, v: Any | None = None) -> np.ndarray: ...
 
 
 def _pyplot():
@@ -27,7 +44,7 @@ def _hours(mjd: np.ndarray) -> np.ndarray:
     return (np.asarray(mjd) - np.floor(np.min(mjd))) * 24.0
 
 
-def plot_fit(fit: XringausFit, out_dir: Path, truth: Any | None = None, npix: int = 128, fov: float = 160.0) -> list[Path]:
+def plot_fit(fit: FitToPlot, out_dir: Path, truth: Any | None = None, npix: int = 128, fov: float = 160.0) -> list[Path]:
     """The four figures of a fit, written as PNG files into ``out_dir``; returns their paths."""
     plt = _pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -42,7 +59,7 @@ def plot_fit(fit: XringausFit, out_dir: Path, truth: Any | None = None, npix: in
     return paths
 
 
-def _images(plt, fit: XringausFit, truth, npix: int, fov: float):
+def _images(plt, fit: FitToPlot, truth, npix: int, fov: float):
     image = MODELS[fit.model].image
     panels = ([("truth", truth)] if truth is not None else []) + [("best fit", fit.best), ("marginal median", fit.median)]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 4.2), squeeze=False)
@@ -61,7 +78,7 @@ def _images(plt, fit: XringausFit, truth, npix: int, fov: float):
     return fig
 
 
-def _marginals(plt, fit: XringausFit, truth, npix: int, fov: float):
+def _marginals(plt, fit: FitToPlot, truth, npix: int, fov: float):
     res = fit.result
     free = list(res.free_index)
     ncols = 3
@@ -86,7 +103,7 @@ def _marginals(plt, fit: XringausFit, truth, npix: int, fov: float):
     return fig
 
 
-def _amplitudes(plt, fit: XringausFit, truth, npix: int, fov: float):
+def _amplitudes(plt, fit: FitToPlot, truth, npix: int, fov: float):
     d = fit.data
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     ax.errorbar(d.baseline_length, d.amplitude, yerr=d.sigma, fmt=".", color="0.3", ms=4, label="data", zorder=1)
@@ -106,7 +123,7 @@ def _amplitudes(plt, fit: XringausFit, truth, npix: int, fov: float):
     return fig
 
 
-def _closure_phases(plt, fit: XringausFit, truth, npix: int, fov: float):
+def _closure_phases(plt, fit: FitToPlot, truth, npix: int, fov: float):
     cp = fit.closure
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     if len(cp):

@@ -34,7 +34,7 @@ over ``x`` (Rosenbrock: on ``(n,)`` with each coordinate's pair partner read by 
 the others: over the blocks, the gradient's columns stacked back into coordinate order), so XLA
 can fuse them; same values as ``jax.value_and_grad`` up to rounding (tests/test_cute_fused.py).
 :func:`extended_rosenbrock_value_and_grad` also carries ``.along``
-(:func:`multiwalk.functions.cute_kernel.rosenbrock_along`): L-BFGS's line search evaluates f, g
+(:func:`rosenbrock_along`): L-BFGS's line search evaluates f, g
 and ``g'd`` at ``x + stp d`` through it, on GPUs in one Pallas kernel (1.8x faster than XLA's
 form per evaluation on an H200), elsewhere by XLA.
 
@@ -51,6 +51,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import cute_kernel
+
 __all__ = [
     "extended_rosenbrock",
     "extended_beale",
@@ -62,6 +64,9 @@ __all__ = [
     "extended_powell_value_and_grad",
     "extended_wood_value_and_grad",
     "extended_trigonometric_value_and_grad",
+    "rosenbrock_along",
+    "rosenbrock_along_into",
+    "extended_rosenbrock_xla",
     "start",
     "check_n",
     "CuteFunction",
@@ -189,7 +194,7 @@ def extended_rosenbrock_value_and_grad(x: jax.Array) -> tuple[jax.Array, jax.Arr
     boundary), and f's terms sit on the odd-numbered coordinates.  On
     an H200 at n = 1e7 float64, XLA runs this evaluation (with the line search's ``x + stp d`` and
     ``g'd``) in 0.144 ms, the block form 0.210 ms, ``jax.value_and_grad`` 0.189 ms (docs/benchmarks.md);
-    its ``.along`` (:func:`~multiwalk.functions.cute_kernel.rosenbrock_along`) does that in one
+    its ``.along`` (:func:`rosenbrock_along`) does that in one
     Pallas kernel on GPUs (0.076 ms), and :class:`multiwalk.LBFGS` uses it there.
     """
     n = _dimension(x, "extended_rosenbrock")
@@ -352,13 +357,49 @@ TABLE: dict[str, CuteFunction] = {
 }  # fmt: skip
 
 
-# L-BFGS's line search evaluates along x + stp d through this (a Pallas kernel on GPUs, XLA elsewhere:
-# cute_kernel.along_plan).  Imported here, at the end: cute_kernel imports this module's functions lazily.
-from .cute_kernel import rosenbrock_along, rosenbrock_block  # noqa: E402
+# --------------------------------------------------------------------------------------------------
+# Extended Rosenbrock along a line: the fused kernel on GPUs (cute_kernel), this module's form elsewhere
+# --------------------------------------------------------------------------------------------------
 
+
+def rosenbrock_along(x: jax.Array, d: jax.Array, stp: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(f, g, g'd)`` of Extended Rosenbrock at ``x + stp d``, ``x, d`` of shape (n,): the fused
+    kernel (:func:`~multiwalk.functions.cute_kernel.rosenbrock_along_kernel`) where
+    :func:`~multiwalk.functions.cute_kernel.along_plan` says so (GPUs), else
+    :func:`extended_rosenbrock_value_and_grad` (the same values up to rounding)."""
+    if cute_kernel.along_plan(x.shape[0], x.dtype).use_pallas:
+        return cute_kernel.rosenbrock_along_kernel(x, d, stp)
+    f, g = extended_rosenbrock_value_and_grad(x + stp * d)
+    return f, g, g @ d
+
+
+def rosenbrock_along_into(
+    x: jax.Array, d: jax.Array, stp: jax.Array, out: jax.Array, row: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:func:`rosenbrock_along` with g written into row ``row`` of ``out`` (R, n) in place:
+    ``(f, out, g'd)``.  LBFGS keeps its gradients in two rows (the iterate's and the trial's) and
+    evaluates into the trial's row, so no pass copies g into the loop's buffer (n values per
+    iteration).  Off GPUs XLA updates the row in place (a dynamic-update-slice)."""
+    if cute_kernel.along_plan(x.shape[0], x.dtype).use_pallas:
+        return cute_kernel.rosenbrock_along_kernel(x, d, stp, out=out, row=row)
+    f, g = extended_rosenbrock_value_and_grad(x + stp * d)
+    return f, jax.lax.dynamic_update_index_in_dim(out, g, row, 0), g @ d
+
+
+rosenbrock_along.plan = cute_kernel.along_plan  # type: ignore[attr-defined]  # LBFGS reports its reason
+rosenbrock_along.into = rosenbrock_along_into  # type: ignore[attr-defined]  # g into a row of LBFGS's buffer
+
+
+def extended_rosenbrock_xla(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """:func:`extended_rosenbrock_value_and_grad` without ``.along``: LBFGS's line search then
+    evaluates ``x + stp d``, f and g, and ``g'd`` by XLA everywhere (the form before the kernel)."""
+    return extended_rosenbrock_value_and_grad(x)
+
+
+# L-BFGS's line search evaluates along x + stp d through this (a Pallas kernel on GPUs, XLA elsewhere) ...
 extended_rosenbrock_value_and_grad.along = rosenbrock_along  # type: ignore[attr-defined]
 # ... and LBFGS(kernel="onepass") evaluates f and g on each column block inside its one kernel per evaluation
-extended_rosenbrock_value_and_grad.block = rosenbrock_block  # type: ignore[attr-defined]
+extended_rosenbrock_value_and_grad.block = cute_kernel.rosenbrock_block  # type: ignore[attr-defined]
 
 
 def check_n(name: str, n: int) -> None:

@@ -12,12 +12,13 @@ evaluation against XLA's 0.139 (the floor, 3 n values at 4223 GB/s, 0.057 ms); w
 with the same iterations and evaluations (docs/benchmarks.md, LBFGS).
 
 So it is the default: ``cute.extended_rosenbrock_value_and_grad`` (``cute.TABLE["extended_rosenbrock"]
-.value_and_grad``, what ``multiwalk lbfgs --function rosenbrock`` uses) carries :func:`rosenbrock_along`
-as its ``.along``, which :class:`multiwalk.LBFGS` calls in its fused passes on one device.
-:func:`along_plan` decides where the kernel runs: on GPUs, for float32 and float64; elsewhere the
-same ``(f, g, g'd)`` come from the jax.numpy form, the reason in ``LBFGS``'s
-``stats["line_evaluation"]``.  :func:`extended_rosenbrock_xla` is the same f and g without ``.along``
-(the XLA form everywhere: comparisons, or to opt out).
+.value_and_grad``, what ``multiwalk lbfgs --function rosenbrock`` uses) carries
+:func:`~multiwalk.functions.cute.rosenbrock_along` as its ``.along``, which :class:`multiwalk.LBFGS`
+calls in its fused passes on one device: this kernel where :func:`along_plan` says so (on GPUs, for
+float32 and float64), elsewhere the same ``(f, g, g'd)`` from the jax.numpy form, the reason in
+``LBFGS``'s ``stats["line_evaluation"]``.  This module holds the kernel and the plan only; the
+choice between the two forms lives in :mod:`~multiwalk.functions.cute`, beside the jax.numpy form
+(:func:`~multiwalk.functions.cute.extended_rosenbrock_xla` is that form without ``.along``).
 
 Sums are folded per program, then across programs: f and ``g'd`` agree with the jax.numpy form up
 to rounding (tests/test_cute_fused.py, interpret mode; on the GPU 3e-16 relative).
@@ -30,10 +31,7 @@ import jax.numpy as jnp
 
 from ..kernels import KernelPlan, backend, compiler_params
 
-__all__ = [
-    "along_plan", "rosenbrock_along", "rosenbrock_along_into", "rosenbrock_along_kernel", "rosenbrock_block",
-    "extended_rosenbrock_xla",
-]
+__all__ = ["along_plan", "rosenbrock_along_kernel", "rosenbrock_block"]
 
 ROWS = 512  # pairs per program (1024 coordinates; a power of two, as Triton needs)
 WARPS = 4
@@ -150,42 +148,3 @@ def along_plan(n: int, dtype: object) -> KernelPlan:
     if n % 2:
         return KernelPlan(False, False, f"{xla}: the one-pass kernel reads pairs, n = {n} is odd")
     return KernelPlan(True, False, "one Pallas kernel per evaluation on the GPU (reads x and d, writes g, f and g'd)")
-
-
-def rosenbrock_along(x: jax.Array, d: jax.Array, stp: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``(f, g, g'd)`` of Extended Rosenbrock at ``x + stp d``, ``x, d`` of shape (n,): the fused
-    kernel where :func:`along_plan` says so (GPUs), else the jax.numpy form (the same values up to
-    rounding)."""
-    from .cute import extended_rosenbrock_value_and_grad
-
-    if along_plan(x.shape[0], x.dtype).use_pallas:
-        return rosenbrock_along_kernel(x, d, stp)
-    f, g = extended_rosenbrock_value_and_grad(x + stp * d)
-    return f, g, g @ d
-
-
-def rosenbrock_along_into(
-    x: jax.Array, d: jax.Array, stp: jax.Array, out: jax.Array, row: jax.Array
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """:func:`rosenbrock_along` with g written into row ``row`` of ``out`` (R, n) in place:
-    ``(f, out, g'd)``.  LBFGS keeps its gradients in two rows (the iterate's and the trial's) and
-    evaluates into the trial's row, so no pass copies g into the loop's buffer (n values per
-    iteration).  Off GPUs XLA updates the row in place (a dynamic-update-slice)."""
-    from .cute import extended_rosenbrock_value_and_grad
-
-    if along_plan(x.shape[0], x.dtype).use_pallas:
-        return rosenbrock_along_kernel(x, d, stp, out=out, row=row)
-    f, g = extended_rosenbrock_value_and_grad(x + stp * d)
-    return f, jax.lax.dynamic_update_index_in_dim(out, g, row, 0), g @ d
-
-
-rosenbrock_along.plan = along_plan  # type: ignore[attr-defined]  # LBFGS reports its reason
-rosenbrock_along.into = rosenbrock_along_into  # type: ignore[attr-defined]  # g into a row of LBFGS's buffer
-
-
-def extended_rosenbrock_xla(x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``cute.extended_rosenbrock_value_and_grad`` without ``.along``: LBFGS's line search then
-    evaluates ``x + stp d``, f and g, and ``g'd`` by XLA everywhere (the form before the kernel)."""
-    from .cute import extended_rosenbrock_value_and_grad
-
-    return extended_rosenbrock_value_and_grad(x)

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from ..compile_cache import cached_jit
 from ..problem import Problem
 from ..result import Result, Status
 from ._common import check_int_option, check_number_option  # noqa: F401  (the validators' old home)
@@ -45,8 +46,6 @@ def value_at_point(problem: Problem, x: np.ndarray, found: float) -> float:
     Evaluated here, the reported value depends on ``x`` alone, not on how the run was split."""
     if not np.isfinite(found):
         return float(found)
-    from ..solve import cached_jit  # here: the driver module imports this one
-
     point = np.asarray(x, dtype=problem.dtype)
     return float(cached_jit(problem, None, "value_at_point", problem.chi2_full)(point))
 
@@ -90,15 +89,13 @@ class Solver(abc.ABC):
 
     def initial_state_fn(self, problem: Problem, shardings: Any = None) -> Callable[[jax.Array], Any]:
         """``key -> initial state``, jitted (the driver calls this, not ``init``, in every solve()
-        call; through :func:`multiwalk.solve.cached_jit`, so a repeated solve() of the same
+        call; through :func:`multiwalk.compile_cache.cached_jit`, so a repeated solve() of the same
         problem reuses the compiled start; an override should jit through it too).
 
         ``shardings`` (a pytree like the state, from ``batch_axes``; only passed when the run is
         split over devices): the state is created split, each device computing its own part.
         Solvers whose start needs large arrays (an ``x0`` of 1e7 values) override it to pass
         them as arguments rather than compile them into the program as constants."""
-        from ..solve import cached_jit  # here: the driver module imports this one
-
         return cached_jit(problem, self, "init", lambda k: self.init(problem, k), shardings)
 
     def batch_axes(self, problem: Problem, state: Any) -> Any:

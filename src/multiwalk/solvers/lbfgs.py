@@ -42,7 +42,6 @@ drive :class:`AskTell`, the reverse-communication interface for objectives that 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,60 +51,32 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.scipy.linalg import solve_triangular
 
+from ..compile_cache import cached_jit
 from ..kernels import KERNELS, check_launch_options
 from ..problem import Problem, _resolve_dtype
 from ..result import Result, Status
 from . import lbfgs_kernel, lbfgs_onepass
 from ._common import check_choice_option, check_int_option, check_number_option, check_state_fits, worst_if_nonfinite
 from .base import Phase, Solver
+from .lbfgs_common import (
+    _INFO_TO_STATUS,
+    _RUNNING,
+    LBFGSStatus,
+    _chronological,
+    _pack,
+    _scalar_layout,
+    _ScalarLayout,
+    _unpack,
+    compact_coefficients,
+    store_in_ring,
+)
 from .more_thuente import LineSearchParams, LineSearchState, line_search_init, line_search_update
 
 __all__ = ["LBFGS", "LBFGSResult", "LBFGSStatus", "AskTell"]
 
-_RUNNING = -1
 _HISTORY_STARTS = 64  # per-iteration history is kept for the first this-many starts
 
-
-
-class LBFGSStatus(enum.IntEnum):
-    """Why one L-BFGS problem ended.  0-3 coincide with :class:`multiwalk.Status`.
-
-    The seed's codes: ``istate=-1`` with line-search ``info`` 0, 2-6 are the ``LINE_SEARCH_*``
-    members, ``istate=-2`` is ``DIAG_NOT_POSITIVE``; ``istate=-3`` (n or m not positive) is a
-    ``ValueError`` raised before anything runs.
-    """
-
-    SUCCESS = 0  #: ||g|| < eps * max(1, ||x||)
-    MAX_STEPS = 1  #: max_iterations iterations without convergence
-    TIME_LIMIT = 2
-    INTERRUPTED = 3
-    LINE_SEARCH_BAD_INPUT = 10  #: MCSRCH info 0: not a descent direction, or non-finite f / g'd
-    LINE_SEARCH_XTOL = 12  #: info 2: interval of uncertainty below xtol
-    LINE_SEARCH_MAXFEV = 13  #: info 3: maxfev evaluations in one line search
-    LINE_SEARCH_STPMIN = 14  #: info 4: the step is at stpmin
-    LINE_SEARCH_STPMAX = 15  #: info 5: the step is at stpmax
-    LINE_SEARCH_ROUNDING = 16  #: info 6: rounding errors prevent progress
-    DIAG_NOT_POSITIVE = 20  #: the user's diag has an entry <= 0 (seed istate=-2)
-    NONFINITE_START = 21  #: f or its gradient is NaN or inf at the starting point
-
-    @property
-    def success(self) -> bool:
-        return self == LBFGSStatus.SUCCESS
-
-    @property
-    def seed_code(self) -> str:
-        """The seed's error indicator for this ending (its ``dev_istate``/IFLAG and MCSRCH's ``info``):
-        ``"IFLAG = -1, INFO = k"`` for a failed line search, ``"IFLAG = -2"`` for a diagonal that is not
-        positive, ``"IFLAG = 0"`` for success; the endings the seed has no code for say so."""
-        if self == LBFGSStatus.SUCCESS:
-            return "IFLAG = 0"
-        if LBFGSStatus.LINE_SEARCH_BAD_INPUT <= self <= LBFGSStatus.LINE_SEARCH_ROUNDING:
-            return f"IFLAG = -1, INFO = {int(self) - 10}"
-        if self == LBFGSStatus.DIAG_NOT_POSITIVE:
-            return "IFLAG = -2"
-        return "no seed IFLAG"
 
 
 _ADVICE = {
@@ -148,7 +119,6 @@ _ADVICE = {
     ),
 }
 
-_INFO_TO_STATUS = np.array([10, 0, 12, 13, 14, 15, 16], np.int32)  # MCSRCH info 0..6 -> status
 
 
 # --------------------------------------------------------------------------------------------------
@@ -206,57 +176,6 @@ class LBFGSRun(NamedTuple):
 # --------------------------------------------------------------------------------------------------
 # the direction -H g
 # --------------------------------------------------------------------------------------------------
-
-
-def _chronological(head: jax.Array, count: jax.Array, m: int) -> tuple[jax.Array, jax.Array]:
-    """Slots oldest to newest (first ``count`` entries), then the unused slots: a permutation."""
-    i = jnp.arange(m)
-    return (head - count + i) % m, i < count
-
-
-def _solve_upper(R: jax.Array, v: jax.Array, transpose: bool, unrolled: bool = False) -> jax.Array:
-    """``R^-1 v`` (``transpose``: ``R^-T v``) for the small upper-triangular ``R`` (m, m).
-
-    ``unrolled`` (the fused GPU path): by substitution unrolled over the static ``m``, a few small
-    fusions where ``solve_triangular`` is two cuBLAS trsm calls (the 7x7 algebra of a direction
-    alone: 0.017 ms instead of 0.062 ms on an H200, benchmarks/lbfgs_variants.py; whole solves
-    did not show the difference above their noise).  Elsewhere ``solve_triangular`` (LAPACK on a
-    CPU): the summation order of its rounding is what the XLA form's tests were written against
-    (tests/test_devices.py's split run at eps = 1e-9 ends otherwise)."""
-    if not unrolled:
-        return solve_triangular(R, v, trans="T" if transpose else 0, lower=False)
-    m = R.shape[0]
-    out: list[jax.Array] = [jnp.zeros((), v.dtype)] * m
-    for i in range(m) if transpose else range(m - 1, -1, -1):
-        acc = v[i]
-        # R^T is lower triangular (its row i is R's column i, entries j < i); R: row i, entries j > i
-        for j in range(i) if transpose else range(i + 1, m):
-            acc = acc - (R[j, i] if transpose else R[i, j]) * out[j]
-        out[i] = acc / R[i, i]
-    return jnp.stack(out)
-
-
-def compact_coefficients(st: LBFGSState, m: int, unrolled: bool = False) -> tuple[jax.Array, jax.Array]:
-    """``(w, g'd)`` such that ``d = -H g = -gamma g + w @ P`` (compact representation, H0 = gamma I).
-
-    Only the small matrices are used: ``w`` has one coefficient per stored row of ``P`` (ring
-    order, zero on unused slots).  ``unrolled``: the triangular solves of :func:`_solve_upper`."""
-    order, valid = _chronological(st.head, st.count, m)
-    both = valid[:, None] & valid[None, :]
-    SY = st.SY[order][:, order]
-    R = jnp.where(both & (jnp.arange(m)[:, None] <= jnp.arange(m)[None, :]), SY, 0.0)
-    R = R + jnp.diag(jnp.where(valid, 0.0, 1.0)).astype(R.dtype)  # identity on unused slots
-    D = jnp.where(valid, jnp.diagonal(SY), 0.0)
-    YY = jnp.where(both, st.YY[order][:, order], 0.0)
-    a = jnp.where(valid, st.a[order], 0.0)
-    b = jnp.where(valid, st.b[order], 0.0)
-    gamma = st.gamma
-    u = _solve_upper(R, a, False, unrolled)  # R^-1 S'g
-    p = _solve_upper(R, D * u + gamma * (YY @ u) - gamma * b, True, unrolled)
-    # d = -gamma g - S p + gamma Y u, the coefficients put back in ring order
-    w = jnp.zeros(2 * m, st.g.dtype).at[order].set(-p).at[m + order].set(gamma * u)
-    gd = -gamma * st.gg - a @ p + gamma * (b @ u)
-    return w, gd
 
 
 def compact_direction(st: LBFGSState, m: int) -> tuple[jax.Array, jax.Array]:
@@ -364,21 +283,6 @@ def start(cfg: _Config, x: jax.Array, f: jax.Array, g: jax.Array, h0: jax.Array)
 def trial_point(st: LBFGSState) -> jax.Array:
     """Where the line search asks for the next evaluation."""
     return st.x + st.ls.stp * st.d
-
-
-def store_in_ring(
-    st: Any, m: int, slot: jax.Array, g_prods: jax.Array, y_prods: jax.Array, sy: jax.Array, yy: jax.Array,
-    yg: jax.Array, sdg: jax.Array,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """``(SY, YY, a, b)`` of ``st`` with the new pair ``s, y`` in ring slot ``slot``: ``g_prods`` (2m,)
-    = [S'g_t, Y'g_t] and ``y_prods`` = [S'y, Y'y] from the pairs before the update; ``sy, yy, yg``
-    the new pair's s'y, y'y, y'g_t and ``sdg`` = s'g_t (= stp g_t'd).  The one-pass loop's ring
-    order (:mod:`~multiwalk.solvers.lbfgs_onepass`) uses the same update."""
-    col_sy = y_prods[:m].at[slot].set(sy)
-    col_yy = y_prods[m:].at[slot].set(yy)
-    SY = st.SY.at[:, slot].set(col_sy).at[slot, :].set(0.0).at[slot, slot].set(sy)
-    YY = st.YY.at[:, slot].set(col_yy).at[slot, :].set(col_yy)
-    return SY, YY, g_prods[:m].at[slot].set(sdg), g_prods[m:].at[slot].set(yg)
 
 
 def finish_iteration(
@@ -521,53 +425,6 @@ def iterate(cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array, masked: b
     return finish_iteration(cfg, st, ls, xt, ft, gt, dgt, h0, masked)
 
 
-# --------------------------------------------------------------------------------------------------
-# the scalars of a state in two small vectors (the fused form's loop carry)
-# --------------------------------------------------------------------------------------------------
-
-
-class _ScalarLayout(NamedTuple):
-    """Where a pytree's scalar leaves go: ``floats[j]`` / ``ints[j]`` holds leaf ``index[j]``."""
-
-    treedef: Any
-    float_index: tuple[int, ...]
-    float_dtypes: tuple[Any, ...]
-    int_index: tuple[int, ...]
-    int_dtypes: tuple[Any, ...]
-
-
-def _scalar_layout(tree: Any) -> _ScalarLayout:
-    leaves, treedef = jax.tree.flatten(tree)
-    scalars = [(i, jnp.result_type(leaf)) for i, leaf in enumerate(leaves) if jnp.ndim(leaf) == 0]
-    floats = [(i, t) for i, t in scalars if jnp.issubdtype(t, jnp.floating)]
-    ints = [(i, t) for i, t in scalars if not jnp.issubdtype(t, jnp.floating)]  # int32 and bool: exact in int32
-    return _ScalarLayout(treedef, tuple(i for i, _ in floats), tuple(t for _, t in floats),
-                         tuple(i for i, _ in ints), tuple(t for _, t in ints))
-
-
-def _pack(layout: _ScalarLayout, tree: Any, dt: Any) -> tuple[list, jax.Array, jax.Array]:
-    """``(array leaves (None for scalars), floats, ints)``: every scalar leaf in one of two vectors.
-
-    On a GPU, XLA computes each scalar leaf a loop body outputs in its own small kernel (and
-    copies constant ones into the loop's buffers): ~45 scalars of the L-BFGS state and its line
-    search were ~80 launches per iteration, a few microseconds each.  Stacked, they are a few
-    fusions.  The casts are exact (floats keep the state's dtype; int32 and bool go to int32)."""
-    leaves = jax.tree.leaves(tree)
-    floats = jnp.stack([jnp.asarray(leaves[i]).astype(dt) for i in layout.float_index])
-    ints = jnp.stack([jnp.asarray(leaves[i]).astype(jnp.int32) for i in layout.int_index])
-    rest = [None if jnp.ndim(leaf) == 0 else leaf for leaf in leaves]
-    return rest, floats, ints
-
-
-def _unpack(layout: _ScalarLayout, rest: list, floats: jax.Array, ints: jax.Array) -> Any:
-    leaves = list(rest)
-    for j, (i, t) in enumerate(zip(layout.float_index, layout.float_dtypes)):
-        leaves[i] = floats[j].astype(t)
-    for j, (i, t) in enumerate(zip(layout.int_index, layout.int_dtypes)):
-        leaves[i] = ints[j].astype(t)
-    return jax.tree.unflatten(layout.treedef, leaves)
-
-
 def line_evaluation(problem: Problem) -> Callable | None:
     """The user's one-pass evaluation along a line, ``along(x, d, stp) -> (f, g, g'd)`` at ``x + stp d``
     (an ``along`` attribute of ``Problem(value_and_grad=...)``, e.g. cute's Extended Rosenbrock),
@@ -674,7 +531,7 @@ def _iterate_rows(
 def line_evaluation_into(problem: Problem) -> Callable | None:
     """The user's one-pass evaluation writing g into a row of a buffer, ``into(x, d, stp, out, row)
     -> (f, out, g'd)`` (an ``into`` attribute of ``value_and_grad.along``, e.g. cute's
-    :func:`~multiwalk.functions.cute_kernel.rosenbrock_along_into`); None where
+    :func:`~multiwalk.functions.cute.rosenbrock_along_into`); None where
     :func:`line_evaluation` is None or the hook is missing."""
     if line_evaluation(problem) is None:
         return None
@@ -1083,8 +940,6 @@ class LBFGS(Solver):
         # x0 and diag go in as arguments: as constants they would be compiled into the program.
         # Split: x0 and h0 arrive split like the state's x and h0 (below), and the state is made split.
         # cached_jit: a repeated solve() of the same problem reuses the compiled start.
-        from ..solve import cached_jit
-
         init = cached_jit(problem, self, "init", lambda k, x, h: self.init(problem, k, x, h), shardings)
 
         def initial_state(key: jax.Array) -> LBFGSRun:

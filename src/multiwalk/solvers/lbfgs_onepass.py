@@ -9,7 +9,7 @@ linear combination of rows that the products read anyway, so here ONE kernel per
 * loads ``x``, the ``m`` stored steps ``s_i`` and the ``m + 1`` gradients ``g_{k-m} .. g_k``
   (``y_i = g_{i+1} - g_i`` formed in registers: bit for bit the fused form's stored ``y``);
 * forms ``d = -gamma g + sum ws_i s_i + sum wy_i y_i`` (the coefficients of
-  :func:`~multiwalk.solvers.lbfgs.compact_coefficients`), ``s_t = stp d``, ``x_t = x + s_t``;
+  :func:`~multiwalk.solvers.lbfgs_common.compact_coefficients`), ``s_t = stp d``, ``x_t = x + s_t``;
 * evaluates f and g at ``x_t`` by the problem's BLOCK-LOCAL hook (``value_and_grad.block``, a
   function of a ``(rows, width)`` block of ``x_t``: cute's Extended Rosenbrock has one), ``y_t = g_t - g``;
 * writes ``x_t``, ``g_t``, ``s_t`` into SPARE rows of three rings, and per-program partial sums of
@@ -57,6 +57,17 @@ from jax import lax
 from ..distributed import requested_device_count
 from ..kernels import backend, compiler_params
 from ._common import worst_if_nonfinite
+from .lbfgs_common import (
+    _INFO_TO_STATUS,
+    _RUNNING,
+    LBFGSStatus,
+    _pack,
+    _scalar_layout,
+    _solve_upper,
+    _unpack,
+    compact_coefficients,
+    store_in_ring,
+)
 
 __all__ = [
     "OnePassState", "OnePassPlan", "plan", "block_hook", "line_pass", "line_pass_split", "to_onepass", "run_chunk",
@@ -348,7 +359,7 @@ def ring_rows(iteration: jax.Array, head: jax.Array, count: jax.Array, w: jax.Ar
 
 
 class _Small(NamedTuple):
-    """What :func:`~multiwalk.solvers.lbfgs.compact_coefficients` reads of a state."""
+    """What :func:`~multiwalk.solvers.lbfgs_common.compact_coefficients` reads of a state."""
 
     SY: jax.Array
     YY: jax.Array
@@ -377,10 +388,9 @@ def to_onepass(st: Any, m: int, width: int) -> OnePassState:
 
 
 def _coefficients_chronological(small: _Small, m: int) -> tuple[jax.Array, jax.Array]:
-    """:func:`~multiwalk.solvers.lbfgs.compact_coefficients` for small matrices in chronological
+    """:func:`~multiwalk.solvers.lbfgs_common.compact_coefficients` for small matrices in chronological
     order (:data:`SMALL_ORDER`): position ``m - 1`` the newest pair, the first ``m - count`` unused.
     The same formulas with the identity as the order: every index static.  ``w`` by position."""
-    from . import lbfgs as L
 
     i = jnp.arange(m)
     valid = i >= m - small.count
@@ -392,8 +402,8 @@ def _coefficients_chronological(small: _Small, m: int) -> tuple[jax.Array, jax.A
     a = jnp.where(valid, small.a, 0.0)
     b = jnp.where(valid, small.b, 0.0)
     gamma = small.gamma
-    u = L._solve_upper(R, a, False, True)  # R^-1 S'g
-    p = L._solve_upper(R, D * u + gamma * (YY @ u) - gamma * b, True, True)
+    u = _solve_upper(R, a, False, True)  # R^-1 S'g
+    p = _solve_upper(R, D * u + gamma * (YY @ u) - gamma * b, True, True)
     w = jnp.concatenate([-p, gamma * u])  # d = -gamma g - S p + gamma Y u
     gd = -gamma * small.gg - a @ p + gamma * (b @ u)
     return w, gd
@@ -410,15 +420,14 @@ def _shift_in(M: jax.Array, col: jax.Array, row: jax.Array) -> jax.Array:
 def _stored_in_ring(st: OnePassState, sums: jax.Array, m: int, dots: tuple) -> tuple:
     """``(SY, YY, a, b)`` with the new pair in ring slot ``head`` (:data:`SMALL_ORDER` ``"ring"``): the
     kernel's sums by age (lane ``a - 1``: age ``a``, 1 the newest) put in ring order, then
-    :func:`~multiwalk.solvers.lbfgs.store_in_ring`, the two-pass form's update."""
-    from . import lbfgs as L
+    :func:`~multiwalk.solvers.lbfgs_common.store_in_ring`, the two-pass form's update."""
 
     slot = st.head
     age_of_slot = (slot - jnp.arange(m)) % m  # 1 = newest; 0 is the slot the new pair replaces (age m)
     by_slot = jnp.where(age_of_slot == 0, m, age_of_slot) - 1
     g_prods = jnp.concatenate([sums[:m][by_slot], sums[m:2 * m][by_slot]])  # S'g_t, Y'g_t in ring order
     y_prods = jnp.concatenate([sums[2 * m:3 * m][by_slot], sums[3 * m:4 * m][by_slot]])
-    return L.store_in_ring(st, m, slot, g_prods, y_prods, *dots)
+    return store_in_ring(st, m, slot, g_prods, y_prods, *dots)
 
 
 def _stored_chronological(st: OnePassState, sums: jax.Array, m: int, dots: tuple) -> tuple:
@@ -438,7 +447,6 @@ def _accept(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassStat
     :func:`~multiwalk.solvers.lbfgs.finish_iteration`'s formulas (unmasked, fused), and the next
     direction's coefficients and line search.  The rings move by ``iteration + 1`` alone; the small
     matrices are updated in :data:`SMALL_ORDER`."""
-    from . import lbfgs as L
     from .more_thuente import line_search_init
 
     m, dt = cfg.m, st.f.dtype
@@ -455,9 +463,9 @@ def _accept(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassStat
         head=jnp.where(ok, (st.head + 1) % m, st.head).astype(jnp.int32),
         count=jnp.where(ok, jnp.minimum(st.count + 1, m), st.count).astype(jnp.int32), g=jnp.zeros((0,), dt),
     )
-    w, gd = _coefficients_chronological(small, m) if chronological else L.compact_coefficients(small, m, unrolled=True)
-    status = jnp.where(ok, L._RUNNING, jnp.asarray(L._INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
-    status = jnp.where(ok & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), L.LBFGSStatus.SUCCESS, status)
+    w, gd = _coefficients_chronological(small, m) if chronological else compact_coefficients(small, m, unrolled=True)
+    status = jnp.where(ok, _RUNNING, jnp.asarray(_INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
+    status = jnp.where(ok & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), LBFGSStatus.SUCCESS, status)
     return st._replace(
         w=w, f=worst_if_nonfinite(ft)[0], nonfinite=st.nonfinite + ls.nonfinite,
         SY=small.SY, YY=small.YY, a=small.a, b=small.b, gamma=small.gamma, gg=gg, head=small.head,
@@ -474,21 +482,20 @@ def run_chunk(cfg: Any, one: OnePassState, table: jax.Array, n: jax.Array, block
     accepting branch (:func:`_accept`) kept by selects where the search is done.  ``table`` (rows,
     4): f, gnorm, stp, nfev after each iteration (row = iteration).  ``mesh``: the rings are split
     over it along ``n`` (:func:`line_pass_split`; everything else is computed whole on every device)."""
-    from . import lbfgs as L
     from .more_thuente import line_search_update
 
     m, dt = cfg.m, one.X.dtype
-    layout = L._scalar_layout(one)
+    layout = _scalar_layout(one)
     blank = [None] * len(jax.tree.leaves(one))
 
     def cond(carry):
         i, _, _, ints, _ = carry
-        st = L._unpack(layout, blank, jnp.zeros(len(layout.float_index), dt), ints)
-        return (i < n) & (st.status == L._RUNNING)
+        st = _unpack(layout, blank, jnp.zeros(len(layout.float_index), dt), ints)
+        return (i < n) & (st.status == _RUNNING)
 
     def body(carry):
         i, rest, floats, ints, table = carry
-        st = L._unpack(layout, rest, floats, ints)
+        st = _unpack(layout, rest, floats, ints)
         # chronological small matrices: the pair of age a at position m - a, which is ring_rows' slot for head 0
         head = jnp.zeros((), jnp.int32) if SMALL_ORDER == "chronological" else st.head
         ring_ints, ring_floats = ring_rows(st.iteration, head, st.count, st.w, st.gamma, st.ls.stp, m)
@@ -507,8 +514,8 @@ def run_chunk(cfg: Any, one: OnePassState, table: jax.Array, n: jax.Array, block
         row = jnp.stack([new.f, new.gnorm, new.stp, new.nfev.astype(dt)])
         at = jnp.where(done, new.iteration, table.shape[0])  # out of range: dropped
         table = table.at[at].set(row, mode="drop")
-        return (i + done.astype(jnp.int32), *L._pack(layout, new, dt), table)
+        return (i + done.astype(jnp.int32), *_pack(layout, new, dt), table)
 
-    carry = (jnp.zeros((), jnp.int32), *L._pack(layout, one, dt), table)
+    carry = (jnp.zeros((), jnp.int32), *_pack(layout, one, dt), table)
     n_run, rest, floats, ints, table = lax.while_loop(cond, body, carry)
-    return L._unpack(layout, rest, floats, ints), table, n_run
+    return _unpack(layout, rest, floats, ints), table, n_run

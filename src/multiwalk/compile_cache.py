@@ -1,0 +1,249 @@
+"""Compiled code kept across ``solve()`` calls: compiling costs seconds, a notebook re-running a
+fit or a benchmark repeating a run should pay it once.
+
+Two stores, both first in first out:
+
+* the loops (:func:`loop`, :func:`keep_loop`): the driver's compiled chunk runners, at most
+  32.  Where a problem's data, sigma and ``args`` arrays are arguments of the loop
+  (:func:`problem_arrays`), one loop serves every problem with the same functions and
+  :func:`fingerprint`: fits to many datasets with one model function compile once.
+* the small functions (:func:`cached_jit`): a solver's start, the progress summary, the
+  one-point value, at most 64, with a few traced facts beside them (:func:`keep`).  They close
+  over the problem, so they are keyed by the problem object's id and its full fingerprint.
+
+Only executables and shapes are kept, never a traced Python function (that closes over the
+problem and would keep it alive); the entries of a problem object are forgotten when it is
+garbage (its id may be reused).  Below the solvers: they import :func:`cached_jit` from here.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from .problem import Problem
+
+__all__ = [
+    "cached_jit", "fingerprint", "full_fingerprint", "one_fingerprint_per_call", "problem_arrays", "with_arrays",
+    "loop", "keep_loop", "compiled_loops", "clear_loops", "small_key", "kept", "keep", "kept_for", "holds", "clear",
+]
+
+_LOOPS: dict[tuple, Any] = {}
+_LOOPS_MAX = 32
+_SMALL: dict[tuple, Any] = {}
+_SMALL_MAX = 64
+# While solve() runs: id(problem) -> its full fingerprint, digested once per call, not per use.
+_FINGERPRINTS: dict[int, str | None] = {}
+
+
+# ---------------------------------------------------------------------------- what a problem bakes in
+def fingerprint(problem: Any, as_arguments: bool = False) -> str:
+    """A digest of everything of ``problem`` that is baked into compiled code as constants, so
+    a problem changed in place after construction is compiled anew rather than run stale.
+
+    With ``as_arguments`` (data, sigma and args arrays are arguments of the loop) only their
+    shapes and dtypes count.  ``x0`` only enters through ``init`` (its shape counts); the user's
+    functions are not digested: the cache key holds them by identity.  Problems other than
+    :class:`Problem` (``multiwalk.deconv.Deconvolution``) say it themselves with ``fingerprint()``.
+    """
+    if not isinstance(problem, Problem):
+        return str(problem.fingerprint())
+    h = hashlib.blake2b(digest_size=16)
+    for name, value in sorted(vars(problem).items()):
+        h.update(name.encode())
+        if callable(value) or name in ("names", "free_index"):
+            # names never enter compiled code; free_index follows from n and fixed (both digested),
+            # and at n = 1e9 digesting its 8 GB took seconds in every solve()
+            continue
+        if name == "x0" or (as_arguments and name in ("data", "sigma")):
+            h.update(repr(None if value is None else (np.shape(value), str(np.asarray(value).dtype))).encode())
+        elif name == "args":
+            for leaf in jax.tree_util.tree_leaves(value):
+                if hasattr(leaf, "shape"):
+                    h.update(repr((np.shape(leaf), str(leaf.dtype))).encode())
+                    if not as_arguments:
+                        h.update(np.asarray(leaf).tobytes())
+                else:
+                    h.update(repr(leaf).encode())
+        elif isinstance(value, np.ndarray):
+            h.update(repr((value.shape, str(value.dtype))).encode() + np.ascontiguousarray(value).tobytes())
+        else:
+            h.update(repr(sorted(value.items()) if isinstance(value, dict) else value).encode())
+    return h.hexdigest()
+
+
+def full_fingerprint(problem: Any) -> str:
+    """``fingerprint(problem)``, digested once per solve() call (a large problem's bounds and
+    data take a while to digest; see :func:`one_fingerprint_per_call`)."""
+    digest = _FINGERPRINTS.get(id(problem))
+    if digest is None:
+        digest = fingerprint(problem)
+        if id(problem) in _FINGERPRINTS:  # inside solve(problem, ...): keep it for the call
+            _FINGERPRINTS[id(problem)] = digest
+    return digest
+
+
+def one_fingerprint_per_call(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run(problem, solver, **options)`` with the problem's full fingerprint digested once in
+    the call (on first use, see :func:`full_fingerprint`), not once for each small function
+    (see :func:`cached_jit`); nested calls on the same problem digest again."""
+
+    @functools.wraps(run)
+    def call(problem: Any, solver: Any, **options: Any) -> Any:
+        _FINGERPRINTS[id(problem)] = None
+        try:
+            return run(problem, solver, **options)
+        finally:
+            _FINGERPRINTS.pop(id(problem), None)
+
+    return call
+
+
+def problem_arrays(problem: Any, solver: Any) -> tuple[Any, Any]:
+    """``(arrays, static)``: what of ``problem`` compiled code takes as arguments, and what of
+    ``args`` stays a compiled-in constant.
+
+    ``arrays`` are a :class:`Problem`'s ``data``, ``sigma`` and the array leaves of ``args``, so
+    a fit to a new dataset of the same shapes reuses the compiled loop; ``None`` for other
+    problems and for solvers that need them as constants (``solver.arrays_as_arguments``).
+    ``static`` is ``args``' tree and its other leaves (Python numbers, strings; ``None`` where
+    an array goes), part of the cache key.
+    """
+    if not isinstance(problem, Problem) or not solver.arrays_as_arguments(problem):
+        return None, None
+    leaves, tree = jax.tree_util.tree_flatten(problem.args)
+    is_array = [isinstance(x, (np.ndarray, jax.Array)) for x in leaves]
+    arrays = (problem.data, problem.sigma, [x for x, a in zip(leaves, is_array) if a])
+    return arrays, (tree, tuple(None if a else x for x, a in zip(leaves, is_array)))
+
+
+def with_arrays(problem: Any, arrays: Any, static: Any) -> Any:
+    """A shallow copy of ``problem`` holding ``arrays`` (traced, inside compiled code)."""
+    if arrays is None:
+        return problem
+    data, sigma, array_leaves = arrays
+    tree, leaves = static
+    it = iter(array_leaves)
+    copy = object.__new__(type(problem))
+    copy.__dict__.update(vars(problem))
+    copy.data, copy.sigma = data, sigma
+    copy.args = jax.tree_util.tree_unflatten(tree, [next(it) if x is None else x for x in leaves])
+    return copy
+
+
+# ---------------------------------------------------------------------------- the loops
+def loop(key: tuple) -> Any | None:
+    """The compiled loop kept under ``key``, or None."""
+    return _LOOPS.get(key)
+
+
+def keep_loop(key: tuple, compiled: Any, owner: Any = None) -> None:
+    """Keep ``compiled`` under ``key`` (the oldest loop goes when 32 are kept).  ``owner``: the
+    problem object whose id ``key`` starts with, its loops forgotten once it is garbage."""
+    if len(_LOOPS) >= _LOOPS_MAX:
+        _LOOPS.pop(next(iter(_LOOPS)))
+    _LOOPS[key] = compiled
+    if owner is not None:
+        _forget_when_collected(owner)
+
+
+def compiled_loops() -> list[Any]:
+    """The kept loops' executables, oldest first (the last is the most recently compiled)."""
+    return list(_LOOPS.values())
+
+
+def clear_loops() -> None:
+    """Forget the kept loops (not the small functions): the next solve() compiles its loops anew."""
+    _LOOPS.clear()
+
+
+# ---------------------------------------------------------------------------- the small functions
+def small_key(problem: Any, solver: Any, name: str, *parts: Any) -> tuple:
+    """The key of a small function ``name`` of ``solver`` for this problem object (its id, its full
+    fingerprint and the default device) and ``parts`` (what its arguments look like)."""
+    return (id(problem), full_fingerprint(problem), solver, name, str(jax.config.jax_default_device), *parts)
+
+
+def kept(key: tuple) -> Any | None:
+    """What :func:`keep` kept under ``key`` (from :func:`small_key`), or None."""
+    return _SMALL.get(key)
+
+
+def keep(problem: Any, key: tuple, value: Any) -> None:
+    """Keep ``value`` (an executable, or a fact traced once: shapes, the leaves a summary reads)
+    under ``key`` until ``problem`` is garbage (or 64 newer entries came)."""
+    if len(_SMALL) >= _SMALL_MAX:
+        _SMALL.pop(next(iter(_SMALL)))
+    _SMALL[key] = value
+    _forget_when_collected(problem)
+
+
+def kept_for(problem: Any) -> list[tuple[str, Any]]:
+    """``(name, value)`` of every small entry kept for this problem object, oldest first."""
+    return [(key[3], value) for key, value in _SMALL.items() if key[0] == id(problem)]
+
+
+def _arg_key(x: Any) -> Any:
+    """What of one argument an executable is compiled for: shape, dtype, and where it lies
+    (uncommitted arrays go where the executable runs, so their device does not count)."""
+    if isinstance(x, jax.Array):
+        # the dtype itself (hashable, equal by value), not str(dtype): ~3.6 us a leaf on a CPU,
+        # which the progress summary paid for each of a state's ~50 leaves after every chunk
+        return (x.shape, x.dtype, x.aval.weak_type, x.sharding if x.committed else None)
+    if isinstance(x, np.ndarray) or np.isscalar(x):
+        return (np.shape(x), str(np.asarray(x).dtype), not isinstance(x, (np.ndarray, np.generic)))
+    raise TypeError(f"cached_jit: arguments must be arrays, got {type(x).__name__}")
+
+
+def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_shardings: Any = None) -> Callable:
+    """``jax.jit(fun, out_shardings=...)`` whose executable is kept across solve() calls.
+
+    For a solver's small functions that close over ``problem`` (the start in
+    ``initial_state_fn``, the progress summary): the second solve() of the same problem, with
+    arguments of the same shapes, dtypes and placement, runs the kept executable instead of
+    tracing and compiling again (~0.5 s on a CPU).  Called under a trace (``jax.eval_shape``,
+    an outer ``jit``) it traces ``fun`` as ``jax.jit`` does.  ``name`` tells the functions of
+    one solver apart."""
+    options = {} if out_shardings is None else {"out_shardings": out_shardings}
+
+    def call(*args: Any) -> Any:
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return jax.jit(fun, **options)(*args)
+        placed = jax.tree_util.tree_flatten(out_shardings)
+        key = small_key(problem, solver, name, tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
+        compiled = _SMALL.get(key)
+        if compiled is None:
+            compiled = jax.jit(fun, **options).lower(*args).compile()
+            keep(problem, key, compiled)
+        return compiled(*args)
+
+    return call
+
+
+# ---------------------------------------------------------------------------- forgetting
+def holds(problem_id: int) -> bool:
+    """Whether anything is kept for the problem object that had this id."""
+    return any(key[0] == problem_id for cache in (_LOOPS, _SMALL) for key in cache)
+
+
+def clear() -> None:
+    """Forget every kept executable: the next solve() compiles anew."""
+    _LOOPS.clear()
+    _SMALL.clear()
+
+
+def _forget_when_collected(problem: Any) -> None:
+    weakref.finalize(problem, _forget, id(problem)).atexit = False  # nothing to free at exit
+
+
+def _forget(problem_id: int) -> None:
+    for cache in (_LOOPS, _SMALL):
+        for key in [k for k in cache if k[0] == problem_id]:
+            cache.pop(key, None)
