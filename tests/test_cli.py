@@ -190,7 +190,7 @@ def test_interrupt_exits_130_with_the_summary(monkeypatch, capsys):
     business); the CLI prints the summary and exits 130.  A stand-in for solve() spares a compilation."""
 
     def interrupted_solve(problem, solver, **kwargs):
-        print("IFLAG = -1 (INTERRUPTED): interrupted (Ctrl-C); x is the last iterate")
+        print("no seed IFLAG (INTERRUPTED): interrupted (Ctrl-C); x is the last iterate")
         return LBFGSResult(
             x=np.zeros(problem.n), fun=1.0, status=LBFGSStatus.INTERRUPTED, message="interrupted (Ctrl-C); x is the last iterate",
             stats={"compile_seconds": 1.0, "run_seconds": 0.5}, gnorm=2.0, iterations=1, nfev=3,

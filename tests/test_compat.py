@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import runpy
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -201,21 +200,19 @@ def test_bad_input(kwargs, exc, match):
         Mcgpu(**opts)
 
 
-def test_examples_run(tmp_path):
-    """Both example scripts, in parallel, with --quick: exit 0, print their answers, write PNGs."""
+def test_examples_run(tmp_path, monkeypatch, capsys):
+    """Both example scripts with --quick, run in this process (their main(), as ``python
+    examples/<name>.py`` calls it): return 0, print their answers, write PNGs."""
     scripts = {"solvsys": ["solvsys_marginals.png", "solvsys_mcgpu_marginals.png", "solvsys_curves.png"],
                "search_rosenbrock": ["rosenbrock_marginals.png", "rosenbrock_mcgpu_marginals.png"]}
-    procs = {}
-    for name in scripts:
-        out = tmp_path / name
-        procs[name] = subprocess.Popen(
-            [sys.executable, str(ROOT / "examples" / f"{name}.py"), "--quick", "--out", str(out)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        )
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))  # where the scripts import example_options from
+    monkeypatch.chdir(tmp_path)
     printed = {}
-    for name, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"{name} failed:\n{stdout}\n{stderr}"
+    for name in scripts:
+        main = runpy.run_path(str(ROOT / "examples" / f"{name}.py"), run_name=f"example_{name}")["main"]
+        code = main(["--quick", "--out", str(tmp_path / name)])
+        stdout, stderr = capsys.readouterr()
+        assert code == 0, f"{name} failed:\n{stdout}\n{stderr}"
         assert "identical samples in both runs: True" in stdout, stdout
         for png in scripts[name]:
             path = tmp_path / name / png

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse
+import scipy.sparse.linalg
 
 import multiwalk as mw
 from multiwalk.deconv import greedy
@@ -92,12 +94,19 @@ def test_one_iteration_by_hand(field):
 
 
 def fista(a: np.ndarray, b: np.ndarray, lam: float, alpha: float, iterations: int) -> np.ndarray:
-    """Accelerated proximal gradient (Beck & Teboulle) for the same problem, float64, dense."""
-    step = 1.0 / np.linalg.norm(a, 2) ** 2
+    """Accelerated proximal gradient (Beck & Teboulle) for the same problem, float64.
+
+    ``a`` is stored sparse (a PSF of P^2 taps per column: ~4 % of the dense matrix's entries), so
+    each iteration costs ~1/40 of two dense products; the step is 1 / ||a||_2^2 from the largest
+    eigenvalue of a^T a (Lanczos)."""
+    sparse_a = scipy.sparse.csr_array(a)
+    sparse_at = scipy.sparse.csr_array(a.T)
+    largest = scipy.sparse.linalg.eigsh(sparse_at @ sparse_a, k=1, which="LA", return_eigenvectors=False)[0]
+    step = 1.0 / largest
     x = z = np.zeros(a.shape[1])
     t = 1.0
     for _ in range(iterations):
-        v = z - step * (a.T @ (a @ z - b))
+        v = z - step * (sparse_at @ (sparse_a @ z - b))
         x_new = np.maximum(v - step * lam * alpha, 0) / (1 + step * lam * (1 - alpha))
         t_new = (1 + np.sqrt(1 + 4 * t * t)) / 2
         z = x_new + (t - 1) / t_new * (x_new - x)

@@ -197,7 +197,8 @@ def _accepts(order: str, m: int, steps: int, seed: int):
         X=None, G=None, S=None, w=jnp.zeros(2 * m), f=jnp.asarray(1.0), SY=jnp.zeros((m, m)), YY=jnp.zeros((m, m)),
         a=jnp.zeros(m), b=jnp.zeros(m), gamma=jnp.asarray(1.0), gg=jnp.asarray(1.0), head=jnp.asarray(0, jnp.int32),
         count=jnp.asarray(0, jnp.int32), ls=ls0, iteration=jnp.asarray(0, jnp.int32), nfev=jnp.asarray(1, jnp.int32),
-        gnorm=jnp.asarray(1.0), xnorm=jnp.asarray(1.0), stp=jnp.asarray(0.0), status=jnp.asarray(0, jnp.int32))
+        gnorm=jnp.asarray(1.0), xnorm=jnp.asarray(1.0), stp=jnp.asarray(0.0), status=jnp.asarray(0, jnp.int32),
+        nonfinite=jnp.asarray(0, jnp.int32))
     out = []
     old, lbfgs_onepass.SMALL_ORDER = lbfgs_onepass.SMALL_ORDER, order
     try:

@@ -588,6 +588,13 @@ def test_minsearch_and_pattern(tmp_path):
     assert float(res["fx"]) < 1e-3  # 64 pattern searches of 30 iterations reach one of the four zeros
     write_input(tmp_path, pattern.replace("n_walkers = 64", "n_walkers = -1"))
     assert run_cli(tmp_path, "input.toml") == 2
+    # initial_list starts walker 0 (it was ignored): from Himmelblau's zero (3, 2) one iteration of
+    # 4 walkers reports f = 0 exactly (random starts do not land on a zero)
+    at_zero = pattern.replace("initial_list = [2.5, 1.5]", "initial_list = [3.0, 2.0]")
+    write_input(tmp_path, at_zero.replace("n_walkers = 64\niterations = 30", "n_walkers = 4\niterations = 1"))
+    assert run_cli(tmp_path, "input.toml") == 0
+    res = dict(ln.split(" = ") for ln in (tmp_path / "output" / "res.txt").read_text().splitlines())
+    assert float(res["fx"]) == 0.0
 
 
 # ---------------------------------------------------------------------------- fast writing, unroll

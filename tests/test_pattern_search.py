@@ -454,7 +454,7 @@ def test_bad_rounds(value):
 @pytest.mark.parametrize("name", ["delta0", "delta_tol"])
 @pytest.mark.parametrize("value", [0.0, -1.0, [1.0, 0.0, 1.0], float("nan"), float("inf"), [[1.0]]])
 def test_bad_delta(name, value):
-    with pytest.raises(ValueError, match=rf"{name} must be a positive number or one positive number per parameter"):
+    with pytest.raises(ValueError, match=rf"{name} must be a positive number or a list of positive numbers"):
         mw.PatternSearch(**{name: value})
 
 

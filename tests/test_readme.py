@@ -1,11 +1,43 @@
-"""The README's tour runs as written (with its output files redirected to a temporary folder)."""
+"""The examples of the README and of the guides in docs/ run as written (output files go to a
+temporary folder).  The README's tour shows excerpts of the guides' examples: the guides' blocks
+run here, and every README block must be a part of one of them, so what the README shows runs too."""
 
 import re
 from pathlib import Path
 
 import numpy as np
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+GUIDES = {name: ROOT / "docs" / f"{name}.md" for name in ("replica_exchange", "pattern_search", "lbfgs")}
+
+
+def python_blocks(path: Path) -> list[str]:
+    """The ```python blocks of a Markdown file, in order."""
+    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+
+
+def guide_block(name: str, word: str) -> str:
+    """The first ```python block of ``docs/<name>.md`` that mentions ``word``."""
+    return next(b for b in python_blocks(GUIDES[name]) if word in b)
+
+
+RUN_BLOCKS = {  # the guide blocks the tests below run, by the words that pick them
+    "replica_exchange": "ReplicaExchange",
+    "pattern_search": "PatternSearch",
+    "lbfgs": "LBFGS",
+}
+
+
+def test_readme_examples_are_parts_of_the_examples_run_here():
+    run = [guide_block(name, word) for name, word in RUN_BLOCKS.items()]
+    shown = python_blocks(README)
+    assert len(shown) >= 3  # one per family of the tour
+    for block in shown:
+        # a README block is a run of whole lines of one run block (an excerpt), so it runs there
+        assert any(("\n" + block) in ("\n" + whole) for whole in run), (
+            f"this README example is not a part of a guide example that tests/test_readme.py runs:\n{block}"
+        )
 
 
 def test_readme_tour_runs_and_finds_what_it_promises(tmp_path, monkeypatch):
@@ -13,9 +45,9 @@ def test_readme_tour_runs_and_finds_what_it_promises(tmp_path, monkeypatch):
 
     matplotlib.use("Agg")
     monkeypatch.chdir(tmp_path)
-    code = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[0]
+    code = guide_block("replica_exchange", "ReplicaExchange")
     scope: dict = {}
-    exec(compile(code, str(README), "exec"), scope)
+    exec(compile(code, str(GUIDES["replica_exchange"]), "exec"), scope)
     # The tour's last result is the equation system; its two roots (exact values below).
     roots = scope["result"].roots().x
     exact = np.array([[(-4 - np.sqrt(832)) / 34, 0.0], [(-4 + np.sqrt(832)) / 34, 0.0]])
@@ -30,10 +62,9 @@ def test_readme_tour_runs_and_finds_what_it_promises(tmp_path, monkeypatch):
 
 
 def test_readme_pattern_search_example_runs():
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    code = next(b for b in blocks if "PatternSearch" in b)
+    code = guide_block("pattern_search", "PatternSearch")
     scope: dict = {}
-    exec(compile("import multiwalk as mw\n" + code, str(README), "exec"), scope)
+    exec(compile("import multiwalk as mw\n" + code, str(GUIDES["pattern_search"]), "exec"), scope)
     plain, refined = scope["plain"], scope["refined"]
     assert plain.success and refined.success and plain.stats["rounds"] >= 1
     # Rastrigin-10 has local minima at integer points (values 1, 2, ...): the plain rounds stay
@@ -44,12 +75,11 @@ def test_readme_pattern_search_example_runs():
 def test_readme_lbfgs_example_runs():
     import jax
 
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    code = next(b for b in blocks if "LBFGS" in b)
+    code = guide_block("lbfgs", "LBFGS")
     scope: dict = {}
     old = jax.config.jax_enable_x64
     try:
-        exec(compile("import multiwalk as mw\n" + code, str(README), "exec"), scope)
+        exec(compile("import multiwalk as mw\n" + code, str(GUIDES["lbfgs"]), "exec"), scope)
     finally:
         jax.config.update("jax_enable_x64", old)
     lbfgs, many, opt = scope["lbfgs"], scope["many"], scope["opt"]

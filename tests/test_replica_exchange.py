@@ -404,7 +404,7 @@ def test_save_roundtrip(fixed_result, tmp_path):
         (dict(nbeta=0), r"nbeta must be a positive integer, got 0"),
         (dict(nseq=-1), r"nseq must be a positive integer, got -1"),
         (dict(niter=-1), r"niter must be a non-negative integer, got -1"),
-        (dict(beta1=0.5, betan=0.9), r"betan must lie in \(0, beta1=0.5\], got 0.9"),
+        (dict(beta1=0.5, betan=0.9), r"betan must be a number in \(0, 0\.5\], got 0\.9"),
         (dict(nbeta=3, betas=(1.0, 0.5, 0.7)), r"betas must be strictly decreasing"),
         (dict(nbeta=3, betas=(1.0, 0.5)), r"betas must have nbeta=3 values"),
     ],
@@ -418,3 +418,16 @@ def test_missing_bounds_raise_before_compiling():
     problem = mw.Problem(objective=lambda x: jnp.sum(x**2), x0=[0.0, 0.0])
     with pytest.raises(ValueError, match=r"lower.*upper"):
         mw.solve(problem, mw.ReplicaExchange(), progress=False)
+
+
+def test_x0_starts_the_first_sequences_and_too_many_rows_are_refused():
+    # Problem(x0=...) was ignored: every chain started uniformly in the box
+    box = dict(lower=[-2.0, -2.0], upper=[2.0, 2.0])
+    starts = np.array([[0.5, -0.25], [1.0, 1.5]])
+    problem = mw.Problem(objective=lambda x: jnp.sum(x**2), x0=starts, **box)
+    solver = mw.ReplicaExchange(nbeta=3, nseq=4, nburn=0, niter=1)
+    x = np.asarray(solver.init(problem, jax.random.key(0)).x)  # (nseq, nbeta, n)
+    np.testing.assert_array_equal(x[:2], np.broadcast_to(starts[:, None, :], (2, 3, 2)))  # every temperature
+    assert not np.any(np.all(x[2:] == starts[0], axis=-1))  # the others drawn in the box
+    with pytest.raises(ValueError, match=r"x0 has 5 starting points but ReplicaExchange has nseq=4"):
+        mw.solve(mw.Problem(objective=lambda x: jnp.sum(x**2), x0=np.zeros((5, 2)), **box), solver)

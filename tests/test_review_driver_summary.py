@@ -34,7 +34,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 def test_the_summary_allocates_nothing_of_the_unread_leaves_size():
     """The unread leaves stand in as zeros inside the compiled summary; XLA must drop them, or an
     L-BFGS state at n = 1e9 would allocate GBs after every chunk.  LBFGS at n = 1e5 (float32:
-    51 leaves, ~4.4 MB): the compiled summary's temporaries and outputs stay below one n-sized
+    53 leaves, ~4.4 MB): the compiled summary's temporaries and outputs stay below one n-sized
     vector (4e5 bytes), where keeping the zeros would need at least that much (measured: 0 B
     temporaries, 8 B out)."""
     n = 100_000

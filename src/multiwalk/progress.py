@@ -81,7 +81,7 @@ class CtrlC:
 
 def summary_runner(problem: Any, solver: Solver, state: Any, out_shardings: Any) -> tuple[Callable, tuple[int, ...]]:
     """``(summary, used)``: the compiled progress summary, called as ``summary([leaves[i] for i in used])``
-    with the state's ``leaves`` that ``solver.summary`` reads (LBFGS: 2 of 51, 3 with several starts), returning its dict
+    with the state's ``leaves`` that ``solver.summary`` reads (LBFGS: 2 of 53, 3 with several starts), returning its dict
     of scalars on the device.
 
     Only those leaves are passed: dispatching an executable costs the host ~2 us per argument

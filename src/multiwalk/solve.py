@@ -33,12 +33,13 @@ from . import progress as prog
 from .identity import problem_identity
 from .problem import Problem
 from .result import Result, Status
+from .solvers._common import check_callable_option, check_state_fits
 from .solvers.base import Phase, Solver
 
 __all__ = ["solve", "run_key", "place"]
 
 
-def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every) -> None:
+def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback) -> None:
     if not isinstance(solver, Solver):
         if not isinstance(problem, Problem) and not hasattr(problem, "fingerprint"):
             raise TypeError(f"problem must be a multiwalk.Problem, got {type(problem).__name__}")
@@ -59,6 +60,7 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
         raise ValueError(f"chunk_seconds must be a positive number, got {chunk_seconds!r}")
     if not (isinstance(checkpoint_every, (int, float)) and checkpoint_every >= 0):
         raise ValueError(f"checkpoint_every must be a non-negative number of seconds, got {checkpoint_every!r}")
+    check_callable_option("callback", callback, "a function callback(info: dict), called after each chunk")
 
 
 def run_key(seed: int) -> jax.Array:
@@ -483,8 +485,9 @@ def solve(
     """
     if distributed:  # before anything touches a device
         _start_distributed(distributed)
-    _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every)
+    _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback)
     solver.check(problem)
+    check_state_fits(type(solver).__name__, solver.state_memory(problem), dist.requested_device_count())
     phases, until_time_limit = _phases(problem, solver, time_limit)
     max_chunk = solver.max_chunk(problem)
     checkpoint_path = _checkpoint_path(checkpoint)

@@ -98,19 +98,25 @@ def add_parser(commands: Any) -> None:
                         "or fourier (exp(-2 pi i ...)) (default: %(default)s)")
     p.add_argument("--npix", type=int, default=512, help="image side in pixels, even (default: %(default)s)")
     p.add_argument("--cell", type=str, default="0.5arcsec", help="pixel size with unit (default: %(default)s)")
-    p.add_argument("--solver", choices=["cd", "clean"], default="cd", help="minor cycle (default: %(default)s)")
+    p.add_argument("--solver", choices=["cd", "cd-serial", "clean"], default="cd",
+                   help="minor cycle: cd, the elastic net by block coordinate descent (many pixels per iteration); "
+                        "cd-serial, the same objective by the seed's one-pixel greedy coordinate descent; clean, "
+                        "Hogbom CLEAN (default: %(default)s)")
     p.add_argument("--lam", type=float, default=0.5,
-                   help="cd: elastic-net weight lambda; the residual floor is ~lam / sum(PSF^2) Jy/beam (default: %(default)s)")
-    p.add_argument("--alpha", type=float, default=1.0, help="cd: elastic-net L1 share (default: %(default)s)")
+                   help="cd, cd-serial: elastic-net weight lambda; the residual floor is ~lam / sum(PSF^2) Jy/beam "
+                        "(default: %(default)s)")
+    p.add_argument("--alpha", type=float, default=1.0, help="cd, cd-serial: elastic-net L1 share (default: %(default)s)")
     p.add_argument("--epsilon", type=float, default=None,
-                   help="cd: stop when no pixel can change by more than this times the brightest pixel, on the exact "
+                   help="cd, cd-serial: stop when no pixel can change by more than this times the brightest pixel, on the exact "
                         "gradient map (default: the solver's, 1e-6)")
     p.add_argument("--gain", type=float, default=0.1, help="clean: loop gain (default: %(default)s)")
     p.add_argument("--threshold", type=float, default=0.01, help="clean: stop below this peak (default: %(default)s)")
     p.add_argument("--max-iterations", type=int, default=None,
-                   help="minor iterations per major cycle (default: cd the solver's 100000, clean 5000)")
+                   help="minor iterations per major cycle (default: the solver's, cd 1000 blocks, cd-serial 100000 "
+                        "pixels; clean 5000)")
     p.add_argument("--refresh-every", type=int, default=None,
-                   help="cd: exact gradient map every k iterations (default: the solver's, 100)")
+                   help="cd-serial: exact gradient map every k iterations (default: the solver's, 100; cd computes "
+                        "it every iteration)")
     p.add_argument("--major-cycles", type=int, default=3, help="(default: %(default)s)")
     p.add_argument("--out", type=Path, required=True, help="output folder (created)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=False, help="progress bars on stderr")
@@ -158,11 +164,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     try:
         cell = parse_angle(args.cell)
-        if args.solver == "cd":
-            given = {"epsilon": args.epsilon, "max_iterations": args.max_iterations, "refresh_every": args.refresh_every}
-            solver: Any = mw.deconv.CoordinateDescent(
-                lam=args.lam, alpha=args.alpha, **{k: v for k, v in given.items() if v is not None}
+        if args.solver == "cd" and args.refresh_every is not None:
+            raise ValueError(
+                f"--refresh-every {args.refresh_every} applies to --solver cd-serial only: --solver cd computes the "
+                "exact gradient map every iteration; leave it out or use --solver cd-serial"
             )
+        if args.solver in ("cd", "cd-serial"):
+            given = {"epsilon": args.epsilon, "max_iterations": args.max_iterations, "refresh_every": args.refresh_every}
+            kind = mw.deconv.BlockCoordinateDescent if args.solver == "cd" else mw.deconv.CoordinateDescent
+            solver: Any = kind(lam=args.lam, alpha=args.alpha, **{k: v for k, v in given.items() if v is not None})
         else:
             solver = mw.deconv.Clean(gain=args.gain, threshold=args.threshold, max_iterations=args.max_iterations or 5000)
         vis, uvw, freqs = read_visibilities(args.uvw, args.vis, args.freq)

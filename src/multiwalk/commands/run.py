@@ -364,7 +364,7 @@ def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetu
                     f"got {param['initial_list']}"
                 )
             setup.initial = init
-            if name in ("exchange", "minsearch"):  # L-BFGS is unconstrained: its box only draws starts
+            if name != "lbfgs":  # L-BFGS is unconstrained: its box only draws starts
                 _check_initial_in_box(path, param["initial_list"], setup, upper_inside=name == "minsearch")
 
     if name == "exchange":
@@ -723,8 +723,11 @@ def run_multiwalk_solver(setup: RunSetup, args: argparse.Namespace) -> int:
             raise InputError(f"{setup.input_path}: [algorithm.{setup.algorithm}]: {err}") from None
         except ValueError as err:
             raise InputError(f"{setup.input_path}: [algorithm.{setup.algorithm}] {err}") from None
-        problem = Problem(objective=setup.function, lower=setup.lower, upper=setup.upper, names=setup.labels,
-                          x0=setup.initial if setup.algorithm == "lbfgs" and setup.initial is not None else None)
+        # initial_list starts the walkers (pattern), the sequences (tempering) or the problems (lbfgs);
+        # L-BFGS is unconstrained, so its box only draws starts where initial_list gives none
+        box_only_draws = setup.algorithm == "lbfgs" and setup.initial is not None
+        problem = Problem(objective=setup.function, lower=None if box_only_draws else setup.lower,
+                          upper=None if box_only_draws else setup.upper, names=setup.labels, x0=setup.initial)
         result = solve(problem, solver, seed=setup.seed or 0, progress=args.progress, time_limit=args.time_limit)
     _write_res(setup, result.fun, result.x, {"message": result.message})
     return EXIT_OK if result.success else EXIT_FAILED

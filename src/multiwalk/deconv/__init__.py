@@ -1,7 +1,7 @@
-"""Radio image deconvolution: the minor cycle (coordinate descent, Hogbom CLEAN) and the major cycle.
+"""Radio image deconvolution: the minor cycle (block or serial coordinate descent, Hogbom CLEAN) and the major cycle.
 
 >>> import multiwalk as mw
->>> r = mw.solve(mw.deconv.Deconvolution(dirty, psf), mw.deconv.CoordinateDescent(lam=0.01, alpha=1.0))
+>>> r = mw.solve(mw.deconv.Deconvolution(dirty, psf), mw.deconv.BlockCoordinateDescent(lam=0.01, alpha=1.0))
 >>> r.model, r.residual, r.iterations, r.objective, r.status
 
 ``image(vis, uvw, freqs, npix, cell, solver)`` runs major cycles from visibilities (ducc0's
@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from .block_coordinate_descent import BlockCoordinateDescent
 from .clean import Clean
 from .coordinate_descent import CoordinateDescent, proximal_step
 from .problem import Deconvolution
 from .result import DeconvolutionResult
 
-__all__ = ["Deconvolution", "CoordinateDescent", "Clean", "DeconvolutionResult", "image", "proximal_step"]
+__all__ = [
+    "Deconvolution", "CoordinateDescent", "BlockCoordinateDescent", "Clean", "DeconvolutionResult", "image", "proximal_step",
+]
 
 
 def image(*args: Any, **kwargs: Any) -> Any:

@@ -185,7 +185,8 @@ def image(
     vis: Any, uvw: Any, freqs: Any, npix: int, cell: float, solver: Solver, *, major_cycles: int = 3,
     weights: Any = None, convention: str = "casa", progress: bool | None = None, time_limit: float | None = None,
 ) -> ImagingResult:
-    """Deconvolve visibilities by major cycles around ``solver`` (``CoordinateDescent`` or ``Clean``).
+    """Deconvolve visibilities by major cycles around ``solver`` (``BlockCoordinateDescent``,
+    ``CoordinateDescent`` or ``Clean``).
 
     Parameters
     ----------
@@ -203,11 +204,15 @@ def image(
     phase centre at (npix // 2, npix // 2)), the layout of a FITS image with CDELT1 < 0.
     time_limit : seconds for each minor cycle (see :func:`multiwalk.solve`).
     """
+    from .block_coordinate_descent import BlockCoordinateDescent
     from .clean import Clean
     from .coordinate_descent import CoordinateDescent
 
-    if not isinstance(solver, (CoordinateDescent, Clean)):
-        raise TypeError(f"solver must be mw.deconv.CoordinateDescent(...) or mw.deconv.Clean(...), got {type(solver).__name__}")
+    if not isinstance(solver, (BlockCoordinateDescent, CoordinateDescent, Clean)):
+        raise TypeError(
+            "solver must be mw.deconv.BlockCoordinateDescent(...), mw.deconv.CoordinateDescent(...) or "
+            f"mw.deconv.Clean(...), got {type(solver).__name__}"
+        )
     vis, uvw, freqs, w = _check(vis, uvw, freqs, npix, cell, weights, major_cycles)
     dirty = grid(vis, uvw, freqs, w, npix, cell, convention=convention)
     psf = grid(np.ones_like(vis), uvw, freqs, w, 2 * npix, cell, convention=convention)  # peak 1 at (npix, npix) = P//2

@@ -8,7 +8,9 @@ the factor ``10 sin^2(pi y_1)`` on the first term and ``pi / n`` in front; Penal
 ``(x_n - 1)^2 [1 + sin^2(2 pi x_n)]`` as its last term; both add ``sum u(x_i, a, 100, 4)``.
 
 ``TABLE`` maps each name to its bounds, optimum location and value (for dimension ``n``).  The
-pattern-search paper (Zhu & Curry) uses twelve of them (all but Schwefel 2.26) with these bounds.
+pattern-search paper (Zhu & Curry) uses twelve of them (all but Schwefel 2.26) with these bounds,
+except Ackley: its appendix gives [-30, 30] where Yao et al. give [-32, 32].  ``bounds(n)`` is
+Yao's box, ``bounds(n, source="zhu_curry")`` the pattern-search paper's.
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ def rastrigin(x: jax.Array) -> jax.Array:
 
 
 def ackley(x: jax.Array) -> jax.Array:
-    """f10: -20 exp(-0.2 sqrt(mean x^2)) - exp(mean cos(2 pi x)) + 20 + e.  Box [-32, 32]^n, min 0 at 0.
+    """f10: -20 exp(-0.2 sqrt(mean x^2)) - exp(mean cos(2 pi x)) + 20 + e.  Box [-32, 32]^n (Yao; the
+    pattern-search paper's appendix: [-30, 30]^n), min 0 at 0.
 
     Computed as -20 expm1(-0.2 sqrt(mean x^2)) - e expm1(-2 mean sin^2(pi x)): the same function
     (20 - 20 exp(a) = -20 expm1(a); e - exp(c) = -e expm1(c - 1); cos 2t - 1 = -2 sin^2 t), without
@@ -172,9 +175,15 @@ class YaoFunction:
     upper: float
     x_opt: float  # every coordinate of the optimum has this value
     f_opt_per_dim: float  # the minimum value is f_opt_per_dim * n (0 except Schwefel 2.26)
+    zhu_curry_box: tuple[float, float] | None = None  # the pattern-search paper's box where it differs
 
-    def bounds(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        return np.full(n, self.lower), np.full(n, self.upper)
+    def bounds(self, n: int, source: str = "yao") -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)``, each ``(n,)``: Yao et al.'s box (``source="yao"``), or the box of
+        Zhu & Curry's pattern-search paper (``"zhu_curry"``: Ackley on [-30, 30], the others as Yao)."""
+        if source not in ("yao", "zhu_curry"):
+            raise ValueError(f"source must be 'yao' or 'zhu_curry', got {source!r}")
+        lo, hi = self.zhu_curry_box if source == "zhu_curry" and self.zhu_curry_box else (self.lower, self.upper)
+        return np.full(n, lo), np.full(n, hi)
 
     def optimum(self, n: int) -> tuple[np.ndarray, float]:
         """(location, value) of the global minimum in dimension ``n``."""
@@ -193,7 +202,7 @@ TABLE: dict[str, YaoFunction] = {
         YaoFunction("quartic", "f7", quartic, -1.28, 1.28, 0.0, 0.0),
         YaoFunction("schwefel_2_26", "f8", schwefel_2_26, -500.0, 500.0, 420.9687, -418.9829),
         YaoFunction("rastrigin", "f9", rastrigin, -5.12, 5.12, 0.0, 0.0),
-        YaoFunction("ackley", "f10", ackley, -32.0, 32.0, 0.0, 0.0),
+        YaoFunction("ackley", "f10", ackley, -32.0, 32.0, 0.0, 0.0, zhu_curry_box=(-30.0, 30.0)),
         YaoFunction("griewank", "f11", griewank, -600.0, 600.0, 0.0, 0.0),
         YaoFunction("penalized_1", "f12", penalized_1, -50.0, 50.0, -1.0, 0.0),
         YaoFunction("penalized_2", "f13", penalized_2, -50.0, 50.0, 1.0, 0.0),

@@ -23,21 +23,7 @@ import numpy as np
 from ..compile_cache import cached_jit
 from ..problem import Problem
 from ..result import Result, Status
-
-
-def check_int_option(name: str, value: Any, minimum: int, none_ok: bool = False) -> None:
-    """Raise ValueError unless ``value`` is an integer (not a bool) >= ``minimum`` (or None if allowed)."""
-    if none_ok and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
-        raise ValueError(f"{name} must be {what}{' or None' if none_ok else ''}, got {value!r}")
-
-
-def check_number_option(name: str, value: Any) -> None:
-    """Raise ValueError unless ``value`` is a finite real number (int or float, not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not np.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+from ._common import check_int_option, check_number_option  # noqa: F401  (the validators' old home)
 
 
 def end_status(status: Status, success_message: str, found_finite: bool, failed_message: str) -> tuple[Status, str]:
@@ -125,6 +111,13 @@ class Solver(abc.ABC):
     def batch_option(self, problem: Problem) -> str:
         """The option that sets the length of the batch axes (named in error messages)."""
         return "the batch size"
+
+    def state_memory(self, problem: Problem) -> tuple[int, str] | None:
+        """``(bytes, what to lower)``: the size of the state ``init`` would make for ``problem``,
+        computed from the options, the problem's size and dtype (nothing traced or compiled), and
+        the options that set it; the driver raises before compiling when it exceeds the memory of
+        the devices (:func:`~multiwalk.solvers._common.check_state_fits`).  None: not estimated."""
+        return None
 
     def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
         """Called by the driver after each chunk that ran iterations ``first+1 .. last`` of the

@@ -58,7 +58,13 @@ from ..problem import Problem
 from ..result import Result, Status
 from ..spaces import Mesh
 from . import exchange_kernel
-from .base import Phase, Solver, check_int_option, end_status, value_at_point
+from ._common import (
+    check_callable_option,
+    check_int_option,
+    check_vector_option,
+    worst_if_nonfinite,
+)
+from .base import Phase, Solver, end_status, value_at_point
 
 __all__ = ["Exchange", "ExchangeResult", "ExchangeState", "replica_order", "temperature_ladder"]
 
@@ -135,7 +141,7 @@ class ExchangeState(NamedTuple):
     fx: jax.Array  # (T,)
     replica: jax.Array  # (T,) int32 the replica at each temperature (ODAT-SE's T2rep)
     n_accepted: jax.Array  # (T,) int32 accepted moves (of the replica, travelling with it)
-    n_nonfinite: jax.Array  # (T,) int32 in-range proposals whose f was NaN (rejected)
+    n_nonfinite: jax.Array  # (T,) int32 the start and in-range proposals whose f was NaN or +-inf (rejected)
     n_exchange_tries: jax.Array  # (T,) int32 exchange attempts of pair (t, t+1) (the last row stays 0)
     n_exchanges: jax.Array  # (T,) int32 accepted
     best_fx: jax.Array  # (T,) lowest f of the replica's results so far
@@ -273,11 +279,7 @@ class Exchange(Solver):
     resumable_options = ("numsteps", "max_chunk_steps", "unroll", "kernel", "kernel_block", "kernel_warps")
 
     def __post_init__(self) -> None:
-        b = np.asarray(self.betas, dtype=np.float64)
-        if b.ndim != 1 or b.size < 1:
-            raise ValueError(f"betas must be a non-empty list of inverse temperatures, got {self.betas!r}")
-        if not np.all(np.isfinite(b) & (b >= 0)):
-            raise ValueError(f"betas must be finite and >= 0, got {b.tolist()}")
+        b = check_vector_option("betas", self.betas, non_negative=True)
         object.__setattr__(self, "betas", tuple(float(v) for v in b))
         check_int_option("numsteps", self.numsteps, 1)
         check_int_option("numsteps_exchange", self.numsteps_exchange, 1)
@@ -288,6 +290,8 @@ class Exchange(Solver):
         check_int_option("nreplica_per_proc", self.nreplica_per_proc, 1, none_ok=True)
         check_kernel_option(self.kernel)
         check_launch_options(self)
+        check_callable_option("on_steps", self.on_steps, "a function on_steps(state, first, last)")
+        check_callable_option("on_flush", self.on_flush, "a function on_flush()")
         if self.record == 1:
             raise ValueError("record must be 0 (no per-step records) or at least 2")
         per = self.nreplica_per_proc or self.n_replicas
@@ -296,13 +300,16 @@ class Exchange(Solver):
         if self.mesh is not None and not isinstance(self.mesh, Mesh):
             raise TypeError(f"mesh must be a multiwalk.spaces.Mesh, got {type(self.mesh).__name__}")
         if self.step_width is not None:
-            s = np.asarray(self.step_width, dtype=np.float64)
-            if s.ndim != 1 or not np.all(np.isfinite(s) & (s > 0)):
-                raise ValueError(f"step_width must be a list of positive step widths, got {self.step_width!r}")
+            s = check_vector_option("step_width", self.step_width, positive=True)
             object.__setattr__(self, "step_width", tuple(float(v) for v in s))
         if self.mesh is None and self.step_width is None:
             raise ValueError("a continuous space needs step_width= (ODAT-SE's step_list); a discrete one mesh=")
-        init = np.asarray(self.initial, dtype=np.float64) if len(self.initial) else np.zeros((0, 0))
+        try:
+            init = np.asarray(self.initial, dtype=np.float64) if len(self.initial) else np.zeros((0, 0))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"initial must be points (K, d) of numbers, got {self.initial!r}") from err
+        if init.size and (init.ndim > 2 or not np.all(np.isfinite(init))):
+            raise ValueError(f"initial must be points (K, d) of finite numbers, got {self.initial!r}")
         if init.ndim == 1:
             init = init[None, :]
         if init.size and len(init) > per:
@@ -380,6 +387,16 @@ class Exchange(Solver):
     def batch_option(self, problem: Problem) -> str:
         return "the number of replicas (len(betas))"
 
+    def state_memory(self, problem: Problem) -> tuple[int, str]:
+        """The state's bytes: per replica 3 points (x, best_x, the statistics' previous point), 6
+        values and 9 int32 counters; per recorded step and replica the trial's f, point and 3 int32."""
+        item, d, R, B = np.dtype(problem.dtype).itemsize, problem.n, self.n_replicas, self.record
+        per_replica = (3 * d + 6) * item + 9 * 4
+        per_record = (1 + (d if self.mesh is None else 0)) * item + 3 * 4
+        need = R * per_replica + B * R * per_record + 13  # + the key, step and direction
+        return need, (f"fewer replicas (len(betas)={R}; each keeps {per_replica} bytes), or a lower record={B} "
+                      f"(each recorded step keeps {per_record} bytes per replica)")
+
     def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
         if self.on_steps is not None:  # the writers read replica order (a permutation on the host)
             # only the slots of steps first .. last are reordered (the writer writes from first + 1,
@@ -422,9 +439,7 @@ class Exchange(Solver):
         else:
             node = jax.random.randint(k_init, (R,), 0, self.mesh.n_nodes, jnp.int32)
             x = jnp.asarray(self.mesh.coordinates, dt)[node]
-        fx = self._f(problem, x)
-        nan = jnp.isnan(fx)
-        fx = jnp.where(nan, jnp.inf, fx)  # a NaN start would never move: treat as worse than anything
+        fx, bad = worst_if_nonfinite(self._f(problem, x))  # NaN or -inf: worse than anything
         i32 = jnp.int32
         T = R
         first = jnp.asarray(self.thermalization == 0)
@@ -438,7 +453,7 @@ class Exchange(Solver):
             fx=fx,
             replica=arange,
             n_accepted=jnp.zeros(R, i32),
-            n_nonfinite=nan.astype(i32),
+            n_nonfinite=bad.astype(i32),
             n_exchange_tries=jnp.zeros(T, i32),
             n_exchanges=jnp.zeros(T, i32),
             best_fx=fx,
@@ -808,10 +823,10 @@ class Exchange(Solver):
             proposal = jnp.asarray(self.mesh.coordinates, dt)[node_new]
             inside = jnp.ones(R, bool)
             log_weight = (jnp.log(n_old.astype(dt)) - jnp.log(counts[node_new].astype(dt)))
-        f_new = jnp.where(inside, self._f(problem, proposal), jnp.inf)
-        nan = jnp.isnan(f_new)
+        f_new, bad = worst_if_nonfinite(self._f(problem, proposal))
+        f_new = jnp.where(inside, f_new, jnp.inf)
         log_u = jnp.log(u_accept)
-        accepted = inside & ~nan & (log_u < -beta_r * (f_new - st.fx) + log_weight)
+        accepted = inside & ~bad & (log_u < -beta_r * (f_new - st.fx) + log_weight)
         x = jnp.where(accepted[:, None], proposal, st.x)
         fx = jnp.where(accepted, f_new, st.fx)
         node = jnp.where(accepted, node_new, st.node)
@@ -819,7 +834,7 @@ class Exchange(Solver):
         st = st._replace(
             x=x, fx=fx, node=node,
             n_accepted=st.n_accepted + accepted,
-            n_nonfinite=st.n_nonfinite + (inside & nan),
+            n_nonfinite=st.n_nonfinite + (inside & bad),
             best_fx=jnp.where(better, fx, st.best_fx),
             best_step=jnp.where(better, s, st.best_step),
             best_x=jnp.where(better[:, None], x, st.best_x),

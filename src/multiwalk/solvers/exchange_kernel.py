@@ -11,7 +11,7 @@ up to the next exchange without leaving the kernel.  The random numbers are draw
 itself stays in XLA.
 
 Per step and replica, in the XLA form's order and precision: propose ``x + step_width * normal``,
-``f = inf`` outside ``lower <= x < upper``, accept when ``log(u) < -beta (f_new - f)`` (NaN never),
+``f = inf`` outside ``lower <= x < upper``, accept when ``log(u) < -beta (f_new - f)`` (NaN and +-inf never),
 count accepted / non-finite moves, keep the replica's best point, and add the result to the
 statistics of its temperature (``fx.txt``: count, sum of f and f^2, points that changed,
 log-sum-exp of the reweighting terms).  The caller keeps its state in temperature order (row t:
@@ -36,6 +36,7 @@ from .. import kernels
 from ..kernels import KERNELS, KernelPlan
 from ..problem import Problem
 from ..scalarise import ScalarGraph
+from ._common import worst_if_nonfinite
 
 __all__ = ["KERNELS", "ExchangePlan", "Moves", "plan", "metropolis_steps", "DEFAULT_BLOCK", "DEFAULT_WARPS",
            "MAX_STEPS"]
@@ -163,15 +164,14 @@ def metropolis_steps(
             inside = full(True, jnp.bool_)
             for j in range(d):
                 inside = inside & (proposal[j] >= full(lo_c[j])) & (proposal[j] < full(hi_c[j]))
-            f_new = graph.value(graph.evaluate(proposal, const), const).astype(dt)
+            f_new, bad = worst_if_nonfinite(graph.value(graph.evaluate(proposal, const), const).astype(dt))
             f_new = jnp.where(inside, f_new, full(np.inf))
-            nan = f_new != f_new
             log_u = jnp.log(u_ref[k, rows])
-            accepted = inside & ~nan & (log_u < -beta_r * (f_new - f_x) + full(0.0))
+            accepted = inside & ~bad & (log_u < -beta_r * (f_new - f_x) + full(0.0))
             xs = tuple(jnp.where(accepted, proposal[j], xs[j]) for j in range(d))
             f_x = jnp.where(accepted, f_new, f_x)
             n_acc = n_acc + accepted.astype(i32)
-            n_nonfin = n_nonfin + (inside & nan).astype(i32)
+            n_nonfin = n_nonfin + (inside & bad).astype(i32)
             better = f_x < b_f
             b_f = jnp.where(better, f_x, b_f)
             b_step = jnp.where(better, jnp.full((b,), s, i32), b_step)

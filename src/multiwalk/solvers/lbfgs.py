@@ -57,7 +57,8 @@ from ..kernels import KERNELS, check_launch_options
 from ..problem import Problem, _resolve_dtype
 from ..result import Result, Status
 from . import lbfgs_kernel, lbfgs_onepass
-from .base import Phase, Solver, check_int_option
+from ._common import check_choice_option, check_int_option, check_number_option, check_state_fits, worst_if_nonfinite
+from .base import Phase, Solver
 from .lbfgs_common import (
     _INFO_TO_STATUS,
     _RUNNING,
@@ -154,6 +155,7 @@ class LBFGSState(NamedTuple):
     xnorm: jax.Array  # () ||x||
     stp: jax.Array  # () step of the last iteration
     status: jax.Array  # () int32: _RUNNING or an LBFGSStatus value
+    nonfinite: jax.Array  # () int32 evaluations whose f or g'd was NaN or +-inf (f taken as +inf)
 
 
 class History(NamedTuple):
@@ -256,7 +258,7 @@ def _direction(cfg: _Config, st: LBFGSState, h0: jax.Array) -> tuple[jax.Array, 
 def start(cfg: _Config, x: jax.Array, f: jax.Array, g: jax.Array, h0: jax.Array) -> LBFGSState:
     """The state after the first evaluation ``f, g`` at ``x``: first direction and line search."""
     n, m, dt = x.shape[0], cfg.m, x.dtype
-    f = jnp.asarray(f, dt)
+    f, bad_f = worst_if_nonfinite(jnp.asarray(f, dt))  # a -inf start is no minimum: NONFINITE_START
     g = jnp.asarray(g, dt)
     gg = g @ g
     gnorm, xnorm = jnp.sqrt(gg), jnp.sqrt(x @ x)
@@ -266,10 +268,10 @@ def start(cfg: _Config, x: jax.Array, f: jax.Array, g: jax.Array, h0: jax.Array)
         gamma=jnp.ones((), dt), gg=gg, head=jnp.zeros((), jnp.int32), count=jnp.zeros((), jnp.int32),
         ls=line_search_init(f, -1.0, 1.0, cfg.params), iteration=jnp.zeros((), jnp.int32),
         nfev=jnp.ones((), jnp.int32), gnorm=gnorm, xnorm=xnorm, stp=jnp.zeros((), dt),
-        status=jnp.full((), _RUNNING, jnp.int32),
+        status=jnp.full((), _RUNNING, jnp.int32), nonfinite=(bad_f | ~jnp.isfinite(gg)).astype(jnp.int32),
     )
     d, gd, diag_ok = _direction(cfg, st, h0)
-    finite = jnp.isfinite(f) & jnp.isfinite(gg)
+    finite = st.nonfinite == 0
     status = jnp.where(~finite, LBFGSStatus.NONFINITE_START, _RUNNING)
     status = jnp.where((status == _RUNNING) & ~diag_ok, LBFGSStatus.DIAG_NOT_POSITIVE, status)
     status = jnp.where((status == _RUNNING) & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), LBFGSStatus.SUCCESS, status)
@@ -342,7 +344,7 @@ def finish_iteration(
     SY, YY, a, b = store_in_ring(st, m, slot, g_prods, y_prods, sy, yy, yg, stp * dgt)
     xnorm = jnp.sqrt(xx)
     new = st._replace(
-        x=xt, f=ft, g=st.g if rows else gt,
+        x=xt, f=worst_if_nonfinite(ft)[0], g=st.g if rows else gt, nonfinite=st.nonfinite + ls.nonfinite,
         SY=jnp.where(store, SY, st.SY), YY=jnp.where(store, YY, st.YY), a=jnp.where(store, a, st.a),
         b=jnp.where(store, b, st.b), gamma=jnp.where(store, sy / yy, st.gamma).astype(dt), gg=gg,
         head=jnp.where(store, (slot + 1) % m, slot).astype(jnp.int32),
@@ -352,17 +354,18 @@ def finish_iteration(
     zero = jnp.zeros((), jnp.int32)
     if fused:  # pass B: the direction and the new pair written into P in one sweep
         w, gd = compact_coefficients(new, m, unrolled=True)
+        w, gamma_d = _no_direction_unless_finite(w, gd, new.gamma)
         if cfg.mesh is not None:  # columnwise: each device its own columns, no communication
             d, P, gt = lbfgs_kernel.direction_and_store_split(
-                cfg.mesh, st.P, w, new.gamma, stp, gt, st.g, st.d, slot, st.count, **tuning
+                cfg.mesh, st.P, w, gamma_d, stp, gt, st.g, st.d, slot, st.count, **tuning
             )
         elif rows:  # the new gradient is already in the loop's buffer: pass B only reads it
             d, P, _ = lbfgs_kernel.direction_and_store(
-                st.P, w, new.gamma, stp, gt, gt, st.d, slot, st.count, new=new_row, **tuning
+                st.P, w, gamma_d, stp, gt, gt, st.d, slot, st.count, new=new_row, **tuning
             )
             gt = st.g
         else:
-            d, P, gt = lbfgs_kernel.direction_and_store(st.P, w, new.gamma, stp, gt, st.g, st.d, slot, st.count, **tuning)
+            d, P, gt = lbfgs_kernel.direction_and_store(st.P, w, gamma_d, stp, gt, st.g, st.d, slot, st.count, **tuning)
         new = new._replace(g=gt)
         diag_ok = jnp.asarray(True)
     elif cfg.diag_fn is None and not cfg.use_h0:
@@ -370,8 +373,9 @@ def finish_iteration(
         # makes every read of P come before the in-place write of the new pair (otherwise XLA
         # may schedule a read after the write and copy all of P, 2m n values, to allow it).
         w, gd = compact_coefficients(new, m)
+        w, gamma_d = _no_direction_unless_finite(w, gd, new.gamma)
         in_p = w.at[slot].set(0.0).at[m + slot].set(0.0)
-        d = -new.gamma * gt + in_p @ st.P + w[slot] * new_s + w[m + slot] * new_y
+        d = -gamma_d * gt + in_p @ st.P + w[slot] * new_s + w[m + slot] * new_y
         d, P_old = lax.optimization_barrier((d, st.P))
         P = lax.dynamic_update_slice(P_old, new_s[None], (slot, zero))
         P = lax.dynamic_update_slice(P, new_y[None], (m + slot, zero))
@@ -380,6 +384,7 @@ def finish_iteration(
         P = lax.dynamic_update_slice(st.P, new_s[None], (slot, zero))
         P = lax.dynamic_update_slice(P, new_y[None], (m + slot, zero))
         d, gd, diag_ok = _direction(cfg, new._replace(P=P), h0)
+        d = jnp.where(jnp.isfinite(gd), d, 0.0)  # as _no_direction_unless_finite
     new = new._replace(P=P)
     status = jnp.where(ok, _RUNNING, jnp.asarray(_INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
     status = jnp.where(ok & (new.gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), LBFGSStatus.SUCCESS, status)
@@ -390,6 +395,15 @@ def finish_iteration(
     # P's written rows are already masked: a select over all of P would double its traffic.
     kept = jax.tree.map(lambda a_, b_: jnp.where(running, a_, b_), new._replace(P=st.P), st)
     return kept._replace(P=P)
+
+
+def _no_direction_unless_finite(w: jax.Array, gd: jax.Array, gamma: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(w, gamma)`` of the next direction ``d = -gamma g + w @ P``, both zero where ``g'd`` is not
+    finite (an overflowing gradient: y'y = inf makes gamma 0 and g'd = 0 * inf): the next search
+    then has improper input (info 0) and its one evaluation, at ``x + 0 d``, is ``x`` itself, not
+    NaN (a NaN ``d`` made ``x`` NaN).  Scalars and the 2m coefficients only: no pass over n."""
+    ok = jnp.isfinite(gd)
+    return jnp.where(ok, w, 0.0), jnp.where(ok, gamma, 0.0)
 
 
 def iterate(cfg: _Config, vg: Callable, st: LBFGSState, h0: jax.Array, masked: bool) -> LBFGSState:
@@ -550,14 +564,6 @@ def _digest(arr: np.ndarray) -> str:
     return hashlib.blake2b(arr.tobytes(), digest_size=16).hexdigest()
 
 
-def _positive(name: str, value: Any, allow_zero: bool = False) -> float:
-    ok_type = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok_type or not np.isfinite(value) or (value < 0 if allow_zero else value <= 0):
-        what = "a non-negative" if allow_zero else "a positive"
-        raise ValueError(f"{name} must be {what} finite number, got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True, eq=False)
 class LBFGS(Solver):
     """Liu & Nocedal's L-BFGS with the Moré-Thuente line search (the seed's ``lbfgs``).
@@ -603,7 +609,8 @@ class LBFGS(Solver):
         and warps per program (None: the module's defaults).  With ``kernel="onepass"``: the
         columns of one block step of its kernel (``2 x`` rows of Rosenbrock's pairs) and its warps.
 
-    The problem's ``lower``/``upper`` are only used to draw ``starts``: L-BFGS is unconstrained.
+    L-BFGS is unconstrained: the problem's ``lower``/``upper`` only draw ``starts`` (the runs may
+    leave the box); a bounded problem with ``x0`` is refused (:meth:`check` says what to do).
     """
 
     m: int = 7
@@ -631,21 +638,19 @@ class LBFGS(Solver):
     gradient_rows: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        if self.kernel not in (*KERNELS, "onepass"):
-            raise ValueError(f"kernel must be one of {(*KERNELS, 'onepass')}, got {self.kernel!r}")
+        check_choice_option("kernel", self.kernel, (*KERNELS, "onepass"))
         check_launch_options(self, why=" (Triton needs that)")
         check_int_option("m", self.m, 1)
         check_int_option("max_iterations", self.max_iterations, 1)
         check_int_option("maxfev", self.maxfev, 1)
         check_int_option("print_every", self.print_every, 0, none_ok=True)
         check_int_option("starts", self.starts, 1, none_ok=True)
-        object.__setattr__(self, "eps", _positive("eps", self.eps, allow_zero=True))
-        object.__setattr__(self, "ftol", _positive("ftol", self.ftol))
-        object.__setattr__(self, "gtol", _positive("gtol", self.gtol))
-        if self.xtol is not None:
-            object.__setattr__(self, "xtol", _positive("xtol", self.xtol, allow_zero=True))
-        object.__setattr__(self, "stpmin", _positive("stpmin", self.stpmin, allow_zero=True))
-        object.__setattr__(self, "stpmax", _positive("stpmax", self.stpmax))
+        object.__setattr__(self, "eps", check_number_option("eps", self.eps, 0))
+        object.__setattr__(self, "ftol", check_number_option("ftol", self.ftol, 0, low_open=True))
+        object.__setattr__(self, "gtol", check_number_option("gtol", self.gtol, 0, low_open=True))
+        object.__setattr__(self, "xtol", check_number_option("xtol", self.xtol, 0, none_ok=True))
+        object.__setattr__(self, "stpmin", check_number_option("stpmin", self.stpmin, 0))
+        object.__setattr__(self, "stpmax", check_number_option("stpmax", self.stpmax, 0, low_open=True))
         if not self.ftol < 1:
             raise ValueError(f"ftol={self.ftol} must be below 1 (sufficient decrease; default 1e-4)")
         if not self.gtol < 1:
@@ -656,12 +661,11 @@ class LBFGS(Solver):
             )
         if not self.stpmin < self.stpmax:
             raise ValueError(f"stpmin={self.stpmin} must be below stpmax={self.stpmax}")
-        if self.line_search not in ("mcsrch", "dcsrch"):
-            raise ValueError(f"line_search must be 'mcsrch' (the seed's) or 'dcsrch' (scipy's), got {self.line_search!r}")
+        check_choice_option("line_search", self.line_search, ("mcsrch", "dcsrch"))
         if self.diag is not None and not callable(self.diag):
             arr = np.asarray(self.diag)
             if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.number):
-                raise ValueError(f"diag must be a vector (n,) of positive numbers or a function diag(x), got shape {arr.shape}")
+                raise ValueError(f"diag must be a vector (n,) of positive numbers or a function diag(x), got {self.diag!r}")
             bad = np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))
             if bad.size:
                 i = int(bad[0])
@@ -745,9 +749,16 @@ class LBFGS(Solver):
             )
         if self.starts is not None and problem.lower is None:
             raise ValueError(f"LBFGS(starts={self.starts}) draws starts uniformly in the box: give Problem lower= and upper=")
-        if self.starts is not None and problem.x0 is not None and problem.x0.ndim == 2:
+        if self.starts is not None and problem.x0 is not None:
             raise ValueError(
                 f"give the starts either as x0 of shape {problem.x0.shape} or as LBFGS(starts={self.starts}), not both"
+            )
+        if problem.lower is not None and self.starts is None:
+            raise ValueError(
+                "LBFGS is unconstrained: it would ignore the Problem's lower/upper (they only draw the starting "
+                "points of LBFGS(starts=K), when no x0 is given), and x could end outside the box. Drop lower= "
+                "and upper= from the Problem to minimise without bounds, give LBFGS(starts=K) and no x0 to draw "
+                "K starts in the box, or use a box solver (mw.PatternSearch, mw.ReplicaExchange)"
             )
         if isinstance(self.diag, np.ndarray) and self.diag.shape != (problem.n_free,):
             raise ValueError(
@@ -813,7 +824,7 @@ class LBFGS(Solver):
                 out[dst] = v[src]
             small[name] = out
         keep = {f: getattr(st, f) for f in ("f", "gamma", "gg", "head", "count", "ls", "iteration", "nfev",
-                                            "gnorm", "xnorm", "stp", "status")}
+                                            "gnorm", "xnorm", "stp", "status", "nonfinite")}
         if not one_now:  # rings -> stored pairs
             n = st.X[0].size
             X, G, S = (np.asarray(r).reshape(r.shape[0], n) for r in (st.X, st.G, st.S))
@@ -897,6 +908,15 @@ class LBFGS(Solver):
         starts = jax.tree.map(lambda _: None, state.starts)._replace(x=1, g=1, d=1, P=2)
         h0 = 0 if state.h0.ndim == 1 else None  # the user's diagonal H0, one value per coordinate
         return LBFGSRun(starts=starts, history=jax.tree.map(lambda _: None, state.history), h0=h0)
+
+    def state_memory(self, problem: Problem) -> tuple[int, str]:
+        """The state's bytes (:func:`_state_bytes`) and the options that set them."""
+        n, K, m = problem.n_free, self.n_starts(problem), self.m
+        need = _state_bytes(n, m, K, np.dtype(problem.dtype).itemsize, self.max_iterations,
+                            isinstance(self.diag, np.ndarray), self.onepass_plan(problem).use)
+        starts = f", or fewer starts ({K})" if K > 1 else ""
+        return need, (f"lower m={m} (each start keeps 2m+3 vectors of n={n} values and two m x m matrices){starts}, "
+                      f"or split the run over more devices (solve(devices=...))")
 
     def batch_option(self, problem: Problem) -> str:
         if self.n_starts(problem) > 1:
@@ -1073,7 +1093,7 @@ class LBFGS(Solver):
 
     def summary(self, problem: Problem, state: LBFGSRun) -> dict[str, jax.Array]:
         st = state.starts
-        out = {"f": jnp.min(jnp.where(jnp.isnan(st.f), jnp.inf, st.f)), "gnorm": jnp.min(st.gnorm)}
+        out = {"f": jnp.min(worst_if_nonfinite(st.f)[0]), "gnorm": jnp.min(st.gnorm)}
         if st.f.shape[0] > 1:
             out["running"] = jnp.sum(st.status == _RUNNING)
         return out
@@ -1115,7 +1135,7 @@ class LBFGS(Solver):
             st = jax.tree.map(np.asarray, st)
             st = LBFGSState(x=np.asarray(x), g=None, d=None, P=None, ls=None, SY=None, YY=None, a=None, b=None,
                             **{k: getattr(st, k) for k in ("f", "gamma", "gg", "head", "count", "iteration", "nfev",
-                                                            "gnorm", "xnorm", "stp", "status")})
+                                                            "gnorm", "xnorm", "stp", "status", "nonfinite")})
         else:
             st = state.starts._replace(P=None, d=None, g=None, ls=None, SY=None, YY=None, a=None, b=None)
             st = jax.tree.map(np.asarray, st)
@@ -1123,7 +1143,7 @@ class LBFGS(Solver):
         still = codes == _RUNNING
         codes[still] = int(status) if status != Status.SUCCESS else int(LBFGSStatus.MAX_STEPS)
         statuses = [LBFGSStatus(int(c)) for c in codes]
-        fun = np.where(np.isnan(st.f), np.inf, st.f)
+        fun = np.asarray(st.f)  # NaN and -inf are kept as +inf (worst_if_nonfinite): never the best
         best = int(np.argmin(fun))
         values = {
             "max_iterations": self.max_iterations, "eps": self.eps, "maxfev": self.maxfev,
@@ -1143,6 +1163,7 @@ class LBFGS(Solver):
         plan = self.kernel_plan(problem, devices=int(stats.get("devices", 1)))  # the driver's mesh is gone here
         stats.update(
             evaluations=int(st.nfev.sum()), starts=K, converged=int(sum(s.success for s in statuses)),
+            nonfinite=int(st.nonfinite.sum()),
             kernel=plan.name, kernel_reason=plan.reason, line_evaluation=line_evaluation_reason(problem, plan),
         )
         op = self.onepass_plan(problem, devices=int(stats.get("devices", 1)))
@@ -1154,7 +1175,7 @@ class LBFGS(Solver):
         elif self.kernel == "onepass":
             stats["kernel_reason"] = f"{op.reason}; {plan.reason}"
         result = LBFGSResult(
-            x=xs[best], fun=float(st.f[best]), status=statuses[best], message=message, stats=stats,
+            x=xs[best], fun=float(fun[best]), status=statuses[best], message=message, stats=stats,
             gnorm=float(st.gnorm[best]), iterations=int(st.iteration[best]), nfev=int(st.nfev[best]),
             xs=xs, funs=st.f, gnorms=st.gnorm, iterations_per_start=st.iteration, nfev_per_start=st.nfev,
             statuses=statuses, messages=messages, best=best, history=hist, history_length=hist_len,
@@ -1164,8 +1185,18 @@ class LBFGS(Solver):
             if i > 0 and (self.print_every == 0 or i % self.print_every != 0) and i != 1:
                 print(_row(i, hist["nfev"][i, 0], hist["f"][i, 0], hist["gnorm"][i, 0], hist["stp"][i, 0]))
             print()
-            print(messages[0] if statuses[0].success else f"IFLAG = -1 ({statuses[0].name}): {messages[0]}")
+            print(messages[0] if statuses[0].success else f"{statuses[0].seed_code} ({statuses[0].name}): {messages[0]}")
         return result
+
+
+def _state_bytes(n: int, m: int, starts: int, item: int, max_iterations: int, diag_vector: bool, onepass: bool) -> int:
+    """Bytes of an :class:`LBFGSRun` (``init``'s state; floats of ``item`` bytes, int32, bool): per start
+    x, g, d and the 2m pairs (the one-pass rings: 2m + 5 vectors), the m x m matrices SY and YY, and
+    the scalars of the state and its line search; the history of the first starts; H0."""
+    vectors = (2 * m + 5) * n + 2 * m if onepass else (2 * m + 3) * n  # rings X, G, S and w; or x, g, d, P
+    per_start = (vectors + 2 * m * m + 2 * m + 6 + 19) * item + (6 + 5) * 4 + 4  # + a, b; scalars; 4 bools
+    history = (max_iterations + 1) * min(starts, _HISTORY_STARTS) * (3 * item + 4)
+    return starts * per_start + history + (n if diag_vector else 1) * item
 
 
 def _row(i: int, nfev: Any, f: Any, gnorm: Any, stp: Any) -> str:
@@ -1243,6 +1274,9 @@ class AskTell:
         if isinstance(self.solver.diag, np.ndarray) and self.solver.diag.shape != (n,):
             raise ValueError(f"diag has {self.solver.diag.shape[0]} entries but n={n}")
         self.n = int(n)
+        need = _state_bytes(self.n, self.solver.m, 1, self.dtype.itemsize, 0, isinstance(self.solver.diag, np.ndarray), False)
+        check_state_fits("AskTell", (need, f"lower m={self.solver.m} (the state keeps 2m+3 vectors of n={n} values "
+                                           "and two m x m matrices) or n"))
         cfg = self.solver._config(self.dtype)
         self._h0 = (
             jnp.asarray(self.solver.diag, self.dtype) if isinstance(self.solver.diag, np.ndarray) else jnp.zeros((), self.dtype)

@@ -51,6 +51,19 @@ class LBFGSStatus(enum.IntEnum):
     def success(self) -> bool:
         return self == LBFGSStatus.SUCCESS
 
+    @property
+    def seed_code(self) -> str:
+        """The seed's error indicator for this ending (its ``dev_istate``/IFLAG and MCSRCH's ``info``):
+        ``"IFLAG = -1, INFO = k"`` for a failed line search, ``"IFLAG = -2"`` for a diagonal that is not
+        positive, ``"IFLAG = 0"`` for success; the endings the seed has no code for say so."""
+        if self == LBFGSStatus.SUCCESS:
+            return "IFLAG = 0"
+        if LBFGSStatus.LINE_SEARCH_BAD_INPUT <= self <= LBFGSStatus.LINE_SEARCH_ROUNDING:
+            return f"IFLAG = -1, INFO = {int(self) - 10}"
+        if self == LBFGSStatus.DIAG_NOT_POSITIVE:
+            return "IFLAG = -2"
+        return "no seed IFLAG"
+
 
 _INFO_TO_STATUS = np.array([10, 0, 12, 13, 14, 15, 16], np.int32)  # MCSRCH info 0..6 -> status
 

@@ -56,6 +56,7 @@ from jax import lax
 
 from ..distributed import requested_device_count
 from ..kernels import backend, compiler_params
+from ._common import worst_if_nonfinite
 from .lbfgs_common import (
     _INFO_TO_STATUS,
     _RUNNING,
@@ -123,6 +124,7 @@ class OnePassState(NamedTuple):
     xnorm: jax.Array
     stp: jax.Array
     status: jax.Array
+    nonfinite: jax.Array  # () int32, as LBFGSState's
 
 
 class OnePassPlan(NamedTuple):
@@ -381,7 +383,7 @@ def to_onepass(st: Any, m: int, width: int) -> OnePassState:
         G=jnp.zeros((m + 2, pairs, width), dt).at[0].set(st.g.reshape(pairs, width)),
         S=jnp.zeros((m + 1, pairs, width), dt), w=jnp.zeros((2 * m,), dt), f=st.f, SY=st.SY, YY=st.YY, a=st.a, b=st.b,
         gamma=st.gamma, gg=st.gg, head=st.head, count=st.count, ls=st.ls, iteration=st.iteration, nfev=st.nfev,
-        gnorm=st.gnorm, xnorm=st.xnorm, stp=st.stp, status=st.status,
+        gnorm=st.gnorm, xnorm=st.xnorm, stp=st.stp, status=st.status, nonfinite=st.nonfinite,
     )
 
 
@@ -465,7 +467,8 @@ def _accept(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassStat
     status = jnp.where(ok, _RUNNING, jnp.asarray(_INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
     status = jnp.where(ok & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), LBFGSStatus.SUCCESS, status)
     return st._replace(
-        w=w, f=ft, SY=small.SY, YY=small.YY, a=small.a, b=small.b, gamma=small.gamma, gg=gg, head=small.head,
+        w=w, f=worst_if_nonfinite(ft)[0], nonfinite=st.nonfinite + ls.nonfinite,
+        SY=small.SY, YY=small.YY, a=small.a, b=small.b, gamma=small.gamma, gg=gg, head=small.head,
         count=small.count, ls=line_search_init(ft, gd, 1.0, cfg.params), iteration=st.iteration + 1,
         nfev=st.nfev + ls.nfev, gnorm=gnorm, xnorm=xnorm, stp=stp, status=status.astype(jnp.int32),
     )

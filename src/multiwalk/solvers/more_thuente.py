@@ -41,7 +41,8 @@ Two flavours share the code (a traced flag, so both can even run in one batch):
   (not ``[stx, stp + 4 (stp - stx)]``); and the 0.66 safeguard of the step is applied to case 3 only.
 
 Deviations from the Fortran, both only where it would misbehave: a non-finite phi or phi' at a trial
-step bisects back towards the best step (instead of feeding NaN into the interpolation); and the
+step (NaN, +inf or -inf: phi is taken as +inf, so a -inf never passes the tests of ``info``; counted
+in ``nonfinite``) bisects back towards the best step (instead of feeding NaN into the interpolation); and the
 "last evaluation goes to the best step" rule of ``maxfev`` is not applied before the first evaluation
 (so ``maxfev=1`` evaluates ``stp0`` instead of ``stp = 0``).
 """
@@ -55,6 +56,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from ._common import worst_if_nonfinite
 
 __all__ = [
     "LineSearchParams",
@@ -128,6 +131,7 @@ class LineSearchState(NamedTuple):
     minpack2: jax.Array
     done: jax.Array
     info: jax.Array
+    nonfinite: jax.Array  # int32 evaluations of this search whose phi or phi' was NaN or +-inf
 
 
 # --------------------------------------------------------------------------------------------------
@@ -370,6 +374,7 @@ def line_search_init(f0, g0_dot_d, stp0, params: LineSearchParams | None = None)
         minpack2=minpack2,
         done=improper,
         info=jnp.where(improper, 0, -1).astype(jnp.int32),
+        nonfinite=jnp.zeros(f0.shape, jnp.int32),
     )
 
 
@@ -386,7 +391,9 @@ def line_search_update(state: LineSearchState, f, g_dot_d):
     stp = s.stp
     nfev = s.nfev + 1
     ftest1 = s.finit + stp * s.dgtest
-    finite = jnp.isfinite(f) & jnp.isfinite(g)
+    f, bad_f = worst_if_nonfinite(f)  # -inf would pass every test below
+    finite = ~bad_f & jnp.isfinite(g)
+    nonfinite = s.nonfinite + (~finite).astype(jnp.int32)
 
     # Tests for termination, in MCSRCH's order of precedence (later ones win).
     info = jnp.zeros_like(nfev)
@@ -474,8 +481,9 @@ def line_search_update(state: LineSearchState, f, g_dot_d):
         nfev=nfev,
         width=width,
         width1=width1,
+        nonfinite=nonfinite,
     )
-    final = s._replace(nfev=nfev, done=jnp.ones_like(s.done), info=info)
+    final = s._replace(nfev=nfev, done=jnp.ones_like(s.done), info=info, nonfinite=nonfinite)
     new = jax.tree.map(lambda a, b: jnp.where(finished, a, b), final, advanced)
     new = jax.tree.map(lambda a, b: jnp.where(s.done, a, b), s, new)
     return new, new.stp, new.done, new.info

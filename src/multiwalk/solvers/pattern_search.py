@@ -54,7 +54,14 @@ from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem
 from ..result import Result, Status
 from . import pattern_search_kernel
-from .base import Phase, Solver, check_int_option, end_status, value_at_point
+from ._common import (
+    check_bool_option,
+    check_choice_option,
+    check_int_option,
+    check_vector_option,
+    worst_if_nonfinite,
+)
+from .base import Phase, Solver, end_status, value_at_point
 
 __all__ = ["PatternSearch", "PatternSearchResult"]
 
@@ -90,11 +97,9 @@ def _best_walker(x: jax.Array, fx: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def _vector_option(name: str, value: Any) -> tuple[float, ...] | float | None:
     """A scalar or per-coordinate positive option, stored hashable."""
-    if value is None:
+    arr = check_vector_option(name, value, positive=True, scalar_ok=True, none_ok=True)
+    if arr is None:
         return None
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim > 1 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        raise ValueError(f"{name} must be a positive number or one positive number per parameter, got {value!r}")
     return float(arr) if arr.ndim == 0 else tuple(float(v) for v in arr)
 
 
@@ -118,6 +123,10 @@ class PatternSearch(Solver):
         XLA; see the module doc).  ``result.stats["kernel"]`` says which ran and why.
     kernel_block, kernel_warps : Pallas launch tuning, walkers per program (a power of two)
         and warps per program; None = defaults.  They do not change results.
+
+    The problem's ``x0`` (not in the paper), if given, starts walker ``k`` of the first round at
+    ``x0[k]`` (``x0`` of shape ``(n,)``: walker 0; ``(K, n)``: walkers 0 .. K-1, K <= n_walkers);
+    the other walkers and later rounds start as above.
     """
 
     resumable_options = ("kernel", "kernel_block", "kernel_warps")  # how, not what: a resume may change them
@@ -139,10 +148,8 @@ class PatternSearch(Solver):
         check_int_option("rounds", self.rounds, 1, none_ok=True)
         object.__setattr__(self, "delta0", _vector_option("delta0", self.delta0))
         object.__setattr__(self, "delta_tol", _vector_option("delta_tol", self.delta_tol))
-        if not isinstance(self.reset, bool):
-            raise TypeError(f"reset must be True or False, got {self.reset!r}")
-        if self.restart not in _RESTARTS:
-            raise ValueError(f"restart must be one of {_RESTARTS}, got {self.restart!r}")
+        check_bool_option("reset", self.reset)
+        check_choice_option("restart", self.restart, _RESTARTS)
         check_kernel_option(self.kernel)
         check_launch_options(self)
 
@@ -167,6 +174,11 @@ class PatternSearch(Solver):
         if problem.lower is None:
             raise ValueError(
                 "PatternSearch needs a box: pass lower= and upper= to Problem (walkers start uniform in it and never leave)"
+            )
+        if problem.x0 is not None and problem.x0.ndim == 2 and len(problem.x0) > self.n_walkers:
+            raise ValueError(
+                f"Problem x0 has {len(problem.x0)} starting points but PatternSearch has n_walkers={self.n_walkers}: "
+                f"walker k starts at x0[k], so give at most {self.n_walkers} points or raise n_walkers"
             )
         for name in ("delta0", "delta_tol"):
             v = getattr(self, name)
@@ -209,12 +221,17 @@ class PatternSearch(Solver):
     def batch_option(self, problem: Problem) -> str:
         return "n_walkers"
 
+    def state_memory(self, problem: Problem) -> tuple[int, str]:
+        """The state's bytes: per walker its point (n_free values), value, step scale and three int32 counters."""
+        item = np.dtype(problem.dtype).itemsize
+        per_walker = (problem.n_free + 2) * item + 3 * 4
+        need = self.n_walkers * per_walker + (problem.n_free + 1) * item + 12  # + the best point, key, counter
+        return need, f"lower n_walkers={self.n_walkers} (each walker keeps {per_walker} bytes)"
+
     def _evaluate(self, problem: Problem, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Values at points ``(m, n_free)``, NaN and +-inf replaced by +inf (they never win),
         and the mask of those replaced."""
-        f = jax.vmap(problem.chi2_free)(x)
-        bad = ~jnp.isfinite(f)
-        return jnp.where(bad, jnp.inf, f), bad
+        return worst_if_nonfinite(jax.vmap(problem.chi2_free)(x))
 
     def _uniform(self, problem: Problem, key: jax.Array) -> jax.Array:
         lo, hi, _ = problem.free_bounds()
@@ -224,6 +241,9 @@ class PatternSearch(Solver):
 
     def init(self, problem: Problem, key: jax.Array) -> PatternSearchState:
         x = self._uniform(problem, jax.random.fold_in(key, 0))
+        if problem.x0 is not None:  # the user's starting points: walkers 0 .. K-1 of the first round
+            starts = np.atleast_2d(problem.x0)[:, problem.free_index]
+            x = x.at[: len(starts)].set(jnp.asarray(starts, problem.dtype))
         fx, bad = self._evaluate(problem, x)
         best_x, best_f = _best_walker(x, fx)
         w, dt = self.n_walkers, problem.dtype

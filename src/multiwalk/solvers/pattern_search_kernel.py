@@ -34,6 +34,7 @@ from .. import kernels
 from ..kernels import KERNELS, KernelPlan
 from ..problem import Problem
 from ..scalarise import ScalarGraph
+from ._common import worst_if_nonfinite
 
 __all__ = ["KERNELS", "KernelPlan", "Sweeps", "plan", "sweeps", "DEFAULT_BLOCK", "DEFAULT_WARPS", "MAX_ITERATIONS"]
 
@@ -151,8 +152,7 @@ def sweeps(
                 at_minus = graph.reevaluate(vals, j, minus, const)
                 f_plus = graph.value(at_plus, const, vals)
                 f_minus = graph.value(at_minus, const, vals)
-                bad_plus, bad_minus = ~jnp.isfinite(f_plus), ~jnp.isfinite(f_minus)
-                f_plus, f_minus = jnp.where(bad_plus, inf, f_plus), jnp.where(bad_minus, inf, f_minus)
+                (f_plus, bad_plus), (f_minus, bad_minus) = worst_if_nonfinite(f_plus), worst_if_nonfinite(f_minus)
                 in_plus, in_minus = plus <= full(hi_c[j]), minus >= full(lo_c[j])
                 # Out-of-box values are not used, so not counted (as in the XLA form).
                 bad = bad + (in_plus & bad_plus).astype(jnp.int32) + (in_minus & bad_minus).astype(jnp.int32)

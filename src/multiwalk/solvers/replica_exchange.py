@@ -30,7 +30,8 @@ from ..polish import Roots, polish
 from ..polish import default_root_tol as _default_root_tol
 from ..problem import Problem
 from ..result import Result, Status
-from .base import Phase, Solver, check_int_option, end_status, value_at_point
+from ._common import check_int_option, check_number_option, check_vector_option, worst_if_nonfinite
+from .base import Phase, Solver, end_status, value_at_point
 
 __all__ = ["ReplicaExchange", "ReplicaExchangeResult", "Roots"]
 
@@ -53,7 +54,7 @@ class ReplicaExchangeState(NamedTuple):
     n_accepted: jax.Array  # (nseq, nbeta, n_free) int32 sampling-phase acceptances
     n_swap_tries: jax.Array  # (nseq, max(nbeta-1,1)) int32 sampling-phase exchange attempts per pair
     n_swaps: jax.Array  # (nseq, max(nbeta-1,1)) int32 accepted exchanges per pair
-    n_nonfinite: jax.Array  # (nseq, nbeta) int32 in-box proposals whose chi2 was NaN or inf
+    n_nonfinite: jax.Array  # (nseq, nbeta) int32 start points and in-box proposals whose chi2 was NaN or +-inf
     best_x: jax.Array  # (nseq, n_free) best point seen in each sequence (any temperature)
     best_chi2: jax.Array  # (nseq,)
     samples: jax.Array  # (niter, nseq, n_free) coldest chain after each sampling iteration
@@ -83,6 +84,10 @@ class ReplicaExchange(Solver):
         compiled loop; results do not depend on it.  ``None``: 8 on GPUs (fewer loop
         round-trips: 3x faster for small runs, measured on an H200) and 1 on CPUs (where
         unrolling only lengthens compilation, 2 s -> 8 s).
+
+    The problem's ``x0`` (not in the seed), if given, starts every temperature of sequence ``k`` at
+    ``x0[k]`` (``x0`` of shape ``(n,)``: sequence 0; ``(K, n)``: sequences 0 .. K-1, K <= nseq); the
+    other sequences start uniformly in the box, as the seed's do.
     """
 
     nbeta: int = 32
@@ -104,24 +109,19 @@ class ReplicaExchange(Solver):
         for name in ("nburn", "niter"):
             check_int_option(name, getattr(self, name), 0)
         if self.betas is not None:
-            b = np.asarray(self.betas, dtype=np.float64)
-            if b.ndim != 1 or b.size != self.nbeta:
-                raise ValueError(f"betas must have nbeta={self.nbeta} values, got shape {b.shape}")
-            if not np.all((b > 0) & (b <= 1) & np.isfinite(b)):
+            b = check_vector_option("betas", self.betas, positive=True)
+            if b.size != self.nbeta:
+                raise ValueError(f"betas must have nbeta={self.nbeta} values, got {b.size}")
+            if not np.all(b <= 1):
                 raise ValueError(f"betas must lie in (0, 1], got {b.tolist()}")
             if np.any(np.diff(b) >= 0):
                 raise ValueError(f"betas must be strictly decreasing (coldest first), got {b.tolist()}")
             object.__setattr__(self, "betas", tuple(float(v) for v in b))
         else:
-            if not (0 < self.beta1 <= 1):
-                raise ValueError(f"beta1 must lie in (0, 1], got {self.beta1!r}")
-            if not (0 < self.betan <= self.beta1):
-                raise ValueError(f"betan must lie in (0, beta1={self.beta1}], got {self.betan!r}")
-        unroll = self.exchange_unroll
-        if unroll is not None and (isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1):
-            raise ValueError(f"exchange_unroll must be a positive integer, got {self.exchange_unroll!r}")
-        if not (0 < self.step0 <= 1):
-            raise ValueError(f"step0 must be a fraction of the box in (0, 1], got {self.step0!r}")
+            beta1 = check_number_option("beta1", self.beta1, 0, 1, low_open=True)
+            check_number_option("betan", self.betan, 0, beta1, low_open=True)
+        check_int_option("exchange_unroll", self.exchange_unroll, 1, none_ok=True)
+        check_number_option("step0", self.step0, 0, 1, low_open=True)
 
     # ----------------------------------------------------------------- set-up
     def ladder(self) -> np.ndarray:
@@ -139,6 +139,11 @@ class ReplicaExchange(Solver):
                 "ReplicaExchange needs a box: pass lower= and upper= to Problem "
                 "(they are the uniform prior the chains start in and never leave)"
             )
+        if problem.x0 is not None and problem.x0.ndim == 2 and len(problem.x0) > self.nseq:
+            raise ValueError(
+                f"Problem x0 has {len(problem.x0)} starting points but ReplicaExchange has nseq={self.nseq}: "
+                f"sequence k starts at x0[k], so give at most {self.nseq} points or raise nseq"
+            )
 
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("burn-in", self.nburn), Phase("sampling", self.niter)]
@@ -150,8 +155,10 @@ class ReplicaExchange(Solver):
         lo_j, hi_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt)
         u = jax.random.uniform(jax.random.fold_in(key, _INIT_STREAM), (ns, nb, nf), dtype=dt)
         x = lo_j + (hi_j - lo_j) * u
-        chi2 = self._chi2(problem, x)
-        chi2 = jnp.where(jnp.isfinite(chi2), chi2, jnp.inf)
+        if problem.x0 is not None:  # the user's starting points: every temperature of sequences 0 .. K-1
+            starts = jnp.asarray(np.atleast_2d(problem.x0)[:, problem.free_index], dt)
+            x = x.at[: len(starts)].set(jnp.broadcast_to(starts[:, None, :], (len(starts), nb, nf)))
+        chi2, bad = worst_if_nonfinite(self._chi2(problem, x))
         i32 = jnp.int32
         best = jnp.argmin(chi2, axis=1)
         return ReplicaExchangeState(
@@ -168,7 +175,7 @@ class ReplicaExchange(Solver):
             n_accepted=jnp.zeros((ns, nb, nf), i32),
             n_swap_tries=jnp.zeros((ns, max(nb - 1, 1)), i32),
             n_swaps=jnp.zeros((ns, max(nb - 1, 1)), i32),
-            n_nonfinite=jnp.zeros((ns, nb), i32),
+            n_nonfinite=bad.astype(i32),
             best_x=jnp.take_along_axis(x, best[:, None, None], axis=1)[:, 0],
             best_chi2=jnp.min(chi2, axis=1),
             samples=jnp.zeros((self.niter, ns, nf), dt),
@@ -183,6 +190,20 @@ class ReplicaExchange(Solver):
 
     def batch_option(self, problem: Problem) -> str:
         return "nseq"
+
+    def state_memory(self, problem: Problem) -> tuple[int, str]:
+        """The state's bytes: per chain (nseq x nbeta) ``n_free`` values of x and step, four int32
+        counters per parameter and ``nadj`` int8 outcomes per parameter; the samples (niter, nseq, n_free)."""
+        item = np.dtype(problem.dtype).itemsize
+        chains, nf = self.nseq * self.nbeta, problem.n_free
+        per_chain = nf * (2 * item + 4 * 4 + self.nadj) + item + 2 * 4
+        samples = self.niter * self.nseq * (nf + 1) * item
+        pairs = self.nseq * max(self.nbeta - 1, 1) * 2 * 4
+        best = self.nseq * (nf + 1) * item
+        need = chains * per_chain + samples + pairs + best + 12  # + the key and the counter
+        return need, (f"lower nseq={self.nseq}, nbeta={self.nbeta} or nadj={self.nadj} (each chain keeps "
+                      f"{nf} x (nadj + ~{2 * item + 16}) bytes), or niter={self.niter} (the samples are "
+                      f"niter x nseq x n_free values)")
 
     @staticmethod
     def _chi2(problem: Problem, x: jax.Array) -> jax.Array:
@@ -235,14 +256,13 @@ class ReplicaExchange(Solver):
             proposal = jax.lax.optimization_barrier(proposal)
             inside = (proposal >= lo_s) & (proposal <= hi_s)
             x_new = jnp.where(onehot, proposal[..., None], st.x)
-            chi2_new = self._chi2(problem, x_new)
-            finite = jnp.isfinite(chi2_new)
-            accept = inside & finite & (log_us[s] <= -0.5 * beta * (chi2_new - st.chi2))
+            chi2_new, bad = worst_if_nonfinite(self._chi2(problem, x_new))
+            accept = inside & ~bad & (log_us[s] <= -0.5 * beta * (chi2_new - st.chi2))
             acc_i = accept.astype(jnp.int32)
             st = st._replace(
                 x=jnp.where(accept[..., None], x_new, st.x),
                 chi2=jnp.where(accept, chi2_new, st.chi2),
-                n_nonfinite=st.n_nonfinite + (inside & ~finite),
+                n_nonfinite=st.n_nonfinite + (inside & bad),
             )
             if burn:
                 # Ring buffer of the chosen parameter's last nadj outcomes -> its step width.
