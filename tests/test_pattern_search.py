@@ -370,16 +370,19 @@ def test_same_seed_same_result_other_seed_other_result(one_round, one_round_agai
 
 
 # --------------------------------------------------------------------------- NaN and inf
-def _bad_left_half(bad: float):
-    def f(x):
-        return jnp.where(x[0] < 0, bad, (x[0] + 1.0) ** 2 + (x[1] + 1.0) ** 2)
+def _bad_left_half(x, bad):
+    """(x0 + 1)^2 + (x1 + 1)^2 where x0 >= 0, ``bad`` (NaN, inf or -inf) where x0 < 0.  ``bad`` is
+    an argument of the compiled loop (args), so the three runs below share one compilation."""
+    return jnp.where(x[0] < 0, bad, (x[0] + 1.0) ** 2 + (x[1] + 1.0) ** 2)
 
-    return f
+
+def _bad_left_half_problem(bad: float) -> mw.Problem:
+    return mw.Problem(objective=_bad_left_half, lower=[-5.0, -5.0], upper=[5.0, 5.0], args=np.asarray(bad))
 
 
 @pytest.fixture(scope="module")
 def nan_run():
-    problem = mw.Problem(objective=_bad_left_half(jnp.nan), lower=[-5.0, -5.0], upper=[5.0, 5.0])
+    problem = _bad_left_half_problem(np.nan)
     return mw.solve(problem, mw.PatternSearch(n_walkers=512, iterations=40), seed=0)
 
 
@@ -398,12 +401,12 @@ def test_nan_never_wins(nan_run):
 
 
 def test_inf_never_wins():
-    problem = mw.Problem(objective=_bad_left_half(jnp.inf), lower=[-5.0, -5.0], upper=[5.0, 5.0])
+    problem = _bad_left_half_problem(np.inf)
     _check_best_avoids_the_bad_half(mw.solve(problem, mw.PatternSearch(n_walkers=512, iterations=40), seed=0))
 
 
 def test_minus_inf_never_wins():
-    problem = mw.Problem(objective=_bad_left_half(-jnp.inf), lower=[-5.0, -5.0], upper=[5.0, 5.0])
+    problem = _bad_left_half_problem(-np.inf)
     _check_best_avoids_the_bad_half(mw.solve(problem, mw.PatternSearch(n_walkers=512, iterations=40), seed=0))
 
 

@@ -316,15 +316,30 @@ def test_fixed_parameter_stays_fixed(fixed_result):
 
 
 # ----------------------------------------------------------------------------- 7/8. non-finite objective
+NAN_HALF, INF_REGION = 0, 1
+NONFINITE_OPTS = dict(nbeta=16, nseq=8, nburn=200, niter=300, betan=1e-2)
+
+
+def _nonfinite_chi2(x, case):
+    """``case`` NAN_HALF: NaN where x0 > 0, else |x|^2.  INF_REGION: +inf (x1 > 0) or -inf (x1 <= 0)
+    where x0 > -1, else |x - (-3, 0)|^2.  One function with the case as an argument (args are
+    arguments of the compiled loop), so the two tests below share one compilation."""
+    nan_half = jnp.where(x[0] > 0, jnp.nan, x[0] ** 2 + x[1] ** 2)
+    inf_region = jnp.where(x[0] > -1.0, jnp.where(x[1] > 0, jnp.inf, -jnp.inf), (x[0] + 3.0) ** 2 + x[1] ** 2)
+    return jnp.where(case == NAN_HALF, nan_half, inf_region)
+
+
+def _nonfinite_problem(case: int) -> mw.Problem:
+    return mw.Problem(objective=_nonfinite_chi2, lower=[-5.0, -5.0], upper=[5.0, 5.0], args=np.asarray(case))
+
+
 def test_nan_objective_is_rejected_and_counted():
-    problem = mw.Problem(
-        objective=lambda x: jnp.where(x[0] > 0, jnp.nan, x[0] ** 2 + x[1] ** 2), lower=[-5.0, -5.0], upper=[5.0, 5.0]
-    )
+    problem = _nonfinite_problem(NAN_HALF)
     # Half the chains start where the objective is NaN (chi2 set to inf at the start).  A chain
     # there accepts any finite proposal, and an exchange always moves an inf chi2 to the hotter
     # temperature, so the coldest chain is finite unless all 16 chains of a sequence started in
     # the NaN half (probability 2^-16 per sequence).
-    r = _run(problem, seed=6, nbeta=16, nseq=8, nburn=200, niter=300, betan=1e-2)
+    r = _run(problem, seed=6, **NONFINITE_OPTS)
     assert np.all(np.isfinite(r.chi2))
     assert np.all(r.samples[..., 0] <= 0.0)
     assert r.stats["nonfinite"] > 0  # chains near x0=0 propose into the NaN half all the time
@@ -335,12 +350,8 @@ def test_nan_objective_is_rejected_and_counted():
 def test_non_finite_start_points_recover():
     # +inf and -inf on 60 % of the box: -inf must count as "worse than anything", not as a
     # chi2 below every finite value (which would trap the chains there).
-    def chi2(x):
-        bad = jnp.where(x[1] > 0, jnp.inf, -jnp.inf)
-        return jnp.where(x[0] > -1.0, bad, (x[0] + 3.0) ** 2 + x[1] ** 2)
-
-    problem = mw.Problem(objective=chi2, lower=[-5.0, -5.0], upper=[5.0, 5.0])
-    solver = mw.ReplicaExchange(nbeta=16, nseq=8, nburn=200, niter=300, betan=1e-2)
+    problem = _nonfinite_problem(INF_REGION)
+    solver = mw.ReplicaExchange(**NONFINITE_OPTS)
     start = solver.init(problem, jax.random.PRNGKey(7))
     frac_bad = float(np.mean(~np.isfinite(np.asarray(start.chi2))))
     assert 0.4 < frac_bad < 0.8, frac_bad  # the test really starts many chains on non-finite values
