@@ -28,8 +28,10 @@ def counted_sphere(x):
 
 
 def make_problem(box: bool = True) -> mw.Problem:
-    bounds = dict(lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3)) if box else {}
-    return mw.Problem(objective=counted_sphere, x0=np.zeros(3), **bounds)
+    """Sphere in a box (starts drawn in it), or unbounded from x0 = 0 (for L-BFGS)."""
+    if box:
+        return mw.Problem(objective=counted_sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3))
+    return mw.Problem(objective=counted_sphere, x0=np.zeros(3))
 
 
 SOLVERS = {
@@ -73,7 +75,8 @@ def test_a_problem_changed_in_place_gets_a_new_start(problem):
 
 def test_initial_state_fn_works_under_eval_shape(problem):
     # benchmarks/scaling.py and the driver's device choice ask for the start's shapes by tracing it.
-    for solver in SOLVERS.values():
+    for name, solver in SOLVERS.items():
+        problem = make_problem(box=name != "LBFGS")  # L-BFGS starts from x0, unbounded
         shapes = jax.eval_shape(solver.initial_state_fn(problem), run_key(0))
         state = solver.initial_state_fn(problem)(run_key(0))
         same = jax.tree.map(lambda s, a: s.shape == a.shape and s.dtype == a.dtype, shapes, state)
