@@ -25,7 +25,7 @@ _launched: dict[Path, subprocess.Popen] = {}
 
 
 def report_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where this session's report goes: shared by xdist's workers (their base folders share a parent)."""
+    """Where this pytest run's report goes: shared by xdist's workers (their base folders share a parent)."""
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if run_id is None:  # one pytest process
         return tmp_path_factory.getbasetemp() / "multidevice-report.json"
@@ -33,7 +33,7 @@ def report_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def start(path: Path) -> None:
-    """Launch tests/multidevice_check.py writing ``path``, unless a process of this session did."""
+    """Launch tests/multidevice_check.py writing ``path``, unless a process of this pytest run did."""
     try:
         marker = os.open(path.with_suffix(".started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:

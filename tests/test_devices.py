@@ -3,7 +3,8 @@
 The runs happen in the session's multi-device subprocess (tests/devices_check.py, run by
 tests/multidevice_check.py): JAX must see ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
 before it starts, and this test process has started JAX already.  Each solver runs on 1 and 4
-devices (ReplicaExchange also on 2) and the report holds the comparisons.
+devices (ReplicaExchange also on 2) and the report holds the comparisons.  One chosen device
+(``devices=[d]``) runs in a subprocess of its own, the last test.
 
 Tolerances: walker-parallel solvers must take the same decisions EXACTLY (acceptances, ladder
 positions, counts, statuses) - their arithmetic is per walker, the random numbers do not depend on
@@ -18,9 +19,18 @@ and then across devices.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 from subprocess_check import section
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Floats of the split and one-device runs to 64 ulp, values below 1 counted in 1's ulp: a walker's
 # x moves by x + step * r each step, where one compilation may fuse the multiply-add and the other
@@ -110,3 +120,39 @@ def test_devices_none_falls_back_with_a_note_and_explicit_count_errors(report):
     assert "n_walkers = 6" in report["fallback_note"] and "devices=3" in report["fallback_note"]
     msg = report["error"]
     assert msg.startswith("devices=3:") and "nseq = 8" in msg and "multiple of 3" in msg and "devices=2" in msg
+
+
+_ONE_CHOSEN_DEVICE = textwrap.dedent("""
+    import json
+    import jax, numpy as np
+    import multiwalk as mw
+    from multiwalk import compile_cache, progress
+    box = mw.Problem(objective=lambda x: ((x - 0.5) ** 2).sum(), lower=-5 * np.ones(3), upper=5 * np.ones(3))
+    fetched = set()
+    fetch = progress.fetch
+    def spy(tree):
+        fetched.update(d.id for x in jax.tree_util.tree_leaves(tree) for d in x.devices())
+        return fetch(tree)
+    progress.fetch = spy
+    r = mw.solve(box, mw.ReplicaExchange(nseq=3, nbeta=2, nburn=3, niter=6), progress=False,
+                 chunk_seconds=1e-9, devices=[jax.devices()[2]])
+    loop = compile_cache.compiled_loops()[-1]
+    print(json.dumps({"devices": r.stats["devices"], "fetched": sorted(fetched),
+                      "loop": sorted({d.id for s in jax.tree_util.tree_leaves(loop.input_shardings)
+                                      for d in s.device_set})}))
+""")
+
+
+def test_one_chosen_device_runs_the_loop_and_the_summary_there():
+    """``solve(..., devices=[jax.devices()[2]])`` (the docstring: "a list of jax devices: those") on
+    4 virtual CPU devices: the compiled loop's inputs and the per-chunk read are on device 2, not
+    on device 0 (a user giving each of two runs its own GPU must not get GPU 0 twice)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "JAX_"))}
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               PYTHONPATH=os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    out = subprocess.run([sys.executable, "-c", _ONE_CHOSEN_DEVICE], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["devices"] == 1
+    assert report == {"devices": 1, "fetched": [2], "loop": [2]}, report

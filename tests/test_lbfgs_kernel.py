@@ -112,3 +112,28 @@ def test_plan_and_options():
         mw.LBFGS(kernel="cuda")
     with pytest.raises(ValueError, match="kernel_block must be a power of two"):
         mw.LBFGS(kernel_block=1000)
+
+
+def test_a_wrong_along_hook_is_named_before_running():
+    """A ``value_and_grad.along`` whose gradient is two entries short: the error names the hook and
+    the shape it must return, before the loop runs."""
+    n = 40
+
+    def vg(x):
+        return cute.extended_rosenbrock_value_and_grad(x)
+
+    def along(x, d, stp):
+        f, g = vg(x + stp * d)
+        return f, g[:-2], g[:-2] @ d[:-2]  # the gradient two entries short
+
+    vg.along = along
+    problem = mw.Problem(value_and_grad=vg, x0=cute.start("extended_rosenbrock", n), dtype="float32")
+    with pytest.raises(ValueError, match=r"value_and_grad\.along.*\(40,\)"):
+        mw.solve(problem, mw.LBFGS(kernel="pallas"), progress=False)
+
+
+def test_kernel_block_is_pass_a_columns_per_program():
+    """``kernel_block`` is the columns per program of both passes (as documented)."""
+    cfg = mw.LBFGS(kernel_block=1024)._config(np.float64)
+    assert cfg.block == 1024  # pass B: as documented
+    assert cfg.a_block * cfg.a_chunks == 1024  # pass A: kernel_block columns per program

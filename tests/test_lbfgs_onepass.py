@@ -1,7 +1,7 @@
 """L-BFGS with one kernel per line-search evaluation (``LBFGS(kernel="onepass")``, solvers/lbfgs_onepass.py),
 in Pallas' interpret mode on the CPU, plus the Triton lowering for a CUDA target.
 
-The kernel is checked against numpy formulas on rings whose rows wrap; whole runs against today's
+The kernel is checked against numpy formulas on rings whose rows wrap; whole runs against the
 fused two-pass form (``kernel="pallas"``), which must take the same iterations, evaluations and
 line-search steps.  Tolerances say why they are what they are.
 """
@@ -97,7 +97,7 @@ def test_line_pass_lowers_for_triton():
 def runs():
     """Extended Rosenbrock, n = 2002 (1001 rows of pairs: ragged against the 32 x 16 rows per program
     of kernel_block=64), m = 7 against 36 iterations (the rings wrap), from the seed's start;
-    today's fused two-pass form and the one-pass form, the latter in chunks of ~10 ms (the
+    the fused two-pass form and the one-pass form, the latter in chunks of ~10 ms (the
     driver enters and leaves its loop many times)."""
     x0 = cute.start("extended_rosenbrock", 2002)
     problem = mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0)
@@ -258,3 +258,120 @@ def test_command_buffers_on_gpus_only_and_refused_options_fall_back(monkeypatch)
         refused = mw.solve(problem, Refused(kernel="xla", max_iterations=5), progress=False)
     assert (refused.iterations, refused.nfev, refused.status) == (plain.iterations, plain.nfev, plain.status)
     np.testing.assert_array_equal(refused.x, plain.x)  # exact: the same loop, compiled without the options
+
+
+@pytest.fixture(scope="module")
+def rosenbrock20():
+    """Extended Rosenbrock, n = 20, float64: 21 iterations in either form."""
+    x0 = cute.start("extended_rosenbrock", 20)
+    return mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0)
+
+
+@pytest.fixture(scope="module")
+def onepass_checkpoint(rosenbrock20, tmp_path_factory):
+    """A one-pass run stopped by Ctrl-C (a KeyboardInterrupt from the callback) after its 2nd chunk,
+    its checkpoint, and the uninterrupted run's result."""
+    solver = mw.LBFGS(kernel="onepass")
+    whole = mw.solve(rosenbrock20, solver, progress=False)
+    seen = []
+
+    def stop_after_two(info):  # noqa: ANN001, ANN202
+        seen.append(info["done"][0])
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    path = tmp_path_factory.mktemp("onepass_checkpoint") / "onepass.ckpt"
+    part = mw.solve(rosenbrock20, solver, progress=False, checkpoint=path, callback=stop_after_two)
+    assert part.status == mw.lbfgs.LBFGSStatus.INTERRUPTED and 0 < part.iterations < whole.iterations
+    return path, whole
+
+
+# ---------------------------------------------------------------- checkpoints of either form
+def test_resume_in_another_form_names_the_form_and_the_options(rosenbrock20, onepass_checkpoint, monkeypatch):
+    """``kernel`` is a resumable option, but a one-pass checkpoint holds rings (X, G, S), not the
+    stored pairs P of the other forms.  A solver that cannot convert it gets an error that names
+    each side's form and the options that changed (not "saved array of shape (1, 2, 20) does not
+    fit the state's (1, 20); was it written for another problem?": it was not), before the loop is
+    compiled (the error comes from solve's restore, right after the start)."""
+    path, _ = onepass_checkpoint
+    # a solver that cannot convert (LBFGS converts, see the next test: its hook is switched off here)
+    monkeypatch.setattr(mw.LBFGS, "convert_checkpoint", lambda self, *args: None, raising=False)
+    with pytest.raises(ValueError, match=r"OnePassState.*LBFGSState.*kernel='onepass' then, 'xla' now") as err:
+        mw.solve(rosenbrock20, mw.LBFGS(kernel="xla"), progress=False, resume=path)
+    assert str(path) in str(err.value) and "machine" in str(err.value)
+
+
+def test_one_pass_checkpoint_resumes_in_the_two_pass_form(rosenbrock20, onepass_checkpoint):
+    """Resumed with kernel='xla' (what kernel='auto' gives on a CPU, in float32, or on a device count
+    that does not divide n / 2), the run ends
+    where the uninterrupted one-pass run ended: the same iterations and evaluations (both forms take
+    the same ones on this problem: n = 20, 21 iterations), x within 1e-8 (both within ~1e-7 of the
+    minimum; the forms differ in rounding only)."""
+    path, whole = onepass_checkpoint
+    rest = mw.solve(rosenbrock20, mw.LBFGS(kernel="xla"), progress=False, resume=path)
+    assert (rest.status, rest.iterations, rest.nfev) == (whole.status, whole.iterations, whole.nfev)
+    np.testing.assert_allclose(rest.x, whole.x, atol=1e-8)
+    # and the reverse: a two-pass checkpoint resumed by the one-pass loop (older gradients rebuilt as g - y)
+    seen = []
+
+    def stop_after_two(info):  # noqa: ANN001, ANN202
+        seen.append(1)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    two = path.with_name("two_pass.ckpt")
+    part = mw.solve(rosenbrock20, mw.LBFGS(kernel="xla"), progress=False, checkpoint=two, callback=stop_after_two)
+    assert 0 < part.iterations < whole.iterations
+    rest = mw.solve(rosenbrock20, mw.LBFGS(kernel="onepass"), progress=False, resume=two)
+    assert (rest.status, rest.iterations, rest.nfev) == (whole.status, whole.iterations, whole.nfev)
+    np.testing.assert_allclose(rest.x, whole.x, atol=1e-8)
+
+
+# ---------------------------------------------------------------- where the one-pass plan stops
+def test_onepass_plan_falls_back_above_m_14(rosenbrock20, monkeypatch):
+    """m = 15 needs 67 sums, the kernel's table has 64 lanes: the plan must say so and fall back (as it
+    does for several starts or a diag), under 'onepass' and under 'auto' on a (simulated) GPU."""
+    assert lbfgs_onepass.plan("onepass", rosenbrock20, 1, False).use  # m = 7 by default: it applies
+    plan = mw.LBFGS(kernel="onepass", m=15).onepass_plan(rosenbrock20)
+    assert not plan.use and "m = 15" in plan.reason
+    monkeypatch.setattr(lbfgs_onepass, "backend", lambda names: ("cuda", True))
+    assert not mw.LBFGS(m=15).onepass_plan(rosenbrock20).use
+    monkeypatch.undo()
+    # and the run itself falls back, rather than ValueError "line_pass: m=15 needs 67 sums" from inside the trace
+    r = mw.solve(rosenbrock20, mw.LBFGS(kernel="onepass", m=15, max_iterations=3), progress=False)
+    assert r.iterations == 3 and "one-pass loop not used" in r.stats["kernel_reason"]
+
+
+def test_onepass_kernel_block_below_the_hooks_width(rosenbrock20):
+    """kernel_block=1 (a power of two, so LBFGS accepts it) with kernel='onepass' is 1 // 2 = 0 rows of
+    Rosenbrock's pairs per block step: either a ValueError naming kernel_block before compiling, or a
+    run (with at least one row), never a ZeroDivisionError (pl.cdiv(pairs, 0)) while tracing."""
+    solver = mw.LBFGS(kernel="onepass", kernel_block=1, max_iterations=2)
+    try:
+        solver.check(rosenbrock20)
+        r = mw.solve(rosenbrock20, solver, progress=False)
+    except ValueError as err:
+        assert "kernel_block" in str(err)
+    else:
+        assert r.iterations == 2
+
+
+def test_a_wrong_block_hook_is_named_before_compiling():
+    """A user's ``value_and_grad.block`` returning g of shape (rows,) instead of (rows, width): the error
+    names the hook, where the traced kernel's own ("Incompatible shapes for broadcasting: shapes=[(32,
+    2), (32,), ()]") names neither the hook nor the shapes it must return.  Checked by ``LBFGS.check``
+    (no compiling)."""
+    from multiwalk.functions import cute_kernel
+
+    def vg(x):  # noqa: ANN001, ANN202
+        return cute.extended_rosenbrock_value_and_grad(x)
+
+    def block(xb):  # noqa: ANN001, ANN202
+        f, g = cute_kernel.rosenbrock_block(xb)
+        return f, g[:, 0]  # wrong: g must be (rows, width)
+
+    block.width = 2
+    vg.block = block
+    problem = mw.Problem(value_and_grad=vg, x0=cute.start("extended_rosenbrock", 20))
+    with pytest.raises((TypeError, ValueError), match=r"value_and_grad\.block"):
+        mw.LBFGS(kernel="onepass").check(problem)

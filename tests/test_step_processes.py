@@ -16,69 +16,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from odatse_inputs import ctrl_c_after_chunks, himmelblau_exchange, output_files, run_cli
+from step_records import chunk_record, chunk_records, write_steps
 
 from multiwalk.cli import main
 from multiwalk.io import odatse as odatse_io
 from multiwalk.io import step_processes
 from multiwalk.io.step_processes import default_write_processes, plan_pieces
-
-
-def _records(m: int, n: int, d: int, seed: int, first: bool, nodes: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A chunk's record: trial f and x (m, n, 1 + d) (only f, (m, n, 1), with ``nodes`` mesh
-    nodes), ints (m, n, 3) = temperature index (a permutation per step), accepted, node."""
-    rng = np.random.default_rng(seed)
-    values = np.concatenate([rng.exponential(50, (m, n, 1)), rng.uniform(-6, 6, (m, n, 0 if nodes else d))], axis=2)
-    values[0, 0, 0] = 3e-5  # a number polars spells otherwise (repr's 3e-05): the workers must fix it too
-    ints = np.zeros((m, n, 3), np.int32)
-    ints[..., 0] = np.argsort(rng.random((m, n)), axis=1)
-    ints[..., 1] = rng.random((m, n)) < 0.5
-    if nodes:
-        ints[..., 2] = rng.integers(0, nodes, (m, n))
-    if first:
-        ints[0, :, 1] = 1  # step 0: every replica's start is its result
-    return values, ints
-
-
-def _chunks(n: int, chunks: list[int], nodes: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-    out, step = [], 0
-    for k, m in enumerate(chunks):
-        out.append(_records(m, n, 2, k, step == 0, nodes))
-        step += m
-    return out
-
-
-def _write(folder: Path, n: int, nprocs: int, chunks: list[int], record: int, nodes: int = 0, start: int = 0,
-           **kw) -> dict[str, bytes]:
-    """Write the chunks (from ``start`` on: a writer resumed there, every replica's last result
-    from the chunks before) through a StepWriter; the files' bytes."""
-    betas = 1.0 / np.logspace(0, 2, n)
-    coordinates = np.random.default_rng(9).uniform(-1, 1, (nodes, 2)) if nodes else None
-    records = _chunks(n, chunks, nodes)
-    state = None
-    if start:  # the replicas' results at step start - 1, as a checkpoint would give them
-        values = np.concatenate([v for v, _ in records], axis=0)[:start]
-        ints = np.concatenate([i for _, i in records], axis=0)[:start]
-        _, result, last = odatse_io._chunk_rows(values, ints, coordinates, None)
-        state = SimpleNamespace(fx=last[:, 0], x=last[:, 1:], node=ints[-1, :, 2] if nodes else np.zeros(n, int))
-        if nodes:  # the node of each replica's result: its last accepted trial's node
-            src = odatse_io._result_sources(ints, False)[-1] - n
-            state.node = ints.reshape(-1, 3)[src, 2]
-    writer = odatse_io.StepWriter(folder, ["a", "b"], betas, False, nprocs, n // nprocs, coordinates=coordinates,
-                                  resume_step=start or None, state=state, **kw)
-    step = 0
-    try:
-        for values, ints in records:
-            m = values.shape[0]
-            if step >= start:
-                slots = np.arange(step, step + m) % record  # the state's ring buffer of the last `record` steps
-                rec_values = np.zeros((record, n, values.shape[2]))
-                rec_ints = np.zeros((record, n, 3), np.int32)
-                rec_values[slots], rec_ints[slots] = values, ints
-                writer.on_steps(SimpleNamespace(rec_values=rec_values, rec_ints=rec_ints), step, step + m - 1)
-            step += m
-    finally:
-        writer.close()
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.txt"))}
 
 
 @pytest.fixture
@@ -110,14 +53,14 @@ def test_processes_write_the_same_bytes(tmp_path, slot_dirs, monkeypatch):
     # result_T files and than the last chunk's 3 lines (empty pieces); short chunks gathered in
     # one slot until it is full (the default at these sizes) and every chunk sent on its own
     chunks, record = [5, 7, 3, 1], 7
-    reference = _write(tmp_path / "caller", 6, 2, chunks, record, threads=0)
+    reference = write_steps(tmp_path / "caller", 6, 2, chunks, record, threads=0)
     assert len(reference) == 4 + 6  # trial/result of 2 processes, 6 result_T
     assert b" 3e-05 " in reference["0/trial.txt"]
     for workers in (1, 2, 4, 8):
-        assert _write(tmp_path / f"p{workers}", 6, 2, chunks, record, processes=workers) == reference, workers
+        assert write_steps(tmp_path / f"p{workers}", 6, 2, chunks, record, processes=workers) == reference, workers
     monkeypatch.setattr(step_processes, "DISPATCH_LINES_PER_WORKER", 1)
     for workers in (2, 8):
-        assert _write(tmp_path / f"q{workers}", 6, 2, chunks, record, processes=workers) == reference, workers
+        assert write_steps(tmp_path / f"q{workers}", 6, 2, chunks, record, processes=workers) == reference, workers
     assert _all_removed(slot_dirs)  # the slot files are removed at the end
 
 
@@ -125,10 +68,10 @@ def test_processes_discrete_space_and_resume(tmp_path):
     # a mesh (coordinates from node indices); a writer resumed at step 6 (inside the records)
     # appends to the files of one stopped there: the same bytes as one writer, 3 workers
     chunks, record = [6, 4, 5], 8
-    reference = _write(tmp_path / "caller", 4, 1, chunks, record, nodes=5, threads=0)
-    assert _write(tmp_path / "p3", 4, 1, chunks, record, nodes=5, processes=3) == reference
-    _write(tmp_path / "r", 4, 1, chunks[:1], record, nodes=5, processes=3)  # steps 0 .. 5
-    assert _write(tmp_path / "r", 4, 1, chunks, record, nodes=5, start=6, processes=3) == reference
+    reference = write_steps(tmp_path / "caller", 4, 1, chunks, record, nodes=5, threads=0)
+    assert write_steps(tmp_path / "p3", 4, 1, chunks, record, nodes=5, processes=3) == reference
+    write_steps(tmp_path / "r", 4, 1, chunks[:1], record, nodes=5, processes=3)  # steps 0 .. 5
+    assert write_steps(tmp_path / "r", 4, 1, chunks, record, nodes=5, start=6, processes=3) == reference
 
 
 def test_plan_covers_every_line_and_file_once():
@@ -156,7 +99,7 @@ def test_auto_rule():
 def test_worker_error_reaches_the_caller(tmp_path, slot_dirs):
     n = 4
     writer = odatse_io.StepWriter(tmp_path, ["a", "b"], 1.0 / np.logspace(0, 2, n), False, 1, n, processes=2)
-    values, ints = _records(3, n, 2, 0, first=False)
+    values, ints = chunk_record(3, n, 2, 0, first=False)
     ints[0, 0, 1] = 0  # a fresh run whose first step is not every replica's result: the workers refuse it
     writer.on_steps(SimpleNamespace(rec_values=values, rec_ints=ints), 0, 2)
     with pytest.raises(RuntimeError, match="first step written must be step 0"):
@@ -172,7 +115,7 @@ def test_a_dead_worker_is_an_error_not_a_hang(tmp_path, slot_dirs):
     # others and leaves no slot files
     n = 6
     writer = odatse_io.StepWriter(tmp_path, ["a", "b"], 1.0 / np.logspace(0, 2, n), False, 1, n, processes=3)
-    records = _chunks(n, [4, 4])
+    records = chunk_records(n, [4, 4])
     try:
         writer.on_steps(SimpleNamespace(rec_values=records[0][0], rec_ints=records[0][1]), 0, 3)
         writer.flush()
@@ -227,7 +170,7 @@ def test_a_worker_gets_its_offsets_from_every_earlier_worker_directly(tmp_path):
     from multiprocessing import Pipe
 
     n, chunks, W = 4, [3, 5], 3
-    reference = _write(tmp_path / "ref", n, 1, chunks, 8, threads=0)
+    reference = write_steps(tmp_path / "ref", n, 1, chunks, 8, threads=0)
     out = tmp_path / "w"
     (out / "0").mkdir(parents=True)
     names = ("0/trial.txt", "0/result.txt")
@@ -254,7 +197,7 @@ def test_a_worker_gets_its_offsets_from_every_earlier_worker_directly(tmp_path):
     ref_lines = [[ln + b"\n" for ln in reference[name].split(b"\n")[1:-1]] for name in names]
     first, start = 0, 0
     sizes = []  # sizes[c][j]: worker j's piece lengths (trial, result) of chunk c
-    for c, (values, ints) in enumerate(_chunks(n, chunks)):
+    for c, (values, ints) in enumerate(chunk_records(n, chunks)):
         vpath, ipath = tmp_path / f"v{c}", tmp_path / f"i{c}"
         np.memmap(vpath, np.float64, "w+", shape=values.shape)[:] = values
         np.memmap(ipath, np.int32, "w+", shape=ints.shape)[:] = ints
@@ -299,70 +242,6 @@ def test_a_worker_gets_its_offsets_from_every_earlier_worker_directly(tmp_path):
         os.close(from_worker[j][0])
 
 
-def _open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
-
-
-@pytest.fixture
-def low_file_limit():
-    """The soft limit of open files set below what 2 writer processes' start asks for (their
-    links + 256), restored after the test; its value."""
-    resource = pytest.importorskip("resource")
-    if not Path("/proc/self/fd").is_dir():
-        pytest.skip("counts open files in /proc/self/fd (Linux)")
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    low = len(_open_fds()) + 64  # room for the test's own files; 2 workers ask for 4 + 256
-    if low >= 2 * 2 * 1 + 256 or (hard != resource.RLIM_INFINITY and hard < 2 * 3 * 2 + 256):
-        pytest.skip(f"this process has {low - 64} files open, or the hard limit {hard} is too low")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
-    try:
-        yield low
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
-def test_the_raised_limit_of_open_files_is_put_back(tmp_path, low_file_limit):
-    """The parent raises its soft limit while it holds the workers' links; the limit is the whole
-    process's, so it is put back (here: once the workers have their links), and the files are
-    still written whole."""
-    import resource
-
-    n, chunks = 4, [3, 5]
-    writer = step_processes.ProcessWriter(2)
-    try:
-        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == low_file_limit
-    finally:
-        writer.close()
-    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == low_file_limit
-    written = _write(tmp_path / "p", n, 1, chunks, 8, processes=2)
-    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == low_file_limit
-    assert written == _write(tmp_path / "t", n, 1, chunks, 8, threads=0)
-
-
-def test_running_out_of_files_for_the_links_closes_them_and_says_what_to_do(monkeypatch, low_file_limit):
-    """os.pipe() fails (EMFILE) at the 6th of 3 workers' 6 links: the 5 made are closed, the
-    limit raised for them is put back, and the error names the limit and both ways out."""
-    import errno
-    import resource
-
-    real, made = os.pipe, []
-
-    def pipe() -> tuple[int, int]:
-        if len(made) == 5:
-            raise OSError(errno.EMFILE, "Too many open files")
-        made.append(real())
-        return made[-1]
-
-    before = _open_fds()
-    monkeypatch.setattr(step_processes.os, "pipe", pipe)  # os itself: undone after the test
-    with pytest.raises(ValueError, match=r"pipe 6 of the 6.*Too many open files.*limit of open files is \d+.*"
-                                         r"--write-processes.*ulimit -n"):
-        step_processes.ProcessWriter(3)
-    monkeypatch.undo()
-    assert len(made) == 5 and not _open_fds() - before  # every end closed
-    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == low_file_limit
-
-
 def test_a_failed_warm_up_is_reported_and_the_files_still_written(tmp_path, monkeypatch):
     """A worker's warm-up (made to fail here: numpy.random.default_rng, which only the warm-up
     calls, raises in the workers through a sitecustomize on their PYTHONPATH) is a warning and
@@ -376,7 +255,7 @@ def test_a_failed_warm_up_is_reported_and_the_files_still_written(tmp_path, monk
     n = 4
     writer = odatse_io.StepWriter(tmp_path / "p", ["a", "b"], 1.0 / np.logspace(0, 2, n), False, 1, n, processes=2)
     try:
-        values, ints = _chunks(n, [3])[0]
+        values, ints = chunk_records(n, [3])[0]
         with pytest.warns(UserWarning, match="warm-up failed .*default_rng refused by the test"):
             writer.on_steps(SimpleNamespace(rec_values=values, rec_ints=ints), 0, 2)
             writer.flush()
@@ -384,5 +263,5 @@ def test_a_failed_warm_up_is_reported_and_the_files_still_written(tmp_path, monk
         writer.close()
     workers = writer.profile()["workers"]
     assert all("RuntimeError: default_rng refused by the test" in k["warm_up_error"] for k in workers)
-    assert _write(tmp_path / "p2", n, 1, [3], 8, processes=0, threads=0) == {
+    assert write_steps(tmp_path / "p2", n, 1, [3], 8, processes=0, threads=0) == {
         str(p.relative_to(tmp_path / "p")): p.read_bytes() for p in sorted((tmp_path / "p").rglob("*.txt"))}

@@ -151,7 +151,7 @@ class CoordinateDescent(Solver):
 
     problem_type = Deconvolution
     resumable_options = ("kernel", "block", "kernel_warps")  # how, not what: a resume may change them
-    unroll = 8  # iterations per loop trip in the kernel form (8: 87.8 us/it at 4096^2 on an H200, 1: 99.3)
+    unroll = 8  # iterations per loop trip in the kernel form: fewer loop round-trips (docs/benchmarks.md)
     # The kernel form with one L for every pixel reads no Lipschitz map, only block marks (a quarter
     # fewer bytes per update, same results); False keeps the map (for the benchmark's before/after).
     constant_lipschitz_kernel = True

@@ -35,8 +35,8 @@ the others: over the blocks, the gradient's columns stacked back into coordinate
 can fuse them; same values as ``jax.value_and_grad`` up to rounding (tests/test_cute_fused.py).
 :func:`extended_rosenbrock_value_and_grad` also carries ``.along``
 (:func:`rosenbrock_along`): L-BFGS's line search evaluates f, g
-and ``g'd`` at ``x + stp d`` through it, on GPUs in one Pallas kernel (1.8x faster than XLA's
-form per evaluation on an H200), elsewhere by XLA.
+and ``g'd`` at ``x + stp d`` through it, on GPUs in one Pallas kernel (faster than XLA's
+form, which takes several kernels; docs/benchmarks.md), elsewhere by XLA.
 
 Extended Rosenbrock and Extended Powell agree with MGH term for term (the seed writes
 ``(1 - x)^2`` where MGH writes ``(x - 1)^2``, the same thing), as do their starting points.
@@ -191,11 +191,10 @@ def extended_rosenbrock_value_and_grad(x: jax.Array) -> tuple[jax.Array, jax.Arr
 
     Computed on ``(n,)`` throughout: each coordinate reads its pair partner as ``x`` shifted by one
     (no ``(n/2, 2)`` view, no interleaving; on ``x`` split over devices one value crosses each
-    boundary), and f's terms sit on the odd-numbered coordinates.  On
-    an H200 at n = 1e7 float64, XLA runs this evaluation (with the line search's ``x + stp d`` and
-    ``g'd``) in 0.144 ms, the block form 0.210 ms, ``jax.value_and_grad`` 0.189 ms (docs/benchmarks.md);
-    its ``.along`` (:func:`rosenbrock_along`) does that in one
-    Pallas kernel on GPUs (0.076 ms), and :class:`multiwalk.LBFGS` uses it there.
+    boundary), and f's terms sit on the odd-numbered coordinates: XLA runs this evaluation (with the
+    line search's ``x + stp d`` and ``g'd``) faster than the block form or ``jax.value_and_grad``
+    (docs/benchmarks.md); its ``.along`` (:func:`rosenbrock_along`) does that in one Pallas kernel on
+    GPUs, faster still, and :class:`multiwalk.LBFGS` uses it there.
     """
     n = _dimension(x, "extended_rosenbrock")
     check_n("extended_rosenbrock", n)

@@ -6,10 +6,9 @@ jax.numpy (``x + stp d``, :func:`~multiwalk.functions.cute.extended_rosenbrock_v
 ``d`` as their ``(n/2, 2)`` pairs, forms the trial point in registers, and writes ``g`` and
 per-program partial sums of ``f`` and ``g'd`` (summed by a small XLA reduction): 3 n values, the
 trial point never stored (L-BFGS's pass A forms it again from ``x`` and ``d``, which it reads
-anyway).  On an H200 at n = 1e7 float64 (2026-11-22, benchmarks/lbfgs_along.py): 0.076 ms per
-evaluation against XLA's 0.139 (the floor, 3 n values at 4223 GB/s, 0.057 ms); whole L-BFGS solves
-43.0 ms against 45.9 (1.57x against 1.68x the per-iteration floor), 151.9 against 165.8 ms at 5e7,
-with the same iterations and evaluations (docs/benchmarks.md, LBFGS).
+anyway).  One kernel reading and writing 3 n values comes close to the memory-bandwidth floor per
+evaluation where XLA's several kernels do not, and whole L-BFGS solves are faster with it, at the
+same iterations and evaluations (figures: docs/benchmarks.md, LBFGS).
 
 So it is the default: ``cute.extended_rosenbrock_value_and_grad`` (``cute.TABLE["extended_rosenbrock"]
 .value_and_grad``, what ``multiwalk lbfgs --function rosenbrock`` uses) carries

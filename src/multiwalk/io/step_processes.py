@@ -11,9 +11,9 @@ How the work is split (:func:`plan_pieces`): each of the ``W`` workers formats, 
   in the file.  The offsets are prefix sums of the pieces' byte lengths, which each worker sends
   to every other worker as soon as it has formatted its pieces (a pipe per ordered pair of
   workers, one message a chunk): worker ``w`` writes once it has the lengths of the chunk's
-  pieces of workers ``0 .. w-1`` and of every piece of the chunks before, one hop from each.
-  (Until 2026-11-22 the offsets came down a ring, worker ``w`` from worker ``w - 1`` after it
-  had them itself: a chain of ``W`` hand-overs and wake-ups per chunk.);
+  pieces of workers ``0 .. w-1`` and of every piece of the chunks before, one hop from each
+  (offsets passed down a ring, worker ``w`` from worker ``w - 1``, would cost a chain of ``W``
+  hand-overs and wake-ups per chunk);
 * temperature group ``w`` of ``W`` near-equal groups of the ``result_T<t>.txt`` files, which it
   owns and appends to (a result_T file gets only ``m`` lines a chunk: splitting them by steps
   would cost ``W`` writes per file).
@@ -88,10 +88,8 @@ def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
     :data:`AUTO_MIN_CORES` usable CPUs or :data:`AUTO_MIN_REPLICA_STEPS` replica-steps of step
     files, or off POSIX systems (the workers' links are pipes passed with ``pass_fds``), else half
     the CPUs, at most 16: the rest for the sampling (XLA's threads) and the parent's copying.
-    Chosen on a 16-core host (docs/benchmarks.md, ODAT-SE section, 2026-11-22 22:47 UTC, median of
-    3 interleaved runs at 256 x 2000 and 1024 x 500, the workers warmed up): 8 processes were
-    faster than 10 and 6 at both sizes (at 21:02, before the warm-up, 10 beat 12 and 14, when the
-    workers were the bound); other core counts were not measured."""
+    Chosen by measurement on a 16-core host, where half the CPUs were the fastest count at both
+    sizes measured (docs/benchmarks.md, ODAT-SE section); other core counts were not measured."""
     cpus = _usable_cpus() if cpus is None else int(cpus)
     if os.name != "posix" or cpus < AUTO_MIN_CORES or replica_steps < AUTO_MIN_REPLICA_STEPS:
         return 0
@@ -193,10 +191,10 @@ def _warm_up(formats: Any, t_series: Any) -> None:
     """Format a small made-up chunk (16 steps x 256 replicas) through the same functions as a real one,
     writing nothing: a fresh process's first polars and numpy calls pay one-time costs (polars'
     lazily set-up writer and thread pool, code pages read in), which on the 16-core host made the
-    first chunk of 32 steps x 1024 replicas take 53-82 ms against ~10 ms for each later one of 63
-    (docs/benchmarks.md, ODAT-SE section, 22:36 UTC), while the sampling waited for its slot.
+    first chunk takes several times as long as each later one (docs/benchmarks.md, ODAT-SE
+    section), while the sampling waits for its slot.
     Done while the parent compiles, so the first chunk does not pay them (nor the first large
-    buffers' page faults: hence not smaller; ~10 ms on the 2-core machine)."""
+    buffers' page faults: hence not smaller)."""
     m, n = 16, 256
     rng = np.random.default_rng(0)
     values = rng.uniform(-6, 6, (m, n, 3))

@@ -40,7 +40,7 @@ of devices.
 Two forms run the same steps (``kernel``): the XLA form, a few XLA kernels per step over all
 replicas, and on a GPU the Pallas form (:mod:`~multiwalk.solvers.exchange_kernel`), which runs
 the Metropolis steps between two exchanges in one kernel with every replica in registers, from
-the same random numbers (7.5 µs instead of 27 µs per step at 10^4 replicas on an H200).
+the same random numbers (several times faster per step; docs/benchmarks.md, ODAT-SE section).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from ._common import worst_if_nonfinite
 __all__ = ["KERNELS", "ExchangePlan", "Moves", "plan", "metropolis_steps", "DEFAULT_BLOCK", "DEFAULT_WARPS",
            "MAX_STEPS"]
 
-DEFAULT_BLOCK = 128  # replicas per Pallas program (a power of two); 128 x 4 warps was fastest on an H200
+DEFAULT_BLOCK = 128  # replicas per Pallas program (a power of two); 128 x 4 warps measured fastest
 DEFAULT_WARPS = 4  # warps per program: one replica per thread
 MAX_STEPS = 16  # steps one launch may run: their random numbers (K x R x (d + 1)) are drawn at once
 MAX_FREE = 64  # more coordinates than this: too many registers per replica

@@ -633,7 +633,7 @@ class LBFGS(Solver):
     resumable_options = ("kernel", "kernel_block", "kernel_warps")  # how, not what: a resume may change them
     # True: the fused one-device loop keeps both gradients in one (2, n) buffer when the line
     # search evaluates through value_and_grad.along.into (run_chunk): n values fewer per iteration,
-    # 3 n more per chunk.  Opt-in (a subclass) until measured on a GPU (benchmarks/lbfgs_rows.py);
+    # 3 n more per chunk.  Opt-in (a subclass) until a GPU measurement shows the gain;
     # False: pass B copies the new gradient into the loop's g buffer.
     gradient_rows: ClassVar[bool] = False
 

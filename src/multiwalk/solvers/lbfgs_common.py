@@ -83,9 +83,8 @@ def _solve_upper(R: jax.Array, v: jax.Array, transpose: bool, unrolled: bool = F
     """``R^-1 v`` (``transpose``: ``R^-T v``) for the small upper-triangular ``R`` (m, m).
 
     ``unrolled`` (the fused GPU path): by substitution unrolled over the static ``m``, a few small
-    fusions where ``solve_triangular`` is two cuBLAS trsm calls (the 7x7 algebra of a direction
-    alone: 0.017 ms instead of 0.062 ms on an H200, benchmarks/lbfgs_variants.py; whole solves
-    did not show the difference above their noise).  Elsewhere ``solve_triangular`` (LAPACK on a
+    fusions where ``solve_triangular`` is two cuBLAS trsm calls (faster for the small algebra of a
+    direction alone; whole solves did not show the difference above their noise).  Elsewhere ``solve_triangular`` (LAPACK on a
     CPU): the summation order of its rounding is what the XLA form's tests were written against
     (tests/test_devices.py's split run at eps = 1e-9 ends otherwise)."""
     if not unrolled:

@@ -45,10 +45,9 @@ __all__ = [
     "PASS_A_BLOCK", "PASS_A_WARPS", "PASS_A_STAGES",
 ]
 
-# Launches tuned on an H200 at n = 1e7 float64 (benchmarks/lbfgs_tune.py, 2026-11-22 20:51 UTC,
-# docs/benchmarks.md): whole solves 42.90 ms with these against 48.02 ms with 1024 x 4 for both
-# passes in the same run, the same iterations, evaluations and status.
-DEFAULT_BLOCK = 512  # pass B's columns per program (a power of two): 0.383 ms per call vs 0.402 at 1024
+# Launches tuned by measurement (docs/benchmarks.md): whole solves faster with these than with
+# 1024 x 4 for both passes, at the same iterations, evaluations and status.
+DEFAULT_BLOCK = 512  # pass B's columns per program (a power of two): faster per call than 1024
 DEFAULT_WARPS = 4
 # pass A (pair_products) alone: block, warps, blocks of columns per program, pipeline stages.
 # 8 blocks of 256 per program: each program folds its 33 sums across warps once per 2048 columns
@@ -67,8 +66,8 @@ def plan(kernel: str, m: int, starts: int, diag: bool, devices: int = 1) -> Kern
     with ``H0 = gamma I``, else XLA; ``"pallas"``: the kernels (interpret mode off
     GPUs) where they apply.  Several starts and a user ``diag`` run the XLA form.  ``devices``:
     how many devices one problem is split over along ``n``: the kernels then run split
-    (:func:`pair_products_split`), under ``"auto"`` too (on 2 H200s at n = 1e9: 48.0 ms per
-    iteration against the XLA form's 87.1; docs/benchmarks.md, scaling)."""
+    (:func:`pair_products_split`), under ``"auto"`` too (faster per iteration than the XLA form;
+    docs/benchmarks.md, scaling)."""
     if kernel == "xla":
         return KernelPlan(False, False, "kernel='xla' was asked for")
     name, on_gpu = backend(_GPU_BACKENDS)

@@ -38,7 +38,7 @@ from ._common import worst_if_nonfinite
 
 __all__ = ["KERNELS", "KernelPlan", "Sweeps", "plan", "sweeps", "DEFAULT_BLOCK", "DEFAULT_WARPS", "MAX_ITERATIONS"]
 
-DEFAULT_BLOCK = 32  # walkers per Pallas program (a power of two); 32 x 1 warp was fastest on an H200
+DEFAULT_BLOCK = 32  # walkers per Pallas program (a power of two); 32 x 1 warp measured fastest
 DEFAULT_WARPS = 1  # warps per program: block / (32 * warps) walkers per thread
 MAX_ITERATIONS = 64  # iterations one launch may run (its per-iteration best rows: max_iter x programs x d)
 MAX_FREE = 256  # more free parameters than this: the unrolled sweep would be too long to compile

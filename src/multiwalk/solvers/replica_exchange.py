@@ -82,8 +82,8 @@ class ReplicaExchange(Solver):
     step0 : initial step width as a fraction of (upper - lower); the seed uses 1/50.
     exchange_unroll : how many of the nbeta sequential exchange attempts are unrolled in the
         compiled loop; results do not depend on it.  ``None``: 8 on GPUs (fewer loop
-        round-trips: 3x faster for small runs, measured on an H200) and 1 on CPUs (where
-        unrolling only lengthens compilation, 2 s -> 8 s).
+        round-trips, which dominate small runs) and 1 on CPUs (where unrolling only lengthens
+        compilation).
 
     The problem's ``x0`` (not in the seed), if given, starts every temperature of sequence ``k`` at
     ``x0[k]`` (``x0`` of shape ``(n,)``: sequence 0; ``(K, n)``: sequences 0 .. K-1, K <= nseq); the
@@ -229,11 +229,11 @@ class ReplicaExchange(Solver):
         log_us = jnp.log(jax.random.uniform(k_accept, (nf, ns, nb), dt))
         # The normals are stored once (80 bytes per chain-iteration), made in one kernel: left
         # free, XLA fused their threefry + erf_inv into trials' kernels, several trials' at a time
-        # in one multi-output kernel, at places that change with nseq (~0.1 ns per normal there
-        # against ~0.025 stored, on an H200).  With this, 3.1 to 3.3 ns per chain-iteration from
-        # 1M to 8.4M chains (Rastrigin-10), was 3.1 to 3.7; same chains bit for bit, CPU and H200.
+        # in one multi-output kernel, at places that change with nseq, where a normal costs several
+        # times what a stored one does.  Stored, the time per chain-iteration stays flat as the
+        # chains grow (docs/benchmarks.md); the same chains bit for bit, on CPUs and GPUs.
         # Not the choices and uniforms too: with those barred, XLA fused the trial points (x via
-        # the earlier trials' selects) into the chi2 reductions (6 to 7 ns per chain-iteration).
+        # the earlier trials' selects) into the chi2 reductions, about twice as slow.
         normals = jax.lax.optimization_barrier(normals)
 
         def metropolis(s: int, st: ReplicaExchangeState) -> ReplicaExchangeState:
@@ -249,10 +249,9 @@ class ReplicaExchange(Solver):
             # proposal (the gather of x_j through the chain of this iteration's earlier selects,
             # + step_j * normal) into the chi2 reduction below, which broadcasts it over n_free,
             # so every chain gathers it n_free times.  It did so in some trials, at places that
-            # change with nseq (its cost model): ~1 ns per chain and trial instead of ~0.15 on an
-            # H200, 5 to 8 ns per chain-iteration (Rastrigin-10) where this takes 3.1 to 3.7.
-            # Same chains: bit for bit on CPUs; on an H200 the same points, chi2 differing in
-            # rounding where XLA now emits the reduction differently.
+            # change with nseq (its cost model), several times slower per chain and trial.
+            # Same chains: bit for bit on CPUs; on GPUs the same points, chi2 differing in
+            # rounding where XLA emits the reduction differently.
             proposal = jax.lax.optimization_barrier(proposal)
             inside = (proposal >= lo_s) & (proposal <= hi_s)
             x_new = jnp.where(onehot, proposal[..., None], st.x)
