@@ -10,13 +10,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import multiwalk as mw
 from multiwalk.solvers._common import worst_if_nonfinite
 from multiwalk.solvers.lbfgs import LBFGSStatus
 from multiwalk.solvers.more_thuente import LineSearchParams, line_search_init, line_search_update
 
-jax.config.update("jax_enable_x64", True)
+pytestmark = pytest.mark.usefixtures("float64")  # float64 for this module only
 
 
 def test_one_rule_for_nan_and_both_infinities():

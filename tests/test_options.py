@@ -13,7 +13,7 @@ import multiwalk as mw
 from multiwalk.functions import yao
 from multiwalk.solve import run_key
 
-jax.config.update("jax_enable_x64", True)
+pytestmark = pytest.mark.usefixtures("float64")  # float64 for this module only
 
 BOX = dict(lower=-np.ones(2), upper=np.ones(2))
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from odatse_inputs import himmelblau_exchange, run_cli
-from test_step_processes import _chunks
+from step_records import chunk_records
 
 from multiwalk.io import odatse as odatse_io
 from multiwalk.io.step_processes import PROFILE_PHASES
@@ -34,7 +34,7 @@ def test_profile_accounts_for_every_chunk_and_worker(tmp_path):
     writer = odatse_io.StepWriter(tmp_path, ["a", "b"], 1.0 / np.logspace(0, 2, n), False, 1, n, processes=workers)
     step = 0
     try:
-        for values, ints in _chunks(n, chunks):
+        for values, ints in chunk_records(n, chunks):
             m = values.shape[0]
             writer.on_steps(SimpleNamespace(rec_values=values, rec_ints=ints), step, step + m - 1)
             writer.flush()  # each chunk sent on its own (a flush dispatches the open slot)
@@ -90,7 +90,7 @@ def test_warm_up_runs_on_any_ladder_and_is_reported(tmp_path):
     n = 4
     writer = odatse_io.StepWriter(tmp_path, ["a", "b"], 1.0 / np.logspace(0, 2, n), False, 1, n, processes=2)
     try:
-        values, ints = _chunks(n, [3])[0]
+        values, ints = chunk_records(n, [3])[0]
         writer.on_steps(SimpleNamespace(rec_values=values, rec_ints=ints), 0, 2)
     finally:
         writer.close()
