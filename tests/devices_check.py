@@ -67,7 +67,7 @@ def main() -> dict:
     a1, b4 = (mw.solve(rastrigin4, ps1024, seed=4, progress=False, devices=k) for k in (1, 4))
     out["ps1024_x_ulps"] = ulps(b4.x, a1.x)
     out["ps1024_x_same"] = bool(np.array_equal(a1.x, b4.x))
-    out["ps1024_fun"] = [a1.fun, b4.fun]
+    out["ps1024_fun"] = [float(a1.fun), float(b4.fun)]  # exact: float32 -> float64
 
     # A checkpoint written on 4 devices resumes on 1: interrupted after the first chunk, then resumed
     with tempfile.TemporaryDirectory() as tmp:

@@ -35,7 +35,7 @@ def end_status(status: Status, success_message: str, found_finite: bool, failed_
     return status, success_message if status == Status.SUCCESS else status.describe()
 
 
-def value_at_point(problem: Problem, x: np.ndarray, found: float) -> np.floating:
+def value_at_point(problem: Problem, x: np.ndarray, found: float | np.floating) -> float | np.floating:
     """The value to report at the point a run found: chi2 of ONE full point ``x`` (n,) by the
     one-point program on the default device (compiled once per problem), or ``found`` (the run's own value) where that is
     not finite (no finite point was found: ``x`` is only a start).
@@ -44,11 +44,12 @@ def value_at_point(problem: Problem, x: np.ndarray, found: float) -> np.floating
     batch each device holds (on the CPU, batches of 1024 points or more take other kernels that
     round differently), so the same ``x`` may get values an ulp apart on 1 and on 4 devices.
     Evaluated here, the reported value depends on ``x`` alone, not on how the run was split."""
-    dtype = np.dtype(problem.dtype)  # a scalar of the problem's dtype, as the run's own values are
     if not np.isfinite(found):
-        return dtype.type(found)
-    point = np.asarray(x, dtype=dtype)
-    return dtype.type(np.asarray(cached_jit(problem, None, "value_at_point", problem.chi2_full)(point)))
+        return found
+    point = np.asarray(x, dtype=problem.dtype)
+    value = np.asarray(cached_jit(problem, None, "value_at_point", problem.chi2_full)(point))
+    # the type the solver reports (a NumPy scalar of the run's dtype, or a Python float)
+    return found.dtype.type(value) if isinstance(found, np.generic) else float(value)
 
 
 class Phase(NamedTuple):
