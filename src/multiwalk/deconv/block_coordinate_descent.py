@@ -51,7 +51,7 @@ import scipy.fft
 from ..compile_cache import cached_jit  # kept across solve() calls of the same problem
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
-from .coordinate_descent import proximal_step
+from .coordinate_descent import check_elastic_net_options, proximal_step
 from .problem import Deconvolution
 from .result import DeconvolutionResult, final_model, final_status
 
@@ -229,17 +229,10 @@ class BlockCoordinateDescent(Solver):
     problem_type = Deconvolution
 
     def __post_init__(self) -> None:
-        for name in ("lam", "alpha", "epsilon", "ridge"):
-            check_number_option(name, getattr(self, name))
-        if self.lam < 0:
-            raise ValueError(f"lam must be >= 0 (the regularisation weight), got {self.lam!r}")
-        if not 0 <= self.alpha <= 1:
-            raise ValueError(f"alpha must be in [0, 1] (1: L1 only, 0: L2 only), got {self.alpha!r}")
-        if self.epsilon <= 0:
-            raise ValueError(f"epsilon must be > 0 (the relative pixel change that goes on), got {self.epsilon!r}")
+        check_elastic_net_options(self.lam, self.alpha, self.epsilon, self.max_iterations)
+        check_number_option("ridge", self.ridge)
         if self.ridge <= 0:
             raise ValueError(f"ridge must be > 0 (relative to sum PSF^2, e.g. 1e-3), got {self.ridge!r}")
-        check_int_option("max_iterations", self.max_iterations, 1)
         check_int_option("block", self.block, 4)
         check_int_option("max_solves", self.max_solves, 1)
 

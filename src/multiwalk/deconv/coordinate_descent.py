@@ -71,6 +71,20 @@ from .result import DeconvolutionResult, final_model, final_status
 __all__ = ["CoordinateDescent", "proximal_step"]
 
 
+def check_elastic_net_options(lam: float, alpha: float, epsilon: float, max_iterations: int) -> None:
+    """The options every elastic-net deconvolution solver shares: ValueError/TypeError naming the
+    option, the value and what is allowed."""
+    for name, value in (("lam", lam), ("alpha", alpha), ("epsilon", epsilon)):
+        check_number_option(name, value)
+    if lam < 0:
+        raise ValueError(f"lam must be >= 0 (the regularisation weight), got {lam!r}")
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1] (1: L1 only, 0: L2 only), got {alpha!r}")
+    if epsilon <= 0:
+        raise ValueError(f"epsilon must be > 0 (the relative pixel change that goes on), got {epsilon!r}")
+    check_int_option("max_iterations", max_iterations, 1)
+
+
 def proximal_step(gradient: Any, x: Any, lipschitz: Any, lam: float, alpha: float) -> Any:
     """The optimal new value of a pixel, ``max(g + x L - lam alpha, 0) / (L + (1 - alpha) lam)`` (seed eq. 3.6).
 
@@ -157,15 +171,7 @@ class CoordinateDescent(Solver):
     constant_lipschitz_kernel = True
 
     def __post_init__(self) -> None:
-        for name in ("lam", "alpha", "epsilon"):
-            check_number_option(name, getattr(self, name))
-        if self.lam < 0:
-            raise ValueError(f"lam must be >= 0 (the regularisation weight), got {self.lam!r}")
-        if not 0 <= self.alpha <= 1:
-            raise ValueError(f"alpha must be in [0, 1] (1: L1 only, 0: L2 only), got {self.alpha!r}")
-        if self.epsilon <= 0:
-            raise ValueError(f"epsilon must be > 0 (the relative pixel change that goes on), got {self.epsilon!r}")
-        check_int_option("max_iterations", self.max_iterations, 1)
+        check_elastic_net_options(self.lam, self.alpha, self.epsilon, self.max_iterations)
         check_int_option("refresh_every", self.refresh_every, 1, none_ok=True)
         check_int_option("update_window", self.update_window, 1, none_ok=True)
         if self.update_window is not None and self.update_window % 2 == 0:
