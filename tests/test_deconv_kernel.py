@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from psfs import ringing_psf
 from ulp import assert_close_ulp
 
 import multiwalk as mw
@@ -17,10 +18,7 @@ def field(n: int, p: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     import scipy.signal
 
     rng = np.random.default_rng(seed)
-    y, x = np.mgrid[:p, :p] - p // 2
-    r = np.hypot(x, y)
-    psf = np.exp(-0.5 * (r / 1.5) ** 2) + 0.05 * np.cos(r / 2.5) * np.exp(-r / 8)
-    psf /= psf[p // 2, p // 2]
+    psf = ringing_psf(p, lobe=0.05, period=2.5, decay=8)
     truth = np.zeros((n, n))
     idx = rng.integers(2, n - 2, (8, 2))
     truth[idx[:, 0], idx[:, 1]] = rng.uniform(0.5, 2.0, 8)
@@ -134,10 +132,7 @@ def test_autocorrelation_lipschitz_descends_where_exact_fails():
     # (it did: its tracked objective went negative and the true one never moved), and it is not
     # offered.  A source in the corner: the steps with AC[0] converge.
     n, p = 24, 48
-    y, x = np.mgrid[:p, :p] - p // 2
-    r = np.hypot(x, y)
-    psf = np.exp(-0.5 * (r / 1.5) ** 2) + 0.05 * np.cos(r / 2.5) * np.exp(-r / 8)
-    psf /= psf[p // 2, p // 2]
+    psf = ringing_psf(p, lobe=0.05, period=2.5, decay=8)
     truth = np.zeros((n, n))
     truth[0, 0] = truth[12, 12] = 1.0
     import scipy.signal

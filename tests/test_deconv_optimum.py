@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.optimize
+from psfs import ringing_psf
 
 import multiwalk as mw
 
@@ -61,10 +62,7 @@ def case(request) -> dict:
     """Five point sources (two at edges) under a PSF with ringing side lobes, plus noise."""
     p = request.param
     rng = np.random.default_rng(p)
-    y, x = np.mgrid[:p, :p] - p // 2
-    r = np.hypot(x, y)
-    psf = np.exp(-0.5 * (r / 1.5) ** 2) + 0.1 * np.cos(r / 2.0) * np.exp(-r / 6)
-    psf /= psf[p // 2, p // 2]
+    psf = ringing_psf(p, lobe=0.1, period=2.0, decay=6)
     truth = np.zeros((N, N))
     truth[[3, 10, 15, 0, 19], [4, 9, 16, 11, 0]] = [1.5, 1.0, 0.7, 0.8, 1.2]
     a = convolution_matrix(psf, N)
