@@ -2,12 +2,49 @@
 
 from __future__ import annotations
 
-import jax
-import pytest
-import subprocess_check
-from lbfgs_cases import X100, rosen, solve
+import os
+import shutil
+import tempfile
 
-import multiwalk as mw
+# XLA's CPU backend at -O0 (LLVM's optimisation passes off) for the test processes and the
+# subprocesses they start: the suite is mostly compilation of small programs, which this makes
+# about a third faster.  IEEE semantics are kept at every level; comparisons between differently
+# compiled programs use ulp tolerances anyway.  Set before JAX makes its CPU client (on first use).
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+import subprocess_check  # noqa: E402
+from lbfgs_cases import X100, rosen, solve  # noqa: E402
+
+import multiwalk as mw  # noqa: E402
+
+_CACHE_VARIABLE = "MULTIWALK_TEST_COMPILATION_CACHE"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One JAX compilation cache for the whole run: the two xdist workers and every subprocess a
+    test starts compile many of the same programs (the same solver on the same problem from
+    different test files), and XLA's CPU compile is most of the suite's time.  A cached executable
+    is the program XLA would build again, so every comparison means what it did; the directory is
+    made fresh for each run and removed at its end (see pytest_unconfigure)."""
+    if _CACHE_VARIABLE not in os.environ:  # the controlling process; xdist workers inherit it
+        os.environ[_CACHE_VARIABLE] = tempfile.mkdtemp(prefix="multiwalk-test-jax-cache-")
+        config._multiwalk_made_cache = True  # type: ignore[attr-defined]
+    settings = {
+        "JAX_COMPILATION_CACHE_DIR": os.environ[_CACHE_VARIABLE],
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    }
+    os.environ.update(settings)  # for the subprocesses tests start
+    for name, value in settings.items():  # for this process, whose jax is already imported
+        jax.config.update(name.lower(), os.environ[_CACHE_VARIABLE] if name.endswith("DIR") else int(value))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if getattr(config, "_multiwalk_made_cache", False):
+        shutil.rmtree(os.environ.pop(_CACHE_VARIABLE), ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

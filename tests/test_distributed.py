@@ -32,9 +32,11 @@ INPUT = himmelblau_exchange(numsteps=60, numsteps_exchange=5)
 
 
 def _env(devices: int) -> dict[str, str]:
+    # a clean environment but for the test run's compilation cache and optimisation level (conftest.py)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "MULTIWALK_", "JAX_"))}
+    env.update({k: v for k, v in os.environ.items() if k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))})
     env["JAX_PLATFORMS"] = "cpu"
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0"
     env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 

@@ -502,25 +502,27 @@ def test_64_bit_seeds_keep_their_high_half():
 
 
 def test_a_second_solve_reuses_the_compiled_loop_and_a_changed_problem_does_not():
-    # The first solve compiles (seconds); a second on the same problem and solver reuses the
-    # executables (compile_seconds is then only a cache look-up, far under the first) and gives
-    # the same samples.  args are arguments of the compiled loop: changed in place, they are used
-    # at once without compiling.  Bounds are compiled in: changed in place, they compile anew.
+    # A second solve on the same problem and solver reuses the kept executable (no loop is
+    # compiled: the newest kept loop is the same object) and gives the same samples.  args are
+    # arguments of the compiled loop: changed in place, they are used at once without compiling.
+    # Bounds are compiled in: changed in place, a new loop is compiled.  (Reuse is checked by the
+    # kept executables, not by compile time, which XLA's own disk cache can make small anyway.)
     # nburn=0: only the sampling loop is compiled (half the compilation), and it is cached like any.
     problem = mw.Problem(objective=lambda x, a: ((x - a) ** 2).sum(), lower=[-5.0] * 2, upper=[5.0] * 2,
                          args=np.array([1.0, -1.0]))
     solver = mw.ReplicaExchange(nseq=2, nbeta=4, nburn=0, niter=10)
     first = mw.solve(problem, solver, seed=0, progress=False)
+    loop = compile_cache.compiled_loops()[-1]
     second = mw.solve(problem, solver, seed=0, progress=False)
-    assert second.stats["compile_seconds"] < 0.2 * first.stats["compile_seconds"]
+    assert compile_cache.compiled_loops()[-1] is loop
     assert np.array_equal(first.samples, second.samples)
     problem.args[:] = [3.0, 3.0]
     moved = mw.solve(problem, solver, seed=0, progress=False)
-    assert moved.stats["compile_seconds"] < 0.2 * first.stats["compile_seconds"]
+    assert compile_cache.compiled_loops()[-1] is loop
     assert not np.array_equal(first.samples, moved.samples)
     problem.lower[:] = -4.0
-    narrowed = mw.solve(problem, solver, seed=0, progress=False)
-    assert narrowed.stats["compile_seconds"] > 0.2 * first.stats["compile_seconds"]
+    mw.solve(problem, solver, seed=0, progress=False)
+    assert compile_cache.compiled_loops()[-1] is not loop
 
 
 def test_new_data_for_the_same_model_reuses_the_compiled_loop_and_gives_its_own_answer():
@@ -537,10 +539,11 @@ def test_new_data_for_the_same_model_reuses_the_compiled_loop_and_gives_its_own_
         return mw.Problem(model=line, data=1.0 + slope * t, sigma=0.1, lower=[-5.0, -5.0], upper=[5.0, 5.0], args=t)
 
     first = mw.solve(problem(2.0), solver, seed=0, progress=False)
+    loop = compile_cache.compiled_loops()[-1]
     shared = mw.solve(problem(-1.0), solver, seed=0, progress=False)
-    assert shared.stats["compile_seconds"] < 0.2 * first.stats["compile_seconds"]
+    assert compile_cache.compiled_loops()[-1] is loop  # no loop compiled for the new data
     compile_cache.clear_loops()
     fresh = mw.solve(problem(-1.0), solver, seed=0, progress=False)
-    assert fresh.stats["compile_seconds"] > 0.2 * first.stats["compile_seconds"]
+    assert compile_cache.compiled_loops()[-1] is not loop
     assert np.array_equal(shared.samples, fresh.samples) and np.array_equal(shared.chi2, fresh.chi2)
     assert not np.array_equal(shared.samples, first.samples)
