@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 from odatse_inputs import ctrl_c_after_chunks, himmelblau_exchange, output_files, run_cli
-from ulp import assert_fields_close_ulp
+from ulp import assert_close_ulp, assert_fields_close_ulp
 
 import multiwalk as mw
 from multiwalk.cli import main
@@ -420,7 +420,11 @@ def test_output_files_have_odatse_layout(full_run):
     assert list(best) == ["nprocs", "rank", "step", "walker", "fx", "z1", "z2"] and best["nprocs"] == "4"
     result_rows = [ln.split() for r in (0, 1) for ln in (out / str(r) / "result.txt").read_text().splitlines()[1:]]
     fx_all = np.array([float(w[3]) for w in result_rows])
-    assert float(best["fx"]) == fx_all.min()
+    # best_result.txt's fx is f at the best point by the one-point program (value_at_point), the
+    # logged values come from the batched program: differently compiled, so equal up to rounding.
+    # Himmelblau's value there (~0.07) is a sum of squares of terms ~11 that cancel: counted in
+    # the spacing of 11 (scale), a few ulp of those terms.
+    assert_close_ulp(float(best["fx"]), fx_all.min(), 8, "best fx against the smallest logged fx", scale=11.0)
     fx_lines = (out / "fx.txt").read_text().splitlines()
     assert fx_lines[:6] == ["# $1: 1/T", "# $2: mean of f(x)", "# $3: standard error of f(x)",
                             "# $4: number of replicas [Not used for exchange MC]", "# $5: log(Z/Z0)", "# $6: acceptance ratio"]
