@@ -36,7 +36,9 @@ def raw_uvfits(path: Path, *, uu_s, vv_s, baseline, jd, cube, stokes=(-1, -2, -3
     (G, stokes, 3) real, imaginary, weight; ``stokes`` the STOKES axis' codes (equally spaced).
     """
     n = len(jd)
-    data = np.asarray(cube, np.float32).reshape(n, 1, 1, 1, 1, len(stokes), 3)
+    cube = np.asarray(cube, np.float32)
+    channels = cube.shape[1] if cube.ndim == 4 else 1  # (G, channels, stokes, 3) for several channels
+    data = cube.reshape(n, 1, 1, 1, channels, len(stokes), 3)
     day = np.floor(np.asarray(jd) - 0.5) + 0.5
     pardata = [np.asarray(uu_s) / pscal, np.asarray(vv_s) / pscal, np.zeros(n), np.asarray(baseline, float), day,
                np.asarray(jd) - day]
@@ -107,6 +109,39 @@ def test_stokes_i_file(tmp_path: Path) -> None:
     data = read_uvfits(path)
     assert data.vis.tolist() == [0.5 - 0.25j, 1.5]
     assert data.sigma.tolist() == [0.25, 0.5]
+
+
+def test_channels_are_combined_by_weight(tmp_path: Path) -> None:
+    """Two frequency channels: I is their inverse-variance weighted mean, a flagged channel is left out."""
+    cube = np.zeros((2, 2, 2, 3))  # (rows, channels, RR LL, complex)
+    cube[0, 0] = [[1.0, 0.0, 1.0], [1.0, 0.0, 1.0]]
+    cube[0, 1] = [[4.0, 2.0, 3.0], [4.0, 2.0, 3.0]]
+    cube[1, 0] = [[1.0, 0.0, 1.0], [1.0, 0.0, 1.0]]
+    cube[1, 1] = [[np.nan, 0.0, 3.0], [4.0, 2.0, 3.0]]  # RR of channel 1 is not finite: the channel is flagged
+    path = tmp_path / "channels.uvfits"
+    raw_uvfits(path, uu_s=[1e-5, 2e-5], vv_s=[0, 0], baseline=[258, 259], jd=[2457848.5] * 2, cube=cube,
+               stokes=(-1, -2))
+    data = read_uvfits(path)
+    assert data.vis.tolist() == pytest.approx([(2 * 1 + 6 * (4 + 2j)) / 8, 1.0])
+    assert data.sigma.tolist() == pytest.approx([1 / np.sqrt(8), 1 / np.sqrt(2)])
+
+
+def test_description_follows_the_rows(tmp_path: Path) -> None:
+    data = _rows([0, 0, 0], [1, 1, 2], [2, 3, 3], np.array([3.0, 4j, 1.0]), np.array([0.1, 0.1, 0.1]))
+    data = UVData(**{**data.__dict__, "source": "M87", "freq_hz": FREQ, "origin": "x.uvfits",
+                     "dropped": {"flagged or zero weight": 4}, "history": ["read 3 of 7 rows"]})
+    part = data.select(data.ant1 == 1)
+    assert (part.source, part.freq_hz, part.origin, part.stations) == ("M87", FREQ, "x.uvfits", data.stations)
+    assert part.dropped == data.dropped and part.dropped is not data.dropped
+    np.testing.assert_array_equal(part.station_xyz[2], data.station_xyz[2])
+    assert part.describe() == ("2 visibilities of M87 at 229.071 GHz, 1 times, 3 stations (AA AP SM), from x.uvfits\n"
+                               "dropped 4 rows: flagged or zero weight\nread 3 of 7 rows")
+    with pytest.raises(TypeError, match="with_rows takes the row arrays"):
+        data.with_rows(flux=np.ones(3))
+    with pytest.raises(ValueError, match="UVData.freq_hz=-1.0: the reference frequency must be positive"):
+        UVData(**{**data.__dict__, "freq_hz": -1.0})
+    with pytest.raises(ValueError, match=r"UVData.station_xyz\[1\] has shape \(2,\)"):
+        UVData(**{**data.__dict__, "station_xyz": {1: [0.0, 1.0]}})
 
 
 def test_round_trip(tmp_path: Path) -> None:
