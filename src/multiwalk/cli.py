@@ -1,8 +1,9 @@
 """The ``multiwalk`` command line.
 
 Subcommands (argparse): ``lbfgs`` lives here; ``demo`` (the xringaus fit to simulated EHT
-data), ``run`` (ODAT-SE's input.toml), ``neighborlist`` and ``image`` (deconvolution from
-visibilities) live in :mod:`multiwalk.commands` (:data:`SUBCOMMAND_MODULES`).
+data), ``run`` (ODAT-SE's input.toml), ``neighborlist``, ``image`` (deconvolution from
+visibilities) and ``fit-eht`` (a ring model fitted to an EHT UVFITS file) live in
+:mod:`multiwalk.commands` (:data:`SUBCOMMAND_MODULES`).
 
 ``multiwalk lbfgs``
     The driver program of the CUDA L-BFGS seed: minimise one of its five CUTE test functions
@@ -53,7 +54,7 @@ FUNCTIONS: dict[str, tuple[str, str]] = {
 #: has ``add_parser(commands)``, which adds its subparser and sets ``handler`` and ``command_parser``
 #: like ``lbfgs`` below.  Those modules import their heavy dependencies inside the handler, so
 #: ``multiwalk --help`` stays fast.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("run", "neighborlist", "demo", "image")
+SUBCOMMAND_MODULES: tuple[str, ...] = ("run", "neighborlist", "demo", "image", "fit_eht")
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -5,7 +5,10 @@
 * :func:`closure_phases`, :func:`log_closure_amplitudes`: maximal independent sets per time
   (chosen by rank), with sigmas and :func:`closure_covariance`; the model side
   :func:`model_closure_phases`, :func:`model_log_closure_amplitudes`;
-* :func:`fit_xringaus`: ReplicaExchange on amplitudes + closure phases -> :class:`XringausFit`.
+* :func:`fit_xringaus`: ReplicaExchange on amplitudes + closure phases -> :class:`XringausFit`;
+* :func:`fit_uvfits` / :func:`fit_eht`: any registered model fitted to a UVFITS file's (a
+  :class:`~multiwalk.io.UVData`'s) closure phases, log closure amplitudes and amplitudes (station
+  gains marginalised per scan) -> :class:`EHTFit`, with the ring's diameter, width and bright side.
 """
 
 from .array import ARRAYS, StationArray, load_array, read_array
@@ -22,6 +25,8 @@ from .closure import (
     select_independent,
 )
 from .fit import SEED_SOLVER, XringausFit, fit_xringaus, interval_summary, xringaus_problem
+from .fit_eht import EHT_SOLVER, EHTFit, eht_problem, fit_eht, fit_uvfits
+from .likelihood import PRODUCTS, EHTTerms, eht_terms
 from .simulate import SGRA_DEC_DEG, SGRA_RA_HOURS, gmst_hours, simulate, thermal_sigma, uv_tracks
 
 __all__ = [
@@ -39,6 +44,14 @@ __all__ = [
     "log_closure_amplitudes",
     "model_log_closure_amplitudes",
     "select_independent",
+    "EHT_SOLVER",
+    "EHTFit",
+    "EHTTerms",
+    "PRODUCTS",
+    "eht_problem",
+    "eht_terms",
+    "fit_eht",
+    "fit_uvfits",
     "SEED_SOLVER",
     "XringausFit",
     "fit_xringaus",

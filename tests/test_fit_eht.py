@@ -1,0 +1,127 @@
+"""Fits to EHT data products: the likelihood's terms against dense formulas, the station gains
+profiled per scan, ``multiwalk fit-eht`` on a simulated ring written as UVFITS, bad input, and
+the public M87 2017 data (skipped when absent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multiwalk as mw
+from multiwalk.cli import main
+from multiwalk.eht import closure_covariance, eht_terms, load_array, simulate
+from multiwalk.eht.likelihood import parse_products, product_chi2
+from multiwalk.io import scan_average, write_uvfits
+from multiwalk.io.uvprep import scan_numbers
+from multiwalk.models.xringaus import xringaus
+
+M87_RA_HOURS, M87_DEC_DEG = 187.7059307575226 / 15, 12.39112323919932
+M87 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "eht" / "m87_2017"
+RING = np.array([0.6, 22.0, 0.7, 0.0, 0.2, 0.5, 1.0, 0.0, 0.3])  # xringaus: a thin ring, no Gaussian
+OTHER = RING * np.array([1.2, 1.1, 0.9, 1.0, 1.5, 1.0, 1.0, 1.0, 1.0]) + np.array([0, 0, 0, 0.1, 0, 0, 0, 0.1, 0.5])
+
+
+def _observe(seed: int = 3, gains_sigma: float = 0.0, **kw) -> mw.io.UVData:
+    """A small simulated observation of RING (EHT 2017 array, scans every 2 h), with random
+    station gains per scan of log-width ``gains_sigma`` applied to the visibilities."""
+    data = simulate(load_array("EHT2017"), lambda u, v: np.asarray(xringaus(RING, u, v)), cadence_seconds=7200.0,
+                    scan_seconds=300.0, ra_hours=M87_RA_HOURS, dec_deg=M87_DEC_DEG, seed=seed, **kw)
+    if gains_sigma:
+        scan, _ = scan_numbers(data.mjd)
+        log_g = np.random.default_rng(seed).normal(0, gains_sigma, (scan.max() + 1, max(data.stations) + 1))
+        data = data.with_rows(vis=data.vis * np.exp(log_g[scan, data.ant1] + log_g[scan, data.ant2]))
+    return data
+
+
+def _chi2(terms, params=OTHER) -> dict[str, float]:
+    args = terms.args(np.float64)
+    values = jax.jit(lambda p, a: product_chi2(xringaus, terms.products, p, a))(jnp.asarray(params), args)
+    return dict(zip(terms.products, np.asarray(values).tolist()))
+
+
+def test_closure_terms_match_the_dense_formulas() -> None:
+    data = _observe()
+    model = np.asarray(xringaus(OTHER, data.u, data.v))
+    plain, whitened = (eht_terms(data, "cphase,logcamp", covariance=c) for c in (False, True))
+    got, got_cov = _chi2(plain), _chi2(whitened)
+    for name, closures in (("cphase", plain.cphase), ("logcamp", plain.logcamp)):
+        if name == "cphase":
+            model_values = np.asarray(mw.eht.model_closure_phases(model, closures.index, closures.conj))
+            r = np.angle(np.exp(1j * (model_values - closures.value)))
+        else:
+            r = np.asarray(mw.eht.model_log_closure_amplitudes(model, closures.index)) - closures.value
+        assert got[name] == pytest.approx(np.sum((r / closures.sigma) ** 2), rel=1e-5)  # float32 sums
+        # with the covariance: r^T C^-1 r per time, C from closure_covariance
+        blocks = closure_covariance(closures, data)
+        dense = sum(r[closures.mjd == t] @ np.linalg.solve(c, r[closures.mjd == t])
+                    for t, c in zip(np.unique(closures.mjd), blocks))
+        assert got_cov[name] == pytest.approx(dense, rel=1e-5)  # float32 sums
+        assert got_cov[name] != pytest.approx(got[name], rel=1e-3)  # the covariance matters
+
+
+def test_amplitude_gains_are_profiled_per_scan() -> None:
+    """chi2_amp = min over log gains of the log-amplitude chi2 plus the gain prior, which is also
+    the marginal chi2 r^T (D^-1 + s^2 A A^T)^-1 r of each scan (the gains integrated out)."""
+    data = _observe(gains_sigma=0.1)
+    terms = eht_terms(data, "amp", gain_sigma=0.1)
+    got = _chi2(terms)["amp"]
+    r = np.log(data.amplitude) - np.log(np.abs(np.asarray(xringaus(OTHER, data.u, data.v))))
+    var = (data.sigma / data.amplitude) ** 2
+    scan, _ = scan_numbers(data.mjd)
+    dense = 0.0
+    for s in np.unique(scan):
+        rows = scan == s
+        stations = np.unique(np.concatenate([data.ant1[rows], data.ant2[rows]]))
+        design = (data.ant1[rows, None] == stations) + (data.ant2[rows, None] == stations)
+        cov = np.diag(var[rows]) + 0.1**2 * design @ design.T
+        dense += r[rows] @ np.linalg.solve(cov, r[rows])
+    assert got == pytest.approx(dense, rel=1e-5)  # float32 sums
+
+
+def test_best_gains_recover_the_applied_ones() -> None:
+    data = _observe(gains_sigma=0.1, noise=False)
+    terms = eht_terms(data, "amp", gain_sigma=10.0)  # a wide prior: the data decide
+    assert _chi2(terms, RING)["amp"] < 1e-6  # the true model with its gains fits exactly
+    truth = eht_terms(_observe(noise=False), "amp")
+    stations, gains = terms.gains(np.asarray(xringaus(RING, data.u, data.v)))
+    ratio = data.amplitude / truth.data.amplitude  # the applied g_a g_b, per row
+    scan = terms.scan_of_rows()
+    fitted = gains[scan, np.searchsorted(stations, data.ant1)] * gains[scan, np.searchsorted(stations, data.ant2)]
+    np.testing.assert_allclose(fitted, ratio, rtol=1e-6)
+
+
+def test_products_and_bad_options() -> None:
+    assert parse_products("logcamp, cphase") == ("cphase", "logcamp")
+    assert parse_products(["amp", "cphase"]) == ("cphase", "amp")
+    with pytest.raises(ValueError, match="data products must be a comma-separated choice of cphase, logcamp, amp"):
+        parse_products("cphase,vis")
+    with pytest.raises(ValueError, match="gain_sigma must be a positive width"):
+        eht_terms(_observe(), "amp", gain_sigma=0.0)
+    with pytest.raises(ValueError, match="model must be one of"):
+        mw.eht.fit_eht(_observe(), model="disk")
+
+
+def test_fit_eht_command_reports_bad_input_in_one_paragraph(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "missing.uvfits"
+    assert main(["fit-eht", str(missing), "--model", "xringaus"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"multiwalk fit-eht: error: {missing}: no such file" and "Traceback" not in err
+    # two stations only: no closure phase can be formed, and the message names the file
+    pair = _observe()
+    pair = pair.select((pair.ant1 == 1) & (pair.ant2 == 2))
+    path = tmp_path / "pair.uvfits"
+    write_uvfits(pair, path)
+    assert main(["fit-eht", str(path), "--model", "xringaus"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"multiwalk fit-eht: error: {path}: no closure phases can be formed") and err.count("\n") == 1
+    for option, message in ((["--data", "cphase,vis"], "data products must be a comma-separated choice"),
+                            (["--model", "disk"], "--model must be one of")):
+        assert main(["fit-eht", str(path), "--model", "xringaus", *option]) == 2
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["fit-eht", str(path), "--systematic", "1.5"])
+    assert "--systematic must be a fraction of |V| in [0, 1)" in capsys.readouterr().err
