@@ -232,8 +232,12 @@ def _summarise(result: ReplicaExchangeResult, problem: Problem, terms: EHTTerms,
         period = periods.get(name)
         lower, upper = (np.zeros(1), np.full(1, period)) if period else (np.full(1, -np.inf), np.full(1, np.inf))
         s = interval_summary(values[:, None], lower, upper, np.array([period is not None]))
-        derived[name] = {"best": float(best_derived[name]), "median": float(s["median"][0]),
-                         **{key: float(s[key][0]) for key in _LEVELS}}
+        median = float(s["median"][0])
+        # an angle's median is wrapped into [0, period); its bounds move with it, so they enclose it
+        center = s["center"][0]
+        shift = median - (center + np.mod(median - center + period / 2, period) - period / 2) if period else 0.0
+        derived[name] = {"best": float(best_derived[name]), "median": median,
+                         **{key: float(s[key][0]) + shift for key in _LEVELS}}
     return EHTFit(result=result, problem=problem, terms=terms, model=model, names=list(problem.names), best=best,
                   median=stats["median"], lo68=stats["lo68"], hi68=stats["hi68"], lo95=stats["lo95"],
                   hi95=stats["hi95"], center=stats["center"], derived=derived, derived_samples=samples,
