@@ -1111,9 +1111,9 @@ class LBFGS(Solver):
         else:
             st = state.starts._replace(P=None, d=None, g=None, ls=None, SY=None, YY=None, a=None, b=None)
             st = jax.tree.map(np.asarray, st)
-        codes = st.status.copy()
-        still = codes == _RUNNING
-        codes[still] = int(status) if status != Status.SUCCESS else int(Status.MAX_STEPS)
+        # A start still running ends as the run did: MAX_STEPS (the driver's, when the iterations
+        # ran out before every start stopped), TIME_LIMIT or INTERRUPTED.
+        codes = np.where(st.status == _RUNNING, int(status), st.status)
         statuses = [Status(int(c)) for c in codes]
         fun = np.asarray(st.f)  # NaN and -inf are kept as +inf (worst_if_nonfinite): never the best
         best = int(np.argmin(fun))
