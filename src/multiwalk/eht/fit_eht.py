@@ -31,7 +31,7 @@ import numpy as np
 
 from ..io.uvdata import UVData
 from ..io.uvfits import read_uvfits
-from ..models import MODELS
+from ..models import Model, get_model
 from ..problem import Problem
 from ..solve import solve
 from ..solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
@@ -47,13 +47,7 @@ FLUX_NAMES = ("flux", "Zsp")
 _LEVELS = ("lo68", "hi68", "lo95", "hi95")
 
 
-def _model(name: str) -> Any:
-    if name not in MODELS:
-        raise ValueError(f"model must be one of {list(MODELS)}, got {name!r}")
-    return MODELS[name]
-
-
-def _flux_name(model: Any) -> str:
+def _flux_name(model: Model) -> str:
     for name in FLUX_NAMES:
         if name in model.names:
             return name
@@ -63,22 +57,10 @@ def _flux_name(model: Any) -> str:
 def derived_quantities(model_name: str, params: Any) -> dict[str, np.ndarray]:
     """The model's ring diameter and width (uas) and bright side's PA (deg east of north) for
     ``params`` (..., n): its ``derived`` function, or ValueError if it has none."""
-    model = _model(model_name)
-    derived = getattr(model, "derived", None)
-    if derived is None and {"Re", "rq", "th"} <= set(model.names):  # xringaus: TEMPORARY until the model registry
-        i = [model.names.index(k) for k in ("Re", "rq", "th")]
-
-        def derived(p):
-            re_uas, rq, th = p[..., i[0]], p[..., i[1]], p[..., i[2]]
-            return {"diameter": re_uas * (1 + rq), "width": re_uas * (1 - rq),
-                    "pa_bright": np.mod(90.0 - np.degrees(th), 360.0)}
-    if derived is None:
+    model = get_model(model_name)
+    if model.derived is None:
         raise ValueError(f"model {model_name!r} does not give a ring's diameter, width and bright side")
-    return {k: np.asarray(v, np.float64) for k, v in derived(np.asarray(params, np.float64)).items()}
-
-
-def _derived_periods(model_name: str) -> dict[str, float]:
-    return dict(getattr(_model(model_name), "derived_periods", {"pa_bright": 360.0}))
+    return {k: np.asarray(v, np.float64) for k, v in model.derived(np.asarray(params, np.float64)).items()}
 
 
 def eht_problem(terms: EHTTerms, model: str = "xringaus", *, fixed: dict[int | str, float] | None = None,
@@ -88,7 +70,7 @@ def eht_problem(terms: EHTTerms, model: str = "xringaus", *, fixed: dict[int | s
     Uniform prior in the model's box, its angles periodic; the flux held at 1 Jy when no product
     sees it (no ``amp``), unless ``fixed`` names it.
     """
-    m = _model(model)
+    m = get_model(model)
     held = dict(fixed or {})
     if "amp" not in terms.products:
         flux = _flux_name(m)
@@ -143,7 +125,7 @@ class EHTFit:
     def chi2_by_product(self, params: Any | None = None) -> dict[str, float]:
         """``{product: chi2}`` at ``params`` (default: the best fit)."""
         p = jnp.asarray(self.best if params is None else params, self.problem.dtype)
-        fn = _model(self.model).fn
+        fn = get_model(self.model).fn
         values = jax.jit(lambda q, a: product_chi2(fn, self.products, q, a))(p, self.problem.args)
         return dict(zip(self.products, (float(x) for x in np.asarray(values))))
 
@@ -152,11 +134,11 @@ class EHTFit:
         p = self.best if params is None else params
         u = self.data.u if u is None else u
         v = self.data.v if v is None else v
-        return np.asarray(_model(self.model).fn(jnp.asarray(p, jnp.result_type(float)), u, v))
+        return np.asarray(get_model(self.model).fn(jnp.asarray(p, jnp.result_type(float)), u, v))
 
     def image(self, params: Any | None = None, npix: int = 128, fov: float = 160.0) -> np.ndarray:
         """The model image (Jy per pixel, ``image[iy, ix]``, x East), default the best fit."""
-        return _model(self.model).image(np.asarray(self.best if params is None else params, np.float64), npix, fov)
+        return get_model(self.model).image(np.asarray(self.best if params is None else params, np.float64), npix, fov)
 
     def gains(self, params: Any | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(stations, gains (scans, stations))``: the best amplitude gains for ``params`` (fits with ``amp``)."""
@@ -164,7 +146,7 @@ class EHTFit:
 
     def table(self) -> str:
         """The parameters, the ring's derived quantities (68 % and 95 % intervals) and chi2 per product."""
-        units = getattr(_model(self.model), "units", {})
+        units = get_model(self.model).units
         head = f"{'parameter':>10} {'best':>9} {'median':>9} {'68% interval':>21} {'95% interval':>21}  unit"
         lines = [head, "-" * len(head)]
         for i, name in enumerate(self.names):
@@ -172,7 +154,7 @@ class EHTFit:
                   f" [{self.lo95[i]:9.4f}, {self.hi95[i]:9.4f}]"
             note = "(fixed)" if i in self.problem.fixed else units.get(name, "")
             lines.append(f"{row}  {note}")
-        derived_units = getattr(_model(self.model), "derived_units", {})
+        derived_units = get_model(self.model).derived_units
         for name, s in self.derived.items():
             lines.append(f"{name:>10} {s['best']:9.2f} {s['median']:9.2f} [{s['lo68']:9.2f}, {s['hi68']:9.2f}]"
                          f" [{s['lo95']:9.2f}, {s['hi95']:9.2f}]  {derived_units.get(name, '')}")
@@ -226,7 +208,7 @@ def _summarise(result: ReplicaExchangeResult, problem: Problem, terms: EHTTerms,
     best = np.asarray(result.x, np.float64)
     samples = derived_quantities(model, flat)
     best_derived = derived_quantities(model, best)
-    periods = _derived_periods(model)
+    periods = get_model(model).derived_periods
     derived = {}
     for name, values in samples.items():
         period = periods.get(name)
@@ -271,7 +253,7 @@ def fit_eht(
     solver = EHT_SOLVER if solver is None else solver
     if not isinstance(solver, ReplicaExchange):
         raise TypeError(f"solver must be a multiwalk.ReplicaExchange, got {type(solver).__name__}")
-    _model(model)
+    get_model(model)
     terms = eht_terms(data, products, covariance=covariance, gain_sigma=gain_sigma)
     problem = eht_problem(terms, model, fixed=fixed, dtype=dtype)
     result = solve(problem, solver, seed=seed, progress=progress, time_limit=time_limit, checkpoint=checkpoint)
