@@ -109,18 +109,15 @@ def _images(plt, fit: EHTFitToPlot, npix: int, fov: float):
 def _marginals(plt, fit: EHTFitToPlot):
     res = fit.result
     flat = res.flat_samples
-    # (name, samples, median, best, 68 % interval, histogram range) per panel
-    panels = [(res.names[i], flat[:, i], fit.median[i], fit.best[i], (fit.lo68[i], fit.hi68[i]),
-               (res.lower[i], res.upper[i])) for i in res.free_index]
+    # (name, samples, median, best, 68 % interval) per panel; each histogram spans its samples
+    panels = [(res.names[i], flat[:, i], fit.median[i], fit.best[i], (fit.lo68[i], fit.hi68[i])) for i in res.free_index]
     for name, s in fit.derived.items():
-        values = fit.derived_samples[name]
-        span = (float(values.min()), float(values.max()))
-        panels.append((name, values, s["median"], s["best"], (s["lo68"], s["hi68"]), span))
+        panels.append((name, fit.derived_samples[name], s["median"], s["best"], (s["lo68"], s["hi68"])))
     ncols = 3
     nrows = int(np.ceil(len(panels) / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 2.8 * nrows), squeeze=False)
-    for ax, (name, values, median, best, (lo, hi), span) in zip(axes.ravel(), panels):
-        ax.hist(values, bins=50, range=span if span[1] > span[0] else None, color="tab:blue", alpha=0.8)
+    for ax, (name, values, median, best, (lo, hi)) in zip(axes.ravel(), panels):
+        ax.hist(values, bins=50, color="tab:blue", alpha=0.8)
         ax.axvspan(lo, hi, color="tab:blue", alpha=0.15, label="68 %")
         ax.axvline(median, color="tab:blue", lw=1.5, label="median")
         ax.axvline(best, color="tab:red", ls="--", lw=1.5, label="best")
