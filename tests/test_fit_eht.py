@@ -148,8 +148,14 @@ def test_fit_eht_command_recovers_a_simulated_ring(tmp_path: Path, capsys) -> No
     which the periodic summary must not split), the table and the files."""
     path = _mring_file(tmp_path)
     out = tmp_path / "out"
-    assert main(["fit-eht", str(path), "--model", "mring", *TINY, "--out", str(out), "--no-progress"]) == 0
-    printed = capsys.readouterr().out
+    # one integration per scan: nothing to average (the default gap rule, twice the median step
+    # between times, would join every scan into one here)
+    assert main(["fit-eht", str(path), "--model", "mring", *TINY, "--no-scan-average", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "sampling" in captured.err  # the progress bar, on by default
+    assert "co-located baselines (< 5 km): ALMA-APEX, JCMT-SMA" in printed  # dropped by default
+    assert "averaged" not in printed
     for line in ("diameter", "width", "pa_bright", "chi2 closure phases", "chi2 log closure amplitudes", "chi2 total"):
         assert line in printed
     saved = np.load(out / "fit.npz")
@@ -157,6 +163,7 @@ def test_fit_eht_command_recovers_a_simulated_ring(tmp_path: Path, capsys) -> No
     assert abs((saved["derived_pa_bright_median"] - 350.0 + 180) % 360 - 180) < 10.0, printed
     assert saved["derived_pa_bright_lo95"] < saved["derived_pa_bright_median"] < saved["derived_pa_bright_hi95"]
     assert list(saved["products"]) == ["cphase", "logcamp"] and saved["samples"].shape == (100, 4, 5)
+    assert np.all(saved["samples"][..., 0] == 1.0)  # closures do not see the flux: held at 1 Jy
     names = sorted(p.name for p in out.iterdir())
     assert names == ["chi2_trace.png", "closures.png", "fit.npz", "images.png", "marginals.png"]
 
@@ -200,3 +207,22 @@ def test_m87_2017_ring(day: str) -> None:
     diameter, pa = fit.derived["diameter"]["median"], fit.derived["pa_bright"]["median"]
     assert 39.0 <= diameter <= 45.0, fit.table()
     assert 120.0 <= pa <= 210.0, fit.table()  # south: a mirrored (u, v) sign would give about 330
+
+
+def test_fit_eht_command_prepares_the_file_as_asked(tmp_path: Path) -> None:
+    """--scan-gap, --scan-average, --drop-colocated, --systematic and --data reach the reader and the products."""
+    from multiwalk.cli import build_parser
+    from multiwalk.commands.fit_eht import prepare
+
+    path = _mring_file(tmp_path)
+
+    def prepared(*options: str):
+        return prepare(build_parser().parse_args(["fit-eht", str(path), *options]))
+
+    raw, every_baseline = prepared("--no-scan-average"), prepared("--no-scan-average", "--no-drop-colocated")
+    assert len(raw.data) < len(every_baseline.data)  # ALMA-APEX and JCMT-SMA dropped by default
+    times = len(np.unique(raw.data.mjd))
+    assert len(np.unique(prepared().data.mjd)) < times / 4  # one integration per scan: the default gap joins scans
+    separate = prepared("--scan-gap", "600", "--data", "amp,cphase", "--systematic", "0.1")
+    assert len(np.unique(separate.data.mjd)) == times and separate.products == ("cphase", "amp")
+    assert np.all(separate.data.sigma >= 0.1 * separate.data.amplitude)

@@ -15,9 +15,12 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-__all__ = ["add_parser", "run_fit_eht"]
+if TYPE_CHECKING:
+    from ..eht.likelihood import EHTTerms
+
+__all__ = ["add_parser", "prepare", "run_fit_eht"]
 
 EXIT_USAGE = 2
 
@@ -41,6 +44,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                    help="data products, comma-separated: cphase, logcamp, amp (default: %(default)s)")
     p.add_argument("--scan-average", action=argparse.BooleanOptionalAction, default=True,
                    help="average each baseline's scan coherently before forming closures (default: on)")
+    p.add_argument("--scan-gap", type=float, default=None, metavar="SECONDS",
+                   help="a scan ends at a gap longer than this (default: twice the median step between times; "
+                        "give it for data with one integration per scan)")
     p.add_argument("--systematic", type=float, default=0.0, metavar="FRAC",
                    help="add FRAC |V| to each sigma in quadrature (default: %(default)s)")
     p.add_argument("--drop-colocated", action=argparse.BooleanOptionalAction, default=True,
@@ -77,6 +83,8 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--gain-sigma must be positive (0.1 for 10 %), got {args.gain_sigma}")
     if args.time_limit is not None and not args.time_limit > 0:
         raise ValueError(f"--time-limit must be a positive number of seconds, got {args.time_limit}")
+    if args.scan_gap is not None and not args.scan_gap > 0:
+        raise ValueError(f"--scan-gap must be a positive number of seconds, got {args.scan_gap}")
 
 
 def _solver(args: argparse.Namespace):
@@ -88,25 +96,33 @@ def _solver(args: argparse.Namespace):
     return dataclasses.replace(EHT_SOLVER, **chosen)
 
 
+def prepare(args: argparse.Namespace) -> EHTTerms:
+    """The file read and prepared as the options say, and its data products (errors before any sampling)."""
+    from ..eht.likelihood import eht_terms, parse_products
+    from ..io.uvfits import read_uvfits
+    from ..models import MODELS
+
+    if args.model not in MODELS:
+        raise ValueError(f"--model must be one of {', '.join(MODELS)}, got {args.model!r}")
+    products = parse_products(args.data)
+    data = read_uvfits(args.file, drop_colocated_km=5.0 if args.drop_colocated else None,
+                       average_scans=args.scan_average, scan_gap_seconds=args.scan_gap, systematic=args.systematic)
+    return eht_terms(data, products, covariance=args.covariance, gain_sigma=args.gain_sigma)
+
+
 def run_fit_eht(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Read, fit, print, save and plot; the exit status (0, or 1 if the run was cut short).
 
     ValueError / FileNotFoundError for a file or option that cannot be used (raised before sampling)."""
     out = sys.stdout if out is None else out
     from ..eht.fit_eht import fit_eht
-    from ..eht.likelihood import PRODUCT_LABELS, eht_terms, parse_products
-    from ..io.uvfits import read_uvfits
-    from ..models import MODELS
+    from ..eht.likelihood import PRODUCT_LABELS
     from ..result import Status
 
     t_start = time.perf_counter()
-    if args.model not in MODELS:
-        raise ValueError(f"--model must be one of {', '.join(MODELS)}, got {args.model!r}")
-    products = parse_products(args.data)
     solver = _solver(args)
-    data = read_uvfits(args.file, drop_colocated_km=5.0 if args.drop_colocated else None,
-                       average_scans=args.scan_average, systematic=args.systematic)
-    terms = eht_terms(data, products, covariance=args.covariance, gain_sigma=args.gain_sigma)  # errors before sampling
+    terms = prepare(args)
+    data, products = terms.data, terms.products
     print(data.describe(), file=out)
     counts = ", ".join(f"{terms.count(p)} {PRODUCT_LABELS[p]}" for p in products)
     print(f"Fitting {args.model} to {counts} with ReplicaExchange(nbeta={solver.nbeta}, nseq={solver.nseq}, "

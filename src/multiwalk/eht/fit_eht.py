@@ -267,14 +267,16 @@ def fit_uvfits(
     solver: ReplicaExchange | None = None,
     *,
     scan_average: bool = True,
+    scan_gap_seconds: float | None = None,
     systematic: float = 0.0,
     drop_colocated: bool = True,
     colocated_km: float = 5.0,
     **fit_options: Any,
 ) -> EHTFit:
     """Read the UVFITS file ``path``, prepare it and fit it: :func:`~multiwalk.io.read_uvfits` with
-    the co-located baselines (closer than ``colocated_km``) dropped, scans averaged and a
-    fractional ``systematic`` error added as asked, then :func:`fit_eht` with ``fit_options``."""
-    data = read_uvfits(path, drop_colocated_km=colocated_km if drop_colocated else None,
-                       average_scans=scan_average, systematic=systematic)
+    the co-located baselines (closer than ``colocated_km``) dropped, scans averaged (a scan ends at
+    a gap over ``scan_gap_seconds``, default twice the median step between times) and a fractional
+    ``systematic`` error added as asked, then :func:`fit_eht` with ``fit_options``."""
+    data = read_uvfits(path, drop_colocated_km=colocated_km if drop_colocated else None, average_scans=scan_average,
+                       scan_gap_seconds=scan_gap_seconds, systematic=systematic)
     return fit_eht(data, model, products, solver, **fit_options)
