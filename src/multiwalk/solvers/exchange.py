@@ -59,16 +59,20 @@ from ..result import Result, Status
 from ..spaces import Mesh
 from . import exchange_kernel
 from ._common import (
+    INIT_STREAM,
     check_callable_option,
     check_int_option,
     check_vector_option,
-    worst_if_nonfinite,
+    evaluate_walkers,
+    hashable_vector,
+    keep_better,
+    ladder_values,
+    uniform_in_box,
 )
 from .base import Phase, Solver, end_status, value_at_point
 
 __all__ = ["Exchange", "ExchangeResult", "ExchangeState", "replica_order", "temperature_ladder"]
 
-_INIT_STREAM = 0x7FFFFFFF  # key stream of the start points; steps use 1, 2, 3, ...
 _ATOL, _RTOL = 1e-8, 1e-5  # numpy.allclose's defaults: ODAT-SE's test of "the point changed"
 
 
@@ -96,10 +100,7 @@ def temperature_ladder(
         raise ValueError(f"{names[0]}={lo} is above {names[1]}={hi}")
     if logspace and lo == 0:
         raise ValueError("bmin must be above 0 when Tlogspace is true (a log-spaced ladder cannot start at 0)")
-    if logspace:
-        values = np.logspace(np.log10(lo), np.log10(hi), num=n)
-    else:
-        values = np.linspace(lo, hi, num=n)
+    values = ladder_values(lo, hi, n, spacing="log10" if logspace else "linear")  # as ODAT-SE spaces them
     return 1.0 / values if set_t else values
 
 
@@ -280,7 +281,7 @@ class Exchange(Solver):
 
     def __post_init__(self) -> None:
         b = check_vector_option("betas", self.betas, non_negative=True)
-        object.__setattr__(self, "betas", tuple(float(v) for v in b))
+        object.__setattr__(self, "betas", hashable_vector(b))
         check_int_option("numsteps", self.numsteps, 1)
         check_int_option("numsteps_exchange", self.numsteps_exchange, 1)
         check_int_option("numsteps_thermalization", self.numsteps_thermalization, 0, none_ok=True)
@@ -301,7 +302,7 @@ class Exchange(Solver):
             raise TypeError(f"mesh must be a multiwalk.spaces.Mesh, got {type(self.mesh).__name__}")
         if self.step_width is not None:
             s = check_vector_option("step_width", self.step_width, positive=True)
-            object.__setattr__(self, "step_width", tuple(float(v) for v in s))
+            object.__setattr__(self, "step_width", hashable_vector(s))
         if self.mesh is None and self.step_width is None:
             raise ValueError("a continuous space needs step_width= (ODAT-SE's step_list); a discrete one mesh=")
         try:
@@ -417,18 +418,13 @@ class Exchange(Solver):
         out["mesh"] = None if self.mesh is None else self.mesh.digest()
         return out
 
-    @staticmethod
-    def _f(problem: Problem, x: jax.Array) -> jax.Array:
-        return jax.vmap(problem.chi2_full)(x)
-
     def init(self, problem: Problem, key: jax.Array) -> ExchangeState:
         dt = problem.dtype
         R, d, B = self.n_replicas, problem.n, self.record
-        k_init = jax.random.fold_in(key, _INIT_STREAM)
+        k_init = jax.random.fold_in(key, INIT_STREAM)
         node = jnp.zeros(R, jnp.int32)
         if self.mesh is None:
-            lo, hi = jnp.asarray(problem.lower, dt), jnp.asarray(problem.upper, dt)
-            x = lo + (hi - lo) * jax.random.uniform(k_init, (R, d), dt)
+            x = uniform_in_box(k_init, (R, d), problem.lower, problem.upper, dt, width_in_float64=False)
             if self.initial:
                 per = self.nreplica_per_proc or R
                 init = np.asarray(self.initial)
@@ -439,7 +435,7 @@ class Exchange(Solver):
         else:
             node = jax.random.randint(k_init, (R,), 0, self.mesh.n_nodes, jnp.int32)
             x = jnp.asarray(self.mesh.coordinates, dt)[node]
-        fx, bad = worst_if_nonfinite(self._f(problem, x))  # NaN or -inf: worse than anything
+        fx, bad = evaluate_walkers(problem.chi2_full, x)  # NaN or -inf: worse than anything
         i32 = jnp.int32
         T = R
         first = jnp.asarray(self.thermalization == 0)
@@ -823,21 +819,21 @@ class Exchange(Solver):
             proposal = jnp.asarray(self.mesh.coordinates, dt)[node_new]
             inside = jnp.ones(R, bool)
             log_weight = (jnp.log(n_old.astype(dt)) - jnp.log(counts[node_new].astype(dt)))
-        f_new, bad = worst_if_nonfinite(self._f(problem, proposal))
+        f_new, bad = evaluate_walkers(problem.chi2_full, proposal)
         f_new = jnp.where(inside, f_new, jnp.inf)
         log_u = jnp.log(u_accept)
         accepted = inside & ~bad & (log_u < -beta_r * (f_new - st.fx) + log_weight)
         x = jnp.where(accepted[:, None], proposal, st.x)
         fx = jnp.where(accepted, f_new, st.fx)
         node = jnp.where(accepted, node_new, st.node)
-        better = fx < st.best_fx
+        best_fx, best_x, better = keep_better(st.best_fx, st.best_x, fx, x)
         st = st._replace(
             x=x, fx=fx, node=node,
             n_accepted=st.n_accepted + accepted,
             n_nonfinite=st.n_nonfinite + (inside & bad),
-            best_fx=jnp.where(better, fx, st.best_fx),
+            best_fx=best_fx,
             best_step=jnp.where(better, s, st.best_step),
-            best_x=jnp.where(better[:, None], x, st.best_x),
+            best_x=best_x,
         )
         if self.record:
             st = self._record(st, s, proposal, node_new, f_new, accepted)

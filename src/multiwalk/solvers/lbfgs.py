@@ -57,7 +57,14 @@ from ..kernels import KERNELS, check_launch_options
 from ..problem import Problem, _resolve_dtype
 from ..result import Result, Status
 from . import lbfgs_kernel, lbfgs_onepass
-from ._common import check_choice_option, check_int_option, check_number_option, check_state_fits, worst_if_nonfinite
+from ._common import (
+    check_choice_option,
+    check_int_option,
+    check_number_option,
+    check_state_fits,
+    uniform_in_box,
+    worst_if_nonfinite,
+)
 from .base import Phase, Solver
 from .lbfgs_common import (
     _INFO_TO_STATUS,
@@ -930,8 +937,7 @@ class LBFGS(Solver):
         dt = problem.dtype
         if self.starts is not None:
             lo, hi, _ = problem.free_bounds()
-            u = jax.random.uniform(key, (self.starts, problem.n_free), dt)
-            return jnp.asarray(lo, dt) + jnp.asarray(hi - lo, dt) * u
+            return uniform_in_box(key, (self.starts, problem.n_free), lo, hi, dt, width_in_float64=True)
         x0 = problem.x0 if problem.x0.ndim == 2 else problem.x0[None]
         # numpy, not a device array: the driver sends it where the state goes (split for huge n)
         return np.asarray(x0[:, problem.free_index], dtype=jnp.dtype(dt))

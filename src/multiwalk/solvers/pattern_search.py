@@ -59,7 +59,10 @@ from ._common import (
     check_choice_option,
     check_int_option,
     check_vector_option,
-    worst_if_nonfinite,
+    evaluate_walkers,
+    hashable_vector,
+    keep_better,
+    uniform_in_box,
 )
 from .base import Phase, Solver, end_status, value_at_point
 
@@ -84,7 +87,7 @@ class PatternSearchState(NamedTuple):
 
 def _best_walker(x: jax.Array, fx: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The point ``(n_free,)`` and value of the first walker with the lowest ``fx`` (``fx`` has no
-    NaN: :meth:`PatternSearch._evaluate` makes them +inf), i.e. ``x[argmin(fx)]``, ``fx[argmin(fx)]``.
+    NaN: :func:`evaluate_walkers` makes them +inf), i.e. ``x[argmin(fx)]``, ``fx[argmin(fx)]``.
 
     Written as reductions over walkers so that on several devices each reduces its own walkers and
     only ``n_free + 2`` numbers cross devices: indexing ``x[i]`` with a traced ``i`` made XLA
@@ -93,14 +96,6 @@ def _best_walker(x: jax.Array, fx: jax.Array) -> tuple[jax.Array, jax.Array]:
     i = jnp.argmin(fx)
     row = (jnp.arange(fx.shape[0]) == i)[:, None]
     return jnp.min(jnp.where(row, x, jnp.inf), axis=0), jnp.min(fx)
-
-
-def _vector_option(name: str, value: Any) -> tuple[float, ...] | float | None:
-    """A scalar or per-coordinate positive option, stored hashable."""
-    arr = check_vector_option(name, value, positive=True, scalar_ok=True, none_ok=True)
-    if arr is None:
-        return None
-    return float(arr) if arr.ndim == 0 else tuple(float(v) for v in arr)
 
 
 @dataclass(frozen=True)
@@ -146,8 +141,9 @@ class PatternSearch(Solver):
         for name in ("n_walkers", "iterations"):
             check_int_option(name, getattr(self, name), 1)
         check_int_option("rounds", self.rounds, 1, none_ok=True)
-        object.__setattr__(self, "delta0", _vector_option("delta0", self.delta0))
-        object.__setattr__(self, "delta_tol", _vector_option("delta_tol", self.delta_tol))
+        for name in ("delta0", "delta_tol"):  # a scalar or one per parameter, positive
+            arr = check_vector_option(name, getattr(self, name), positive=True, scalar_ok=True, none_ok=True)
+            object.__setattr__(self, name, hashable_vector(arr))
         check_bool_option("reset", self.reset)
         check_choice_option("restart", self.restart, _RESTARTS)
         check_kernel_option(self.kernel)
@@ -228,23 +224,17 @@ class PatternSearch(Solver):
         need = self.n_walkers * per_walker + (problem.n_free + 1) * item + 12  # + the best point, key, counter
         return need, f"lower n_walkers={self.n_walkers} (each walker keeps {per_walker} bytes)"
 
-    def _evaluate(self, problem: Problem, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Values at points ``(m, n_free)``, NaN and +-inf replaced by +inf (they never win),
-        and the mask of those replaced."""
-        return worst_if_nonfinite(jax.vmap(problem.chi2_free)(x))
-
     def _uniform(self, problem: Problem, key: jax.Array) -> jax.Array:
+        """``n_walkers`` points uniform in the box, (n_walkers, n_free)."""
         lo, hi, _ = problem.free_bounds()
-        dt = problem.dtype
-        u = jax.random.uniform(key, (self.n_walkers, problem.n_free), dt)
-        return jnp.asarray(lo, dt) + jnp.asarray(hi - lo, dt) * u
+        return uniform_in_box(key, (self.n_walkers, problem.n_free), lo, hi, problem.dtype, width_in_float64=True)
 
     def init(self, problem: Problem, key: jax.Array) -> PatternSearchState:
         x = self._uniform(problem, jax.random.fold_in(key, 0))
         if problem.x0 is not None:  # the user's starting points: walkers 0 .. K-1 of the first round
             starts = np.atleast_2d(problem.x0)[:, problem.free_index]
             x = x.at[: len(starts)].set(jnp.asarray(starts, problem.dtype))
-        fx, bad = self._evaluate(problem, x)
+        fx, bad = evaluate_walkers(problem.chi2_free, x)
         best_x, best_f = _best_walker(x, fx)
         w, dt = self.n_walkers, problem.dtype
         return PatternSearchState(
@@ -284,7 +274,7 @@ class PatternSearch(Solver):
             local = jnp.arange(w) < w // 2  # half refine, half explore
             x = jnp.where(local[:, None], near, x)
             scale = jnp.where(local, jnp.minimum(1.0, 20.0 * s), scale)  # step ~ the perturbation
-        fx, bad = self._evaluate(problem, x)
+        fx, bad = evaluate_walkers(problem.chi2_free, x)
         zeros = jnp.zeros(self.n_walkers, jnp.int32)
         return state._replace(
             x=x, fx=fx, scale=scale, n_halvings=zeros, n_resets=zeros, n_nonfinite=state.n_nonfinite + bad
@@ -349,14 +339,14 @@ class PatternSearch(Solver):
         # Step by step, the best point changes at each strictly lower iteration minimum: it ends at the
         # first iteration that reaches the lowest one (argmin takes the first), if that beats the old best.
         t = jnp.argmin(r.best_f)
-        better = r.best_f[t] < state.best_f
+        best_f, best_x, _ = keep_better(state.best_f, state.best_x, r.best_f[t], r.best_x[t])
         return state._replace(
             iteration=state.iteration + n,
             x=r.x,
             fx=r.fx,
             scale=r.scale,
-            best_x=jnp.where(better, r.best_x[t], state.best_x),
-            best_f=jnp.where(better, r.best_f[t], state.best_f),
+            best_x=best_x,
+            best_f=best_f,
             n_halvings=r.n_halvings,
             n_resets=r.n_resets,
             n_nonfinite=r.n_bad,
@@ -376,8 +366,8 @@ class PatternSearch(Solver):
             delta = state.scale * d0_j[j]  # (W,)
             xj = x[:, j]
             plus, minus = xj + delta, xj - delta
-            f_plus, bad_plus = self._evaluate(problem, x + delta[:, None] * on_j)
-            f_minus, bad_minus = self._evaluate(problem, x - delta[:, None] * on_j)
+            f_plus, bad_plus = evaluate_walkers(problem.chi2_free, x + delta[:, None] * on_j)
+            f_minus, bad_minus = evaluate_walkers(problem.chi2_free, x - delta[:, None] * on_j)
             in_plus, in_minus = plus <= hi_j[j], minus >= lo_j[j]
             n_bad = n_bad + (in_plus & bad_plus) + (in_minus & bad_minus)  # out-of-box values are not used
             # Rules b) and c); a move out of the box is never taken, even from a walker at +inf.
@@ -405,15 +395,15 @@ class PatternSearch(Solver):
         if self.reset:
             was_reset = scale <= tol_scale * (1 + 1e-6)
             scale = jnp.where(was_reset, jnp.ones_like(scale), scale)
-        best_x, best_f = _best_walker(x, fx)
-        better = best_f < state.best_f
+        walker_x, walker_f = _best_walker(x, fx)
+        best_f, best_x, _ = keep_better(state.best_f, state.best_x, walker_f, walker_x)
         return state._replace(
             iteration=state.iteration + 1,
             x=x,
             fx=fx,
             scale=scale,
-            best_x=jnp.where(better, best_x, state.best_x),
-            best_f=jnp.where(better, best_f, state.best_f),
+            best_x=best_x,
+            best_f=best_f,
             n_halvings=state.n_halvings + halved,
             n_resets=state.n_resets + was_reset,
             n_nonfinite=n_nonfinite,

@@ -30,14 +30,23 @@ from ..polish import Roots, polish
 from ..polish import default_root_tol as _default_root_tol
 from ..problem import Problem
 from ..result import Result, Status
-from ._common import check_int_option, check_number_option, check_vector_option, worst_if_nonfinite
+from ._common import (
+    INIT_STREAM,
+    check_int_option,
+    check_number_option,
+    check_vector_option,
+    evaluate_walkers,
+    hashable_vector,
+    keep_better,
+    ladder_values,
+    uniform_in_box,
+)
 from .base import Phase, Solver, end_status, value_at_point
 
 __all__ = ["ReplicaExchange", "ReplicaExchangeResult", "Roots"]
 
 _ADAPT_TARGET = 0.30  # acceptance below which a step shrinks (cuda_mcmc's adjust_steps)
 _ADAPT_FACTOR = 1.01
-_INIT_STREAM = 0x7FFFFFFF  # key stream of the start points; iterations use 0, 1, 2, ...
 
 
 class ReplicaExchangeState(NamedTuple):
@@ -116,7 +125,7 @@ class ReplicaExchange(Solver):
                 raise ValueError(f"betas must lie in (0, 1], got {b.tolist()}")
             if np.any(np.diff(b) >= 0):
                 raise ValueError(f"betas must be strictly decreasing (coldest first), got {b.tolist()}")
-            object.__setattr__(self, "betas", tuple(float(v) for v in b))
+            object.__setattr__(self, "betas", hashable_vector(b))
         else:
             beta1 = check_number_option("beta1", self.beta1, 0, 1, low_open=True)
             check_number_option("betan", self.betan, 0, beta1, low_open=True)
@@ -128,10 +137,7 @@ class ReplicaExchange(Solver):
         """The inverse temperatures, coldest first, shape (nbeta,)."""
         if self.betas is not None:
             return np.asarray(self.betas)
-        if self.nbeta == 1:
-            return np.array([self.beta1])
-        i = np.arange(self.nbeta)
-        return self.beta1 * (self.betan / self.beta1) ** (i / (self.nbeta - 1))
+        return ladder_values(self.beta1, self.betan, self.nbeta, spacing="power")  # cuda_mcmc's formula
 
     def check(self, problem: Problem) -> None:
         if problem.lower is None:
@@ -152,13 +158,11 @@ class ReplicaExchange(Solver):
         lo, hi, _ = problem.free_bounds()
         dt = problem.dtype
         nf, ns, nb = problem.n_free, self.nseq, self.nbeta
-        lo_j, hi_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt)
-        u = jax.random.uniform(jax.random.fold_in(key, _INIT_STREAM), (ns, nb, nf), dtype=dt)
-        x = lo_j + (hi_j - lo_j) * u
+        x = uniform_in_box(jax.random.fold_in(key, INIT_STREAM), (ns, nb, nf), lo, hi, dt, width_in_float64=False)
         if problem.x0 is not None:  # the user's starting points: every temperature of sequences 0 .. K-1
             starts = jnp.asarray(np.atleast_2d(problem.x0)[:, problem.free_index], dt)
             x = x.at[: len(starts)].set(jnp.broadcast_to(starts[:, None, :], (len(starts), nb, nf)))
-        chi2, bad = worst_if_nonfinite(self._chi2(problem, x))
+        chi2, bad = evaluate_walkers(problem.chi2_free, x)
         i32 = jnp.int32
         best = jnp.argmin(chi2, axis=1)
         return ReplicaExchangeState(
@@ -205,12 +209,6 @@ class ReplicaExchange(Solver):
                       f"{nf} x (nadj + ~{2 * item + 16}) bytes), or niter={self.niter} (the samples are "
                       f"niter x nseq x n_free values)")
 
-    @staticmethod
-    def _chi2(problem: Problem, x: jax.Array) -> jax.Array:
-        """chi2 of points ``(nseq, nbeta, n_free)`` -> ``(nseq, nbeta)``."""
-        flat = x.reshape(-1, x.shape[-1])
-        return jax.vmap(problem.chi2_free)(flat).reshape(x.shape[:-1])
-
     # ----------------------------------------------------------------- one iteration
     def step(self, problem: Problem, state: ReplicaExchangeState, phase: int) -> ReplicaExchangeState:
         burn = phase == 0
@@ -255,7 +253,7 @@ class ReplicaExchange(Solver):
             proposal = jax.lax.optimization_barrier(proposal)
             inside = (proposal >= lo_s) & (proposal <= hi_s)
             x_new = jnp.where(onehot, proposal[..., None], st.x)
-            chi2_new, bad = worst_if_nonfinite(self._chi2(problem, x_new))
+            chi2_new, bad = evaluate_walkers(problem.chi2_free, x_new)
             accept = inside & ~bad & (log_us[s] <= -0.5 * beta * (chi2_new - st.chi2))
             acc_i = accept.astype(jnp.int32)
             st = st._replace(
@@ -295,13 +293,9 @@ class ReplicaExchange(Solver):
 
         # Best point seen so far in each sequence.
         ib = jnp.argmin(state.chi2, axis=1)
-        cand = jnp.min(state.chi2, axis=1)
-        better = cand < state.best_chi2
         cand_x = jnp.take_along_axis(state.x, ib[:, None, None], axis=1)[:, 0]
-        state = state._replace(
-            best_x=jnp.where(better[:, None], cand_x, state.best_x),
-            best_chi2=jnp.where(better, cand, state.best_chi2),
-        )
+        best_chi2, best_x, _ = keep_better(state.best_chi2, state.best_x, jnp.min(state.chi2, axis=1), cand_x)
+        state = state._replace(best_x=best_x, best_chi2=best_chi2)
         if not burn:
             row = state.iteration - self.nburn
             state = state._replace(
@@ -468,14 +462,11 @@ class ReplicaExchangeResult(Result):
                 "roots() polishes with the problem's function, which this result does not hold "
                 "(a result read back from a file): run mw.solve again to get a result with it"
             )
-        if tol is not None and not (tol >= 0):
-            raise ValueError(f"tol must be a non-negative chi2 value or None (the dtype's default), got {tol!r}")
-        if not (radius > 0):
-            raise ValueError(f"radius must be positive (a fraction of the box width), got {radius!r}")
-        if isinstance(max_candidates, bool) or not isinstance(max_candidates, (int, np.integer)) or max_candidates < 1:
-            raise ValueError(f"max_candidates must be a positive integer, got {max_candidates!r}")
+        check_number_option("tol", tol, 0, none_ok=True, hint="a chi2 value; None: the dtype's default")
+        check_number_option("radius", radius, 0, low_open=True, hint="a fraction of the box width")
+        max_candidates = check_int_option("max_candidates", max_candidates, 1)
         problem = self.problem
-        x, chi2 = polish(problem, self._root_candidates(int(max_candidates)))
+        x, chi2 = polish(problem, self._root_candidates(max_candidates))
         span = self.upper - self.lower
         periodic = problem.periodic
         x = np.where(periodic, self.lower + np.mod(x - self.lower, span), x).astype(problem.dtype)
