@@ -15,6 +15,7 @@ with NumPy float32 arithmetic bit for bit.
 
 from __future__ import annotations
 
+import json
 import math
 
 import jax
@@ -356,6 +357,19 @@ def test_fixed_rounds_run_exactly(three_rounds, one_round):
     assert r.halvings.max() <= 5
     assert r.fun <= one_round.fun  # the first of the 3 rounds is the one-round run
     assert one_round.stats["iterations"] == {"search": 5} and one_round.stats["rounds"] == 1
+
+
+def test_save_writes_every_field(one_round, tmp_path):
+    """Result.save (shared by every result) writes the fields of PatternSearchResult too."""
+    path = tmp_path / "ps.npz"
+    one_round.save(path)
+    with np.load(path, allow_pickle=False) as npz:
+        assert set(npz.files) == {"x", "fun", "status", "message", "stats", "walkers", "values", "steps",
+                                  "evaluations", "halvings", "resets"}
+        np.testing.assert_array_equal(npz["walkers"], one_round.walkers)
+        assert npz["walkers"].dtype == one_round.walkers.dtype
+        assert int(npz["evaluations"]) == one_round.evaluations and int(npz["status"]) == int(one_round.status)
+        assert json.loads(str(npz["stats"]))["rounds"] == 1
 
 
 def test_same_seed_same_result_other_seed_other_result(one_round, one_round_again, one_round_seed1):

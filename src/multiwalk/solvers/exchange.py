@@ -55,7 +55,7 @@ import numpy as np
 
 from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem
-from ..result import Result, Status
+from ..result import NOT_SAVED, Result, Status
 from ..spaces import Mesh
 from . import exchange_kernel
 from ._common import (
@@ -976,7 +976,7 @@ class Exchange(Solver):
         )
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class ExchangeResult(Result):
     """Result of :class:`Exchange`.
 
@@ -986,18 +986,19 @@ class ExchangeResult(Result):
     ``steps``: the next step number (steps 0 .. steps-1 are done).  ``acceptance`` (R,): accepted
     moves per step of each replica; ``exchange_rate`` (T-1,): accepted / attempted swaps of
     pair (t, t+1).  ``statistics``: per temperature, :meth:`Exchange.statistics`.
-    ``state``: the final solver state in replica order (:func:`replica_order`; numpy, for writers).
+    ``state``: the final solver state in replica order (:func:`replica_order`; numpy, for writers;
+    not written by :meth:`save`).
     """
 
-    best_replica: int = 0
-    best_step: int = 0
-    replica_x: np.ndarray = None  # type: ignore[assignment]
-    replica_fx: np.ndarray = None  # type: ignore[assignment]
-    replica_node: np.ndarray | None = None
-    temperature_index: np.ndarray = None  # type: ignore[assignment]
-    betas: np.ndarray = None  # type: ignore[assignment]
-    steps: int = 0
-    acceptance: np.ndarray = None  # type: ignore[assignment]
-    exchange_rate: np.ndarray = None  # type: ignore[assignment]
-    statistics: dict[str, np.ndarray] = field(default_factory=dict)
-    state: Any = None
+    best_replica: int
+    best_step: int
+    replica_x: np.ndarray
+    replica_fx: np.ndarray
+    replica_node: np.ndarray | None  # None in a continuous space (no mesh, no nodes)
+    temperature_index: np.ndarray
+    betas: np.ndarray
+    steps: int
+    acceptance: np.ndarray
+    exchange_rate: np.ndarray
+    statistics: dict[str, np.ndarray]
+    state: ExchangeState = field(repr=False, metadata=NOT_SAVED)

@@ -449,7 +449,7 @@ class PatternSearch(Solver):
         )
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class PatternSearchResult(Result):
     """Result of :class:`PatternSearch`.
 
@@ -459,9 +459,9 @@ class PatternSearchResult(Result):
     ``resets`` (n_walkers,): step halvings and resets to delta0 during the last round.
     """
 
-    walkers: np.ndarray = None  # type: ignore[assignment]
-    values: np.ndarray = None  # type: ignore[assignment]
-    steps: np.ndarray = None  # type: ignore[assignment]
-    evaluations: int = 0
-    halvings: np.ndarray = None  # type: ignore[assignment]
-    resets: np.ndarray = None  # type: ignore[assignment]
+    walkers: np.ndarray
+    values: np.ndarray
+    steps: np.ndarray
+    evaluations: int
+    halvings: np.ndarray
+    resets: np.ndarray

@@ -29,7 +29,7 @@ import numpy as np
 from ..polish import Roots, polish
 from ..polish import default_root_tol as _default_root_tol
 from ..problem import Problem
-from ..result import Result, Status
+from ..result import NOT_SAVED, Result, Status
 from ._common import (
     INIT_STREAM,
     check_int_option,
@@ -407,34 +407,41 @@ class ReplicaExchange(Solver):
         )
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class ReplicaExchangeResult(Result):
-    """Result of :class:`ReplicaExchange`.
+    """Result of :class:`ReplicaExchange`; every field is saved by :meth:`save` but ``problem``.
 
+    The sampling phase's record (niter rows, fewer when the run stopped early):
     ``samples`` (niter, nseq, n): the coldest chain of every sequence after each iteration
     (the seed's pout, full parameter vectors).  ``chi2`` (niter, nseq): their chi2.
-    ``acceptance`` (n_free, nbeta, nseq): sampling-phase acceptance per parameter.
-    ``exchange_rate`` (nbeta - 1, nseq): accepted / attempted swaps of pair (k, k+1).
+    The chains (nseq x nbeta, per free parameter):
+    ``acceptance`` (n_free, nbeta, nseq): sampling-phase acceptance per parameter (NaN: never tried),
+    from ``n_accepted`` / ``n_trials`` (n_free, nbeta, nseq).
+    ``exchange_rate`` (nbeta - 1, nseq): accepted / attempted swaps of pair (k, k+1), from
+    ``n_swaps`` (nbeta - 1, nseq) (both (0, nseq) for one temperature).
     ``steps`` (n_free, nbeta, nseq): the adapted proposal widths.  ``betas`` (nbeta,).
     ``labels`` (nbeta, nseq): which replica sits at each temperature (the seed's tcur).
+    The problem's parameters: ``names`` (n), ``free_index`` (n_free,), the box ``lower``, ``upper`` (n,).
+    ``options``: the solver's options.
     """
 
-    samples: np.ndarray = None  # type: ignore[assignment]
-    chi2: np.ndarray = None  # type: ignore[assignment]
-    acceptance: np.ndarray = None  # type: ignore[assignment]
-    exchange_rate: np.ndarray = None  # type: ignore[assignment]
-    steps: np.ndarray = None  # type: ignore[assignment]
-    betas: np.ndarray = None  # type: ignore[assignment]
-    n_accepted: np.ndarray = None  # type: ignore[assignment]
-    n_trials: np.ndarray = None  # type: ignore[assignment]
-    n_swaps: np.ndarray = None  # type: ignore[assignment]
-    labels: np.ndarray = None  # type: ignore[assignment]
-    names: list[str] = field(default_factory=list)
-    free_index: np.ndarray = None  # type: ignore[assignment]
-    lower: np.ndarray = None  # type: ignore[assignment]
-    upper: np.ndarray = None  # type: ignore[assignment]
-    options: dict[str, Any] = field(default_factory=dict)
-    problem: Problem | None = field(default=None, repr=False)  # for roots(); not saved
+    samples: np.ndarray
+    chi2: np.ndarray
+    acceptance: np.ndarray
+    exchange_rate: np.ndarray
+    steps: np.ndarray
+    betas: np.ndarray
+    n_accepted: np.ndarray
+    n_trials: np.ndarray
+    n_swaps: np.ndarray
+    labels: np.ndarray
+    names: list[str]
+    free_index: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    options: dict[str, Any]
+    # the function roots() polishes with; None in a result built without it (roots() then explains)
+    problem: Problem | None = field(default=None, repr=False, metadata=NOT_SAVED)
 
     @property
     def flat_samples(self) -> np.ndarray:
@@ -507,27 +514,3 @@ class ReplicaExchangeResult(Result):
         from ..plotting import plot_replica_exchange
 
         return plot_replica_exchange(self, path=path, bins=bins)
-
-    def save(self, path: str) -> None:
-        """Write the result, with the options used, to an ``.npz`` file."""
-        import json
-
-        np.savez(
-            path,
-            x=self.x,
-            fun=self.fun,
-            status=int(self.status),
-            message=self.message,
-            samples=self.samples,
-            chi2=self.chi2,
-            acceptance=self.acceptance,
-            exchange_rate=self.exchange_rate,
-            steps=self.steps,
-            betas=self.betas,
-            labels=self.labels,
-            names=np.array(self.names),
-            lower=self.lower,
-            upper=self.upper,
-            options=json.dumps(self.options),
-            stats=json.dumps(self.stats, default=str),
-        )
