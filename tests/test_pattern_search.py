@@ -443,6 +443,15 @@ def test_restart_best_beats_restart_random_on_rastrigin_10d(restarts):
     assert r["best"].success and r["best"].stats["rounds"] == 20
 
 
+def test_restart_best_keeps_float32_with_x64_enabled():
+    """The refining rounds' arithmetic stays in the problem's dtype when float64 is available too (a
+    numpy float64 constant made the new round's step scale float64, which the loop refused)."""
+    with jax.enable_x64(True):
+        problem = mw.Problem(objective=lambda x: jnp.sum(x**2), lower=[-1.0] * 2, upper=[1.0] * 2, dtype=jnp.float32)
+        r = mw.solve(problem, mw.PatternSearch(n_walkers=8, iterations=2, rounds=2, restart="best", kernel="xla"), seed=0)
+    assert r.success and r.walkers.dtype == np.float32 and r.stats["rounds"] == 2
+
+
 # --------------------------------------------------------------------------- bad input
 def test_bounds_are_required():
     problem = mw.Problem(objective=lambda x: jnp.sum(x**2), x0=np.zeros(3))

@@ -265,7 +265,7 @@ class PatternSearch(Solver):
             _, tol_scale = self.steps(problem)
             # Scale s log-uniform in [tol, 1] (in units of the box); a few coordinates
             # (each with probability 2/d, at least one) move by up to s times the box width.
-            log_s = jax.random.uniform(k_scale, (w,), dt) * np.log(tol_scale)
+            log_s = jax.random.uniform(k_scale, (w,), dt) * float(np.log(tol_scale))  # a Python float: stays in dt
             s = jnp.exp(log_s)
             pick = jax.random.uniform(k_mask, (w, d), dt) < min(1.0, 2.0 / d)
             pick = pick.at[jnp.arange(w), jax.random.randint(k_which, (w,), 0, d)].set(True)
