@@ -177,6 +177,20 @@ def test_status_of_a_batch_is_that_of_its_best_start(zoo_a):
     assert r.stats["evaluations"] == int(r.nfev_per_start.sum())
 
 
+def test_one_status_enum_describes_every_lbfgs_ending(zoo_a, zoo_b):
+    """An L-BFGS result's statuses are members of the one `mw.Status` (`LBFGSStatus` is that enum),
+    and each describes itself, as a status of any other solver does; no two members share a code."""
+    assert LBFGSStatus is mw.Status
+    statuses = [s for _, r in (zoo_a, zoo_b) for s in (r.status, *r.statuses)]
+    assert {s.name for s in statuses} == {reg.status.name for reg in ZOO_A + ZOO_B}
+    for status in statuses:
+        assert type(status) is mw.Status and status.describe() and status.seed_code
+    for status in mw.Status:  # the options a message names, unknown here, are named alone
+        assert "{" not in status.describe(), status.name
+    assert len({int(s) for s in mw.Status}) == len(mw.Status.__members__)  # a shared value would be an alias
+    assert mw.Status.LINE_SEARCH_MAXFEV.describe(maxfev=20).startswith("line search failed (info=3): maxfev=20 ")
+
+
 # ==================================================================================================
 # 9. AskTell: reverse communication
 # ==================================================================================================

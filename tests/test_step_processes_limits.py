@@ -227,7 +227,7 @@ def _popen_recorder(monkeypatch, fail_at: int | None = None) -> list:
         started.append(real(*args, **kwargs))
         return started[-1]
 
-    monkeypatch.setattr(subprocess, "Popen", popen)  # ProcessWriter imports subprocess in its constructor
+    monkeypatch.setattr(subprocess, "Popen", popen)  # ProcessWriter imports subprocess as it starts a worker
     return started
 
 

@@ -35,8 +35,9 @@ import numpy as np
 from . import __version__
 from .functions import cute
 from .problem import Problem
+from .result import Status
 from .solve import solve
-from .solvers.lbfgs import LBFGS, LBFGSResult, LBFGSStatus
+from .solvers.lbfgs import LBFGS, LBFGSResult
 
 __all__ = ["main", "build_parser", "FUNCTIONS"]
 
@@ -226,10 +227,10 @@ def _run_lbfgs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             print(f"{parser.prog}: could not write --save {str(args.save)!r}: {err}", file=sys.stderr)
             return EXIT_FAILED
     sys.stdout.flush()
-    if result.status == LBFGSStatus.SUCCESS:
+    if result.status == Status.SUCCESS:
         return EXIT_OK
     print(f"{parser.prog}: {result.status.name}: {result.message}", file=sys.stderr)
-    return EXIT_INTERRUPTED if result.status == LBFGSStatus.INTERRUPTED else EXIT_FAILED
+    return EXIT_INTERRUPTED if result.status == Status.INTERRUPTED else EXIT_FAILED
 
 
 # ---------------------------------------------------------------------------- entry point

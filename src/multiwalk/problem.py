@@ -165,6 +165,140 @@ def _takes_args(fn: Callable, args_given: bool) -> bool:
     return len(required) >= 2
 
 
+def _user_function(
+    objective: Callable | None, model: Callable | None, value_and_grad: Callable | None,
+    data: Any, sigma: Any, angular_data: Any,
+) -> Callable:
+    """The user's function of one point: ``objective``, ``model``, or the first output of
+    ``value_and_grad`` given alone; checks that exactly one way of stating the problem is used."""
+    if value_and_grad is not None and not callable(value_and_grad):
+        raise TypeError(f"value_and_grad must be a function vg(x) -> (f, grad), got {value_and_grad!r}")
+    if value_and_grad is not None and model is not None:
+        raise TypeError(
+            "value_and_grad= goes with objective=f (or alone), not with model=: the gradient of a "
+            "model's chi2 comes from jax.grad"
+        )
+    if objective is None and model is None and value_and_grad is not None:
+        objective = _first_output(value_and_grad)
+    if (objective is None) == (model is None):
+        raise TypeError(
+            "Problem needs exactly one of objective=f (f(x, args) -> scalar) or "
+            "model=g with data=y (chi2 = sum(((g(x, args) - y) / sigma)^2)); "
+            f"got objective={'set' if objective is not None else 'None'}, "
+            f"model={'set' if model is not None else 'None'}"
+        )
+    fn = objective if objective is not None else model
+    if not callable(fn):
+        which = "objective" if objective is not None else "model"
+        raise TypeError(f"{which} must be a function of one point, got {fn!r}")
+    if objective is not None:
+        for arg_name, val in (("data", data), ("sigma", sigma), ("angular_data", angular_data)):
+            if val is not None:
+                raise TypeError(
+                    f"{arg_name} is only used with model=...; with objective=f the value "
+                    f"of f is the chi2 itself. Drop {arg_name}, or pass model= instead"
+                )
+    if model is not None and data is None:
+        raise TypeError("model=g needs data=y: the observations the model is fitted to")
+    return fn
+
+
+def _dimension(x0: Any, lower: Any, upper: Any, names: Sequence[str] | None) -> tuple[int, str]:
+    """``(n, source)``: the number of parameters and the argument that gave it (x0, lower,
+    upper, then names), for the messages of arguments whose length disagrees."""
+    n = None
+    n_source = "names"
+    for label, source in (("x0", x0), ("lower", lower), ("upper", upper)):
+        if label == "x0" and source is not None and np.ndim(source) == 2:
+            if np.shape(source)[0] < 1 or np.shape(source)[1] < 1:
+                raise ValueError(f"x0 of shape {np.shape(source)} holds no point: give (n,) or (K, n) with K, n >= 1")
+            n = np.shape(source)[1]
+            n_source = "x0"
+            break
+        if source is not None and np.ndim(source) > 1:
+            raise ValueError(f"{label} must be 1-D (one entry per parameter), got shape {np.shape(source)}")
+        if source is not None and np.ndim(source) == 1:
+            n = len(source)
+            n_source = label
+            break
+    if n is None and names is not None:
+        n = len(names)
+    if n is None:
+        raise ValueError(
+            "the number of parameters is unknown: give lower/upper as vectors, x0, or names"
+        )
+    if n < 1:
+        raise ValueError(f"the problem must have at least one parameter, got n={n}")
+    return int(n), n_source
+
+
+def _checked_names(names: Sequence[str] | None, n: int) -> list[str] | DefaultNames:
+    """The ``n`` distinct parameter names, or ``x0 .. x{n-1}`` when none are given."""
+    if names is None:
+        return DefaultNames(n)
+    names = [str(s) for s in names]
+    if len(names) != n:
+        raise ValueError(f"names has {len(names)} entries but the problem has {n} parameters")
+    if len(set(names)) != len(names):
+        raise ValueError(f"names must be distinct, got {names}")
+    return list(names)
+
+
+def _checked_sigma(sigma: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """sigma (default 1) broadcast to data's ``shape``, float64, each entry positive and finite."""
+    try:
+        s = np.ones(1) if sigma is None else np.asarray(sigma, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"sigma must be a positive number or an array of them, got {sigma!r}") from err
+    try:
+        s = np.broadcast_to(s, shape)
+    except ValueError as err:
+        raise ValueError(
+            f"sigma has shape {np.shape(sigma)} but data has shape {shape}: "
+            "give one sigma per datum, or a scalar"
+        ) from err
+    bad_sigma = ~(np.isfinite(s) & (s > 0))
+    if bad_sigma.any():
+        where = _where(bad_sigma) if np.ndim(sigma) > 0 else ""
+        value = s[tuple(np.argwhere(bad_sigma)[0])]
+        raise ValueError(
+            f"sigma{where}={value} must be positive and finite: sigma is the standard deviation of each datum"
+        )
+    return s
+
+
+def _checked_data(
+    data: Any, sigma: Any, angular_data: Any, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(data, sigma, angular_data)`` of a ``model=`` problem: data finite and numeric (kept
+    complex if complex), sigma of data's shape, both in ``dtype``; angular_data a boolean mask
+    of data's shape (or None), for real data only."""
+    y = np.asarray(data)
+    if not (np.issubdtype(y.dtype, np.floating) or np.issubdtype(y.dtype, np.integer)
+            or np.issubdtype(y.dtype, np.complexfloating)):
+        raise TypeError(f"data must be numeric, got dtype {y.dtype}")
+    if y.size == 0:
+        raise ValueError("data is empty: give at least one datum")
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"data{_where(~np.isfinite(y))} is not finite: remove or flag that datum")
+    s = _checked_sigma(sigma, y.shape)
+    complex_data = np.iscomplexobj(y)
+    checked = y.astype(np.result_type(dtype, np.complex64) if complex_data else dtype)
+    ang = None
+    if angular_data is not None:
+        ang = np.asarray(angular_data)
+        if ang.dtype != bool:
+            raise TypeError(f"angular_data must be a boolean mask, got dtype {ang.dtype}")
+        if ang.shape != y.shape:
+            raise ValueError(
+                f"angular_data has shape {ang.shape} but data has shape {y.shape}: "
+                "give one True/False per datum"
+            )
+        if complex_data and ang.any():
+            raise ValueError("angular_data applies to real phases, not to complex data")
+    return checked, np.array(s, dtype=dtype), ang
+
+
 class Problem:
     """A problem for ONE point ``x`` of ``n`` parameters; solvers batch it over walkers.
 
@@ -210,88 +344,38 @@ class Problem:
         value_and_grad: Callable | None = None,
         dtype: Any = None,
     ) -> None:
-        if value_and_grad is not None and not callable(value_and_grad):
-            raise TypeError(f"value_and_grad must be a function vg(x) -> (f, grad), got {value_and_grad!r}")
-        if value_and_grad is not None and model is not None:
-            raise TypeError(
-                "value_and_grad= goes with objective=f (or alone), not with model=: the gradient of a "
-                "model's chi2 comes from jax.grad"
-            )
+        # every argument is checked here, in this order, before the one trace of the function
+        fn = _user_function(objective, model, value_and_grad, data, sigma, angular_data)
         self._user_vg = value_and_grad
-        if objective is None and model is None and value_and_grad is not None:
-            objective = _first_output(value_and_grad)
-        if (objective is None) == (model is None):
-            raise TypeError(
-                "Problem needs exactly one of objective=f (f(x, args) -> scalar) or "
-                "model=g with data=y (chi2 = sum(((g(x, args) - y) / sigma)^2)); "
-                f"got objective={'set' if objective is not None else 'None'}, "
-                f"model={'set' if model is not None else 'None'}"
-            )
-        fn = objective if objective is not None else model
-        if not callable(fn):
-            which = "objective" if objective is not None else "model"
-            raise TypeError(f"{which} must be a function of one point, got {fn!r}")
-        if objective is not None:
-            for arg_name, val in (("data", data), ("sigma", sigma), ("angular_data", angular_data)):
-                if val is not None:
-                    raise TypeError(
-                        f"{arg_name} is only used with model=...; with objective=f the value "
-                        f"of f is the chi2 itself. Drop {arg_name}, or pass model= instead"
-                    )
-        if model is not None and data is None:
-            raise TypeError("model=g needs data=y: the observations the model is fitted to")
-
         self.dtype = _resolve_dtype(dtype)
         self.args = args
         self._user_fn = fn
         self._takes_args = _takes_args(fn, args is not None)
         self.is_model = model is not None
+        self.n, self._n_source = _dimension(x0, lower, upper, names)
+        self.names = _checked_names(names, self.n)
+        self.lower, self.upper = self._checked_bounds(lower, upper)
+        self.x0 = self._checked_x0(x0)
+        self.fixed, self.free_index = self._checked_fixed(fixed)
+        self.periodic = self._checked_periodic(periodic)
+        self.data, self.sigma, self.angular_data = (
+            _checked_data(data, sigma, angular_data, self.dtype) if self.is_model else (None, None, None)
+        )
+        self._check_function()
 
-        # --- the dimension n, from whatever gives it -----------------------------------
-        n = None
-        self._n_source = "names"
-        for label, source in (("x0", x0), ("lower", lower), ("upper", upper)):
-            if label == "x0" and source is not None and np.ndim(source) == 2:
-                if np.shape(source)[0] < 1 or np.shape(source)[1] < 1:
-                    raise ValueError(f"x0 of shape {np.shape(source)} holds no point: give (n,) or (K, n) with K, n >= 1")
-                n = np.shape(source)[1]
-                self._n_source = "x0"
-                break
-            if source is not None and np.ndim(source) > 1:
-                raise ValueError(f"{label} must be 1-D (one entry per parameter), got shape {np.shape(source)}")
-            if source is not None and np.ndim(source) == 1:
-                n = len(source)
-                self._n_source = label
-                break
-        if n is None and names is not None:
-            n = len(names)
-        if n is None:
-            raise ValueError(
-                "the number of parameters is unknown: give lower/upper as vectors, x0, or names"
-            )
-        if n < 1:
-            raise ValueError(f"the problem must have at least one parameter, got n={n}")
-        self.n = int(n)
-
-        if names is not None:
-            names = [str(s) for s in names]
-            if len(names) != self.n:
-                raise ValueError(f"names has {len(names)} entries but the problem has {self.n} parameters")
-            if len(set(names)) != len(names):
-                raise ValueError(f"names must be distinct, got {names}")
-        self.names = list(names) if names is not None else DefaultNames(self.n)
-
-        # --- bounds --------------------------------------------------------------------
-        self.lower = None if lower is None else _as_vector("lower", lower, self.n, self._n_source)
-        self.upper = None if upper is None else _as_vector("upper", upper, self.n, self._n_source)
-        if (self.lower is None) != (self.upper is None):
-            given = "lower" if self.lower is not None else "upper"
+    # ------------------------------------------------------------------ validators (before any trace)
+    def _checked_bounds(self, lower: Any, upper: Any) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``(lower, upper)`` as ``(n,)`` float64 vectors (or both None): finite, lower < upper."""
+        lower = None if lower is None else _as_vector("lower", lower, self.n, self._n_source)
+        upper = None if upper is None else _as_vector("upper", upper, self.n, self._n_source)
+        if (lower is None) != (upper is None):
+            given = "lower" if lower is not None else "upper"
             missing = "upper" if given == "lower" else "lower"
             raise ValueError(f"{given} is given but {missing} is not: give both bounds or neither")
-        if self.lower is not None:
-            bad = ~(np.isfinite(self.lower) & np.isfinite(self.upper) & (self.lower < self.upper))
+        if lower is not None:
+            bad = ~(np.isfinite(lower) & np.isfinite(upper) & (lower < upper))
             for i in np.flatnonzero(bad)[:1]:  # report the first bad pair (vectorised: n may be 1e7)
-                lo, hi = self.lower[i], self.upper[i]
+                lo, hi = lower[i], upper[i]
                 if not (np.isfinite(lo) and np.isfinite(hi)):
                     raise ValueError(
                         f"bounds of parameter {i} ({self.names[i]}) must be finite, got "
@@ -302,23 +386,32 @@ class Problem:
                         f"lower[{i}]={lo} is not below upper[{i}]={hi} ({self.names[i]}): "
                         "each lower bound must be strictly below its upper bound"
                     )
+        return lower, upper
 
-        self.x0 = None if x0 is None else _as_starts(x0, self.n, self._n_source)
-        if self.x0 is not None and not np.all(np.isfinite(self.x0)):
-            bad = np.argwhere(~np.isfinite(self.x0))[0]
-            raise ValueError(f"x0{list(bad) if self.x0.ndim == 2 else [int(bad[0])]}={self.x0[tuple(bad)]} is not finite")
-        if self.x0 is not None and self.lower is not None:
-            outside = np.argwhere((self.x0 < self.lower) | (self.x0 > self.upper))
+    def _checked_x0(self, x0: Any) -> np.ndarray | None:
+        """x0 as ``(n,)`` or ``(K, n)`` float64 (or None): finite, inside the box if there is one.
+        Needs ``self.lower`` / ``self.upper``."""
+        if x0 is None:
+            return None
+        x0 = _as_starts(x0, self.n, self._n_source)
+        if not np.all(np.isfinite(x0)):
+            bad = np.argwhere(~np.isfinite(x0))[0]
+            raise ValueError(f"x0{list(bad) if x0.ndim == 2 else [int(bad[0])]}={x0[tuple(bad)]} is not finite")
+        if self.lower is not None:
+            outside = np.argwhere((x0 < self.lower) | (x0 > self.upper))
             if outside.size:
                 where = tuple(int(i) for i in outside[0])
                 i = where[-1]
                 raise ValueError(
-                    f"x0{list(where)}={self.x0[where]} is outside its bounds [{self.lower[i]}, {self.upper[i]}]: "
+                    f"x0{list(where)}={x0[where]} is outside its bounds [{self.lower[i]}, {self.upper[i]}]: "
                     "start inside the box"
                 )
+        return x0
 
-        # --- fixed parameters ----------------------------------------------------------
-        self.fixed: dict[int, float] = {}
+    def _checked_fixed(self, fixed: Mapping[int | str, float] | None) -> tuple[dict[int, float], np.ndarray]:
+        """``({index: value}, free_index)``: each fixed value finite and inside the box; at least
+        one parameter left free.  Needs ``self.names`` and the bounds."""
+        values: dict[int, float] = {}
         for key, value in (fixed or {}).items():
             i = self._index("fixed", key)
             try:
@@ -332,15 +425,18 @@ class Problem:
                     f"fixed[{key!r}]={v} is outside its bounds [{self.lower[i]}, {self.upper[i]}]: "
                     "move the value inside the box or widen the bounds"
                 )
-            self.fixed[i] = v
+            values[i] = v
         # vectorised: n may be 1e9 (a Python loop over it took ~100 s)
         free = np.ones(self.n, dtype=bool)
-        free[list(self.fixed)] = False
-        self.free_index = np.flatnonzero(free).astype(np.int64, copy=False)
-        if self.free_index.size == 0:
+        free[list(values)] = False
+        free_index = np.flatnonzero(free).astype(np.int64, copy=False)
+        if free_index.size == 0:
             raise ValueError("every parameter is fixed: leave at least one free to optimise")
+        return values, free_index
 
-        # --- periodic parameters -------------------------------------------------------
+    def _checked_periodic(self, periodic: Sequence[int | str] | np.ndarray | None) -> np.ndarray:
+        """The ``(n,)`` boolean mask of periodic parameters from indices, names or a mask; they
+        need a box (the period is upper - lower)."""
         mask = np.zeros(self.n, dtype=bool)
         if periodic is not None:
             if isinstance(periodic, (str, int, np.integer)):
@@ -361,56 +457,7 @@ class Problem:
         if mask.any() and self.lower is None:
             which = [self.names[i] for i in np.flatnonzero(mask)]
             raise ValueError(f"periodic parameters {which} need lower and upper: the period is upper - lower")
-        self.periodic = mask
-
-        # --- data, sigma, angular residuals --------------------------------------------
-        self.data = None
-        self.sigma = None
-        self.angular_data = None
-        if self.is_model:
-            y = np.asarray(data)
-            if not (np.issubdtype(y.dtype, np.floating) or np.issubdtype(y.dtype, np.integer)
-                    or np.issubdtype(y.dtype, np.complexfloating)):
-                raise TypeError(f"data must be numeric, got dtype {y.dtype}")
-            if y.size == 0:
-                raise ValueError("data is empty: give at least one datum")
-            if not np.all(np.isfinite(y)):
-                raise ValueError(f"data{_where(~np.isfinite(y))} is not finite: remove or flag that datum")
-            try:
-                s = np.ones(1) if sigma is None else np.asarray(sigma, dtype=np.float64)
-            except (TypeError, ValueError) as err:
-                raise TypeError(f"sigma must be a positive number or an array of them, got {sigma!r}") from err
-            try:
-                s = np.broadcast_to(s, y.shape)
-            except ValueError as err:
-                raise ValueError(
-                    f"sigma has shape {np.shape(sigma)} but data has shape {y.shape}: "
-                    "give one sigma per datum, or a scalar"
-                ) from err
-            bad_sigma = ~(np.isfinite(s) & (s > 0))
-            if bad_sigma.any():
-                where = _where(bad_sigma) if np.ndim(sigma) > 0 else ""
-                value = s[tuple(np.argwhere(bad_sigma)[0])]
-                raise ValueError(
-                    f"sigma{where}={value} must be positive and finite: sigma is the standard deviation of each datum"
-                )
-            complex_data = np.iscomplexobj(y)
-            self.data = y.astype(np.result_type(self.dtype, np.complex64) if complex_data else self.dtype)
-            self.sigma = np.array(s, dtype=self.dtype)
-            if angular_data is not None:
-                ang = np.asarray(angular_data)
-                if ang.dtype != bool:
-                    raise TypeError(f"angular_data must be a boolean mask, got dtype {ang.dtype}")
-                if ang.shape != y.shape:
-                    raise ValueError(
-                        f"angular_data has shape {ang.shape} but data has shape {y.shape}: "
-                        "give one True/False per datum"
-                    )
-                if complex_data and ang.any():
-                    raise ValueError("angular_data applies to real phases, not to complex data")
-                self.angular_data = ang
-
-        self._check_function()
+        return mask
 
     # ------------------------------------------------------------------ helpers
     def _index(self, what: str, key: int | str) -> int:

@@ -1,4 +1,5 @@
-"""Status codes and the fields every result has (``x, fun, success, status, message, stats``).
+"""The status codes with their messages (:class:`Status`, one enum for every solver) and the
+fields every result has (``x, fun, success, status, message, stats``).
 
 A solver's result is a dataclass subclass of :class:`Result` with the solver's own fields;
 :meth:`Result.save` writes every field of any of them, so a new field is saved without more code
@@ -11,6 +12,7 @@ import dataclasses
 import enum
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,22 +26,98 @@ object, not data: the problem, a solver state, other results)."""
 
 
 class Status(enum.IntEnum):
-    """Why a run ended.  ``SUCCESS`` is the only one for which ``result.success`` is True."""
+    """Why a run (or one L-BFGS start) ended: one code and one message per member.
 
-    SUCCESS = 0  #: the solver ran to its natural end (all iterations, or converged)
-    MAX_STEPS = 1  #: a convergence solver used its whole iteration budget without converging
-    TIME_LIMIT = 2  #: stopped at solve(..., time_limit=...); the result is partial
-    INTERRUPTED = 3  #: stopped by Ctrl-C or SIGTERM (a batch system's time limit); the result is partial
-    FAILED = 4  #: the solver could not go on (e.g. no finite objective value anywhere)
+    ``SUCCESS`` is the only member for which ``result.success`` is True.  The general members
+    (0-4) end every solver's runs; the others are L-BFGS's, one per way its line search or its
+    start can stop it: ``istate=-1`` with the line search's ``info`` 0, 2-6 are the
+    ``LINE_SEARCH_*`` members (code ``10 + info``), ``istate=-2`` is ``DIAG_NOT_POSITIVE``;
+    ``istate=-3`` (n or m not positive) is a ``ValueError`` raised before anything runs.
 
-    def describe(self) -> str:
-        return {
-            Status.SUCCESS: "finished",
-            Status.MAX_STEPS: "the iteration budget was used up before convergence",
-            Status.TIME_LIMIT: "stopped at the time limit; the result holds what was done",
-            Status.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); the result holds what was done",
-            Status.FAILED: "failed",
-        }[self]
+    A member's message may name options in braces (``{maxfev}``); :meth:`describe` writes them
+    as ``maxfev=20`` from the values it is given.  As optimistix's ``RESULTS``, the members carry
+    their messages, so the meaning of every code is written here once.
+    """
+
+    _message: str
+
+    def __new__(cls, code: int, message: str) -> Status:
+        member = int.__new__(cls, code)
+        member._value_ = code
+        member._message = message
+        return member
+
+    SUCCESS = 0, "finished"  #: the solver ran to its natural end (all iterations, or converged)
+    #: a solver with a convergence test used its whole iteration budget without converging
+    MAX_STEPS = 1, "the iteration budget was used up before convergence"
+    TIME_LIMIT = 2, "stopped at the time limit; the result holds what was done"  #: the result is partial
+    #: stopped by Ctrl-C or SIGTERM (a batch system's time limit); the result is partial
+    INTERRUPTED = 3, "interrupted (Ctrl-C or SIGTERM); the result holds what was done"
+    FAILED = 4, "failed"  #: the solver could not go on (e.g. no finite objective value anywhere)
+    #: line search info 0: not a descent direction, or f / g'd not finite
+    LINE_SEARCH_BAD_INPUT = 10, (
+        "line search failed (info=0, improper input): the search direction is not a descent direction or "
+        "f / g'd is not finite; check the gradient (value_and_grad), and ftol, gtol, stpmin, stpmax"
+    )
+    LINE_SEARCH_XTOL = 12, (  #: info 2: the interval of uncertainty is below xtol
+        "line search failed (info=2): the interval of uncertainty is below xtol; x is likely as good as this "
+        "precision allows - loosen eps, or use float64; an inaccurate gradient also causes this"
+    )
+    LINE_SEARCH_MAXFEV = 13, (  #: info 3: maxfev evaluations in one line search
+        "line search failed (info=3): {maxfev} evaluations in one iteration did not meet the Wolfe conditions; "
+        "raise maxfev, or increase eps or m (the seed's advice for extended Powell)"
+    )
+    LINE_SEARCH_STPMIN = 14, (  #: info 4: the step is at stpmin
+        "line search failed (info=4): the step is at {stpmin}; the problem may be badly scaled - "
+        "lower stpmin or rescale x"
+    )
+    LINE_SEARCH_STPMAX = 15, (  #: info 5: the step is at stpmax
+        "line search failed (info=5): the step is at {stpmax}; f may be unbounded below, or raise stpmax"
+    )
+    LINE_SEARCH_ROUNDING = 16, (  #: info 6: rounding errors prevent progress
+        "line search failed (info=6): rounding errors prevent further progress; x is likely as good as this "
+        "precision allows - loosen eps, or use float64"
+    )
+    DIAG_NOT_POSITIVE = 20, (  #: the user's diag has an entry <= 0 (seed istate=-2)
+        "the diagonal H0 given by diag has an entry <= 0 (or not finite) at the current x; diag must be positive"
+    )
+    NONFINITE_START = 21, (  #: f or its gradient is NaN or inf at the starting point
+        "f or its gradient is NaN or inf at the starting point; start where both are finite"
+    )
+
+    @property
+    def success(self) -> bool:
+        return self is Status.SUCCESS
+
+    @property
+    def seed_code(self) -> str:
+        """The L-BFGS seed's error indicator for this ending (its ``dev_istate``/IFLAG and MCSRCH's
+        ``info``): ``"IFLAG = -1, INFO = k"`` for a failed line search, ``"IFLAG = -2"`` for a
+        diagonal that is not positive, ``"IFLAG = 0"`` for success; the endings the seed has no
+        code for say so."""
+        if self is Status.SUCCESS:
+            return "IFLAG = 0"
+        if Status.LINE_SEARCH_BAD_INPUT <= self <= Status.LINE_SEARCH_ROUNDING:
+            return f"IFLAG = -1, INFO = {int(self) - 10}"
+        if self is Status.DIAG_NOT_POSITIVE:
+            return "IFLAG = -2"
+        return "no seed IFLAG"
+
+    def describe(self, own_words: Mapping[Status, str] | None = None, **values: Any) -> str:
+        """This member's message, each option in braces written ``name=value`` from ``values``
+        (an option without a value is named alone).  ``own_words``: a solver's account for the
+        members it words itself (what a finished run did, which test did not converge, why it
+        failed), taken instead of the message."""
+        if own_words is not None and self in own_words:
+            return own_words[self]
+        return self._message.format_map(_OptionValues({name: f"{name}={value}" for name, value in values.items()}))
+
+
+class _OptionValues(dict):
+    """``str.format_map``'s fields: ``name=value`` where a value is known, else the option's name."""
+
+    def __missing__(self, name: str) -> str:
+        return name
 
 
 @dataclass

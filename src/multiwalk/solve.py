@@ -394,7 +394,8 @@ def _run_phases(run: _Run, executables: dict[int, tuple[Any, Any]], summary: Cal
 
 
 def _finish(run: _Run, until_time_limit: bool, t_loop: float) -> Result:
-    """The solver's result, after what the solver's writers hold is written and the last checkpoint."""
+    """The solver's result, after what the solver's writers hold is written and the last checkpoint.
+    A run that ended normally without meeting its solver's convergence test ends as ``MAX_STEPS``."""
     if until_time_limit and run.status == Status.TIME_LIMIT:
         run.status = Status.SUCCESS
         run.stats["ended_by_time_limit"] = True
@@ -407,7 +408,19 @@ def _finish(run: _Run, until_time_limit: bool, t_loop: float) -> Result:
     # One gather at the end: the result builders read the state with np.asarray (which gathers
     # a split state); under jax.distributed every process gathers it whole first.
     state = dist.to_host(run.state) if dist.multi_process() else run.state
+    if run.status == Status.SUCCESS and not _converged(run.solver, run.problem, state, len(run.phases) - 1):
+        run.status = Status.MAX_STEPS  # never a silent exit at the iteration limit
     return run.solver.result(run.problem, state, list(run.done), run.status, run.stats)
+
+
+def _converged(solver: Solver, problem: Any, state: Any, phase: int) -> bool:
+    """Whether a run that used all its iterations met its solver's convergence test (``done`` on
+    the final state; a solver without one, such as a sampler, always has).  Evaluated on the state
+    rather than read from the chunks, so a run that converged on its last iteration, or a resumed
+    one, is judged alike."""
+    if type(solver).done is Solver.done:
+        return True
+    return bool(solver.done(problem, state, phase))
 
 
 # ---------------------------------------------------------------------------- the driver

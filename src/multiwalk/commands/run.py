@@ -274,11 +274,26 @@ def _check_initial_in_box(path: Path, given: Any, setup: RunSetup, upper_inside:
 
 def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetup:
     """Check an input file's contents and gather what the run needs (no compilation)."""
-    from ..solvers.exchange import temperature_ladder
-    from ..spaces import Mesh, build_neighbor_list, read_mesh
-
     path = Path(path)
     data = load_input(path) if data is None else data
+    setup = _base_setup(path, data)
+    alg = data["algorithm"]
+    param = alg.get("param")
+    if param is None:
+        raise InputError(f"{path}: section [algorithm.param] is missing")
+    if "mesh_path" in param:
+        _read_mesh_space(path, param, setup)
+    else:
+        _read_box_space(path, param, setup)
+    if setup.algorithm == "exchange":
+        _read_exchange_options(path, alg, setup)
+    _read_checkpoint_options(path, alg, setup)
+    return setup
+
+
+def _base_setup(path: Path, data: dict[str, Any]) -> RunSetup:
+    """The setup from [base], [algorithm]'s own keys and [solver]: dimension, folders, the
+    algorithm, labels, seed and function; the algorithm's option tables."""
     base, alg, solver = data["base"], data["algorithm"], data["solver"]
     dimension = _need(path, base, "base", "dimension")
     if dimension < 1:
@@ -307,94 +322,111 @@ def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetu
     setup.tables = {k: dict(alg.get(k, {})) for k in ("pattern", "lbfgs", "tempering", "minimize")}
     if "runner" in data:
         setup.notes.append("[runner.log] is accepted but multiwalk writes no runner.log")
+    return setup
 
-    param = alg.get("param")
-    if param is None:
-        raise InputError(f"{path}: section [algorithm.param] is missing")
-    discrete = "mesh_path" in param
-    if discrete:
-        if name != "exchange":
-            raise InputError(f"{path}: [algorithm.param] mesh_path (a discrete space) is only for name = \"exchange\"")
-        for key in ("min_list", "max_list", "step_list", "unit_list", "initial_list"):
-            if key in param:
-                raise InputError(f"{path}: [algorithm.param] {key} is for a continuous space; mesh_path makes it discrete")
-        mesh_path = root_dir / Path(param["mesh_path"]).expanduser()
-        coords = read_mesh(mesh_path)
-        if coords.shape[1] != dimension:
-            raise InputError(f"{mesh_path}: {coords.shape[1]} coordinates per point but [base] dimension = {dimension}")
-        if "neighborlist_path" in param:
-            if "radius" in param:
-                raise InputError(f"{path}: [algorithm.param] give neighborlist_path or radius, not both")
-            setup.mesh = Mesh.from_files(mesh_path, root_dir / Path(param["neighborlist_path"]).expanduser())
-        else:
-            if "radius" not in param:
-                raise InputError(f"{path}: [algorithm.param] neighborlist_path (or radius) is required with mesh_path")
-            if not param["radius"] > 0:
-                raise InputError(f"{path}: [algorithm.param] radius must be positive, got {param['radius']}")
-            setup.mesh = Mesh(coords, build_neighbor_list(coords, float(param["radius"])), source=f"{mesh_path} (radius)")
+
+def _read_mesh_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
+    """A discrete space ([algorithm.param] mesh_path, with neighborlist_path or radius): setup.mesh."""
+    from ..spaces import Mesh, build_neighbor_list, read_mesh
+
+    if setup.algorithm != "exchange":
+        raise InputError(f"{path}: [algorithm.param] mesh_path (a discrete space) is only for name = \"exchange\"")
+    for key in ("min_list", "max_list", "step_list", "unit_list", "initial_list"):
+        if key in param:
+            raise InputError(f"{path}: [algorithm.param] {key} is for a continuous space; mesh_path makes it discrete")
+    mesh_path = setup.root_dir / Path(param["mesh_path"]).expanduser()
+    coords = read_mesh(mesh_path)
+    if coords.shape[1] != setup.dimension:
+        raise InputError(f"{mesh_path}: {coords.shape[1]} coordinates per point but [base] dimension = {setup.dimension}")
+    if "neighborlist_path" in param:
+        if "radius" in param:
+            raise InputError(f"{path}: [algorithm.param] give neighborlist_path or radius, not both")
+        setup.mesh = Mesh.from_files(mesh_path, setup.root_dir / Path(param["neighborlist_path"]).expanduser())
     else:
-        for key in ("neighborlist_path", "radius"):
-            if key in param:
-                raise InputError(f"{path}: [algorithm.param] {key} needs mesh_path (a discrete space)")
-        setup.lower = _vector(path, param, "min_list", dimension)
-        setup.upper = _vector(path, param, "max_list", dimension)
-        for key, v in (("min_list", setup.lower), ("max_list", setup.upper)):
-            if v is None and name != "lbfgs":
-                raise InputError(f"{path}: [algorithm.param] {key} is required")
-        if setup.lower is not None and setup.upper is not None and not np.all(setup.lower < setup.upper):
-            i = int(np.flatnonzero(~(setup.lower < setup.upper))[0])
-            raise InputError(
-                f"{path}: [algorithm.param] min_list[{i}] = {setup.lower[i]} is not below max_list[{i}] = {setup.upper[i]}"
-            )
-        step = _vector(path, param, "step_list", dimension, positive=True)
-        unit = _vector(path, param, "unit_list", dimension, positive=True)
-        if step is None and unit is not None:
-            warnings.warn(f"{path}: [algorithm.param] unit_list is obsolete; use step_list", DeprecationWarning, stacklevel=2)
-            setup.notes.append("unit_list is obsolete: use step_list (read as step_list, as ODAT-SE does)")
-            step = unit
-        if step is None and name == "exchange":
-            raise InputError(f"{path}: [algorithm.param] step_list is required (the Gaussian step of each coordinate)")
-        setup.step_list = step
-        if "initial_list" in param:
-            init = np.asarray(param["initial_list"], dtype=np.float64)
-            init = init[None, :] if init.ndim == 1 else init
-            if init.ndim != 2 or init.shape[1] != dimension:
-                raise InputError(
-                    f"{path}: [algorithm.param] initial_list must be {dimension} numbers or a list of such lists, "
-                    f"got {param['initial_list']}"
-                )
-            setup.initial = init
-            if name != "lbfgs":  # L-BFGS is unconstrained: its box only draws starts
-                _check_initial_in_box(path, param["initial_list"], setup, upper_inside=name == "minsearch")
+        if "radius" not in param:
+            raise InputError(f"{path}: [algorithm.param] neighborlist_path (or radius) is required with mesh_path")
+        if not param["radius"] > 0:
+            raise InputError(f"{path}: [algorithm.param] radius must be positive, got {param['radius']}")
+        setup.mesh = Mesh(coords, build_neighbor_list(coords, float(param["radius"])), source=f"{mesh_path} (radius)")
 
-    if name == "exchange":
-        ex = alg.get("exchange")
-        if ex is None:
-            raise InputError(f"{path}: section [algorithm.exchange] is missing")
-        setup.numsteps = _need(path, ex, "algorithm.exchange", "numsteps")
-        setup.numsteps_exchange = _need(path, ex, "algorithm.exchange", "numsteps_exchange")
-        for key in ("numsteps", "numsteps_exchange", "nreplica_per_proc"):
-            if key in ex and ex[key] < 1:
-                raise InputError(f"{path}: [algorithm.exchange] {key} must be at least 1, got {ex[key]}")
-        setup.numsteps_thermalization = ex.get("numsteps_thermalization")
-        if setup.numsteps_thermalization is not None and setup.numsteps_thermalization < 0:
-            raise InputError(f"{path}: [algorithm.exchange] numsteps_thermalization must be >= 0")
-        setup.nreplica_per_proc = ex.get("nreplica_per_proc", 1)
-        setup.separate_T = ex.get("separate_T", True)
-        setup.as_beta = "bmin" in ex or "bmax" in ex
-        pair = {k: ex.get(k) for k in ("Tmin", "Tmax", "bmin", "bmax")}
-        try:
-            temperature_ladder(2, **pair, logspace=ex.get("Tlogspace", True))  # checks the pair
-        except ValueError as err:
-            raise InputError(f"{path}: [algorithm.exchange] {err}") from None
-        setup.tables["ladder"] = {**pair, "logspace": ex.get("Tlogspace", True)}
-        if setup.initial is not None and len(setup.initial) > setup.nreplica_per_proc:
+
+def _read_box_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
+    """A continuous space: the box (min_list, max_list), step_list (or the obsolete unit_list)
+    and initial_list, into setup."""
+    name, dimension = setup.algorithm, setup.dimension
+    for key in ("neighborlist_path", "radius"):
+        if key in param:
+            raise InputError(f"{path}: [algorithm.param] {key} needs mesh_path (a discrete space)")
+    setup.lower = _vector(path, param, "min_list", dimension)
+    setup.upper = _vector(path, param, "max_list", dimension)
+    for key, v in (("min_list", setup.lower), ("max_list", setup.upper)):
+        if v is None and name != "lbfgs":
+            raise InputError(f"{path}: [algorithm.param] {key} is required")
+    if setup.lower is not None and setup.upper is not None and not np.all(setup.lower < setup.upper):
+        i = int(np.flatnonzero(~(setup.lower < setup.upper))[0])
+        raise InputError(
+            f"{path}: [algorithm.param] min_list[{i}] = {setup.lower[i]} is not below max_list[{i}] = {setup.upper[i]}"
+        )
+    step = _vector(path, param, "step_list", dimension, positive=True)
+    unit = _vector(path, param, "unit_list", dimension, positive=True)
+    if step is None and unit is not None:
+        # stacklevel 3: the warning points at the caller of build_setup
+        warnings.warn(f"{path}: [algorithm.param] unit_list is obsolete; use step_list", DeprecationWarning, stacklevel=3)
+        setup.notes.append("unit_list is obsolete: use step_list (read as step_list, as ODAT-SE does)")
+        step = unit
+    if step is None and name == "exchange":
+        raise InputError(f"{path}: [algorithm.param] step_list is required (the Gaussian step of each coordinate)")
+    setup.step_list = step
+    if "initial_list" in param:
+        init = np.asarray(param["initial_list"], dtype=np.float64)
+        init = init[None, :] if init.ndim == 1 else init
+        if init.ndim != 2 or init.shape[1] != dimension:
             raise InputError(
-                f"{path}: [algorithm.param] initial_list has {len(setup.initial)} points but nreplica_per_proc = "
-                f"{setup.nreplica_per_proc}: at most one per replica of a process"
+                f"{path}: [algorithm.param] initial_list must be {dimension} numbers or a list of such lists, "
+                f"got {param['initial_list']}"
             )
-    # checkpoints unless checkpoint = false: a crash then loses at most checkpoint_interval seconds
-    # (default DEFAULT_CHECKPOINT_INTERVAL) or checkpoint_steps steps of the run
+        setup.initial = init
+        if name != "lbfgs":  # L-BFGS is unconstrained: its box only draws starts
+            _check_initial_in_box(path, param["initial_list"], setup, upper_inside=name == "minsearch")
+
+
+def _read_exchange_options(path: Path, alg: dict[str, Any], setup: RunSetup) -> None:
+    """[algorithm.exchange]: steps, replicas per process, the temperature ladder (checked by
+    building a small one), into setup."""
+    from ..solvers.exchange import temperature_ladder
+
+    ex = alg.get("exchange")
+    if ex is None:
+        raise InputError(f"{path}: section [algorithm.exchange] is missing")
+    setup.numsteps = _need(path, ex, "algorithm.exchange", "numsteps")
+    setup.numsteps_exchange = _need(path, ex, "algorithm.exchange", "numsteps_exchange")
+    for key in ("numsteps", "numsteps_exchange", "nreplica_per_proc"):
+        if key in ex and ex[key] < 1:
+            raise InputError(f"{path}: [algorithm.exchange] {key} must be at least 1, got {ex[key]}")
+    setup.numsteps_thermalization = ex.get("numsteps_thermalization")
+    if setup.numsteps_thermalization is not None and setup.numsteps_thermalization < 0:
+        raise InputError(f"{path}: [algorithm.exchange] numsteps_thermalization must be >= 0")
+    setup.nreplica_per_proc = ex.get("nreplica_per_proc", 1)
+    setup.separate_T = ex.get("separate_T", True)
+    setup.as_beta = "bmin" in ex or "bmax" in ex
+    pair = {k: ex.get(k) for k in ("Tmin", "Tmax", "bmin", "bmax")}
+    try:
+        temperature_ladder(2, **pair, logspace=ex.get("Tlogspace", True))  # checks the pair
+    except ValueError as err:
+        raise InputError(f"{path}: [algorithm.exchange] {err}") from None
+    setup.tables["ladder"] = {**pair, "logspace": ex.get("Tlogspace", True)}
+    if setup.initial is not None and len(setup.initial) > setup.nreplica_per_proc:
+        raise InputError(
+            f"{path}: [algorithm.param] initial_list has {len(setup.initial)} points but nreplica_per_proc = "
+            f"{setup.nreplica_per_proc}: at most one per replica of a process"
+        )
+
+
+def _read_checkpoint_options(path: Path, alg: dict[str, Any], setup: RunSetup) -> None:
+    """[algorithm] checkpoint, checkpoint_steps, checkpoint_interval, checkpoint_file, into setup.
+
+    Checkpoints unless checkpoint = false: a crash then loses at most checkpoint_interval seconds
+    (default DEFAULT_CHECKPOINT_INTERVAL) or checkpoint_steps steps of the run."""
     setup.checkpoint = alg.get("checkpoint", True)
     setup.checkpoint_steps = alg.get("checkpoint_steps")
     setup.checkpoint_interval = alg.get("checkpoint_interval")
@@ -404,12 +436,11 @@ def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetu
         if key in alg and not alg[key] > 0:
             raise InputError(f"{path}: [algorithm] {key} must be positive, got {alg[key]}")
     unused = [key for key in ("checkpoint_steps", "checkpoint_interval") if key in alg]
-    if not setup.checkpoint and unused and name == "exchange":
+    if not setup.checkpoint and unused and setup.algorithm == "exchange":
         setup.notes.append(f"[algorithm] checkpoint = false: {' and '.join(unused)} not used; the checkpoint is "
                            "written at the end only, so a crash loses the whole run")
     ckpt = Path(alg.get("checkpoint_file", "checkpoint.npz")).expanduser()
-    setup.checkpoint_file = ckpt if ckpt.is_absolute() else output_dir / "0" / ckpt
-    return setup
+    setup.checkpoint_file = ckpt if ckpt.is_absolute() else setup.output_dir / "0" / ckpt
 
 
 # ---------------------------------------------------------------------------- exchange
@@ -472,11 +503,10 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     import jax
 
     from .. import distributed as dist
-    from ..io.odatse import StepWriter, write_best_result, write_fx
+    from ..io.odatse import write_best_result, write_fx
     from ..problem import Problem
-    from ..result import Status
     from ..solve import solve
-    from ..solvers.exchange import Exchange, temperature_ladder
+    from ..solvers.exchange import Exchange
 
     # ODAT-SE's meaning: P MPI processes of nreplica_per_proc replicas each; under --distributed
     # P is the number of jax processes (unless --nprocs says otherwise)
@@ -484,60 +514,15 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     writes = dist.is_writer()
     per = setup.nreplica_per_proc
     R = nprocs * per
-    ladder = setup.tables["ladder"]
-    betas = temperature_ladder(R, **ladder)
-    if setup.as_beta is False and len(set(map(repr, (1.0 / betas).tolist()))) != R and setup.separate_T:
-        raise InputError(f"{setup.input_path}: the temperatures are not distinct: result_T files need distinct values")
+    betas = _exchange_betas(setup, R)
     mode = "resume" if args.resume else "cont" if args.cont else "init"
     ckpt = setup.checkpoint_file
     meta, saved_leaves = _read_checkpoint_file(ckpt) if mode != "init" else (None, None)
-    seed = setup.seed
-    if meta is not None:
-        seed = int(meta["seed"])
-        if setup.seed is not None and setup.seed != seed:
-            raise InputError(f"{setup.input_path}: [algorithm] seed = {setup.seed} but {ckpt} was run with seed {seed}")
-    elif seed is None:
-        seed = int(np.random.SeedSequence().entropy % (2**63))  # ODAT-SE draws one too; we print it
-        halves = dist.broadcast(np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32))  # process 0's seed for all
-        seed = int(halves[0]) | int(halves[1]) << 32
-        if writes:
-            print(f"[algorithm] seed is not given: using seed = {seed}")
-    thermalization = setup.numsteps_thermalization
-    if meta is not None:
-        done = int(meta["done"][0])
-        saved = meta["options"]
-        if thermalization is None:  # keep the first run's cut: the statistics were accumulated with it
-            thermalization = saved["numsteps_thermalization"]
-        if mode == "resume" and done >= saved["numsteps"] - 1:
-            raise InputError(
-                f"{ckpt}: that run finished all its {saved['numsteps']} steps; use --cont with a larger "
-                "[algorithm.exchange] numsteps to extend it"
-            )
-        if mode == "cont" and setup.numsteps <= done + 1:
-            raise InputError(
-                f"{setup.input_path}: [algorithm.exchange] numsteps = {setup.numsteps} but {ckpt} has {done + 1} steps "
-                "done: --cont needs a larger numsteps"
-            )
-        if mode == "cont" and done < saved["numsteps"] - 1:
-            raise InputError(f"{ckpt}: that run stopped before its end (step {done + 1} of {saved['numsteps']}): use --resume")
+    seed = _exchange_seed(setup, meta, writes)
+    _check_resume_mode(setup, meta, mode)
     record = _record_length(R, setup.dimension) if args.step_files else 0
-    max_chunk = setup.checkpoint_steps if setup.checkpoint else None
-    processes = args.write_processes
-    if processes == "auto":  # worker processes where they pay (many cores, a long run), else threads
-        from ..io.step_processes import default_write_processes
-
-        processes = default_write_processes(R * setup.numsteps) if args.write_threads is None else 0
-    if record and (args.write_threads != 0 or processes):
-        # chunks of at most ~1/K of the run (K = --write-chunks, default 8 with writer processes, 16
-        # with threads): each chunk's files are written while the next one is sampled, so only the
-        # last chunk's writing is not hidden; fewer chunks, fewer of each writer's fixed per-chunk
-        # costs (the same on every process)
-        from ..io.step_processes import DEFAULT_WRITE_CHUNKS
-
-        piece = max(16, -(-setup.numsteps // (args.write_chunks or (DEFAULT_WRITE_CHUNKS if processes else 16))))
-        max_chunk = min(max_chunk or piece, piece)
-    if thermalization is None:
-        thermalization = int(0.1 * setup.numsteps)
+    processes, max_chunk = _write_plan(setup, args, R, record)
+    thermalization = _thermalization(setup, meta)
 
     with jax.enable_x64(args.dtype == "float64"):
         if setup.mesh is None:
@@ -552,18 +537,8 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             nreplica_per_proc=per, record=record, max_chunk_steps=max_chunk, unroll=args.unroll,
             kernel=args.kernel,
         )
-        if meta is not None and meta["options"].get("record") != record:
-            raise InputError(
-                f"{ckpt} was written {'with' if meta['options'].get('record') else 'without'} the per-step files; "
-                f"resume it {'without' if args.step_files else 'with'} --no-step-files as before"
-            )
         if meta is not None:  # before any file of the run is touched
-            from ..identity import problem_identity, refuse_other_problem
-
-            try:
-                refuse_other_problem(ckpt, meta, problem_identity(problem), PART_KEYS)
-            except ValueError as err:
-                raise InputError(f"{setup.input_path}: {err}") from None
+            _refuse_other_run(setup, args, meta, record, problem)
         if writes:
             _prepare_checkpoint_path(setup)
         if meta is not None and args.reset_rand:
@@ -571,19 +546,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                 _reset_random(ckpt, seed, int(meta["done"][0]) + 1)
             dist.barrier("multiwalk run --reset-rand")  # the others read the new key after process 0 wrote it
         if record and writes:
-            state0 = None
-            if meta is not None:  # the writer starts from each replica's last result
-                from types import SimpleNamespace
-
-                from ..solvers.exchange import checkpoint_replica_rows
-
-                state0 = SimpleNamespace(**checkpoint_replica_rows(saved_leaves))  # state is by temperature
-            writer = StepWriter(
-                setup.output_dir, setup.labels, betas, setup.as_beta, nprocs, per,
-                coordinates=None if setup.mesh is None else setup.mesh.coordinates, separate_T=setup.separate_T,
-                resume_step=None if meta is None else int(meta["done"][0]) + 1, state=state0,
-                threads=args.write_threads, processes=processes,
-            )
+            writer = _step_writer(setup, args, betas, nprocs, meta, saved_leaves, processes)
         elif writes:
             setup.output_dir.mkdir(parents=True, exist_ok=True)
         solver = Exchange(**solver_kw, on_steps=None if writer is None else writer.on_steps,
@@ -604,7 +567,6 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
         finally:
             if writer is not None:
                 writer.close()  # every line handed to the writer thread is in the files
-        best_rank, walker = divmod(result.best_replica, per)
         if writes:
             write_best_result(setup.output_dir / "best_result.txt", R, per, result.best_replica, result.best_step,
                               result.fun, result.x, setup.labels)
@@ -614,6 +576,140 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
         _write_profile(Path(os.environ["MULTIWALK_PROFILE"]), result.stats, post, writer)
     if not writes:  # process 0 reports
         return EXIT_OK if result.success else EXIT_FAILED
+    return _report_exchange(setup, result, writer, R, wall, post)
+
+
+def _exchange_betas(setup: RunSetup, replicas: int) -> np.ndarray:
+    """The ``replicas`` inverse temperatures of [algorithm.exchange]'s ladder, coldest first;
+    InputError if result_T files would need two of the same spelling."""
+    from ..solvers.exchange import temperature_ladder
+
+    betas = temperature_ladder(replicas, **setup.tables["ladder"])
+    if setup.as_beta is False and len(set(map(repr, (1.0 / betas).tolist()))) != replicas and setup.separate_T:
+        raise InputError(f"{setup.input_path}: the temperatures are not distinct: result_T files need distinct values")
+    return betas
+
+
+def _exchange_seed(setup: RunSetup, meta: dict[str, Any] | None, writes: bool) -> int:
+    """The run's seed: the checkpoint's (the input's must agree), the input's, or a fresh one
+    drawn by process 0, shared with every process and printed."""
+    from .. import distributed as dist
+
+    seed = setup.seed
+    if meta is not None:
+        seed = int(meta["seed"])
+        if setup.seed is not None and setup.seed != seed:
+            raise InputError(
+                f"{setup.input_path}: [algorithm] seed = {setup.seed} but {setup.checkpoint_file} was run with seed {seed}")
+    elif seed is None:
+        seed = int(np.random.SeedSequence().entropy % (2**63))  # ODAT-SE draws one too; we print it
+        halves = dist.broadcast(np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32))  # process 0's seed for all
+        seed = int(halves[0]) | int(halves[1]) << 32
+        if writes:
+            print(f"[algorithm] seed is not given: using seed = {seed}")
+    return seed
+
+
+def _check_resume_mode(setup: RunSetup, meta: dict[str, Any] | None, mode: str) -> None:
+    """--resume continues a run that stopped before its end; --cont extends a finished run to a
+    larger numsteps: InputError, naming the checkpoint, where the saved run says otherwise."""
+    if meta is None:
+        return
+    ckpt = setup.checkpoint_file
+    done = int(meta["done"][0])
+    saved = meta["options"]
+    if mode == "resume" and done >= saved["numsteps"] - 1:
+        raise InputError(
+            f"{ckpt}: that run finished all its {saved['numsteps']} steps; use --cont with a larger "
+            "[algorithm.exchange] numsteps to extend it"
+        )
+    if mode == "cont" and setup.numsteps <= done + 1:
+        raise InputError(
+            f"{setup.input_path}: [algorithm.exchange] numsteps = {setup.numsteps} but {ckpt} has {done + 1} steps "
+            "done: --cont needs a larger numsteps"
+        )
+    if mode == "cont" and done < saved["numsteps"] - 1:
+        raise InputError(f"{ckpt}: that run stopped before its end (step {done + 1} of {saved['numsteps']}): use --resume")
+
+
+def _thermalization(setup: RunSetup, meta: dict[str, Any] | None) -> int:
+    """numsteps_thermalization: the input's, else the saved run's (its statistics were
+    accumulated with that cut), else a tenth of numsteps."""
+    thermalization = setup.numsteps_thermalization
+    if thermalization is None and meta is not None:
+        thermalization = meta["options"]["numsteps_thermalization"]
+    if thermalization is None:
+        thermalization = int(0.1 * setup.numsteps)
+    return thermalization
+
+
+def _write_plan(setup: RunSetup, args: argparse.Namespace, replicas: int, record: int) -> tuple[int, int | None]:
+    """``(writer processes, longest chunk in steps or None)``: ``--write-processes auto``
+    resolved, and chunks short enough that the step files are written while the run goes on."""
+    max_chunk = setup.checkpoint_steps if setup.checkpoint else None
+    processes = args.write_processes
+    if processes == "auto":  # worker processes where they pay (many cores, a long run), else threads
+        from ..io.step_processes import default_write_processes
+
+        processes = default_write_processes(replicas * setup.numsteps) if args.write_threads is None else 0
+    if record and (args.write_threads != 0 or processes):
+        # chunks of at most ~1/K of the run (K = --write-chunks, default 8 with writer processes, 16
+        # with threads): each chunk's files are written while the next one is sampled, so only the
+        # last chunk's writing is not hidden; fewer chunks, fewer of each writer's fixed per-chunk
+        # costs (the same on every process)
+        from ..io.step_processes import DEFAULT_WRITE_CHUNKS
+
+        piece = max(16, -(-setup.numsteps // (args.write_chunks or (DEFAULT_WRITE_CHUNKS if processes else 16))))
+        max_chunk = min(max_chunk or piece, piece)
+    return processes, max_chunk
+
+
+def _refuse_other_run(setup: RunSetup, args: argparse.Namespace, meta: dict[str, Any], record: int,
+                      problem: Any) -> None:
+    """InputError unless the checkpoint's run wrote the step files as this one will, and is of
+    the same problem (:mod:`multiwalk.identity`); before any file of the run is touched."""
+    from ..identity import problem_identity, refuse_other_problem
+
+    ckpt = setup.checkpoint_file
+    if meta["options"].get("record") != record:
+        raise InputError(
+            f"{ckpt} was written {'with' if meta['options'].get('record') else 'without'} the per-step files; "
+            f"resume it {'without' if args.step_files else 'with'} --no-step-files as before"
+        )
+    try:
+        refuse_other_problem(ckpt, meta, problem_identity(problem), PART_KEYS)
+    except ValueError as err:
+        raise InputError(f"{setup.input_path}: {err}") from None
+
+
+def _step_writer(setup: RunSetup, args: argparse.Namespace, betas: np.ndarray, nprocs: int,
+                 meta: dict[str, Any] | None, saved_leaves: list[np.ndarray] | None, processes: int) -> Any:
+    """The :class:`multiwalk.io.odatse.StepWriter` of trial.txt, result.txt and result_T*.txt;
+    on a resume it starts from each replica's last result in the checkpoint."""
+    from ..io.odatse import StepWriter
+
+    state0 = None
+    if meta is not None:  # the writer starts from each replica's last result
+        from types import SimpleNamespace
+
+        from ..solvers.exchange import checkpoint_replica_rows
+
+        state0 = SimpleNamespace(**checkpoint_replica_rows(saved_leaves))  # state is by temperature
+    return StepWriter(
+        setup.output_dir, setup.labels, betas, setup.as_beta, nprocs, setup.nreplica_per_proc,
+        coordinates=None if setup.mesh is None else setup.mesh.coordinates, separate_T=setup.separate_T,
+        resume_step=None if meta is None else int(meta["done"][0]) + 1, state=state0,
+        threads=args.write_threads, processes=processes,
+    )
+
+
+def _report_exchange(setup: RunSetup, result: Any, writer: Any, replicas: int, wall: float, post: float) -> int:
+    """Print the best point and where the time went (process 0); the exit code."""
+    import jax
+
+    from ..result import Status
+
+    best_rank, walker = divmod(result.best_replica, setup.nreplica_per_proc)
     print("Best Result:")
     print(f"  rank = {best_rank}")
     print(f"  step = {result.best_step}")
@@ -623,7 +719,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
         print(f"  {label} = {v!r}")
     st = result.stats
     print(
-        f"{result.message}; {R} replicas, steps 0..{result.steps - 1}; run {st['run_seconds']:.3f} s, "
+        f"{result.message}; {replicas} replicas, steps 0..{result.steps - 1}; run {st['run_seconds']:.3f} s, "
         f"step files {0.0 if writer is None else writer.seconds:.3f} s, files after the run {post:.3f} s, "
         f"compile {st['compile_seconds']:.2f} s, chunk loop {st.get('loop_seconds', math.nan):.3f} s, "
         f"wall {wall + post:.2f} s ({jax.devices()[0].platform}, "
@@ -639,7 +735,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
               f"({who}{ring}); the run waited {writer.seconds:.3f} s for them")
     if "devices_note" in st:
         print(f"note: {st['devices_note']}")
-    print(f"output in {setup.output_dir}; checkpoint {ckpt}")
+    print(f"output in {setup.output_dir}; checkpoint {setup.checkpoint_file}")
     if result.status == Status.INTERRUPTED:
         print("interrupted: continue with --resume", file=sys.stderr)
         return EXIT_INTERRUPTED

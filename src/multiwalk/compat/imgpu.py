@@ -87,6 +87,131 @@ def _time_seed() -> int:
     return (time.time_ns() ^ (os.getpid() << 16)) & 0xFFFFFFFF
 
 
+def _parameters(pdescr: Any, ptotal: Any, pmint: Any, pmaxt: Any) -> tuple[np.ndarray, ...]:
+    """``(pdescr, ptotal, pmint, pmaxt)`` checked: ``[nptot]`` int32 descriptors 0/1/2 (not all
+    0) and float64 values (ptotal defaults to zeros), ``pmint < pmaxt`` where not fixed."""
+    if pdescr is None:
+        raise TypeError(
+            "Mcgpu needs pdescr=[...]: one descriptor per parameter, "
+            "0 fixed (value from ptotal), 1 normal, 2 angular"
+        )
+    pd = np.asarray(pdescr)
+    if pd.ndim != 1 or pd.size == 0:
+        raise ValueError(f"pdescr must be a non-empty 1-D sequence of 0/1/2, got shape {pd.shape}")
+    if not (np.issubdtype(pd.dtype, np.integer) or np.issubdtype(pd.dtype, np.floating)) \
+            or np.any(pd != np.round(pd)):
+        raise TypeError(f"pdescr must hold the integers 0, 1 or 2, got {pdescr!r}")
+    pd = pd.astype(np.int32)
+    for i, v in enumerate(pd):
+        if v not in _PDESCR_VALUES:
+            raise ValueError(f"pdescr[{i}]={v} is not 0 (fixed), 1 (normal) or 2 (angular)")
+    nptot = int(pd.size)
+    if not np.any(pd != 0):
+        raise ValueError("pdescr is all zeros: every parameter is fixed; mark at least one with 1 or 2")
+    if pmint is None or pmaxt is None:
+        missing = " and ".join(n for n, v in (("pmint", pmint), ("pmaxt", pmaxt)) if v is None)
+        raise TypeError(f"Mcgpu needs {missing}: the lower and upper limits of every parameter (length {nptot})")
+    lo = _vector("pmint", pmint, nptot)
+    hi = _vector("pmaxt", pmaxt, nptot)
+    pt = np.zeros(nptot) if ptotal is None else _vector("ptotal", ptotal, nptot)
+    for i in np.flatnonzero(pd != 0):
+        if not lo[i] < hi[i]:
+            raise ValueError(
+                f"pmint[{i}]={lo[i]} is not below pmaxt[{i}]={hi[i]}: each lower limit must be "
+                "strictly below its upper limit"
+            )
+    return pd, pt, lo, hi
+
+
+def _model_inputs(model: Any, dat: Any, std2r: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(dat, std2r)`` as float64 arrays of dat's shape (defaults ``[0.]`` and ones), after
+    checking that ``model`` is given and callable; std2r positive and finite."""
+    if model is None:
+        raise TypeError(
+            "Mcgpu needs model=f with f(p, coor, icoor, dat, idat, imodel) -> datm, written in "
+            "jax.numpy for ONE parameter vector p of length nptot (it replaces model.cuh)"
+        )
+    if not callable(model):
+        raise TypeError(f"model must be a function f(p, coor, icoor, dat, idat, imodel), got {model!r}")
+    d = np.atleast_1d(np.asarray(np.zeros(1) if dat is None else dat))
+    if not (np.issubdtype(d.dtype, np.floating) or np.issubdtype(d.dtype, np.integer)):
+        raise TypeError(f"dat must hold real numbers, got dtype {d.dtype}")
+    d = d.astype(np.float64)
+    if std2r is None:
+        return d, np.ones(d.shape)
+    try:
+        s2r = np.broadcast_to(np.asarray(std2r, dtype=np.float64), d.shape).copy()
+    except ValueError as err:
+        raise ValueError(
+            f"std2r has shape {np.shape(std2r)} but dat has shape {d.shape}: give one 1/sigma^2 per datum"
+        ) from err
+    ok = np.isfinite(s2r) & (s2r > 0)
+    if not np.all(ok):
+        bad = tuple(int(i) for i in np.argwhere(~ok)[0])
+        raise ValueError(
+            f"std2r{list(bad)}={s2r[bad]} must be positive and finite: it is 1/sigma^2 of that datum "
+            "(drop a datum instead of giving it zero weight)"
+        )
+    return d, s2r
+
+
+def _betas(beta: Any) -> tuple[float, ...] | None:
+    """Explicit inverse temperatures, checked: in (0, 1], strictly decreasing; None if not given."""
+    if beta is None:
+        return None
+    b = np.asarray(beta, dtype=np.float64)
+    if b.ndim != 1 or b.size == 0:
+        raise ValueError(f"beta must be a non-empty 1-D sequence of inverse temperatures, got shape {b.shape}")
+    if not np.all(np.isfinite(b) & (b > 0) & (b <= 1)):
+        raise ValueError(f"beta values must lie in (0, 1], got {b.tolist()}")
+    if np.any(np.diff(b) >= 0):
+        raise ValueError(f"beta must be strictly decreasing (coldest, beta=1, first), got {b.tolist()}")
+    return tuple(float(v) for v in b)
+
+
+def _seed(seed: Any) -> int:
+    """The seed as a Python int in [0, 2**64), or one from the clock when None."""
+    if seed is None:
+        seed = _time_seed()
+    elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64) (the seed's np.uint64) or None, got {seed!r}")
+    return int(seed)
+
+
+def _box_holding_fixed(lo: np.ndarray, hi: np.ndarray, pt: np.ndarray,
+                       fixed_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The Problem's box: pmint, pmaxt, widened where a parameter is fixed so that it holds the
+    fixed value (the seed ignores the limits of fixed parameters)."""
+    lo_p, hi_p = lo.copy(), hi.copy()
+    for i in np.flatnonzero(fixed_mask):  # bounds of fixed parameters are unused: make them hold the value
+        lo_p[i] = min(lo[i], pt[i])
+        hi_p[i] = max(hi[i], pt[i])
+        if not lo_p[i] < hi_p[i]:
+            lo_p[i], hi_p[i] = pt[i] - 0.5, pt[i] + 0.5
+    return lo_p, hi_p
+
+
+def _problem(model: Callable[..., Any], args: tuple[jax.Array, ...], d: np.ndarray, s2r: np.ndarray,
+             pd: np.ndarray, pt: np.ndarray, lo: np.ndarray, hi: np.ndarray, angular_data: Any) -> Problem:
+    """The seed's arguments as a Problem: ``model(p, args)`` fitted to ``dat`` with sigma
+    ``1 / sqrt(std2r)``, the box pmint .. pmaxt (holding the fixed values), parameters with
+    ``pdescr`` 0 fixed at ``ptotal``, 2 periodic, named ``p0, p1, ...``."""
+    fixed_mask = pd == 0
+    lo_p, hi_p = _box_holding_fixed(lo, hi, pt, fixed_mask)
+    return Problem(
+        model=model,
+        data=d,
+        sigma=1.0 / np.sqrt(s2r),
+        lower=lo_p,
+        upper=hi_p,
+        fixed={int(i): float(pt[i]) for i in np.flatnonzero(fixed_mask)},
+        periodic=pd == 2,
+        angular_data=angular_data,
+        args=args,
+        names=[f"p{i}" for i in range(pd.size)],
+    )
+
+
 class Mcgpu:
     """Replica-exchange MCMC with cuda_mcmc's ``imgpu.Mcgpu`` names, run by :func:`multiwalk.solve`.
 
@@ -149,103 +274,29 @@ class Mcgpu:
         *,
         angular_data: Any = None,
     ) -> None:
-        # --- parameters: pdescr, ptotal, pmint, pmaxt -----------------------------------
-        if pdescr is None:
-            raise TypeError(
-                "Mcgpu needs pdescr=[...]: one descriptor per parameter, "
-                "0 fixed (value from ptotal), 1 normal, 2 angular"
-            )
-        pd = np.asarray(pdescr)
-        if pd.ndim != 1 or pd.size == 0:
-            raise ValueError(f"pdescr must be a non-empty 1-D sequence of 0/1/2, got shape {pd.shape}")
-        if not (np.issubdtype(pd.dtype, np.integer) or np.issubdtype(pd.dtype, np.floating)) \
-                or np.any(pd != np.round(pd)):
-            raise TypeError(f"pdescr must hold the integers 0, 1 or 2, got {pdescr!r}")
-        pd = pd.astype(np.int32)
-        for i, v in enumerate(pd):
-            if v not in _PDESCR_VALUES:
-                raise ValueError(f"pdescr[{i}]={v} is not 0 (fixed), 1 (normal) or 2 (angular)")
+        # every argument is checked first, in this order, before anything is traced
+        pd, pt, lo, hi = _parameters(pdescr, ptotal, pmint, pmaxt)
         nptot = int(pd.size)
-        if not np.any(pd != 0):
-            raise ValueError("pdescr is all zeros: every parameter is fixed; mark at least one with 1 or 2")
-        if pmint is None or pmaxt is None:
-            missing = " and ".join(n for n, v in (("pmint", pmint), ("pmaxt", pmaxt)) if v is None)
-            raise TypeError(f"Mcgpu needs {missing}: the lower and upper limits of every parameter (length {nptot})")
-        lo = _vector("pmint", pmint, nptot)
-        hi = _vector("pmaxt", pmaxt, nptot)
-        pt = np.zeros(nptot) if ptotal is None else _vector("ptotal", ptotal, nptot)
-        for i in np.flatnonzero(pd != 0):
-            if not lo[i] < hi[i]:
-                raise ValueError(
-                    f"pmint[{i}]={lo[i]} is not below pmaxt[{i}]={hi[i]}: each lower limit must be "
-                    "strictly below its upper limit"
-                )
-
-        # --- the model and its inputs ----------------------------------------------------
-        if model is None:
-            raise TypeError(
-                "Mcgpu needs model=f with f(p, coor, icoor, dat, idat, imodel) -> datm, written in "
-                "jax.numpy for ONE parameter vector p of length nptot (it replaces model.cuh)"
-            )
-        if not callable(model):
-            raise TypeError(f"model must be a function f(p, coor, icoor, dat, idat, imodel), got {model!r}")
-        d = np.atleast_1d(np.asarray(np.zeros(1) if dat is None else dat))
-        if not (np.issubdtype(d.dtype, np.floating) or np.issubdtype(d.dtype, np.integer)):
-            raise TypeError(f"dat must hold real numbers, got dtype {d.dtype}")
-        d = d.astype(np.float64)
-        if std2r is None:
-            s2r = np.ones(d.shape)
-        else:
-            try:
-                s2r = np.broadcast_to(np.asarray(std2r, dtype=np.float64), d.shape).copy()
-            except ValueError as err:
-                raise ValueError(
-                    f"std2r has shape {np.shape(std2r)} but dat has shape {d.shape}: give one 1/sigma^2 per datum"
-                ) from err
-            ok = np.isfinite(s2r) & (s2r > 0)
-            if not np.all(ok):
-                bad = tuple(int(i) for i in np.argwhere(~ok)[0])
-                raise ValueError(
-                    f"std2r{list(bad)}={s2r[bad]} must be positive and finite: it is 1/sigma^2 of that datum "
-                    "(drop a datum instead of giving it zero weight)"
-                )
+        d, s2r = _model_inputs(model, dat, std2r)
         coor_a = _aux_array("coor", coor, integer=False)
         icoor_a = _aux_array("icoor", icoor, integer=True)
         idat_a = _aux_array("idat", idat, integer=True)
         imodel = _int_option("imodel", imodel, -(2**31))
         npass = _int_option("npass", npass, 1)
-
-        # --- temperatures and seed -------------------------------------------------------
-        betas: tuple[float, ...] | None = None
-        if beta is not None:
-            b = np.asarray(beta, dtype=np.float64)
-            if b.ndim != 1 or b.size == 0:
-                raise ValueError(f"beta must be a non-empty 1-D sequence of inverse temperatures, got shape {b.shape}")
-            if not np.all(np.isfinite(b) & (b > 0) & (b <= 1)):
-                raise ValueError(f"beta values must lie in (0, 1], got {b.tolist()}")
-            if np.any(np.diff(b) >= 0):
-                raise ValueError(f"beta must be strictly decreasing (coldest, beta=1, first), got {b.tolist()}")
-            betas = tuple(float(v) for v in b)
+        betas = _betas(beta)
+        if betas is not None:
             nbeta = len(betas)
         beta1 = 1.0 if beta1 is None else float(beta1)
         betan = 1e-4 if betan is None else float(betan)
-        if seed is None:
-            seed = _time_seed()
-        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**64:
-            raise ValueError(f"seed must be an integer in [0, 2**64) (the seed's np.uint64) or None, got {seed!r}")
-        seed = int(seed)
+        seed = _seed(seed)
 
         # --- the modern objects ------------------------------------------------------------
         fixed_mask = pd == 0
-        lo_p, hi_p = lo.copy(), hi.copy()
-        for i in np.flatnonzero(fixed_mask):  # bounds of fixed parameters are unused: make them hold the value
-            lo_p[i] = min(lo[i], pt[i])
-            hi_p[i] = max(hi[i], pt[i])
-            if not lo_p[i] < hi_p[i]:
-                lo_p[i], hi_p[i] = pt[i] - 0.5, pt[i] + 0.5
         shape = d.shape
         im = imodel
 
+        # defined here, as it was: the problem's identity in a checkpoint digests this function's
+        # name, code and closure, so a checkpoint written before stays resumable
         def _model(p: jax.Array, args: tuple[jax.Array, ...]) -> jax.Array:
             c, ic, dd, idd = args
             out = jnp.asarray(model(p, c, ic, dd, idd, im))
@@ -253,18 +304,7 @@ class Mcgpu:
 
         dt = jnp.result_type(float)
         args = (jnp.asarray(coor_a, dt), jnp.asarray(icoor_a), jnp.asarray(d, dt), jnp.asarray(idat_a))
-        self.problem = Problem(
-            model=_model,
-            data=d,
-            sigma=1.0 / np.sqrt(s2r),
-            lower=lo_p,
-            upper=hi_p,
-            fixed={int(i): float(pt[i]) for i in np.flatnonzero(fixed_mask)},
-            periodic=pd == 2,
-            angular_data=angular_data,
-            args=args,
-            names=[f"p{i}" for i in range(nptot)],
-        )
+        self.problem = _problem(_model, args, d, s2r, pd, pt, lo, hi, angular_data)
         self.solver = ReplicaExchange(
             nbeta=nbeta, nseq=nseq, nburn=nburn, niter=niter, beta1=beta1, betan=betan, betas=betas, nadj=nadj
         )
@@ -287,7 +327,10 @@ class Mcgpu:
         self.invar = np.full(nptot, -1, np.int32)
         self.invar[self.ivar] = np.arange(self.nprm, dtype=np.int32)
         self.ndat, self.ncoor, self.nicoor, self.nidat = d.size, coor_a.size, icoor_a.size, idat_a.size
-        # outputs, filled by burnin_and_search()
+        self._clear_outputs()
+
+    def _clear_outputs(self) -> None:
+        """The outputs, None until :meth:`burnin_and_search` fills them."""
         self.result: ReplicaExchangeResult | None = None
         self.pout: np.ndarray | None = None
         self.chi2: np.ndarray | None = None

@@ -53,7 +53,7 @@ from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from .coordinate_descent import check_elastic_net_options, proximal_step
 from .problem import Deconvolution
-from .result import DeconvolutionResult, final_model, final_status
+from .result import DeconvolutionResult, final_model
 
 __all__ = ["BlockCoordinateDescent", "nonnegative_qp"]
 
@@ -336,14 +336,12 @@ class BlockCoordinateDescent(Solver):
         iterations = int(state.iteration)
         model, residual, objective = final_model(problem, state.x, self._penalty)
         tolerance, max_step = float(state.tolerance), float(state.max_step)
-        status, message = final_status(
-            status,
-            max_step <= tolerance,
-            f"a pixel can still change by {max_step:.3g} > {tolerance:.3g} Jy/pixel (epsilon={self.epsilon:g} of the "
-            f"image's scale) after max_iterations={self.max_iterations}: raise max_iterations",
-            f"converged: on the exact gradient map no pixel can change by more than {tolerance:.3g} Jy/pixel "
-            f"(epsilon={self.epsilon:g} of the image's scale; {iterations} iterations)",
-        )
+        message = status.describe({
+            Status.SUCCESS: f"converged: on the exact gradient map no pixel can change by more than {tolerance:.3g} "
+            f"Jy/pixel (epsilon={self.epsilon:g} of the image's scale; {iterations} iterations)",
+            Status.MAX_STEPS: f"a pixel can still change by {max_step:.3g} > {tolerance:.3g} Jy/pixel (epsilon="
+            f"{self.epsilon:g} of the image's scale) after max_iterations={self.max_iterations}: raise max_iterations",
+        })
         stats = dict(stats, iterations=iterations, max_step=max_step, tolerance=tolerance, solves=int(state.solves),
                      increases=int(state.increases))
         return DeconvolutionResult(

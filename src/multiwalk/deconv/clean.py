@@ -22,7 +22,7 @@ from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import greedy, patches
 from .problem import Deconvolution
-from .result import DeconvolutionResult, final_model, final_status
+from .result import DeconvolutionResult, final_model
 
 __all__ = ["Clean"]
 
@@ -157,13 +157,11 @@ class Clean(Solver):
         iterations = int(state.iteration)
         model, residual, fun = final_model(problem, state.x, None)
         peak = float(jnp.max(state.block_best))
-        status, message = final_status(
-            status,
-            peak < self.threshold or peak == 0,
-            f"the residual peak {peak:.4g} is still above threshold={self.threshold:g} after "
+        message = status.describe({
+            Status.SUCCESS: f"the residual peak {peak:.4g} is below threshold={self.threshold:g} ({iterations} iterations)",
+            Status.MAX_STEPS: f"the residual peak {peak:.4g} is still above threshold={self.threshold:g} after "
             f"max_iterations={self.max_iterations}",
-            f"the residual peak {peak:.4g} is below threshold={self.threshold:g} ({iterations} iterations)",
-        )
+        })
         return DeconvolutionResult(
             x=model, fun=fun, status=status, message=message, stats=dict(stats, iterations=iterations), model=model,
             residual=residual, iterations=iterations, objective=None, steps=np.asarray(state.steps[:iterations]),

@@ -66,7 +66,7 @@ from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import coordinate_descent_kernel as cdk
 from . import greedy, patches
 from .problem import Deconvolution
-from .result import DeconvolutionResult, final_model, final_status
+from .result import DeconvolutionResult, final_model
 
 __all__ = ["CoordinateDescent", "proximal_step"]
 
@@ -458,14 +458,12 @@ class CoordinateDescent(Solver):
         model, residual, objective = final_model(problem, state.x, self._penalty)
         tolerance, refreshes = float(state.tolerance), int(state.refreshes)
         max_step = self.exact_max_step(problem, model, residual)
-        status, message = final_status(
-            status,
-            bool(self.done(problem, state, 0)),
-            f"a pixel can still change by {max_step:.3g} > {tolerance:.3g} Jy/pixel (epsilon={self.epsilon:g} of the "
-            f"image's scale) after max_iterations={self.max_iterations}: raise max_iterations",
-            f"converged: on the exact gradient map no pixel can change by more than {tolerance:.3g} Jy/pixel "
-            f"(epsilon={self.epsilon:g} of the image's scale; {iterations} iterations, {refreshes} exact maps)",
-        )
+        message = status.describe({
+            Status.SUCCESS: f"converged: on the exact gradient map no pixel can change by more than {tolerance:.3g} "
+            f"Jy/pixel (epsilon={self.epsilon:g} of the image's scale; {iterations} iterations, {refreshes} exact maps)",
+            Status.MAX_STEPS: f"a pixel can still change by {max_step:.3g} > {tolerance:.3g} Jy/pixel (epsilon="
+            f"{self.epsilon:g} of the image's scale) after max_iterations={self.max_iterations}: raise max_iterations",
+        })
         plan = self.kernel_plan()
         history = np.asarray(state.history[:iterations])
         stats = dict(stats, iterations=iterations, kernel=plan.name, kernel_reason=plan.reason, max_step=max_step,

@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..result import Result, Status
+from ..result import Result
 from . import greedy
 from .problem import Deconvolution
 
-__all__ = ["DeconvolutionResult", "final_images", "final_model", "final_status"]
+__all__ = ["DeconvolutionResult", "final_images", "final_model"]
 
 
 @dataclass(repr=False)
@@ -61,15 +61,3 @@ def final_model(
     model = np.asarray(x[:n, :m])
     residual, value = final_images(problem, model, penalty)
     return model, residual, value
-
-
-def final_status(status: Status, converged: bool, unconverged_message: str, converged_message: str) -> tuple[Status, str]:
-    """A minor-cycle run's status and message: a run that ended normally (``Status.SUCCESS``)
-    without meeting its stopping rule ran out of iterations (``Status.MAX_STEPS``,
-    ``unconverged_message``); one that met it, ``converged_message``; any other status keeps
-    its own description (time limit, interrupted, ...)."""
-    if status == Status.SUCCESS and not converged:
-        return Status.MAX_STEPS, unconverged_message
-    if status == Status.SUCCESS:
-        return status, converged_message
-    return status, status.describe()

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..io.uvdata import UVData
-from ..models.xringaus import MODELS, PARAM_UNITS
+from ..models import get_model
 from ..problem import Problem
 from ..solve import solve
 from ..solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
@@ -37,9 +37,7 @@ SEED_SOLVER = ReplicaExchange(nbeta=32, nseq=16, nburn=400, niter=1000)
 
 
 def _model(name: str):
-    if name not in MODELS:
-        raise ValueError(f"model must be one of {list(MODELS)}, got {name!r}")
-    return MODELS[name]
+    return get_model(name)  # any model of multiwalk.models.MODELS, or a ValueError naming them
 
 
 @functools.cache
@@ -197,7 +195,7 @@ class XringausFit:
             row += f"  {('yes' if inside[i] else 'NO') if inside is not None else '':>6}"
             if i in self.problem.fixed:
                 row += "  (fixed)"
-            row += f"  {PARAM_UNITS.get(name, '')}"
+            row += f"  {_model(self.model).units.get(name, '')}"
             lines.append(row)
         lines.append(f"best chi2 = {self.chi2:.1f} for {self.n_data} data ({len(self.data)} amplitudes, "
                      f"{len(self.closure)} closure phases), {self.problem.n_free} free parameters")
@@ -222,7 +220,8 @@ def fit_xringaus(
     time_limit: float | None = None,
     checkpoint: str | None = None,
 ) -> XringausFit:
-    """Fit ``model`` ("xringaus" or "xringaus13") to ``data`` with ReplicaExchange (default :data:`SEED_SOLVER`).
+    """Fit ``model`` (a name in :data:`multiwalk.models.MODELS`: "xringaus", "xringaus13", "mring", ...)
+    to ``data`` with ReplicaExchange (default :data:`SEED_SOLVER`).
 
     ``progress``, ``time_limit`` and ``checkpoint`` go to :func:`multiwalk.solve`; a run cut
     short returns the samples it has (``fit.result.status`` says why).

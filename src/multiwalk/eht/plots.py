@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..models.xringaus import MODELS
+from ..models import MODELS
 from .closure import ClosurePhases, model_closure_phases
 
 if TYPE_CHECKING:

@@ -128,7 +128,9 @@ def simulate(
     the SEFDs, ``bandwidth_hz`` and ``scan_seconds``; ``fractional_noise`` f adds a second,
     independent error of ``f |V|`` in quadrature (non-closing systematics), which is drawn and
     included in ``sigma`` too.  ``noise=False`` returns the exact visibilities with their sigmas.
-    Stations are numbered 1..N in array order (``UVData.stations`` holds the names).
+    Stations are numbered 1..N in array order (``UVData.stations`` holds the names,
+    ``station_xyz`` the positions; ``freq_hz``, ``ra_deg``, ``dec_deg`` are set, so the
+    observation can be written as UVFITS).
     """
     _check("scan_seconds", scan_seconds)
     _check("cadence_seconds", cadence_seconds)
@@ -157,4 +159,7 @@ def simulate(
     return UVData(
         mjd=tr["mjd"], u=tr["u"], v=tr["v"], w=tr["w"], ant1=i1 + 1, ant2=i2 + 1, vis=vis, sigma=sigma,
         weight=np.ones(n), chan=np.zeros(n, np.int64), stations={i + 1: name for i, name in enumerate(array.names)},
+        freq_hz=freq_hz, ra_deg=15.0 * ra_hours, dec_deg=dec_deg,
+        station_xyz={i + 1: xyz for i, xyz in enumerate(array.xyz)},
+        history=[f"simulated: {len(array)} stations, {len(times_h)} scans of {scan_seconds:g} s at {freq_hz / 1e9:g} GHz"],
     )

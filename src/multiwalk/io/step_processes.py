@@ -44,9 +44,11 @@ from __future__ import annotations
 
 import errno
 import os
+import selectors
 import signal
 import time
 import warnings
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +152,29 @@ def _out_of_files(err: OSError, workers: int, what: str) -> ValueError:
         "(--write-processes) or raise the limit (ulimit -n)")
 
 
+def _make_links(workers: int, raised: tuple[int, int] | None) -> dict[tuple[int, int], tuple[int, int]]:
+    """The pipes between the workers: ``(j, k) -> (read end, write end)`` carries worker j's
+    pieces' lengths to worker k.  If one cannot be made, those made are closed, the limit of open
+    files ``raised`` by :func:`_enough_descriptors` is put back, and running out of files is the
+    ValueError of :func:`_out_of_files`."""
+    W = workers
+    links: dict[tuple[int, int], tuple[int, int]] = {}
+    try:
+        for j in range(W):
+            for k in range(W):
+                if j != k:
+                    links[j, k] = os.pipe()
+    except OSError as err:
+        for r, wr in links.values():  # none of them is any use without the others
+            os.close(r)
+            os.close(wr)
+        _restore_descriptors(raised)
+        if err.errno in (errno.EMFILE, errno.ENFILE):
+            raise _out_of_files(err, W, f"pipe {len(links) + 1} of the {W * (W - 1)} between them") from err
+        raise
+    return links
+
+
 def _split(total: int, parts: int) -> list[tuple[int, int]]:
     """``parts`` near-equal ``[a, b)`` ranges of ``range(total)`` (some empty when total < parts)."""
     edges = [(total * k) // parts for k in range(parts + 1)]
@@ -219,19 +244,8 @@ def _warm_up(formats: Any, t_series: Any) -> None:
 def _worker(inbox: Any, outbox: Any) -> None:
     """One writer process: reads its spec, then formats and writes its share of each chunk it is
     sent, in order; answers ``(chunk, error or None, busy seconds, offset-wait seconds, skipped)``
-    per chunk; ends on ``None`` or when the pipe closes.
-
-    A chunk is formatted as soon as it arrives, and its pieces' byte lengths are sent at once to
-    every other worker (one message per chunk on each of its links): the lengths do not depend
-    on the offsets, so no worker waits for another to have WRITTEN anything.  Its pieces are
-    written once the lengths of every piece before them are in: the chunk's pieces of the
-    workers before it and every piece of the chunks before (one hop from each worker, not a
-    chain through all of them)."""
+    per chunk; ends on ``None`` or when the pipe closes (:class:`_Worker` does the work)."""
     import importlib.util
-    import selectors
-    from collections import deque
-
-    import polars as pl
 
     # odatse.py by its path: importing the package would import JAX (~1 s) for nothing
     where = importlib.util.spec_from_file_location("multiwalk_step_file_formats", Path(__file__).with_name("odatse.py"))
@@ -241,129 +255,161 @@ def _worker(inbox: Any, outbox: Any) -> None:
         spec = inbox.recv()
     except EOFError:
         return
-    W, w, per, n = spec["workers"], spec["index"], spec["per"], spec["n"]
-    links_in: dict[int, int] = dict(spec["links_in"])  # worker j -> the read end of j's link to us
-    links_out: dict[int, int] = dict(spec["links_out"])  # worker j -> the write end of our link to j
-    t_series = pl.Series(spec["t_strings"], dtype=pl.String)
-    coordinates = spec["coordinates"]
-    proc_files = spec["proc_files"]  # [trial of process 0, result of process 0, trial of 1, ...]
-    F = len(proc_files)
-    flags = getattr(os, "O_BINARY", 0)
-    # what the formatting carries from chunk to chunk: each replica's last result (None: step 0)
-    carry: dict[str, Any] = {"last_result": spec["last_result"], "failed": False, "error": None}
-    proc_fds: list[int] = []
-    t_fds: dict[Any, int] = {}
-    try:  # every file stays open: its own limit of open files may need raising (the parent's is inherited)
-        _enough_descriptors(F + len(spec["t_own"]) + 2 * (W - 1),
-                            f"step-file writer process {w}: its {F + len(spec['t_own'])} files and links")
-        proc_fds.extend(os.open(path, os.O_WRONLY | flags) for path in proc_files)  # positional writes
-        t_fds.update((path, os.open(path, os.O_WRONLY | os.O_APPEND | flags)) for path in spec["t_own"])
-    except BaseException as err:  # noqa: BLE001 - answered for the first chunk (the parent raises it)
-        carry["failed"], carry["error"] = True, err
-        for fd in [*proc_fds, *t_fds.values()]:  # not written to; closed so that the rest can start
-            os.close(fd)
-        proc_fds.clear()
-        t_fds.clear()
-    # the pieces' lengths: heard[j][chunk] from worker j (None: its chunk failed), ours in heard[w]
-    heard: dict[int, dict[int, np.ndarray | None]] = {j: {} for j in range(W)}
-    count = dict.fromkeys(links_in, 0)  # messages read from each link (the chunk of the next one)
-    alive = dict(links_in)  # links not at their end (a worker that ended: EOF)
-    # the links (data: the worker) and the parent's pipe (data: None) waited on with epoll/poll:
-    # select.select() refuses descriptor numbers of 1024 or more, which the links get (pass_fds
-    # keeps the parent's numbers) with ~23 or more workers or a parent holding many files
-    links = selectors.DefaultSelector()
-    for j, fd in alive.items():
-        links.register(fd, selectors.EVENT_READ, j)
-    links.register(inbox.fileno(), selectors.EVENT_READ, None)
-    # where chunk ``at`` starts in each proc file (every piece of the chunks before added up)
-    offs: dict[str, Any] = {"base": np.asarray(spec["base"], np.int64), "at": 0, "broken": None}
-    # seconds by phase since the last answer (:data:`PROFILE_PHASES`), sent with each answer
-    spent = dict.fromkeys(PROFILE_PHASES, 0.0)
-    got_at: dict[int, float] = {}  # when each chunk formatted and not yet answered arrived
-    t0 = time.perf_counter()
-    try:
-        _warm_up(formats, t_series)
-    except Exception as err:  # noqa: BLE001 - only a head start: said with the first answer, the run goes on
-        carry["warm_up_error"] = f"{type(err).__name__}: {err}"
-    spent["warm_up"] = time.perf_counter() - t0
+    _Worker(inbox, outbox, formats, spec).run()
 
-    # a message's bytes read so far from each link: a link is read only when select says it is
-    # ready, one read at a time, so a worker never blocks on a message another is still writing
-    partial = {j: bytearray() for j in links_in}
-    for fd in links_out.values():  # and never blocks writing (publish): messages can outgrow a pipe
-        os.set_blocking(fd, False)
 
-    def hear(j: int) -> None:
+class _Worker:
+    """A writer process's side, made from its spec (see :meth:`ProcessWriter.start`).
+
+    A chunk is formatted as soon as it arrives, and its pieces' byte lengths are sent at once to
+    every other worker (one message per chunk on each of its links): the lengths do not depend
+    on the offsets, so no worker waits for another to have WRITTEN anything.  Its pieces are
+    written once the lengths of every piece before them are in: the chunk's pieces of the
+    workers before it and every piece of the chunks before (one hop from each worker, not a
+    chain through all of them)."""
+
+    def __init__(self, inbox: Any, outbox: Any, formats: Any, spec: dict[str, Any]) -> None:
+        import polars as pl
+
+        self.inbox, self.outbox, self.formats, self.spec = inbox, outbox, formats, spec
+        self.W, self.w, self.per, self.n = spec["workers"], spec["index"], spec["per"], spec["n"]
+        self.links_in: dict[int, int] = dict(spec["links_in"])  # worker j -> the read end of j's link to us
+        self.links_out: dict[int, int] = dict(spec["links_out"])  # worker j -> the write end of our link to j
+        self.t_series = pl.Series(spec["t_strings"], dtype=pl.String)
+        self.coordinates = spec["coordinates"]
+        self.F = len(spec["proc_files"])  # [trial of process 0, result of process 0, trial of 1, ...]
+        # what the formatting carries from chunk to chunk: each replica's last result (None: step 0);
+        # whether a chunk failed here (the later ones' result rows are unknown); the start's error
+        self.last_result: np.ndarray | None = spec["last_result"]
+        self.failed = False
+        self.error: BaseException | None = None
+        self.warm_up_error: str | None = None  # said with the first answer
+        self.proc_fds: list[int] = []
+        self.t_fds: dict[Any, int] = {}
+        self._open_files()
+        # the pieces' lengths: heard[j][chunk] from worker j (None: its chunk failed), ours in heard[w]
+        self.heard: dict[int, dict[int, np.ndarray | None]] = {j: {} for j in range(self.W)}
+        self.count = dict.fromkeys(self.links_in, 0)  # messages read from each link (the chunk of the next one)
+        self.alive = dict(self.links_in)  # links not at their end (a worker that ended: EOF)
+        # the links (data: the worker) and the parent's pipe (data: None) waited on with epoll/poll:
+        # select.select() refuses descriptor numbers of 1024 or more, which the links get (pass_fds
+        # keeps the parent's numbers) with ~23 or more workers or a parent holding many files
+        self.links = selectors.DefaultSelector()
+        for j, fd in self.alive.items():
+            self.links.register(fd, selectors.EVENT_READ, j)
+        self.links.register(inbox.fileno(), selectors.EVENT_READ, None)
+        # where chunk ``at`` starts in each proc file (every piece of the chunks before added up);
+        # ``broken``: "gone" or "failed" once a piece before ours is lost, so ours are not written
+        self.base = np.asarray(spec["base"], np.int64)
+        self.at = 0
+        self.broken: str | None = None
+        # seconds by phase since the last answer (:data:`PROFILE_PHASES`), sent with each answer
+        self.spent = dict.fromkeys(PROFILE_PHASES, 0.0)
+        self.got_at: dict[int, float] = {}  # when each chunk formatted and not yet answered arrived
+        t0 = time.perf_counter()
+        try:
+            _warm_up(formats, self.t_series)
+        except Exception as err:  # noqa: BLE001 - only a head start: said with the first answer, the run goes on
+            self.warm_up_error = f"{type(err).__name__}: {err}"
+        self.spent["warm_up"] = time.perf_counter() - t0
+        # a message's bytes read so far from each link: a link is read only when select says it is
+        # ready, one read at a time, so a worker never blocks on a message another is still writing
+        self.partial = {j: bytearray() for j in self.links_in}
+        for fd in self.links_out.values():  # and never blocks writing (publish): messages can outgrow a pipe
+            os.set_blocking(fd, False)
+
+    def _open_files(self) -> None:
+        """Open the proc files (positional writes) and our result_T files (appends); a failure is
+        kept in ``self.error``, answered with the first chunk (the parent raises it)."""
+        spec, flags = self.spec, getattr(os, "O_BINARY", 0)
+        try:  # every file stays open: its own limit of open files may need raising (the parent's is inherited)
+            _enough_descriptors(self.F + len(spec["t_own"]) + 2 * (self.W - 1),
+                                f"step-file writer process {self.w}: its {self.F + len(spec['t_own'])} files and links")
+            self.proc_fds.extend(os.open(path, os.O_WRONLY | flags) for path in spec["proc_files"])
+            self.t_fds.update((path, os.open(path, os.O_WRONLY | os.O_APPEND | flags)) for path in spec["t_own"])
+        except BaseException as err:  # noqa: BLE001 - answered for the first chunk (the parent raises it)
+            self.failed, self.error = True, err
+            for fd in [*self.proc_fds, *self.t_fds.values()]:  # not written to; closed so that the rest can start
+                os.close(fd)
+            self.proc_fds.clear()
+            self.t_fds.clear()
+
+    # ---------------------------------------------------------------- the other workers' lengths
+    def hear(self, j: int) -> None:
         """Read what is there of worker ``j``'s next message (``[ok, F lengths]``), or its end;
         call only when the link is ready (one read)."""
-        more = os.read(alive[j], 8 * (1 + F) - len(partial[j]))
+        F, partial = self.F, self.partial
+        more = os.read(self.alive[j], 8 * (1 + F) - len(partial[j]))
         if not more:  # worker j ended (a message it had begun is lost with it)
-            links.unregister(alive.pop(j))
+            self.links.unregister(self.alive.pop(j))
             return
         partial[j] += more
         if len(partial[j]) < 8 * (1 + F):
             return
         got = np.frombuffer(bytes(partial[j]), np.int64)
         partial[j].clear()
-        heard[j][count[j]] = got[1:].copy() if got[0] else None
-        count[j] += 1
+        self.heard[j][self.count[j]] = got[1:].copy() if got[0] else None
+        self.count[j] += 1
 
-    def listen(timeout: float | None) -> None:
+    def listen(self, timeout: float | None) -> None:
         """Read every message already there (``timeout`` 0), or wait up to ``timeout`` (None:
         without end) for one or for the parent's next message."""
-        for key, _ in links.select(timeout):
+        for key, _ in self.links.select(timeout):
             if key.data is not None:  # a link; the parent's pipe is read by the loop
-                hear(key.data)
+                self.hear(key.data)
 
-    def lengths(j: int, chunk: int) -> tuple[str, np.ndarray | None]:
+    def lengths(self, j: int, chunk: int) -> tuple[str, np.ndarray | None]:
         """``("ok", lengths)``, ``("failed", None)``, ``("gone", None)`` (worker j ended before
         sending them) or ``("later", None)`` (not here yet)."""
-        if chunk in heard[j]:
-            got = heard[j][chunk]
+        if chunk in self.heard[j]:
+            got = self.heard[j][chunk]
             return ("ok", got) if got is not None else ("failed", None)
-        return ("later", None) if j == w or j in alive else ("gone", None)
+        return ("later", None) if j == self.w or j in self.alive else ("gone", None)
 
-    def offsets_of(chunk: int) -> tuple[bool, np.ndarray | None]:
+    def offsets_of(self, chunk: int) -> tuple[bool, np.ndarray | None]:
         """``(ready, offsets)`` of our pieces of ``chunk``: ready once every length before them
         is known; offsets None when a piece before ours failed or its worker ended (then
-        ``offs["broken"]`` says which)."""
-        if offs["broken"] is not None:
+        ``self.broken`` says which)."""
+        if self.broken is not None:
             return True, None
-        while offs["at"] < chunk:  # every piece of the chunks before: the chunk's start
-            got = [lengths(j, offs["at"]) for j in range(W)]
+        while self.at < chunk:  # every piece of the chunks before: the chunk's start
+            got = [self.lengths(j, self.at) for j in range(self.W)]
             if any(state == "later" for state, _ in got):
                 return False, None
             if any(state != "ok" for state, _ in got):
-                offs["broken"] = "gone" if any(state == "gone" for state, _ in got) else "failed"
+                self.broken = "gone" if any(state == "gone" for state, _ in got) else "failed"
                 return True, None
-            offs["base"] = offs["base"] + np.sum([size for _, size in got], axis=0, dtype=np.int64)
-            for j in range(W):
-                heard[j].pop(offs["at"], None)
-            offs["at"] += 1
-        got = [lengths(j, chunk) for j in range(w)]  # the pieces of this chunk before ours
+            self.base = self.base + np.sum([size for _, size in got], axis=0, dtype=np.int64)
+            for j in range(self.W):
+                self.heard[j].pop(self.at, None)
+            self.at += 1
+        got = [self.lengths(j, chunk) for j in range(self.w)]  # the pieces of this chunk before ours
         if any(state == "later" for state, _ in got):
             return False, None
         if any(state != "ok" for state, _ in got):
-            offs["broken"] = "gone" if any(state == "gone" for state, _ in got) else "failed"
+            self.broken = "gone" if any(state == "gone" for state, _ in got) else "failed"
             return True, None
-        return True, offs["base"] + np.sum([size for _, size in got] or [np.zeros(F, np.int64)], axis=0, dtype=np.int64)
+        before = [size for _, size in got] or [np.zeros(self.F, np.int64)]
+        return True, self.base + np.sum(before, axis=0, dtype=np.int64)
 
-    def format_chunk(msg: Any) -> tuple[int, list[bytes], BaseException | None, float]:
+    # ---------------------------------------------------------------- one chunk
+    def format_chunk(self, msg: Any) -> tuple[int, list[bytes], BaseException | None, float]:
         """Format (and append the result_T group of) one chunk, send its pieces' lengths to every
         other worker: ``(chunk, trial/result pieces, error, busy seconds)``."""
+        formats, spent, n, coordinates = self.formats, self.spent, self.n, self.coordinates
         chunk, (vpath, vshape), (ipath, ishape), first = msg
         t0 = time.perf_counter()
-        got_at[chunk] = t0  # a time stamp (perf_counter is CLOCK_MONOTONIC: the same clock in every process)
+        self.got_at[chunk] = t0  # a time stamp (perf_counter is CLOCK_MONOTONIC: the same clock in every process)
         pieces: list[bytes] = []
-        error, carry["error"] = carry["error"], None  # the start's error, answered once
-        if not carry["failed"]:  # else a chunk before failed here: this one's result rows are unknown
+        error, self.error = self.error, None  # the start's error, answered once
+        if not self.failed:  # else a chunk before failed here: this one's result rows are unknown
             try:
                 values = np.memmap(vpath, np.float64, "r", shape=vshape)
                 ints = np.memmap(ipath, np.int32, "r", shape=ishape)
                 m = vshape[0]
                 steps = np.arange(first, first + m)
-                (q0, q1), (a, b) = plan_pieces(W, m * per, n)[w]
-                last_result = carry["last_result"]
+                (q0, q1), (a, b) = plan_pieces(self.W, m * self.per, n)[self.w]
+                last_result = self.last_result
                 src = formats._result_sources(ints, last_result is not None).reshape(-1)
                 t1 = time.perf_counter()
                 spent["sources"] += t1 - t0
@@ -376,40 +422,41 @@ def _worker(inbox: Any, outbox: Any) -> None:
                     return formats._gather_rows(values, ints, coordinates, last, src[flat])
 
                 # every trial and result piece of this worker in one polars call (~0.5 ms each)
-                parts = [(rows_of, p) for p in range(F // 2) for rows_of in (trial_of, result_of)]
-                pieces = formats._proc_lines_many(steps, ints, parts, per, t_series, q0, q1)
-                carry["last_result"] = result_of(np.arange((m - 1) * n, m * n))
+                parts = [(rows_of, p) for p in range(self.F // 2) for rows_of in (trial_of, result_of)]
+                pieces = formats._proc_lines_many(steps, ints, parts, self.per, self.t_series, q0, q1)
+                self.last_result = result_of(np.arange((m - 1) * n, m * n))
                 t2 = time.perf_counter()
                 spent["lines"] += t2 - t1
                 # the lengths go out before the result_T group is written: the others wait for them
-                publish(chunk, pieces)
+                self.publish(chunk, pieces)
                 t3 = time.perf_counter()
                 spent["publish"] += t3 - t2
-                group = formats._t_group_bytes(steps, ints, result_of, a, b, spec["t_files"])
+                group = formats._t_group_bytes(steps, ints, result_of, a, b, self.spec["t_files"])
                 t4 = time.perf_counter()
                 spent["result_T"] += t4 - t3
                 for path, data in group:
-                    _write_all(t_fds[path], data)
+                    _write_all(self.t_fds[path], data)
                 spent["result_T_write"] += time.perf_counter() - t4
                 del values, ints, trial_of, result_of  # the maps close
             except BaseException as err:  # noqa: BLE001 - every error goes back to the parent
                 error = err
-                carry["failed"] = True
+                self.failed = True
         # failed before its lengths went out (now or at a chunk before): the pieces after ours are
         # skipped; failed after (the result_T group): our pieces are still written, the error answered
-        publish(chunk, None)
+        self.publish(chunk, None)
         return chunk, pieces, error, time.perf_counter() - t0
 
-    def publish(chunk: int, pieces: list[bytes] | None) -> None:
+    def publish(self, chunk: int, pieces: list[bytes] | None) -> None:
         """Our pieces' lengths of ``chunk`` (None: failed) to every other worker."""
+        heard, w = self.heard, self.w
         if chunk in heard[w]:
             return
         heard[w][chunk] = None if pieces is None else np.array([len(p) for p in pieces], np.int64)
         ok = pieces is not None
-        message = np.concatenate([[int(ok)], heard[w][chunk] if ok else np.zeros(F, np.int64)]).astype(np.int64).tobytes()
+        message = np.concatenate([[int(ok)], heard[w][chunk] if ok else np.zeros(self.F, np.int64)]).astype(np.int64).tobytes()
         # non-blocking writes; while a link is full, the messages coming in are read (a message
         # can be larger than a pipe: two workers writing to each other would otherwise both block)
-        unsent = {fd: memoryview(message) for fd in links_out.values()}
+        unsent = {fd: memoryview(message) for fd in self.links_out.values()}
         while unsent:
             for fd, view in list(unsent.items()):
                 try:
@@ -426,13 +473,13 @@ def _worker(inbox: Any, outbox: Any) -> None:
                 with selectors.DefaultSelector() as either:
                     for fd in unsent:
                         either.register(fd, selectors.EVENT_WRITE, None)
-                    for j, fd in alive.items():
+                    for j, fd in self.alive.items():
                         either.register(fd, selectors.EVENT_READ, j)
                     for key, _ in either.select():
                         if key.data is not None:
-                            hear(key.data)
+                            self.hear(key.data)
 
-    def write_chunk(chunk: int, pieces: list[bytes], error: BaseException | None, busy: float,
+    def write_chunk(self, chunk: int, pieces: list[bytes], error: BaseException | None, busy: float,
                     offsets: np.ndarray | None, wait: float) -> None:
         """Write a formatted chunk's pieces at ``offsets`` (None: a piece before ours failed or its
         worker ended: skipped), answer the parent.  ``wait``: seconds spent waiting for the
@@ -441,70 +488,76 @@ def _worker(inbox: Any, outbox: Any) -> None:
         skipped = False
         try:
             if offsets is None and error is None:
-                if offs["broken"] == "gone":
-                    error = RuntimeError(f"step-file writer process {w}: a writer process before it ended")
+                if self.broken == "gone":
+                    error = RuntimeError(f"step-file writer process {self.w}: a writer process before it ended")
                 else:
                     skipped = True
                     error = RuntimeError("step-file writer process skipped: a piece before its own failed")
-            elif offsets is not None and heard[w].get(chunk) is not None:
-                for fd, piece, offset in zip(proc_fds, pieces, offsets.tolist()):
+            elif offsets is not None and self.heard[self.w].get(chunk) is not None:
+                for fd, piece, offset in zip(self.proc_fds, pieces, offsets.tolist()):
                     if piece:
                         _pwrite_all(fd, piece, offset)
         except BaseException as err:  # noqa: BLE001
             error = error or err
         t2 = time.perf_counter()
+        spent = self.spent
         spent["pwrite"] += t2 - t1
         busy += t2 - t1  # formatting and writing; the wait for the offsets apart
         spent["offsets_wait"] += wait
-        profile = {**spent, "got": got_at.pop(chunk, float("nan")), "done": t2}
-        if carry.get("warm_up_error"):  # with the first answer, once
-            profile["warm_up_error"] = carry.pop("warm_up_error")
+        profile = {**spent, "got": self.got_at.pop(chunk, float("nan")), "done": t2}
+        if self.warm_up_error:  # with the first answer, once
+            profile["warm_up_error"], self.warm_up_error = self.warm_up_error, None
         spent.update(dict.fromkeys(PROFILE_PHASES, 0.0))
         try:
-            outbox.send((chunk, error, busy, wait, skipped, profile))
+            self.outbox.send((chunk, error, busy, wait, skipped, profile))
         except Exception:  # noqa: BLE001 - an error that does not pickle goes back as text
-            outbox.send((chunk, RuntimeError(f"step-file writer process: {error!r}"), busy, wait, skipped, profile))
+            self.outbox.send((chunk, RuntimeError(f"step-file writer process: {error!r}"), busy, wait, skipped, profile))
 
-    waiting: deque[tuple[int, list[bytes], BaseException | None, float]] = deque()  # formatted, not yet written
-    waited = 0.0  # seconds spent waiting for the offsets of waiting[0]
-    inbox_open = True
-    try:
-        while inbox_open or waiting:
-            listen(0)  # the lengths already there
-            if waiting:
-                ready, offsets = offsets_of(waiting[0][0])
-                if ready:
-                    write_chunk(*waiting.popleft(), offsets, waited)
-                    waited = 0.0
+    # ---------------------------------------------------------------- the loop
+    def run(self) -> None:
+        """Format each chunk as it comes, write the oldest formatted one once its offsets are
+        known; until the parent's pipe ends and every chunk formatted is written."""
+        inbox = self.inbox
+        waiting: deque[tuple[int, list[bytes], BaseException | None, float]] = deque()  # formatted, not yet written
+        waited = 0.0  # seconds spent waiting for the offsets of waiting[0]
+        inbox_open = True
+        try:
+            while inbox_open or waiting:
+                self.listen(0)  # the lengths already there
+                if waiting:
+                    ready, offsets = self.offsets_of(waiting[0][0])
+                    if ready:
+                        self.write_chunk(*waiting.popleft(), offsets, waited)
+                        waited = 0.0
+                        continue
+                if inbox_open and not waiting and not inbox.poll():
+                    # nothing to do until the parent's next chunk: wait for it while reading the links
+                    # (a blocking recv here left a worker that was still publishing a message larger
+                    # than a pipe to us waiting for us, the parent waiting for it: a deadlock, seen in CI)
+                    t1 = time.perf_counter()
+                    self.listen(None)
+                    if self.at or self.heard[self.w]:  # not before the first chunk (the parent's compilation)
+                        self.spent["idle"] += time.perf_counter() - t1
                     continue
-            if inbox_open and not waiting and not inbox.poll():
-                # nothing to do until the parent's next chunk: wait for it while reading the links
-                # (a blocking recv here left a worker that was still publishing a message larger
-                # than a pipe to us waiting for us, the parent waiting for it: a deadlock, seen in CI)
+                if inbox_open and (not waiting or inbox.poll()):
+                    try:
+                        msg = inbox.recv()
+                    except EOFError:  # the parent is gone: the chunks formatted are still written
+                        msg = None
+                    if msg is None:
+                        inbox_open = False
+                        self.links.unregister(inbox.fileno())
+                    else:
+                        waiting.append(self.format_chunk(msg))
+                    continue
+                # a chunk waits for lengths and nothing else is there: wait for a link or the parent
                 t1 = time.perf_counter()
-                listen(None)
-                if offs["at"] or heard[w]:  # not before the first chunk (the parent's compilation)
-                    spent["idle"] += time.perf_counter() - t1
-                continue
-            if inbox_open and (not waiting or inbox.poll()):
-                try:
-                    msg = inbox.recv()
-                except EOFError:  # the parent is gone: the chunks formatted are still written
-                    msg = None
-                if msg is None:
-                    inbox_open = False
-                    links.unregister(inbox.fileno())
-                else:
-                    waiting.append(format_chunk(msg))
-                continue
-            # a chunk waits for lengths and nothing else is there: wait for a link or the parent
-            t1 = time.perf_counter()
-            listen(None)
-            waited += time.perf_counter() - t1
-    finally:
-        links.close()
-        for fd in [*proc_fds, *t_fds.values(), *links_in.values(), *links_out.values()]:
-            os.close(fd)
+                self.listen(None)
+                waited += time.perf_counter() - t1
+        finally:
+            self.links.close()
+            for fd in [*self.proc_fds, *self.t_fds.values(), *self.links_in.values(), *self.links_out.values()]:
+                os.close(fd)
 
 
 class ProcessWriter:
@@ -517,10 +570,6 @@ class ProcessWriter:
     """
 
     def __init__(self, workers: int) -> None:
-        import subprocess
-        import sys
-        from multiprocessing.connection import Connection
-
         if int(workers) < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.workers = int(workers)
@@ -534,20 +583,7 @@ class ProcessWriter:
         # The raised limit of open files is needed only while the parent holds them (they are
         # closed here once the workers have them): put back at the end of this constructor.
         raised = _enough_descriptors(2 * W * (W - 1))
-        links: dict[tuple[int, int], tuple[int, int]] = {}
-        try:
-            for j in range(W):
-                for k in range(W):
-                    if j != k:
-                        links[j, k] = os.pipe()
-        except OSError as err:
-            for r, wr in links.values():  # none of them is any use without the others
-                os.close(r)
-                os.close(wr)
-            _restore_descriptors(raised)
-            if err.errno in (errno.EMFILE, errno.ENFILE):
-                raise _out_of_files(err, W, f"pipe {len(links) + 1} of the {W * (W - 1)} between them") from err
-            raise
+        links = _make_links(W, raised)
         self._links = [({j: links[j, k][0] for j in range(W) if j != k},  # (read ends, write ends) of worker k
                         {j: links[k, j][1] for j in range(W) if j != k}) for k in range(W)]
         try:
@@ -555,23 +591,7 @@ class ProcessWriter:
             # are the parallelism; W workers x one pool of all CPUs each oversubscribed the CPUs
             env = {**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "1")}
             for k in range(W):
-                proc = subprocess.Popen(
-                    [sys.executable, "-u", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    pass_fds=[*self._links[k][0].values(), *self._links[k][1].values()], env=env,
-                    start_new_session=True)  # Ctrl-C in the terminal does not reach it
-                self._procs.append(proc)  # reaped by _stop() whatever fails next
-                to_worker = from_worker = None
-                try:
-                    to_worker = Connection(os.dup(proc.stdin.fileno()), readable=False)
-                    from_worker = Connection(os.dup(proc.stdout.fileno()), writable=False)
-                except BaseException:
-                    if to_worker is not None:
-                        to_worker.close()
-                    raise
-                finally:  # without the Connections the worker reads EOF at its first recv() and ends
-                    proc.stdin.close()
-                    proc.stdout.close()
-                self._conns.append((to_worker, from_worker))
+                self._start_worker(k, env)
         except BaseException as err:
             self._stop()  # empties self._procs: the message counts with k
             if isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE):
@@ -598,6 +618,31 @@ class ProcessWriter:
         self.copy_seconds = 0.0
         self.slot_wait_seconds = 0.0
         self.timeline: list[dict[str, Any]] = []
+
+    def _start_worker(self, k: int, env: dict[str, str]) -> None:
+        """Start worker ``k`` (this file as a script) with its links, and keep the two
+        connections to it (its stdin and stdout)."""
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        proc = subprocess.Popen(
+            [sys.executable, "-u", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            pass_fds=[*self._links[k][0].values(), *self._links[k][1].values()], env=env,
+            start_new_session=True)  # Ctrl-C in the terminal does not reach it
+        self._procs.append(proc)  # reaped by _stop() whatever fails next
+        to_worker = from_worker = None
+        try:
+            to_worker = Connection(os.dup(proc.stdin.fileno()), readable=False)
+            from_worker = Connection(os.dup(proc.stdout.fileno()), writable=False)
+        except BaseException:
+            if to_worker is not None:
+                to_worker.close()
+            raise
+        finally:  # without the Connections the worker reads EOF at its first recv() and ends
+            proc.stdin.close()
+            proc.stdout.close()
+        self._conns.append((to_worker, from_worker))
 
     def start(self, nprocs: int, per: int, proc_files: dict[str, list[Path]], t_files: list[Path],
               t_strings: list[str], coordinates: np.ndarray | None, last_result: np.ndarray | None) -> None:

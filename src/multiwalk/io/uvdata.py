@@ -11,6 +11,7 @@ and skipped by the reader; blank lines and lines starting with ``#`` are ignored
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import re
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["UVData", "read_uvdata", "write_uvdata", "stations_from_comment"]
+__all__ = ["UVData", "ROW_FIELDS", "read_uvdata", "write_uvdata", "stations_from_comment"]
 
 _MJD_EPOCH = datetime.date(1858, 11, 17)
 _ROW = re.compile(
@@ -36,6 +37,13 @@ class UVData:
     (station numbers), ``vis`` (complex Jy), ``sigma`` (Jy, thermal standard deviation of the
     real and of the imaginary part), ``weight``, ``chan``.  ``stations`` maps station numbers
     to names where known (the file format has numbers only).
+
+    What a file or the simulator knows of the observation (empty or None when unknown):
+    ``source`` (the target's name), ``freq_hz`` (the reference frequency: u, v, w are in units
+    of its wavelength), ``ra_deg``, ``dec_deg`` (J2000), ``station_xyz`` (station number ->
+    geocentric position, metres, shape (3,)), ``origin`` (the file the rows were read from),
+    ``dropped`` (reason -> number of rows left out by the reader or an edit) and ``history``
+    (one line per step that made or changed the rows).
     """
 
     mjd: np.ndarray
@@ -49,6 +57,14 @@ class UVData:
     weight: np.ndarray = None  # type: ignore[assignment]
     chan: np.ndarray = None  # type: ignore[assignment]
     stations: dict[int, str] = field(default_factory=dict)
+    source: str = ""
+    freq_hz: float | None = None
+    ra_deg: float | None = None
+    dec_deg: float | None = None
+    station_xyz: dict[int, np.ndarray] = field(default_factory=dict)
+    origin: str = ""
+    dropped: dict[str, int] = field(default_factory=dict)
+    history: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = np.shape(self.mjd)[0] if np.ndim(self.mjd) == 1 else -1
@@ -71,6 +87,14 @@ class UVData:
         if not np.all(np.isfinite(self.sigma) & (self.sigma > 0)):
             i = int(np.flatnonzero(~(np.isfinite(self.sigma) & (self.sigma > 0)))[0])
             raise ValueError(f"row {i} has sigma={self.sigma[i]}: sigmas must be positive and finite")
+        if self.freq_hz is not None:
+            if not (np.isfinite(self.freq_hz) and self.freq_hz > 0):
+                raise ValueError(f"UVData.freq_hz={self.freq_hz!r}: the reference frequency must be positive (Hz), or None")
+            self.freq_hz = float(self.freq_hz)
+        self.station_xyz = {int(k): np.asarray(xyz, np.float64) for k, xyz in self.station_xyz.items()}
+        for k, xyz in self.station_xyz.items():
+            if xyz.shape != (3,):
+                raise ValueError(f"UVData.station_xyz[{k}] has shape {xyz.shape}: a position is (x, y, z) in metres")
 
     def __len__(self) -> int:
         return int(self.mjd.shape[0])
@@ -95,12 +119,35 @@ class UVData:
         return self.stations.get(int(number), f"{int(number):02d}")
 
     def select(self, mask: np.ndarray) -> UVData:
-        """The rows where ``mask`` is True."""
+        """The rows where ``mask`` is True (a boolean array or row numbers), with this data's description."""
         m = np.asarray(mask)
-        return UVData(
-            mjd=self.mjd[m], u=self.u[m], v=self.v[m], w=self.w[m], ant1=self.ant1[m], ant2=self.ant2[m],
-            vis=self.vis[m], sigma=self.sigma[m], weight=self.weight[m], chan=self.chan[m], stations=dict(self.stations),
+        return self.with_rows(**{name: getattr(self, name)[m] for name in ROW_FIELDS})
+
+    def with_rows(self, **rows: np.ndarray) -> UVData:
+        """A copy with the row arrays given (``mjd=..., vis=...``; see :data:`ROW_FIELDS`) replaced
+        and the description (stations, source, frequency, ...) copied."""
+        unknown = sorted(set(rows) - set(ROW_FIELDS))
+        if unknown:
+            raise TypeError(f"with_rows takes the row arrays {ROW_FIELDS}, got {unknown}")
+        return dataclasses.replace(
+            self, **rows, stations=dict(self.stations), station_xyz=dict(self.station_xyz),
+            dropped=dict(self.dropped), history=list(self.history),
         )
+
+    def describe(self) -> str:
+        """One paragraph: rows, stations, times, frequency, and what was dropped or changed."""
+        names = sorted({self.station_name(s) for s in np.concatenate([self.ant1, self.ant2])})
+        freq = f" at {self.freq_hz / 1e9:.3f} GHz" if self.freq_hz else ""
+        lines = [f"{len(self)} visibilities of {self.source or 'an unnamed source'}{freq}, "
+                 f"{len(np.unique(self.mjd))} times, {len(names)} stations ({' '.join(names)})"
+                 + (f", from {self.origin}" if self.origin else "")]
+        lines += [f"dropped {n} rows: {reason}" for reason, n in self.dropped.items()]
+        lines += list(self.history)
+        return "\n".join(lines)
+
+
+#: The per-row arrays of :class:`UVData`, each of shape ``(n,)``.
+ROW_FIELDS = ("mjd", "u", "v", "w", "ant1", "ant2", "vis", "sigma", "weight", "chan")
 
 
 # ---------------------------------------------------------------------------- times

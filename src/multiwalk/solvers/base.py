@@ -27,12 +27,12 @@ from ._common import check_int_option, check_number_option  # noqa: F401  (the v
 
 
 def end_status(status: Status, success_message: str, found_finite: bool, failed_message: str) -> tuple[Status, str]:
-    """A walkers' solver's final status and message: the driver's ``status`` described, or
-    ``success_message`` when the run ended normally; ``Status.FAILED`` with ``failed_message``
-    when no finite objective value was ever found (whatever stopped the run)."""
-    if not found_finite:
-        return Status.FAILED, failed_message
-    return status, success_message if status == Status.SUCCESS else status.describe()
+    """A walkers' solver's final status and message: the driver's ``status``, or ``Status.FAILED``
+    when no finite objective value was ever found (whatever stopped the run); the message is the
+    status's own (:meth:`Status.describe`), or the solver's account of the run for ``SUCCESS``
+    (``success_message``: what it ran) and ``FAILED`` (``failed_message``: what it evaluated)."""
+    status = status if found_finite else Status.FAILED
+    return status, status.describe({Status.SUCCESS: success_message, Status.FAILED: failed_message})
 
 
 def value_at_point(problem: Problem, x: np.ndarray, found: float | np.floating) -> float | np.floating:

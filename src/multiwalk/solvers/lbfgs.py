@@ -85,49 +85,6 @@ __all__ = ["LBFGS", "LBFGSResult", "LBFGSStatus", "AskTell"]
 _HISTORY_STARTS = 64  # per-iteration history is kept for the first this-many starts
 
 
-
-_ADVICE = {
-    LBFGSStatus.SUCCESS: "The minimization terminated without detecting errors.",
-    LBFGSStatus.MAX_STEPS: (
-        "the iteration limit max_iterations={max_iterations} was reached before ||g|| < eps*max(1,||x||) "
-        "(eps={eps}): raise max_iterations, or loosen eps"
-    ),
-    LBFGSStatus.TIME_LIMIT: "stopped at the time limit; x is the last iterate",
-    LBFGSStatus.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); x is the last iterate",
-    LBFGSStatus.LINE_SEARCH_BAD_INPUT: (
-        "line search failed (info=0, improper input): the search direction is not a descent direction or "
-        "f / g'd is not finite; check the gradient (value_and_grad), and ftol, gtol, stpmin, stpmax"
-    ),
-    LBFGSStatus.LINE_SEARCH_XTOL: (
-        "line search failed (info=2): the interval of uncertainty is below xtol; x is likely as good as this "
-        "precision allows - loosen eps, or use float64; an inaccurate gradient also causes this"
-    ),
-    LBFGSStatus.LINE_SEARCH_MAXFEV: (
-        "line search failed (info=3): maxfev={maxfev} evaluations in one iteration did not meet the Wolfe conditions; "
-        "raise maxfev, "
-        "or increase eps or m (the seed's advice for extended Powell)"
-    ),
-    LBFGSStatus.LINE_SEARCH_STPMIN: (
-        "line search failed (info=4): the step is at stpmin={stpmin}; the problem may be badly scaled - "
-        "lower stpmin or rescale x"
-    ),
-    LBFGSStatus.LINE_SEARCH_STPMAX: (
-        "line search failed (info=5): the step is at stpmax={stpmax}; f may be unbounded below, or raise stpmax"
-    ),
-    LBFGSStatus.LINE_SEARCH_ROUNDING: (
-        "line search failed (info=6): rounding errors prevent further progress; x is likely as good as this "
-        "precision allows - loosen eps, or use float64"
-    ),
-    LBFGSStatus.DIAG_NOT_POSITIVE: (
-        "the diagonal H0 given by diag has an entry <= 0 (or not finite) at the current x; diag must be positive"
-    ),
-    LBFGSStatus.NONFINITE_START: (
-        "f or its gradient is NaN or inf at the starting point; start where both are finite"
-    ),
-}
-
-
-
 # --------------------------------------------------------------------------------------------------
 # state of one problem (the solver vmaps it over K starts)
 # --------------------------------------------------------------------------------------------------
@@ -161,7 +118,7 @@ class LBFGSState(NamedTuple):
     gnorm: jax.Array  # () ||g||
     xnorm: jax.Array  # () ||x||
     stp: jax.Array  # () step of the last iteration
-    status: jax.Array  # () int32: _RUNNING or an LBFGSStatus value
+    status: jax.Array  # () int32: _RUNNING or a Status value
     nonfinite: jax.Array  # () int32 evaluations whose f or g'd was NaN or +-inf (f taken as +inf)
 
 
@@ -279,9 +236,9 @@ def start(cfg: _Config, x: jax.Array, f: jax.Array, g: jax.Array, h0: jax.Array)
     )
     d, gd, diag_ok = _direction(cfg, st, h0)
     finite = st.nonfinite == 0
-    status = jnp.where(~finite, LBFGSStatus.NONFINITE_START, _RUNNING)
-    status = jnp.where((status == _RUNNING) & ~diag_ok, LBFGSStatus.DIAG_NOT_POSITIVE, status)
-    status = jnp.where((status == _RUNNING) & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), LBFGSStatus.SUCCESS, status)
+    status = jnp.where(~finite, Status.NONFINITE_START, _RUNNING)
+    status = jnp.where((status == _RUNNING) & ~diag_ok, Status.DIAG_NOT_POSITIVE, status)
+    status = jnp.where((status == _RUNNING) & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), Status.SUCCESS, status)
     # lbfgs.f: STP1 = 1/||g|| for the first iteration (H0 g has unit length when H0 = I).
     stp0 = jnp.where(gnorm > 0, 1.0 / gnorm, 1.0).astype(dt)
     return st._replace(d=d, ls=line_search_init(f, gd, stp0, cfg.params), status=status.astype(jnp.int32))
@@ -394,8 +351,8 @@ def finish_iteration(
         d = jnp.where(jnp.isfinite(gd), d, 0.0)  # as _no_direction_unless_finite
     new = new._replace(P=P)
     status = jnp.where(ok, _RUNNING, jnp.asarray(_INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
-    status = jnp.where(ok & (new.gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), LBFGSStatus.SUCCESS, status)
-    status = jnp.where((status == _RUNNING) & ~diag_ok, LBFGSStatus.DIAG_NOT_POSITIVE, status)
+    status = jnp.where(ok & (new.gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), Status.SUCCESS, status)
+    status = jnp.where((status == _RUNNING) & ~diag_ok, Status.DIAG_NOT_POSITIVE, status)
     new = new._replace(d=d, ls=line_search_init(ft, gd, 1.0, cfg.params), status=status.astype(jnp.int32))
     if not masked:
         return new
@@ -1129,6 +1086,21 @@ class LBFGS(Solver):
                 print(_row(i, h.nfev[i], h.f[i], h.gnorm[i], h.stp[i]))
 
     # ----------------------------------------------------------------- the result
+    def _status_message(self, status: Status) -> str:
+        """One start's message: the status's own, with this solver's ``maxfev``, ``stpmin`` and
+        ``stpmax``; L-BFGS words the general endings itself (the seed's success message, the
+        convergence test that ``MAX_STEPS`` did not meet, ``x`` being the last iterate)."""
+        own_words = {
+            Status.SUCCESS: "The minimization terminated without detecting errors.",
+            Status.MAX_STEPS: (
+                f"the iteration limit max_iterations={self.max_iterations} was reached before "
+                f"||g|| < eps*max(1,||x||) (eps={self.eps}): raise max_iterations, or loosen eps"
+            ),
+            Status.TIME_LIMIT: "stopped at the time limit; x is the last iterate",
+            Status.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); x is the last iterate",
+        }
+        return status.describe(own_words, maxfev=self.maxfev, stpmin=self.stpmin, stpmax=self.stpmax)
+
     def result(
         self, problem: Problem, state: LBFGSRun, done: list[int], status: Status, stats: dict[str, Any]
     ) -> LBFGSResult:
@@ -1145,17 +1117,13 @@ class LBFGS(Solver):
         else:
             st = state.starts._replace(P=None, d=None, g=None, ls=None, SY=None, YY=None, a=None, b=None)
             st = jax.tree.map(np.asarray, st)
-        codes = st.status.copy()
-        still = codes == _RUNNING
-        codes[still] = int(status) if status != Status.SUCCESS else int(LBFGSStatus.MAX_STEPS)
-        statuses = [LBFGSStatus(int(c)) for c in codes]
+        # A start still running ends as the run did: MAX_STEPS (the driver's, when the iterations
+        # ran out before every start stopped), TIME_LIMIT or INTERRUPTED.
+        codes = np.where(st.status == _RUNNING, int(status), st.status)
+        statuses = [Status(int(c)) for c in codes]
         fun = np.asarray(st.f)  # NaN and -inf are kept as +inf (worst_if_nonfinite): never the best
         best = int(np.argmin(fun))
-        values = {
-            "max_iterations": self.max_iterations, "eps": self.eps, "maxfev": self.maxfev,
-            "stpmin": self.stpmin, "stpmax": self.stpmax,
-        }
-        messages = [_ADVICE[s].format(**values) for s in statuses]
+        messages = [self._status_message(s) for s in statuses]
         K = len(statuses)
         message = messages[best]
         if K > 1:
@@ -1224,7 +1192,7 @@ class LBFGSResult(Result):
     gnorms: np.ndarray | None = None
     iterations_per_start: np.ndarray | None = None
     nfev_per_start: np.ndarray | None = None
-    statuses: list[LBFGSStatus] = dataclasses.field(default_factory=list)
+    statuses: list[Status] = dataclasses.field(default_factory=list)
     messages: list[str] = dataclasses.field(default_factory=list)
     best: int = 0
     history: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
@@ -1259,7 +1227,7 @@ class AskTell:
 
     The first ``ask`` returns ``x0``.  The iterates are those of ``mw.solve(Problem(x0=x0), LBFGS(...))``
     (the same functions compute them).  ``status`` is ``'evaluate'`` while an evaluation is wanted,
-    ``'done'`` on convergence, else the lower-case name of an :class:`LBFGSStatus` (for instance
+    ``'done'`` on convergence, else the lower-case name of a :class:`~multiwalk.Status` (for instance
     ``'line_search_maxfev'``, ``'max_steps'``); ``message`` says what to change.
     """
 
@@ -1298,11 +1266,11 @@ class AskTell:
         self.status = "evaluate"
 
     @property
-    def code(self) -> LBFGSStatus | None:
-        """The :class:`LBFGSStatus` once finished, else None."""
+    def code(self) -> Status | None:
+        """The :class:`~multiwalk.Status` once finished, else None."""
         if self._state is None or int(self._state.status) == _RUNNING:
             return None
-        return LBFGSStatus(int(self._state.status))
+        return Status(int(self._state.status))
 
     def ask(self) -> np.ndarray:
         """The point to evaluate next, ``(n,)``."""
@@ -1333,7 +1301,7 @@ class AskTell:
                 self._state = self._finish(self._state, self._ls, xt, f, g, self._h0)
                 self._ls = self._state.ls
                 if int(self._state.status) == _RUNNING and int(self._state.iteration) >= self.solver.max_iterations:
-                    self._state = self._state._replace(status=jnp.asarray(int(LBFGSStatus.MAX_STEPS), jnp.int32))
+                    self._state = self._state._replace(status=jnp.asarray(int(Status.MAX_STEPS), jnp.int32))
         # A line search that ended before its first trial (improper input: not a descent
         # direction) needs no evaluation: end the iteration at once, as mw.solve does.
         while self.code is None and bool(self._ls.done) and int(self._ls.nfev) == 0:
@@ -1374,6 +1342,5 @@ class AskTell:
         code = self.code
         if code is None:
             return "running: evaluate f and g at ask()"
-        s = self.solver
-        return _ADVICE[code].format(max_iterations=s.max_iterations, eps=s.eps, maxfev=s.maxfev, stpmin=s.stpmin, stpmax=s.stpmax)
+        return self.solver._status_message(code)
 

@@ -1,8 +1,8 @@
 """What both forms of L-BFGS share: :mod:`~multiwalk.solvers.lbfgs` (the state with its stored
 pairs ``P``) and :mod:`~multiwalk.solvers.lbfgs_onepass` (the rings of one kernel per evaluation).
 
-* the status codes a problem's state holds (:class:`LBFGSStatus`, ``_RUNNING`` while it runs,
-  ``_INFO_TO_STATUS`` from the line search's ``info``);
+* the status codes a problem's state holds (:class:`multiwalk.Status`, also importable as
+  ``LBFGSStatus``; ``_RUNNING`` while it runs, ``_INFO_TO_STATUS`` from the line search's ``info``);
 * the small ``m x m`` algebra of the compact representation: :func:`compact_coefficients` (the
   direction's coefficients from ``S'Y``, ``Y'Y``, ``S'g``, ``Y'g``) and :func:`store_in_ring`
   (those matrices with a new pair in its ring slot);
@@ -13,7 +13,6 @@ Names with a leading underscore are shared by the two L-BFGS modules only, not t
 
 from __future__ import annotations
 
-import enum
 from typing import Any, NamedTuple
 
 import jax
@@ -21,51 +20,22 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
+from ..result import Status
+
 __all__ = ["LBFGSStatus", "compact_coefficients", "store_in_ring"]
 
 _RUNNING = -1  # the status of a problem still running
 
 
-class LBFGSStatus(enum.IntEnum):
-    """Why one L-BFGS problem ended.  0-3 coincide with :class:`multiwalk.Status`.
+# One start's ending is a member of the one status enum: the general codes (SUCCESS, MAX_STEPS, ...)
+# and L-BFGS's own (LINE_SEARCH_*, DIAG_NOT_POSITIVE, NONFINITE_START), each with its message.
+LBFGSStatus = Status
 
-    The seed's codes: ``istate=-1`` with line-search ``info`` 0, 2-6 are the ``LINE_SEARCH_*``
-    members, ``istate=-2`` is ``DIAG_NOT_POSITIVE``; ``istate=-3`` (n or m not positive) is a
-    ``ValueError`` raised before anything runs.
-    """
-
-    SUCCESS = 0  #: ||g|| < eps * max(1, ||x||)
-    MAX_STEPS = 1  #: max_iterations iterations without convergence
-    TIME_LIMIT = 2
-    INTERRUPTED = 3
-    LINE_SEARCH_BAD_INPUT = 10  #: MCSRCH info 0: not a descent direction, or non-finite f / g'd
-    LINE_SEARCH_XTOL = 12  #: info 2: interval of uncertainty below xtol
-    LINE_SEARCH_MAXFEV = 13  #: info 3: maxfev evaluations in one line search
-    LINE_SEARCH_STPMIN = 14  #: info 4: the step is at stpmin
-    LINE_SEARCH_STPMAX = 15  #: info 5: the step is at stpmax
-    LINE_SEARCH_ROUNDING = 16  #: info 6: rounding errors prevent progress
-    DIAG_NOT_POSITIVE = 20  #: the user's diag has an entry <= 0 (seed istate=-2)
-    NONFINITE_START = 21  #: f or its gradient is NaN or inf at the starting point
-
-    @property
-    def success(self) -> bool:
-        return self == LBFGSStatus.SUCCESS
-
-    @property
-    def seed_code(self) -> str:
-        """The seed's error indicator for this ending (its ``dev_istate``/IFLAG and MCSRCH's ``info``):
-        ``"IFLAG = -1, INFO = k"`` for a failed line search, ``"IFLAG = -2"`` for a diagonal that is not
-        positive, ``"IFLAG = 0"`` for success; the endings the seed has no code for say so."""
-        if self == LBFGSStatus.SUCCESS:
-            return "IFLAG = 0"
-        if LBFGSStatus.LINE_SEARCH_BAD_INPUT <= self <= LBFGSStatus.LINE_SEARCH_ROUNDING:
-            return f"IFLAG = -1, INFO = {int(self) - 10}"
-        if self == LBFGSStatus.DIAG_NOT_POSITIVE:
-            return "IFLAG = -2"
-        return "no seed IFLAG"
-
-
-_INFO_TO_STATUS = np.array([10, 0, 12, 13, 14, 15, 16], np.int32)  # MCSRCH info 0..6 -> status
+# MCSRCH's info 0..6 -> the status (info 1, the Wolfe conditions met, is no ending: callers keep _RUNNING)
+_INFO_TO_STATUS = np.array(
+    [Status.LINE_SEARCH_BAD_INPUT, Status.SUCCESS, Status.LINE_SEARCH_XTOL, Status.LINE_SEARCH_MAXFEV,
+     Status.LINE_SEARCH_STPMIN, Status.LINE_SEARCH_STPMAX, Status.LINE_SEARCH_ROUNDING], np.int32
+)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -211,16 +211,53 @@ class ReplicaExchange(Solver):
 
     # ----------------------------------------------------------------- one iteration
     def step(self, problem: Problem, state: ReplicaExchangeState, phase: int) -> ReplicaExchangeState:
+        """One iteration of every chain (the module docstring's steps 1-3); ``phase`` 0 is burn-in."""
         burn = phase == 0
         lo, hi, per = problem.free_bounds()
         dt = problem.dtype
-        nf, ns, nb = problem.n_free, self.nseq, self.nbeta
+        nf, nb = problem.n_free, self.nbeta
         lo_j, hi_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt)
         width = hi_j - lo_j
         beta = jnp.asarray(self.ladder(), dt)
         key = jax.random.fold_in(state.key, state.iteration)
         params = jnp.arange(nf)
-        # All random numbers of the iteration's n_free trials at once (fewer, larger draws).
+        choices, normals, log_us, k_exchange = self._trial_draws(problem, key)
+
+        def metropolis(s: int, st: ReplicaExchangeState) -> ReplicaExchangeState:
+            j = choices[s]
+            onehot = params == j[..., None]  # (ns, nb, nf)
+            proposal, lo_s, hi_s = self._proposal(st, j, normals, s, lo_j, hi_j, width, per)
+            inside = (proposal >= lo_s) & (proposal <= hi_s)
+            x_new = jnp.where(onehot, proposal[..., None], st.x)
+            chi2_new, bad = evaluate_walkers(problem.chi2_free, x_new)
+            accept = inside & ~bad & (log_us[s] <= -0.5 * beta * (chi2_new - st.chi2))
+            acc_i = accept.astype(jnp.int32)
+            st = st._replace(
+                x=jnp.where(accept[..., None], x_new, st.x),
+                chi2=jnp.where(accept, chi2_new, st.chi2),
+                n_nonfinite=st.n_nonfinite + (inside & bad),
+            )
+            if burn:
+                return self._adapt_step(st, j, onehot, accept, acc_i, dt)
+            return st._replace(
+                n_trials=st.n_trials + onehot,
+                n_accepted=st.n_accepted + onehot * acc_i[..., None],
+            )
+
+        state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=min(nf, 8))
+        if nb > 1:
+            state = self._exchange(state, k_exchange, beta, record=not burn)
+        state = self._keep_best(state)
+        if not burn:
+            state = self._record_sample(state)
+        return state._replace(iteration=state.iteration + 1)
+
+    def _trial_draws(self, problem: Problem, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        """The random numbers of one iteration's ``n_free`` trials, drawn at once (fewer, larger draws):
+        ``(choices, normals, log_us, k_exchange)``: the parameter each trial changes (int), its
+        standard normal step and the log of its acceptance uniform, each (n_free, nseq, nbeta),
+        and the key of the exchanges."""
+        nf, ns, nb, dt = problem.n_free, self.nseq, self.nbeta, problem.dtype
         k_choice, k_step, k_accept, k_exchange = jax.random.split(key, 4)
         choices = jax.random.randint(k_choice, (nf, ns, nb), 0, nf)
         normals = jax.random.normal(k_step, (nf, ns, nb), dt)
@@ -233,76 +270,68 @@ class ReplicaExchange(Solver):
         # Not the choices and uniforms too: with those barred, XLA fused the trial points (x via
         # the earlier trials' selects) into the chi2 reductions, about twice as slow.
         normals = jax.lax.optimization_barrier(normals)
+        return choices, normals, log_us, k_exchange
 
-        def metropolis(s: int, st: ReplicaExchangeState) -> ReplicaExchangeState:
-            j = choices[s]
-            onehot = params == j[..., None]  # (ns, nb, nf)
-            proposal = _take(st.x, j) + _take(st.step, j) * normals[s]
-            lo_s, hi_s = lo_j[j], hi_j[j]
-            if per.any():
-                wrapped = lo_s + jnp.mod(proposal - lo_s, width[j])
-                wrapped = jnp.where(wrapped >= hi_s, lo_s, wrapped)  # rounding can land on upper
-                proposal = jnp.where(jnp.asarray(per)[j], wrapped, proposal)
-            # Stored once per chain (a barrier XLA cannot fuse through): otherwise XLA fuses the
-            # proposal (the gather of x_j through the chain of this iteration's earlier selects,
-            # + step_j * normal) into the chi2 reduction below, which broadcasts it over n_free,
-            # so every chain gathers it n_free times.  It did so in some trials, at places that
-            # change with nseq (its cost model), several times slower per chain and trial.
-            # Same chains: bit for bit on CPUs; on GPUs the same points, chi2 differing in
-            # rounding where XLA emits the reduction differently.
-            proposal = jax.lax.optimization_barrier(proposal)
-            inside = (proposal >= lo_s) & (proposal <= hi_s)
-            x_new = jnp.where(onehot, proposal[..., None], st.x)
-            chi2_new, bad = evaluate_walkers(problem.chi2_free, x_new)
-            accept = inside & ~bad & (log_us[s] <= -0.5 * beta * (chi2_new - st.chi2))
-            acc_i = accept.astype(jnp.int32)
-            st = st._replace(
-                x=jnp.where(accept[..., None], x_new, st.x),
-                chi2=jnp.where(accept, chi2_new, st.chi2),
-                n_nonfinite=st.n_nonfinite + (inside & bad),
-            )
-            if burn:
-                # Ring buffer of the chosen parameter's last nadj outcomes -> its step width.
-                count = _take(st.n_count, j)
-                flat_idx = j * self.nadj + count % self.nadj
-                hist = st.history.reshape(ns, nb, nf * self.nadj)
-                old = _take(hist, flat_idx).astype(jnp.int32)
-                # One entry per chain, written by a scatter vmapped over (nseq, nbeta): its batch
-                # dimensions are the sequences, so on several devices each writes its own rows
-                # (jnp.put_along_axis builds whole-batch indices, which XLA all-gathered per trial).
-                hist = jax.vmap(jax.vmap(lambda h, i, a: h.at[i].set(a)))(hist, flat_idx, accept.astype(jnp.int8))
-                hsum = st.history_sum + onehot * (acc_i - old)[..., None]
-                rate = _take(hsum, j) / jnp.minimum(self.nadj, count + 1)
-                factor = jnp.where(rate < _ADAPT_TARGET, 1.0 / _ADAPT_FACTOR, _ADAPT_FACTOR).astype(dt)
-                st = st._replace(
-                    step=jnp.where(onehot, st.step * factor[..., None], st.step),
-                    n_count=st.n_count + onehot,
-                    history=hist.reshape(ns, nb, nf, self.nadj),
-                    history_sum=hsum,
-                )
-            else:
-                st = st._replace(
-                    n_trials=st.n_trials + onehot,
-                    n_accepted=st.n_accepted + onehot * acc_i[..., None],
-                )
-            return st
+    def _adapt_step(self, st: ReplicaExchangeState, j: jax.Array, onehot: jax.Array, accept: jax.Array,
+                    acc_i: jax.Array, dt: Any) -> ReplicaExchangeState:
+        """Burn-in: the trial's outcome ``accept`` (nseq, nbeta) into the ring buffer of the chosen
+        parameter ``j``'s last ``nadj`` outcomes (``acc_i``: as int32), and that parameter's step width
+        adapted to it."""
+        ns, nb, nf = st.x.shape
+        count = _take(st.n_count, j)
+        flat_idx = j * self.nadj + count % self.nadj
+        hist = st.history.reshape(ns, nb, nf * self.nadj)
+        old = _take(hist, flat_idx).astype(jnp.int32)
+        # One entry per chain, written by a scatter vmapped over (nseq, nbeta): its batch
+        # dimensions are the sequences, so on several devices each writes its own rows
+        # (jnp.put_along_axis builds whole-batch indices, which XLA all-gathered per trial).
+        hist = jax.vmap(jax.vmap(lambda h, i, a: h.at[i].set(a)))(hist, flat_idx, accept.astype(jnp.int8))
+        hsum = st.history_sum + onehot * (acc_i - old)[..., None]
+        rate = _take(hsum, j) / jnp.minimum(self.nadj, count + 1)
+        factor = jnp.where(rate < _ADAPT_TARGET, 1.0 / _ADAPT_FACTOR, _ADAPT_FACTOR).astype(dt)
+        return st._replace(
+            step=jnp.where(onehot, st.step * factor[..., None], st.step),
+            n_count=st.n_count + onehot,
+            history=hist.reshape(ns, nb, nf, self.nadj),
+            history_sum=hsum,
+        )
 
-        state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=min(nf, 8))
-        if nb > 1:
-            state = self._exchange(state, k_exchange, beta, record=not burn)
+    def _record_sample(self, state: ReplicaExchangeState) -> ReplicaExchangeState:
+        """Sampling phase: the coldest chain of each sequence into this iteration's row of ``samples``."""
+        row = state.iteration - self.nburn
+        return state._replace(
+            samples=jax.lax.dynamic_update_index_in_dim(state.samples, state.x[:, 0, :], row, 0),
+            samples_chi2=jax.lax.dynamic_update_index_in_dim(state.samples_chi2, state.chi2[:, 0], row, 0),
+        )
 
-        # Best point seen so far in each sequence.
+    @staticmethod
+    def _proposal(st: ReplicaExchangeState, j: jax.Array, normals: jax.Array, s: int, lo: jax.Array, hi: jax.Array,
+                  width: jax.Array, periodic: np.ndarray) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Trial ``s``'s proposal ``x_j + step_j * normals[s]`` for the chosen parameter ``j`` (nseq, nbeta)
+        of every chain, wrapped into the box where ``j`` is periodic: ``(proposal, lower_j, upper_j)``,
+        each (nseq, nbeta); ``lo``, ``hi``, ``width`` (n_free,) the box."""
+        proposal = _take(st.x, j) + _take(st.step, j) * normals[s]
+        lo_s, hi_s = lo[j], hi[j]
+        if periodic.any():
+            wrapped = lo_s + jnp.mod(proposal - lo_s, width[j])
+            wrapped = jnp.where(wrapped >= hi_s, lo_s, wrapped)  # rounding can land on upper
+            proposal = jnp.where(jnp.asarray(periodic)[j], wrapped, proposal)
+        # Stored once per chain (a barrier XLA cannot fuse through): otherwise XLA fuses the
+        # proposal (the gather of x_j through the chain of this iteration's earlier selects,
+        # + step_j * normal) into the trial's chi2 reduction, which broadcasts it over n_free,
+        # so every chain gathers it n_free times.  It did so in some trials, at places that
+        # change with nseq (its cost model), several times slower per chain and trial.
+        # Same chains: bit for bit on CPUs; on GPUs the same points, chi2 differing in
+        # rounding where XLA emits the reduction differently.
+        return jax.lax.optimization_barrier(proposal), lo_s, hi_s
+
+    @staticmethod
+    def _keep_best(state: ReplicaExchangeState) -> ReplicaExchangeState:
+        """The best point seen so far in each sequence (any temperature), after an iteration."""
         ib = jnp.argmin(state.chi2, axis=1)
         cand_x = jnp.take_along_axis(state.x, ib[:, None, None], axis=1)[:, 0]
         best_chi2, best_x, _ = keep_better(state.best_chi2, state.best_x, jnp.min(state.chi2, axis=1), cand_x)
-        state = state._replace(best_x=best_x, best_chi2=best_chi2)
-        if not burn:
-            row = state.iteration - self.nburn
-            state = state._replace(
-                samples=jax.lax.dynamic_update_index_in_dim(state.samples, state.x[:, 0, :], row, 0),
-                samples_chi2=jax.lax.dynamic_update_index_in_dim(state.samples_chi2, state.chi2[:, 0], row, 0),
-            )
-        return state._replace(iteration=state.iteration + 1)
+        return state._replace(best_x=best_x, best_chi2=best_chi2)
 
     def _exchange(
         self, state: ReplicaExchangeState, key: jax.Array, beta: jax.Array, record: bool
