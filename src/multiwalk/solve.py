@@ -1,10 +1,12 @@
 """The one driver: ``solve(problem, solver)`` runs every solver.
 
-It compiles one loop per phase (``lax.while_loop`` over ``solver.step`` with a dynamic trip
-count, so chunks of any length reuse the same executable), then calls it in chunks of about
-``chunk_seconds`` of work.  Between chunks it updates the progress bar, writes the checkpoint,
-and checks the clock; Ctrl-C or the time limit end the run with the last finished chunk's
-state, so nothing computed is lost.
+The loop, as optimistix's ``_iterate``: checks, then ``solver.plan`` (one :class:`RunPlan` for
+the whole solve), then :func:`_start` (the start or the resumed state, placed on the devices),
+:func:`_compile` (one loop per phase: ``solver.run_chunk``, by default a ``lax.while_loop`` over
+``solver.step`` with a dynamic trip count, so chunks of any length reuse the same executable),
+:func:`_run_phases` (chunks of about ``chunk_seconds`` of work; between chunks the writers, the
+progress bar, the checkpoint and the clock) and :func:`_finish` (``solver.result``).  Ctrl-C or
+the time limit end the run with the last finished chunk's state, so nothing computed is lost.
 """
 
 from __future__ import annotations
