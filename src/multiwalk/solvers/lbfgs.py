@@ -706,9 +706,9 @@ class LBFGS(Solver):
         return out
 
     # ----------------------------------------------------------------- set-up
-    def _config(self, dtype: Any, plan: lbfgs_kernel.KernelPlan | None = None, mesh: Any = None) -> _Config:
-        """The iteration's constants; ``mesh``: the run plan's (the fused passes run split on it
-        when ``plan`` says so)."""
+    def _config(self, dtype: Any, plan: lbfgs_kernel.KernelPlan | None = None) -> _Config:
+        """The iteration's constants, on one device (:meth:`run_chunk` adds the run plan's mesh
+        where the fused passes run split)."""
         params = LineSearchParams(
             ftol=self.ftol, gtol=self.gtol, xtol=self.xtol, stpmin=self.stpmin, stpmax=self.stpmax,
             maxfev=self.maxfev, minpack2=self.line_search == "dcsrch",
@@ -721,7 +721,6 @@ class LBFGS(Solver):
             a_block=self.kernel_block or lbfgs_kernel.PASS_A_BLOCK, a_warps=self.kernel_warps or lbfgs_kernel.PASS_A_WARPS,
             # a user's kernel_block is pass A's columns per program too (its docstring), so one chunk
             a_chunks=lbfgs_kernel.PASS_A_CHUNKS if self.kernel_block is None else 1, a_stages=lbfgs_kernel.PASS_A_STAGES,
-            mesh=mesh if plan is not None and plan.use_pallas and plan.split else None,
         )
 
     def kernel_plan(self, problem: Problem, devices: int = 1) -> lbfgs_kernel.KernelPlan:
@@ -1047,7 +1046,9 @@ class LBFGS(Solver):
         kplan = self.kernel_plan(problem, devices=1 if mesh is None else mesh.size)
         if state.starts.x.shape[0] != 1 or not kplan.use_pallas:
             return super().run_chunk(problem, state, phase, n, plan)
-        cfg = self._config(problem.dtype, kplan, mesh)
+        cfg = self._config(problem.dtype, kplan)
+        if kplan.split:  # the passes under shard_map on the mesh, their small sums added by psum
+            cfg = dataclasses.replace(cfg, mesh=mesh)
         vg = problem.value_and_grad_free
         along = line_evaluation(problem)
         # Both gradients in one (2, n) buffer, the evaluations writing into the older one's row:
