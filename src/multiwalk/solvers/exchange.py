@@ -15,8 +15,9 @@ at once:
 
 Every step leaves, per replica, a *trial* (the proposal and its f) and a *result* (the state
 after the accept/reject), as in ODAT-SE's ``trial.txt`` and ``result.txt``.  With
-``record=B > 0`` the last B steps of these are kept in the state for ``on_steps`` (the writer of
-those files, called by the driver after each chunk; chunks never exceed ``B - 1`` steps).
+``record=B > 0`` the last B steps of these are kept in the state for the writer of those files
+(:class:`ReplicaOrderWriter`, handed to :func:`multiwalk.solve`, which calls it after each chunk;
+the run plan keeps chunks to at most ``B - 1`` steps).
 Per-temperature statistics of the result (ODAT-SE's ``fx.txt``: mean of f, its standard error,
 log(Z/Z0) by reweighting, the fraction of steps whose point changed) are accumulated on the
 device from step ``numsteps_thermalization`` on, so no file has to be read back.
@@ -29,7 +30,7 @@ ODAT-SE's swap of temperatures.  So the per-temperature statistics sit beside th
 sample, and when the rows are split over devices only a pair straddling two devices needs a
 neighbour's row: one row per array per device and step crosses (``jnp.roll`` of a split axis, a
 collective-permute), not every replica's f and x.  :meth:`Exchange.result` and the step-file
-writer (``on_steps``) get replica order back (:func:`replica_order`).
+writer (:class:`ReplicaOrderWriter`) get replica order back (:func:`replica_order`).
 
 Randomness: the key of step ``s`` is ``fold_in(key, s)``, so chunking, checkpoints and resumes
 give identical runs; a run of N steps continued to 2N (``numsteps`` is resumable) equals a run
@@ -45,9 +46,8 @@ the same random numbers (several times faster per step; docs/benchmarks.md, ODAT
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -60,7 +60,6 @@ from ..spaces import Mesh
 from . import exchange_kernel
 from ._common import (
     INIT_STREAM,
-    check_callable_option,
     check_int_option,
     check_vector_option,
     evaluate_walkers,
@@ -69,7 +68,7 @@ from ._common import (
     ladder_values,
     uniform_in_box,
 )
-from .base import Phase, Solver, end_status, value_at_point
+from .base import Phase, RunPlan, Solver, end_status, value_at_point
 
 __all__ = ["Exchange", "ExchangeResult", "ExchangeState", "replica_order", "temperature_ladder"]
 
@@ -202,6 +201,33 @@ def replica_order(state: ExchangeState, steps: np.ndarray | None = None) -> Exch
     return st._replace(**rows, rec_values=values, rec_ints=ints)
 
 
+class StepFiles(Protocol):
+    """What writes ODAT-SE's per-step files (:class:`multiwalk.io.odatse.StepWriter`): it reads
+    the records of steps ``first .. last`` of a state in replica order."""
+
+    def on_steps(self, state: ExchangeState, first: int, last: int) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+class ReplicaOrderWriter:
+    """The run's writer (:class:`~multiwalk.solvers.base.Writer`, handed to ``solve(writer=...)``)
+    of ODAT-SE's per-step files: after each chunk it puts the records of the chunk's steps in
+    replica order (:func:`replica_order`, on the host) and hands them to ``files``; ``flush``
+    waits until what ``files`` handed to other threads or processes is written."""
+
+    def __init__(self, files: StepFiles) -> None:
+        self.files = files
+
+    def write(self, problem: Problem, state: ExchangeState, first: int, last: int) -> None:
+        # only the slots of steps first .. last are reordered (the files are written from first + 1,
+        # or from 0 at the start, which is first then)
+        self.files.on_steps(replica_order(state, np.arange(first, last + 1)), first, last)
+
+    def flush(self) -> None:
+        self.files.flush()
+
+
 def _check_initial_in_box(initial: np.ndarray, problem: Problem) -> None:
     """ValueError unless every initial point ``(K, d)`` lies in the box ``lower <= x < upper``: a
     replica started outside would stay there (every move from it lands outside and is rejected)."""
@@ -240,8 +266,8 @@ class Exchange(Solver):
         when that row exists (ODAT-SE gives every MPI process the same ``initial_list``), the
         others uniformly in the box.  Discrete: uniformly random nodes.
     nreplica_per_proc : replicas per emulated MPI process (default: all in one).
-    record : keep the trials and results of the last ``record`` steps in the state for
-        ``on_steps`` (0: none; the per-step files are then not written).
+    record : keep the trials and results of the last ``record`` steps in the state for the
+        step-file writer (:class:`ReplicaOrderWriter`; 0: none, the per-step files are then not written).
     max_chunk_steps : at most this many steps per driver chunk (checkpoints every that many).
     unroll : steps written out per trip of the loops over steps of :meth:`run_chunk`'s interval
         form (off CPUs; None: 8 on a GPU), and about that many per trip of the Pallas form;
@@ -254,9 +280,6 @@ class Exchange(Solver):
         which ran and why.
     kernel_block, kernel_warps : Pallas launch tuning, replicas per program (a power of two) and
         warps per program.
-    on_steps : ``on_steps(state, first, last)`` after each chunk that ran steps ``first+1 .. last``.
-    on_flush : ``on_flush()`` before each checkpoint and at the end of a run: waits until what
-        ``on_steps`` handed to other threads is written (a writer in the background).
     """
 
     betas: tuple[float, ...]
@@ -273,8 +296,6 @@ class Exchange(Solver):
     kernel: str = "auto"
     kernel_block: int | None = None
     kernel_warps: int | None = None
-    on_steps: Callable[[ExchangeState, int, int], None] | None = field(default=None, compare=False, repr=False)
-    on_flush: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     # how, not what: a resume may change them
     resumable_options = ("numsteps", "max_chunk_steps", "unroll", "kernel", "kernel_block", "kernel_warps")
@@ -291,8 +312,6 @@ class Exchange(Solver):
         check_int_option("nreplica_per_proc", self.nreplica_per_proc, 1, none_ok=True)
         check_kernel_option(self.kernel)
         check_launch_options(self)
-        check_callable_option("on_steps", self.on_steps, "a function on_steps(state, first, last)")
-        check_callable_option("on_flush", self.on_flush, "a function on_flush()")
         if self.record == 1:
             raise ValueError("record must be 0 (no per-step records) or at least 2")
         per = self.nreplica_per_proc or self.n_replicas
@@ -367,9 +386,20 @@ class Exchange(Solver):
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("exchange", self.numsteps - 1)]
 
-    def max_chunk(self, problem: Problem) -> int | None:
+    def longest_chunk(self, problem: Problem) -> int | None:
+        """The most steps one driver chunk may run (the run plan's ``max_chunk``): ``record - 1``
+        (the step-file writer reads the chunk's steps from the ring of the last ``record``) and
+        ``max_chunk_steps``; None: no limit.  Results never depend on it."""
         limits = [n for n in (self.record - 1 if self.record else None, self.max_chunk_steps) if n]
         return min(limits) if limits else None
+
+    def plan(self, problem: Problem, devices: int, time_limit: float | None) -> RunPlan:
+        """The kernel form, the longest chunk (:meth:`longest_chunk`), and the data as constants
+        for the Pallas form (its kernel is generated from the objective's jaxpr, whose constants
+        must be concrete)."""
+        kplan = self.kernel_plan(problem)
+        return RunPlan(devices=devices, kernel=kplan, max_chunk=self.longest_chunk(problem),
+                       arrays_as_arguments=not kplan.use_pallas)
 
     def batch_axes(self, problem: Problem, state: ExchangeState) -> ExchangeState | None:
         """Temperatures are split over devices, each with its replica (every (T, ...) array along
@@ -398,20 +428,8 @@ class Exchange(Solver):
         return need, (f"fewer replicas (len(betas)={R}; each keeps {per_replica} bytes), or a lower record={B} "
                       f"(each recorded step keeps {per_record} bytes per replica)")
 
-    def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
-        if self.on_steps is not None:  # the writers read replica order (a permutation on the host)
-            # only the slots of steps first .. last are reordered (the writer writes from first + 1,
-            # or from 0 at the start, which is first then)
-            self.on_steps(replica_order(state, np.arange(first, last + 1)), first, last)
-
-    def on_sync(self, problem: Problem) -> None:
-        if self.on_flush is not None:
-            self.on_flush()
-
     def options(self) -> dict[str, Any]:
         out = super().options()
-        out.pop("on_steps")
-        out.pop("on_flush")
         out["betas"] = list(self.betas)
         out["step_width"] = None if self.step_width is None else list(self.step_width)
         out["initial"] = [list(r) for r in self.initial]
@@ -514,7 +532,9 @@ class Exchange(Solver):
     def step(self, problem: Problem, state: ExchangeState, phase: int) -> ExchangeState:
         return self._advance(problem, state, self._draws(problem, state.key, state.step))
 
-    def run_chunk(self, problem: Problem, state: ExchangeState, phase: int, n: jax.Array) -> tuple[ExchangeState, jax.Array]:
+    def run_chunk(
+        self, problem: Problem, state: ExchangeState, phase: int, n: jax.Array, plan: RunPlan | None = None
+    ) -> tuple[ExchangeState, jax.Array]:
         """``n`` steps.  On a CPU (:meth:`interval_form` False): one step per trip of a loop
         (:meth:`_dynamic_steps`), the exchange under a cond on exchange steps only.  Elsewhere
         (GPUs, TPUs: a cond or a loop test is read back to the host there, and a masked exchange
@@ -548,9 +568,9 @@ class Exchange(Solver):
         if not self.interval_form(problem):
             return self._dynamic_steps(problem, i0, state, n, ladder)[::-1]
         L = self.interval_group(problem) * nex  # steps per trip of the groups' loop
-        # no chunk of the driver's holds a whole group (max_chunk, or the run, shorter): the edges'
+        # no chunk of the driver's holds a whole group (longest_chunk, or the run, shorter): the edges'
         # loops run every step, and the groups' loop (its copies of the step) is not compiled
-        groups = L <= min(self.max_chunk(problem) or self.numsteps, self.numsteps - 1)
+        groups = L <= min(self.longest_chunk(problem) or self.numsteps, self.numsteps - 1)
 
         def group(carry: tuple) -> tuple:
             i, st = carry
@@ -593,13 +613,13 @@ class Exchange(Solver):
     def interval_group(self, problem: Problem) -> int:
         """Intervals (exchange step to exchange step) per trip of :meth:`run_chunk`'s main loop:
         as many whole intervals as :meth:`draw_steps` holds (their numbers drawn in one call), at
-        least one; fewer where the driver's chunks are shorter (:meth:`max_chunk`: ``record - 1``,
+        least one; fewer where the driver's chunks are shorter (:meth:`longest_chunk`: ``record - 1``,
         ``max_chunk_steps``): a group must fit in a chunk after the up to ``numsteps_exchange - 1``
         steps before its first exchange step, else no chunk runs one (``record=16``,
         ``numsteps_exchange=5``, small R: 6 intervals, 30 steps, against chunks of 15)."""
         nex = self.numsteps_exchange
         g = max(1, self.draw_steps(problem) // nex)
-        cap = self.max_chunk(problem)
+        cap = self.longest_chunk(problem)
         return g if cap is None else max(1, min(g, (cap - nex + 1) // nex))
 
     def _intervals(self, problem: Problem, st: ExchangeState, ladder: Ladder) -> ExchangeState:
@@ -696,10 +716,6 @@ class Exchange(Solver):
     def kernel_plan(self, problem: Problem) -> exchange_kernel.ExchangePlan:
         """Which form (Pallas kernel or XLA) runs the Metropolis steps on ``problem`` here, and why."""
         return exchange_kernel.plan(problem, self.kernel, discrete=self.mesh is not None, record=self.record)
-
-    def arrays_as_arguments(self, problem: Problem) -> bool:
-        # the kernel is generated from the objective's jaxpr, whose constants must be concrete
-        return not self.kernel_plan(problem).use_pallas
 
     def _kernel_chunk(
         self, problem: Problem, kplan: exchange_kernel.ExchangePlan, state: ExchangeState, n: jax.Array

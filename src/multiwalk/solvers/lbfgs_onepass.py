@@ -54,7 +54,6 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..distributed import requested_device_count
 from ..kernels import backend, compiler_params
 from ._common import worst_if_nonfinite
 from .lbfgs_common import (
@@ -144,7 +143,8 @@ def block_hook(problem: Any) -> Callable | None:
     return block
 
 
-def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1, m: int = 7) -> OnePassPlan:
+def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1, m: int = 7,
+         requested: int | None = None) -> OnePassPlan:
     """Whether ``LBFGS(kernel=kernel)`` runs the one-pass loop on ``problem``, and why (not).
 
     ``"onepass"`` asks for it (interpret mode off GPUs). ``"auto"`` takes it on GPUs in float64
@@ -154,7 +154,9 @@ def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1, m
     several devices ``"auto"`` takes it only where the driver's default split over all of them
     applies (``n / width`` a multiple of the device count): split, it moves 19 n per evaluation
     against the split two-pass form's ~39 n per iteration (not yet measured on GPUs). ``devices``:
-    how many devices the run is split over (the reason says so)."""
+    how many devices the run is split over (the reason says so); ``requested``: how many it may be
+    split over (``solve(devices=k)``'s k, the run plan's ``devices``; None: every device), with
+    which ``"auto"`` decides."""
     if kernel not in ("onepass", "auto"):
         return OnePassPlan(False, False, f"kernel={kernel!r}")
     name, on_gpu = backend(("gpu", "cuda"))
@@ -176,7 +178,7 @@ def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1, m
         why = f"dtype {dt} (the one-pass kernel is for {' and '.join(_DTYPES)})"
     elif 4 * m + 7 > _WIDTH:
         why = f"m = {m} (its kernel's table holds 4 m + 7 <= {_WIDTH} sums: m <= {(_WIDTH - 7) // 4})"
-    elif kernel == "auto" and (k := requested_device_count()) > 1 and (problem.n_free // block.width) % k:
+    elif kernel == "auto" and (k := requested or jax.device_count()) > 1 and (problem.n_free // block.width) % k:
         why = (f"kernel='auto' on {k} devices takes it split over all of them only: n / "
                f"{block.width} = {problem.n_free // block.width} rows of the block hook is not a multiple of "
                f"{k} (the two-pass form splits n itself)")

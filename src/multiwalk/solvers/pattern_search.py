@@ -64,7 +64,7 @@ from ._common import (
     keep_better,
     uniform_in_box,
 )
-from .base import Phase, Solver, end_status, value_at_point
+from .base import Phase, RunPlan, Solver, end_status, value_at_point
 
 __all__ = ["PatternSearch", "PatternSearchResult"]
 
@@ -150,10 +150,6 @@ class PatternSearch(Solver):
         check_launch_options(self)
 
     # ----------------------------------------------------------------- set-up
-    @property
-    def until_time_limit(self) -> bool:
-        return self.rounds is None
-
     def steps(self, problem: Problem) -> tuple[np.ndarray, float]:
         """``(delta0 per free coordinate, smallest scale before a reset)`` for ``problem``."""
         lo, hi, _ = problem.free_bounds()
@@ -195,9 +191,13 @@ class PatternSearch(Solver):
         """Which form (Pallas kernel or XLA) runs an iteration on ``problem`` here, and why."""
         return pattern_search_kernel.plan(problem, self.kernel)
 
-    def arrays_as_arguments(self, problem: Problem) -> bool:
-        # the kernel is generated from the objective's jaxpr, whose constants must be concrete
-        return not self.kernel_plan(problem).use_pallas
+    def plan(self, problem: Problem, devices: int, time_limit: float | None) -> RunPlan:
+        """The kernel form; the data as constants for the Pallas form (its kernel is generated from
+        the objective's jaxpr, whose constants must be concrete); with ``rounds=None`` and a time
+        limit, fresh rounds until that limit, which is then the run's normal end."""
+        kplan = self.kernel_plan(problem)
+        return RunPlan(devices=devices, kernel=kplan, arrays_as_arguments=not kplan.use_pallas,
+                       until_time_limit=self.rounds is None and time_limit is not None)
 
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("search", self.iterations * (self.rounds or 1))]
@@ -294,14 +294,14 @@ class PatternSearch(Solver):
         return self._end_iteration(state, x, fx, improved, n_nonfinite, tol_scale)
 
     def run_chunk(
-        self, problem: Problem, state: PatternSearchState, phase: int, n: jax.Array
+        self, problem: Problem, state: PatternSearchState, phase: int, n: jax.Array, plan: RunPlan | None = None
     ) -> tuple[PatternSearchState, jax.Array]:
         """``n`` iterations.  The Pallas form runs up to a round's end (at most
         ``pattern_search_kernel.MAX_ITERATIONS``) in one kernel launch per loop trip; the
         result is that of ``n`` steps (the same iterations, best point and counters)."""
-        plan = self.kernel_plan(problem)
-        if not plan.use_pallas:
-            return super().run_chunk(problem, state, phase, n)
+        kplan = self.kernel_plan(problem)
+        if not kplan.use_pallas:
+            return super().run_chunk(problem, state, phase, n, plan)
         per_launch = min(self.iterations, pattern_search_kernel.MAX_ITERATIONS)
 
         def body(carry: tuple) -> tuple:
@@ -309,7 +309,7 @@ class PatternSearch(Solver):
             s = self._maybe_new_round(problem, s)
             to_round_end = self.iterations - s.iteration % self.iterations
             k = jnp.minimum(jnp.minimum(n - i, to_round_end), per_launch).astype(jnp.int32)
-            return i + k, self._kernel_iterations(problem, plan, s, k, per_launch)
+            return i + k, self._kernel_iterations(problem, kplan, s, k, per_launch)
 
         n_run, state = jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.asarray(0, jnp.int32), state))
         return state, n_run
