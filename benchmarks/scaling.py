@@ -91,10 +91,12 @@ def loop_bytes_per_device(problem: Any, solver: Any, k: int) -> int:
     driver = importlib.import_module("multiwalk.solve")  # the module; mw.solve is the function
     dist = importlib.import_module("multiwalk.distributed")
     compile_cache = importlib.import_module("multiwalk.compile_cache")
-    shapes = jax.eval_shape(solver.initial_state_fn(problem), driver.run_key(0))
+    plan = solver.plan(problem, k, None)
+    shapes = jax.eval_shape(solver.initial_state_fn(problem, None, plan), driver.run_key(0))
     placement = dist.choose_devices(solver, problem, shapes, k)
-    arrays, static = compile_cache.problem_arrays(problem, solver)
-    runner = driver._chunk_runner(problem, solver, 0, static)
+    plan = dataclasses.replace(plan, mesh=placement.mesh)
+    arrays, static = compile_cache.problem_arrays(problem, plan.arrays_as_arguments)
+    runner = driver._chunk_runner(problem, solver, 0, static, plan)
     if placement.sharded:
         shapes = jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                                         shapes, placement.shardings)
@@ -103,7 +105,7 @@ def loop_bytes_per_device(problem: Any, solver: Any, k: int) -> int:
                          out_shardings=(placement.shardings, rep))
     else:
         jitted = jax.jit(runner, donate_argnums=0)
-    # compiled as the driver does: under the mesh's name (L-BFGS then picks the form XLA can split)
+    # compiled as the driver does: with the plan's mesh (L-BFGS then picks the form XLA can split)
     with dist.mesh_context(placement.mesh if placement.sharded else None):
         ma = jitted.lower(shapes, jax.ShapeDtypeStruct((), jnp.int32), arrays).compile().memory_analysis()
     return int(ma.argument_size_in_bytes + ma.temp_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes)

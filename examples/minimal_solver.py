@@ -1,7 +1,9 @@
 """A minimal multiwalk solver: uniform random search in the box, kept best point per walker.
 
-The whole Solver contract in about sixty lines (docs/architecture.md walks through it): the
-options are fields of a frozen dataclass, the state is a NamedTuple of arrays with the walkers
+The Solver contract in about sixty lines (docs/architecture.md walks through it): what every
+solver must have, ``phases``, ``init``, ``step`` and ``result`` (``done``, ``check`` and
+``options`` have defaults; ``check`` is given here), then three optional hooks, for devices and
+the progress bar.  The options are fields of a frozen dataclass, the state is a NamedTuple of arrays with the walkers
 on axis 0, ``step`` is a pure function whose random numbers come from the run's key folded with
 the iteration counter (so results do not depend on chunking, resumes or devices), and
 ``result`` turns the final state into a :class:`multiwalk.Result`.  Run it:
@@ -44,13 +46,10 @@ class RandomSearch(mw.Solver):
         check_int_option("n_walkers", self.n_walkers, 1)
         check_int_option("iterations", self.iterations, 0)
 
+    # ------------------------------------------------------------ required (check: a default accepts all)
     def check(self, problem: mw.Problem) -> None:
         if problem.lower is None:
             raise ValueError("RandomSearch needs a box: pass lower= and upper= to Problem")
-
-    def state_memory(self, problem: mw.Problem) -> tuple[int, str]:  # checked before compiling
-        per_walker = (problem.n_free + 1) * np.dtype(problem.dtype).itemsize
-        return self.n_walkers * per_walker + 16, f"lower n_walkers={self.n_walkers}"
 
     def phases(self, problem: mw.Problem) -> list[mw.Phase]:
         return [mw.Phase("search", self.iterations)]
@@ -77,15 +76,6 @@ class RandomSearch(mw.Solver):
             n_nonfinite=state.n_nonfinite + bad,
         )
 
-    def batch_axes(self, problem: mw.Problem, state: Any) -> RandomSearchState:
-        return RandomSearchState(key=None, iteration=None, best_x=0, best_f=0, n_nonfinite=None)
-
-    def batch_option(self, problem: mw.Problem) -> str:
-        return "n_walkers"
-
-    def summary(self, problem: mw.Problem, state: RandomSearchState) -> dict[str, jax.Array]:
-        return {"best": jnp.min(state.best_f)}
-
     def result(self, problem: mw.Problem, state: RandomSearchState, done: list[int],
                status: mw.Status, stats: dict[str, Any]) -> mw.Result:
         best_f = np.asarray(state.best_f)
@@ -96,6 +86,20 @@ class RandomSearch(mw.Solver):
         stats = {**stats, "nonfinite": int(state.n_nonfinite)}
         return mw.Result(x=x, fun=value_at_point(problem, x, float(best_f[i])),
                          status=status, message=message, stats=stats)
+
+    # ------------------------------------------------------------ optional: devices, the progress bar
+    def state_memory(self, problem: mw.Problem) -> tuple[int, str]:  # checked before compiling
+        per_walker = (problem.n_free + 1) * np.dtype(problem.dtype).itemsize
+        return self.n_walkers * per_walker + 16, f"lower n_walkers={self.n_walkers}"
+
+    def batch_axes(self, problem: mw.Problem, state: Any) -> RandomSearchState:
+        return RandomSearchState(key=None, iteration=None, best_x=0, best_f=0, n_nonfinite=None)
+
+    def batch_option(self, problem: mw.Problem) -> str:
+        return "n_walkers"
+
+    def summary(self, problem: mw.Problem, state: RandomSearchState) -> dict[str, jax.Array]:
+        return {"best": jnp.min(state.best_f)}
 
 
 if __name__ == "__main__":

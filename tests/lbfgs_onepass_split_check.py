@@ -136,11 +136,7 @@ def _auto_plans(big: mw.Problem, odd: mw.Problem, out: dict) -> None:
     auto = mw.LBFGS()
     out["auto_plan_big"] = list(auto.onepass_plan(big, devices=4)[::2])
     out["auto_plan_odd"] = list(auto.onepass_plan(odd)[::2])
-    # solve(devices=k) makes 'auto' decide with k devices, not with all 4 (distributed.requested_devices_context)
-    from multiwalk import distributed
-
-    with distributed.requested_devices_context(3):
-        out["auto_plan_big_on_3"] = list(auto.onepass_plan(big)[::2])
-    with distributed.requested_devices_context(2):
-        out["auto_plan_odd_on_2"] = list(auto.onepass_plan(odd)[::2])
+    # solve(devices=k) makes 'auto' decide with k devices, not with all 4 (the run plan's devices)
+    out["auto_plan_big_on_3"] = list(auto.plan(big, 3, None).kernel[::2])
+    out["auto_plan_odd_on_2"] = list(auto.plan(odd, 2, None).kernel[::2])
 

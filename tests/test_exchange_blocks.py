@@ -153,7 +153,7 @@ def test_whole_intervals_run_within_the_chunk_limit():
         problem = _box()
         solver = Counted(betas=tuple(temperature_ladder(6, Tmin=1.0, Tmax=100.0).tolist()), numsteps=200,
                          numsteps_exchange=5, step_width=(0.5, 0.5), record=16, unroll=2, kernel="xla")
-        assert solver.max_chunk(problem) == 15
+        assert solver.plan(problem, 1, None).max_chunk == 15
         plain = _leaves(solver, problem, _plain(solver), chunks)
         intervals = _leaves(solver, problem, solver.run_chunk, chunks)
         jax.effects_barrier()
@@ -177,7 +177,7 @@ def test_no_groups_loop_where_no_chunk_holds_a_group(numsteps, nex, max_chunk_st
         problem = _box()
         solver = Traced(betas=tuple(temperature_ladder(4, Tmin=1.0, Tmax=10.0).tolist()), numsteps=numsteps,
                         numsteps_exchange=nex, step_width=(0.5, 0.5), max_chunk_steps=max_chunk_steps, kernel="xla")
-        longest = min(solver.max_chunk(problem) or numsteps, numsteps - 1)
+        longest = min(solver.plan(problem, 1, None).max_chunk or numsteps, numsteps - 1)
         assert solver.interval_group(problem) * nex > longest  # no chunk can hold a group
         state = jax.eval_shape(lambda k: solver.init(problem, k), jax.random.PRNGKey(0))
         jax.jit(lambda st, n: solver.run_chunk(problem, st, 0, n)).trace(state, jnp.int32(5))

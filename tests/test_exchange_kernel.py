@@ -129,7 +129,7 @@ def test_threaded_writer_writes_the_same_bytes(in_the_caller, tmp_path, monkeypa
 
 def test_files_reach_every_checkpoint_and_a_crash_resumes(in_the_caller, tmp_path, monkeypatch):
     """With a slow writer thread, each checkpoint is written only once the files hold its steps;
-    a crash in the fourth chunk's on_chunk keeps the third's checkpoint, whose --resume gives the
+    a crash in the fourth chunk's step-file writer keeps the third's checkpoint, whose --resume gives the
     reference files."""
     from multiwalk import checkpoint as checkpoint_format
 
@@ -175,23 +175,26 @@ def _sphere(x):
 
 
 def test_checkpoint_is_not_written_past_step_files_that_failed_to_flush(tmp_path):
-    # A writer's error that surfaces in on_sync (the flush before a checkpoint) means the step
+    # A writer's error that surfaces in its flush (before a checkpoint) means the step
     # files do not reach the chunk just run.  The checkpoint stays at the last step the files
     # reach: a checkpoint written past them would make `multiwalk run --resume` cut the files back
     # to the checkpoint's step and append from there, leaving the failed chunk's lines out for good.
-    flushes = {"n": 0}
+    class FailingFlush:
+        flushes = 0
 
-    def flush():
-        flushes["n"] += 1
-        if flushes["n"] == 2:  # the first checkpoint is written; the second flush fails
-            raise OSError("disk full (test)")
+        def write(self, problem, state, first, last):
+            pass
+
+        def flush(self):
+            self.flushes += 1
+            if self.flushes == 2:  # the first checkpoint is written; the second flush fails
+                raise OSError("disk full (test)")
 
     problem = mw.Problem(objective=_sphere, lower=[-2.0, -2.0], upper=[2.0, 2.0])
-    solver = mw.Exchange(betas=(1.0, 0.5), numsteps=40, step_width=(0.3, 0.3), max_chunk_steps=5,
-                         on_flush=flush, kernel="xla")
+    solver = mw.Exchange(betas=(1.0, 0.5), numsteps=40, step_width=(0.3, 0.3), max_chunk_steps=5, kernel="xla")
     ckpt = tmp_path / "run.npz"
     with pytest.raises(OSError, match="disk full"):
-        mw.solve(problem, solver, checkpoint=ckpt, checkpoint_every=0.0, progress=False)
+        mw.solve(problem, solver, checkpoint=ckpt, checkpoint_every=0.0, progress=False, writer=FailingFlush())
     meta, _ = read_checkpoint(ckpt)
     # exact: the checkpoint written after the first (successful) flush holds the first chunk, 1 step
     assert meta["done"] == [1], f"checkpoint at {meta['done']} is past the step files (they reach [1])"

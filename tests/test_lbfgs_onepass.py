@@ -8,6 +8,8 @@ line-search steps.  Tolerances say why they are what they are.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -241,17 +243,21 @@ def test_command_buffers_on_gpus_only_and_refused_options_fall_back(monkeypatch)
     problem = mw.Problem(value_and_grad=cute.extended_rosenbrock_value_and_grad, x0=x0)
     cb = "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL"
     monkeypatch.setattr(lbfgs_onepass, "COMMAND_BUFFERS", cb)
-    assert mw.LBFGS(kernel="onepass").compiler_options(problem) == {}  # interpret mode (CPU)
+    def options(solver):  # noqa: ANN001, ANN202
+        return dict(solver.plan(problem, 1, None).compiler_options)
+
+    assert options(mw.LBFGS(kernel="onepass")) == {}  # interpret mode (CPU)
     monkeypatch.setattr(lbfgs_onepass, "backend", lambda names: ("cuda", True))
-    assert mw.LBFGS(kernel="onepass").compiler_options(problem) == {"xla_gpu_enable_command_buffer": cb}
+    assert options(mw.LBFGS(kernel="onepass")) == {"xla_gpu_enable_command_buffer": cb}
     monkeypatch.setattr(lbfgs_onepass, "COMMAND_BUFFERS", None)
-    assert mw.LBFGS(kernel="onepass").compiler_options(problem) == {}  # the default: XLA's own
-    assert mw.LBFGS(kernel="pallas").compiler_options(problem) == {}
+    assert options(mw.LBFGS(kernel="onepass")) == {}  # the default: XLA's own
+    assert options(mw.LBFGS(kernel="pallas")) == {}
     monkeypatch.undo()
 
     class Refused(mw.LBFGS):
-        def compiler_options(self, problem):  # noqa: ANN001, ANN202
-            return {"xla_gpu_enable_command_buffer": "+NO_SUCH_TYPE"}  # not an enum value: XLA refuses it
+        def plan(self, problem, devices, time_limit):  # noqa: ANN001, ANN202
+            plan = super().plan(problem, devices, time_limit)  # not an enum value: XLA refuses it
+            return dataclasses.replace(plan, compiler_options=(("xla_gpu_enable_command_buffer", "+NO_SUCH_TYPE"),))
 
     plain = mw.solve(problem, mw.LBFGS(kernel="xla", max_iterations=5), progress=False)
     with pytest.warns(UserWarning, match="XLA refused the compiler options"):

@@ -50,8 +50,6 @@ def exchange(**options):
         (exchange, "betas", "ab"),
         (exchange, "step_width", ["a", 1.0]),
         (exchange, "initial", "xy"),
-        (exchange, "on_steps", 3),
-        (exchange, "on_flush", "flush"),
     ],
 )
 def test_a_bad_option_is_named_with_its_value(make, option, value):
@@ -68,6 +66,12 @@ def test_callback_must_be_callable():
     """Before, callback=3 ran the compiled loop and then failed with "'int' object is not callable"."""
     with pytest.raises(TypeError, match=r"callback must be a function .* got 3"):
         mw.solve(mw.Problem(objective=sphere, **BOX), mw.PatternSearch(n_walkers=4, iterations=1), callback=3)
+
+
+def test_writer_must_have_write_and_flush():
+    with pytest.raises(TypeError, match=r"writer must be an object with methods write\(problem, state, first, last\) "
+                                        r"and flush\(\) .* got int"):
+        mw.solve(mw.Problem(objective=sphere, **BOX), mw.PatternSearch(n_walkers=4, iterations=1), writer=3)
 
 
 def test_lbfgs_refuses_a_box_it_would_ignore():

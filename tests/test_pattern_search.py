@@ -15,6 +15,7 @@ with NumPy float32 arithmetic bit for bit.
 
 from __future__ import annotations
 
+import json
 import math
 
 import jax
@@ -358,6 +359,19 @@ def test_fixed_rounds_run_exactly(three_rounds, one_round):
     assert one_round.stats["iterations"] == {"search": 5} and one_round.stats["rounds"] == 1
 
 
+def test_save_writes_every_field(one_round, tmp_path):
+    """Result.save (shared by every result) writes the fields of PatternSearchResult too."""
+    path = tmp_path / "ps.npz"
+    one_round.save(path)
+    with np.load(path, allow_pickle=False) as npz:
+        assert set(npz.files) == {"x", "fun", "status", "message", "stats", "walkers", "values", "steps",
+                                  "evaluations", "halvings", "resets"}
+        np.testing.assert_array_equal(npz["walkers"], one_round.walkers)
+        assert npz["walkers"].dtype == one_round.walkers.dtype
+        assert int(npz["evaluations"]) == one_round.evaluations and int(npz["status"]) == int(one_round.status)
+        assert json.loads(str(npz["stats"]))["rounds"] == 1
+
+
 def test_same_seed_same_result_other_seed_other_result(one_round, one_round_again, one_round_seed1):
     a, b, c = one_round, one_round_again, one_round_seed1
     np.testing.assert_array_equal(a.x, b.x)
@@ -427,6 +441,15 @@ def test_restart_best_beats_restart_random_on_rastrigin_10d(restarts):
     assert r["best"].fun < 1e-3
     assert r["best"].fun * 100 < r["random"].fun
     assert r["best"].success and r["best"].stats["rounds"] == 20
+
+
+def test_restart_best_keeps_float32_with_x64_enabled():
+    """The refining rounds' arithmetic stays in the problem's dtype when float64 is available too (a
+    numpy float64 constant made the new round's step scale float64, which the loop refused)."""
+    with jax.enable_x64(True):
+        problem = mw.Problem(objective=lambda x: jnp.sum(x**2), lower=[-1.0] * 2, upper=[1.0] * 2, dtype=jnp.float32)
+        r = mw.solve(problem, mw.PatternSearch(n_walkers=8, iterations=2, rounds=2, restart="best", kernel="xla"), seed=0)
+    assert r.success and r.walkers.dtype == np.float32 and r.stats["rounds"] == 2
 
 
 # --------------------------------------------------------------------------- bad input

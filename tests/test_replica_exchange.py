@@ -18,6 +18,7 @@ Every run uses a fixed seed, so the file is deterministic; sizes are chosen so t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -397,7 +398,11 @@ def test_save_roundtrip(fixed_result, tmp_path):
     path = tmp_path / "re.npz"
     r.save(str(path))
     with np.load(path, allow_pickle=False) as npz:
-        for name in ("x", "samples", "chi2", "acceptance", "exchange_rate", "steps", "betas", "labels", "lower", "upper"):
+        # every field but the problem, written by Result.save from the dataclass fields
+        assert set(npz.files) == {f.name for f in dataclasses.fields(r)} - {"problem"}
+        arrays = ("x", "samples", "chi2", "acceptance", "exchange_rate", "steps", "betas", "n_accepted", "n_trials",
+                  "n_swaps", "labels", "free_index", "lower", "upper")
+        for name in arrays:
             np.testing.assert_array_equal(npz[name], getattr(r, name), err_msg=name)
             assert npz[name].dtype == np.asarray(getattr(r, name)).dtype, name
         assert float(npz["fun"]) == r.fun

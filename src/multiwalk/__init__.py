@@ -12,7 +12,7 @@ from . import deconv, lbfgs
 from .problem import Problem
 from .result import Result, Status
 from .solve import solve
-from .solvers.base import Phase, Solver
+from .solvers.base import Phase, RunPlan, Solver, Writer
 from .solvers.exchange import Exchange, ExchangeResult
 from .solvers.lbfgs import LBFGS, LBFGSResult, LBFGSStatus
 from .solvers.pattern_search import PatternSearch, PatternSearchResult
@@ -27,6 +27,8 @@ __all__ = [
     "solve",
     "Solver",
     "Phase",
+    "RunPlan",
+    "Writer",
     "ReplicaExchange",
     "ReplicaExchangeResult",
     "PatternSearch",

@@ -105,17 +105,18 @@ def one_fingerprint_per_call(run: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def problem_arrays(problem: Any, solver: Any) -> tuple[Any, Any]:
+def problem_arrays(problem: Any, as_arguments: bool = True) -> tuple[Any, Any]:
     """``(arrays, static)``: what of ``problem`` compiled code takes as arguments, and what of
     ``args`` stays a compiled-in constant.
 
     ``arrays`` are a :class:`Problem`'s ``data``, ``sigma`` and the array leaves of ``args``, so
     a fit to a new dataset of the same shapes reuses the compiled loop; ``None`` for other
-    problems and for solvers that need them as constants (``solver.arrays_as_arguments``).
+    problems and when they must be constants (``as_arguments`` False: a run plan's
+    ``arrays_as_arguments``, for kernels that read the objective's constants).
     ``static`` is ``args``' tree and its other leaves (Python numbers, strings; ``None`` where
     an array goes), part of the cache key.
     """
-    if not isinstance(problem, Problem) or not solver.arrays_as_arguments(problem):
+    if not isinstance(problem, Problem) or not as_arguments:
         return None, None
     leaves, tree = jax.tree_util.tree_flatten(problem.args)
     is_array = [isinstance(x, (np.ndarray, jax.Array)) for x in leaves]

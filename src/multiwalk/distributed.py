@@ -93,33 +93,6 @@ def mesh_context(mesh: Mesh | None) -> Iterator[None]:
         _MESH.reset(token)
 
 
-_REQUESTED: contextvars.ContextVar[int | None] = contextvars.ContextVar("multiwalk_requested_devices", default=None)
-
-
-@contextlib.contextmanager
-def requested_devices_context(devices: Any) -> Iterator[None]:
-    """While :func:`multiwalk.solve` runs: how many devices its ``devices=`` asked for (an int, or a
-    list's length; None: all), for :func:`requested_device_count`.  Invalid values count as None
-    here: ``solve`` itself reports them."""
-    try:
-        count = None if devices is None else int(devices) if np.ndim(devices) == 0 else len(devices)
-    except (TypeError, ValueError):
-        count = None
-    token = _REQUESTED.set(count)
-    try:
-        yield
-    finally:
-        _REQUESTED.reset(token)
-
-
-def requested_device_count() -> int:
-    """The devices a run may be split over: ``solve(devices=k)``'s k while it runs, else every
-    device.  Solvers whose state layout depends on the split (LBFGS's one-pass rings under
-    ``kernel="auto"``) decide with it before the driver places the state."""
-    count = _REQUESTED.get()
-    return jax.device_count() if count is None else count
-
-
 def current_mesh() -> Mesh | None:
     """The mesh the driver is compiling the loop for (None on one device).  Solvers that place
     their own collectives read it while tracing ``step``: the deconvolution solvers run their

@@ -6,6 +6,12 @@ Four solvers have a Pallas (Triton) form beside their XLA form
 Each is chosen by the same option (``kernel="auto" | "xla" | "pallas"``) and reports its choice
 the same way (``stats["kernel"]``, ``stats["kernel_reason"]``): that part lives here.  What each
 kernel supports (sizes, spaces, objectives) stays in its own module's ``plan``.
+
+The kernel modules split a long kernel alike: the public function prepares the launch (padding
+to whole blocks, constants in the state's dtype, output shapes) and calls ``pl.pallas_call`` on a
+body made by a ``_..._kernel`` factory beside it, and the body's steps (a coordinate move, a
+Metropolis step, the statistics) are plain Python helpers, which trace inline into the one
+kernel.  A short body stays inside its function.
 """
 
 from __future__ import annotations

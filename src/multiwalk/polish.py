@@ -135,12 +135,7 @@ def polish(problem: Problem, points: np.ndarray, max_iterations: int = MAX_ITERA
 def _compiled_polish(problem: Problem, max_iterations: int) -> tuple[Callable, Any]:
     """``(run, arrays)``: the compiled ``run(theta (CHUNK, n_free), arrays) -> (theta, chi2 / 2)``
     for problems like this one, and this problem's arrays to pass it."""
-    class _Arguments:  # problem_arrays asks a solver whether the arrays may be arguments
-        @staticmethod
-        def arrays_as_arguments(problem: Problem) -> bool:
-            return True
-
-    arrays, static = problem_arrays(problem, _Arguments())
+    arrays, static = problem_arrays(problem)
     key = (problem._user_fn, fingerprint(problem, True), static, max_iterations)
     compiled = _COMPILED.get(key)
     if compiled is None:

@@ -1,16 +1,18 @@
 """The one driver: ``solve(problem, solver)`` runs every solver.
 
-It compiles one loop per phase (``lax.while_loop`` over ``solver.step`` with a dynamic trip
-count, so chunks of any length reuse the same executable), then calls it in chunks of about
-``chunk_seconds`` of work.  Between chunks it updates the progress bar, writes the checkpoint,
-and checks the clock; Ctrl-C or the time limit end the run with the last finished chunk's
-state, so nothing computed is lost.
+The loop, as optimistix's ``_iterate``: checks, then ``solver.plan`` (one :class:`RunPlan` for
+the whole solve), then :func:`_start` (the start or the resumed state, placed on the devices),
+:func:`_compile` (one loop per phase: ``solver.run_chunk``, by default a ``lax.while_loop`` over
+``solver.step`` with a dynamic trip count, so chunks of any length reuse the same executable),
+:func:`_run_phases` (chunks of about ``chunk_seconds`` of work; between chunks the writers, the
+progress bar, the checkpoint and the clock) and :func:`_finish` (``solver.result``).  Ctrl-C or
+the time limit end the run with the last finished chunk's state, so nothing computed is lost.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
+import dataclasses
 import os
 import sys
 import time
@@ -34,12 +36,12 @@ from .identity import problem_identity
 from .problem import Problem
 from .result import Result, Status
 from .solvers._common import check_callable_option, check_state_fits
-from .solvers.base import Phase, Solver
+from .solvers.base import Phase, RunPlan, Solver, Writer
 
 __all__ = ["solve", "run_key", "place"]
 
 
-def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback) -> None:
+def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback, writer) -> None:
     if not isinstance(solver, Solver):
         if not isinstance(problem, Problem) and not hasattr(problem, "fingerprint"):
             raise TypeError(f"problem must be a multiwalk.Problem, got {type(problem).__name__}")
@@ -61,6 +63,9 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
     if not (isinstance(checkpoint_every, (int, float)) and checkpoint_every >= 0):
         raise ValueError(f"checkpoint_every must be a non-negative number of seconds, got {checkpoint_every!r}")
     check_callable_option("callback", callback, "a function callback(info: dict), called after each chunk")
+    if writer is not None and not (callable(getattr(writer, "write", None)) and callable(getattr(writer, "flush", None))):
+        raise TypeError(f"writer must be an object with methods write(problem, state, first, last) and flush() "
+                        f"(multiwalk.solvers.base.Writer), got {type(writer).__name__}")
 
 
 def run_key(seed: int) -> jax.Array:
@@ -69,9 +74,10 @@ def run_key(seed: int) -> jax.Array:
     return jax.random.fold_in(key, seed >> 32) if seed >> 32 else key
 
 
-def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any) -> Callable:
+def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any, plan: RunPlan | None = None) -> Callable:
     """``(state, n, arrays) -> (state, n_run)``: up to ``n`` steps of ``phase``, fewer if
-    ``solver.done`` (``solver.run_chunk``: by default a ``while_loop`` over ``step``).
+    ``solver.done`` (``solver.run_chunk`` with this solve's ``plan``: by default a ``while_loop``
+    over ``step``).
 
     The trip count is dynamic, so one executable serves chunks of every length; ``arrays`` are
     the problem's data, sigma and ``args`` arrays (:func:`~multiwalk.compile_cache.problem_arrays`), arguments rather
@@ -79,28 +85,27 @@ def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any) -> Call
     """
 
     def run_chunk(state: Any, n: jax.Array, arrays: Any) -> tuple[Any, jax.Array]:
-        return solver.run_chunk(compile_cache.with_arrays(problem, arrays, static), state, phase, n)
+        return solver.run_chunk(compile_cache.with_arrays(problem, arrays, static), state, phase, n, plan=plan)
 
     return run_chunk
 
 
 def _compiled_chunk_runner(
-    problem: Problem, solver: Solver, phase: int, state: Any, placement: dist.Placement | None = None
+    problem: Problem, solver: Solver, phase: int, state: Any, placement: dist.Placement, plan: RunPlan
 ) -> tuple[Any, Any]:
-    """The compiled ``_chunk_runner`` for this problem, solver, phase, state layout and device
-    placement (the state's shardings are the loop's input and output shardings, so the state
-    stays split from chunk to chunk and is donated in place), and the problem's arrays to pass
+    """The compiled ``_chunk_runner`` for this problem, solver, phase, state layout, device
+    placement and plan (the state's shardings are the loop's input and output shardings, so the
+    state stays split from chunk to chunk and is donated in place), and the problem's arrays to pass
     it (:func:`~multiwalk.compile_cache.problem_arrays`; on every device when the state is split)."""
-    arrays, static = compile_cache.problem_arrays(problem, solver)
-    sharded = placement is not None and placement.sharded
+    arrays, static = compile_cache.problem_arrays(problem, plan.arrays_as_arguments)
+    sharded = placement.sharded
     if sharded and arrays is not None:
         arrays = dist.place(arrays, placement.replicated)
     avals = tuple((tuple(np.shape(x)), str(x.dtype)) for x in jax.tree_util.tree_leaves(state))
     fingerprint = compile_cache.fingerprint(problem, True) if arrays is not None else compile_cache.full_fingerprint(problem)
-    options = dict(solver.compiler_options(problem))  # e.g. command buffers for a loop of small GPU kernels
     common = (
         fingerprint, solver, phase, jax.tree_util.tree_structure(state), avals,
-        placement.key() if sharded else (), tuple(sorted(options.items())),
+        placement.key() if sharded else (), tuple(sorted(plan.compiler_options)),
     )
     if arrays is None:  # compiled for this very problem object
         key = (id(problem), *common)
@@ -108,28 +113,32 @@ def _compiled_chunk_runner(
         key = ("functions", problem._user_fn, problem._user_vg, *common)
     compiled = compile_cache.loop(key)
     if compiled is None:
+        runner = _chunk_runner(problem, solver, phase, static, plan)
         if sharded:
             rep = placement.replicated
-            runner = jax.jit(
-                _chunk_runner(problem, solver, phase, static), donate_argnums=0,
-                in_shardings=(placement.shardings, rep, rep), out_shardings=(placement.shardings, rep),
-            )
+            jitted = jax.jit(runner, donate_argnums=0, in_shardings=(placement.shardings, rep, rep),
+                             out_shardings=(placement.shardings, rep))
         else:
-            runner = jax.jit(_chunk_runner(problem, solver, phase, static), donate_argnums=0)
-        with dist.mesh_context(placement.mesh if sharded else None):  # for solvers that place collectives
-            lowered = runner.lower(state, jnp.asarray(1, jnp.int32), arrays)
-            compiled = None
-            if options:
-                try:
-                    compiled = lowered.compile(compiler_options=options)
-                except Exception as e:  # noqa: BLE001 - options are for speed only: an XLA that refuses them still runs
-                    warnings.warn(f"{type(solver).__name__}: XLA refused the compiler options {options} "
-                                  f"({type(e).__name__}: {str(e)[:300]}); compiling the loop without them", stacklevel=2)
-            if compiled is None:
-                compiled = lowered.compile()
+            jitted = jax.jit(runner, donate_argnums=0)
+        with dist.mesh_context(placement.mesh if sharded else None):  # for the image solvers' collectives
+            lowered = jitted.lower(state, jnp.asarray(1, jnp.int32), arrays)
+        compiled = _compile_lowered(lowered, dict(plan.compiler_options), type(solver).__name__)
         # a loop compiled for this very problem object is forgotten once that is garbage
         compile_cache.keep_loop(key, compiled, owner=problem if arrays is None else None)
     return compiled, arrays
+
+
+def _compile_lowered(lowered: Any, options: dict[str, Any], who: str) -> Any:
+    """``lowered`` compiled with the plan's XLA ``options`` (e.g. command buffers for a loop of
+    small GPU kernels), or without them, with a warning, when this XLA refuses them: they are
+    for speed only."""
+    if options:
+        try:
+            return lowered.compile(compiler_options=options)
+        except Exception as e:  # noqa: BLE001 - an XLA that refuses them still runs the loop
+            warnings.warn(f"{who}: XLA refused the compiler options {options} "
+                          f"({type(e).__name__}: {str(e)[:300]}); compiling the loop without them", stacklevel=3)
+    return lowered.compile()
 
 
 def _initial_shapes(problem: Any, solver: Solver, init_fn: Callable, key: jax.Array) -> Any:
@@ -155,16 +164,24 @@ def _start_distributed(distributed: bool | dict[str, Any]) -> None:
     dist.initialize(**(distributed if isinstance(distributed, dict) else {}))
 
 
-def _phases(problem: Any, solver: Solver, time_limit: float | None) -> tuple[list[Phase], bool]:
-    """``(phases, until_time_limit)``: the solver's phases.  Solvers that work in rounds
-    (PatternSearch) keep starting rounds until the time limit: their last phase is then
-    unbounded and reaching the limit is their natural end (``until_time_limit``)."""
+def _requested_devices(devices: Any) -> int:
+    """How many devices ``solve(devices=...)`` asks for: an int, a list's length, or every device
+    (None; invalid values too: :func:`multiwalk.distributed.choose_devices` reports them)."""
+    try:
+        count = None if devices is None else int(devices) if np.ndim(devices) == 0 else len(devices)
+    except (TypeError, ValueError):
+        count = None
+    return jax.device_count() if count is None else count
+
+
+def _phases(problem: Any, solver: Solver, until_time_limit: bool) -> list[Phase]:
+    """The solver's phases; with ``until_time_limit`` (the plan's, and a time limit given: solvers
+    that keep starting rounds until then) the last phase is unbounded."""
     phases = solver.phases(problem)
-    until_time_limit = time_limit is not None and solver.until_time_limit
     if until_time_limit:
         longest = 2**31 - 2 - sum(p.length for p in phases[:-1])  # the iteration counter is int32
         phases[-1] = Phase(phases[-1].name, longest)
-    return phases, until_time_limit
+    return phases
 
 
 def _checkpoint_path(checkpoint: str | os.PathLike | None) -> Path | None:
@@ -198,11 +215,11 @@ def place(state: Any, placement: dist.Placement, pinned: bool) -> Any:
 
 
 def _first_state(problem: Any, solver: Solver, init_fn: Callable, key: jax.Array, placement: dist.Placement,
-                 pinned: bool, saved: tuple[dict[str, Any], list[np.ndarray], Path] | None) -> Any:
+                 plan: RunPlan, pinned: bool, saved: tuple[dict[str, Any], list[np.ndarray], Path] | None) -> Any:
     """The state the run starts from, placed (:func:`place`): the solver's start, or the checkpoint
     ``saved`` (``(meta, leaves, path)``) put into the start's form."""
     if placement.sharded:  # each device creates its part of the state
-        state = solver.initial_state_fn(problem, placement.shardings)(key)
+        state = solver.initial_state_fn(problem, placement.shardings, plan)(key)
     else:
         with jax.default_device(placement.devices[0]) if pinned else contextlib.nullcontext():
             state = init_fn(key)
@@ -243,6 +260,8 @@ class _Run:
 
     problem: Any
     solver: Solver
+    plan: RunPlan  # the solver's, with the mesh the loop is compiled for
+    placement: dist.Placement
     phases: list[Phase]
     seed: int
     identity: dict[str, Any]  # the problem's, written into checkpoints
@@ -250,26 +269,67 @@ class _Run:
     checkpoint_every: float
     time_limit: float | None
     chunk_seconds: float
-    max_chunk: int | None  # the solver's longest chunk; None: as long as chunk_seconds allows
     callback: Callable[[dict[str, Any]], None] | None
-    # Under jax.distributed, solvers that read the state after each chunk (writers) get it
-    # gathered; every process gathers (a collective), whatever the solver then does with it.
-    host_on_chunk: bool
+    writers: tuple[Writer, ...]  # the solver's own (a printed table), then solve()'s writer= (files)
+    # Under jax.distributed the writers get the state gathered; every process gathers (a collective)
+    # when process 0 has writers, whatever its own writers then do with it.
+    gather_for_writers: bool
+    summary: Callable[[Any], dict]  # state -> the progress summary's scalars
     state: Any
     done: list[int]  # iterations run of each phase
     phase_index: int  # the phase running
     stats: dict[str, Any]
     status: Status = Status.SUCCESS
     t_run: float = 0.0  # seconds spent running chunks (compilation excluded)
-    unaccounted: bool = False  # a chunk ran but is not yet in ``done`` (on_chunk is between them)
+    unaccounted: bool = False  # a chunk ran but is not yet in ``done`` (the writers are between them)
     last_checkpoint: float = 0.0  # time.perf_counter() of the last checkpoint written
+
+    @property
+    def until_time_limit(self) -> bool:
+        """The last phase runs until the time limit, which is then the run's normal end."""
+        return self.time_limit is not None and self.plan.until_time_limit
 
     def write_checkpoint(self) -> None:
         meta = ckpt.checkpoint_meta(self.solver, self.seed, self.done, self.phase_index, self.state, self.identity)
         ckpt.write_checkpoint(self.checkpoint_path, self.state, meta)
 
+    def flush_writers(self) -> None:
+        """What the writers hold, written (before a checkpoint and at the end)."""
+        for writer in self.writers:
+            writer.flush()
 
-def _compile(run: _Run, placement: dist.Placement, summary: Callable, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any]]:
+    def write(self, first: int, last: int) -> None:
+        """Iterations ``first+1 .. last`` of the current phase to the writers."""
+        state = dist.to_host(self.state) if self.gather_for_writers else self.state
+        for writer in self.writers:
+            writer.write(self.problem, state, first, last)
+
+
+def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any, time_limit: float | None,
+           checkpoint: Any, resume: Any, callback: Any, chunk_seconds: float, checkpoint_every: float,
+           writer: Writer | None) -> _Run:
+    """Everything before compiling: the phases, the checkpoint path, the ``resume`` file (read and
+    checked), the start made where the run goes (or the checkpoint put into its form), the writers."""
+    phases = _phases(problem, solver, time_limit is not None and plan.until_time_limit)
+    checkpoint_path = _checkpoint_path(checkpoint)
+    identity = problem_identity(problem)  # written into checkpoints: a resume of another problem is refused
+    saved = None
+    if resume is not None:  # read and checked before anything compiles
+        saved = (*ckpt.read_resume(Path(resume), seed, identity), Path(resume))
+    key = run_key(seed)
+    init_fn = solver.initial_state_fn(problem, None, plan)
+    placement = _placement(problem, solver, init_fn, key, devices)
+    plan = dataclasses.replace(plan, mesh=placement.mesh)
+    state = _first_state(problem, solver, init_fn, key, placement, plan, devices is not None, saved)
+    done, phase_index = ckpt.resumed_position(saved[0], phases, saved[2]) if saved else ([0] * len(phases), 0)
+    writers = tuple(w for w in (solver.writer(problem), writer) if w is not None)
+    gather = dist.multi_process() and bool(dist.broadcast(np.int32(bool(writers))))
+    return _Run(problem, solver, plan, placement, phases, seed, identity, checkpoint_path, checkpoint_every,
+                time_limit, chunk_seconds, callback, writers, gather, _summary(problem, solver, state, placement),
+                state, done, phase_index, _first_stats(placement))
+
+
+def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any]]:
     """``{phase index: (compiled loop, problem arrays)}`` of every phase still to run, compiled with
     the progress summary before the clock and the bar start: the chunk loop compiles nothing."""
     t0 = time.perf_counter()
@@ -277,9 +337,9 @@ def _compile(run: _Run, placement: dist.Placement, summary: Callable, ctrl_c: pr
     try:
         for i in range(run.phase_index, len(run.phases)):
             if run.done[i] < run.phases[i].length:
-                executables[i] = _compiled_chunk_runner(run.problem, run.solver, i, run.state, placement)
+                executables[i] = _compiled_chunk_runner(run.problem, run.solver, i, run.state, run.placement, run.plan)
         if executables:
-            summary(run.state)  # the progress summary too (compiled on first use)
+            run.summary(run.state)  # the progress summary too (compiled on first use)
     except BaseException:
         ctrl_c.restore()
         raise
@@ -287,11 +347,10 @@ def _compile(run: _Run, placement: dist.Placement, summary: Callable, ctrl_c: pr
     return executables
 
 
-def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, summary: Callable, bar: prog.ProgressBar,
+def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.ProgressBar,
                ctrl_c: prog.CtrlC) -> tuple[int, float]:
-    """One chunk of up to ``n`` iterations of the current phase, then what follows it: the solver's
-    ``on_chunk``, the bar, the checkpoint when due, the callback.  ``(iterations run, seconds)``."""
-    phase_index, phase = run.phase_index, run.phases[run.phase_index]
+    """One chunk of up to ``n`` iterations of the current phase, then what follows it (:func:`_after_chunk`).
+    ``(iterations run, seconds)``."""
     t0 = time.perf_counter()
     # The state is donated (updated in place), so it is replaced in one statement;
     # Ctrl-C only sets a flag (see CtrlC), so nothing interrupts this.
@@ -302,8 +361,7 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, summary: Callable,
     jax.block_until_ready(run.state)
     dt = time.perf_counter() - t0
     # One read from the device per chunk: the steps run and the progress summary's scalars.
-    n_run, info = prog.fetch((n_run, summary(run.state)))
-    n_run = int(n_run)
+    n_run, info = prog.fetch((n_run, run.summary(run.state)))
     info = {k: float(v) for k, v in info.items()}
     # Every decision below derives from dt and the flags: under jax.distributed all
     # processes take process 0's, so they run the same chunks and stop together.
@@ -311,36 +369,42 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, summary: Callable,
     dt, pressed, checkpoint_due = dist.broadcast((dt, ctrl_c.pressed, checkpoint_due))
     ctrl_c.pressed = bool(pressed)
     run.t_run += dt
+    _after_chunk(run, int(n_run), info, checkpoint_due, bar)
+    return int(n_run), dt
+
+
+def _after_chunk(run: _Run, n_run: int, info: dict[str, float], checkpoint_due: bool, bar: prog.ProgressBar) -> None:
+    """The writers, the count, the bar, the checkpoint when due, the callback."""
+    phase_index, phase = run.phase_index, run.phases[run.phase_index]
     first = run.done[phase_index]
-    run.solver.on_chunk(run.problem, dist.to_host(run.state) if run.host_on_chunk else run.state, first, first + n_run)
+    if run.writers or run.gather_for_writers:
+        run.write(first, first + n_run)
     run.done[phase_index] += n_run
     run.unaccounted = False
     run.stats["chunks"] += 1
     bar.update(n_run, phase.name, info)
     if checkpoint_due:
-        # what on_chunk handed to threads is written first; if that fails, the files lag
+        # what the writers handed to threads is written first; if that fails, the files lag
         # this state and the last checkpoint must stay (_run_phases writes none)
         run.unaccounted = True
-        run.solver.on_sync(run.problem)
+        run.flush_writers()
         run.unaccounted = False
         run.write_checkpoint()
         run.last_checkpoint = time.perf_counter()
     if run.callback is not None:
         run.callback({"phase": phase.name, "done": list(run.done), "elapsed": run.t_run, **info})
-    return n_run, dt
 
 
 def _next_chunk_length(run: _Run, n: int, n_run: int, per_step: float) -> int:
     """Iterations of the next chunk: about ``chunk_seconds`` of work (at ``per_step`` seconds an
-    iteration), at most twice the last, and not past the time limit."""
+    iteration), at most twice the last, and not past the time limit or the plan's longest chunk."""
     target = run.chunk_seconds
     if run.time_limit is not None:
         target = min(target, max(run.time_limit - run.t_run, 0.0))
-    return max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30, run.max_chunk or 1 << 30))
+    return max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30, run.plan.max_chunk or 1 << 30))
 
 
-def _run_phase(run: _Run, compiled: Any, arrays: Any, summary: Callable, bar: prog.ProgressBar,
-               ctrl_c: prog.CtrlC) -> None:
+def _run_phase(run: _Run, compiled: Any, arrays: Any, bar: prog.ProgressBar, ctrl_c: prog.CtrlC) -> None:
     """Chunks of the current phase until it is done or converged (``solver.done``), or until the
     time limit or Ctrl-C (``run.status`` says which).  The first chunk is one iteration: it times a step."""
     remaining = run.phases[run.phase_index].length - run.done[run.phase_index]
@@ -351,7 +415,7 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, summary: Callable, bar: pr
             run.status = Status.TIME_LIMIT
             return
         n = int(min(n_next, remaining))
-        n_run, dt = _run_chunk(run, compiled, arrays, n, summary, bar, ctrl_c)
+        n_run, dt = _run_chunk(run, compiled, arrays, n, bar, ctrl_c)
         remaining -= n_run
         converged = n_run < n
         per_step = max(dt / max(n_run, 1), 1e-9)
@@ -366,14 +430,14 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, summary: Callable, bar: pr
             return
 
 
-def _run_phases(run: _Run, executables: dict[int, tuple[Any, Any]], summary: Callable, bar: prog.ProgressBar,
+def _run_phases(run: _Run, executables: dict[int, tuple[Any, Any]], bar: prog.ProgressBar,
                 ctrl_c: prog.CtrlC) -> None:
     """The phases from the current one to the last, or until the time limit or Ctrl-C.  A failure
     (out of memory, a bug) keeps the last finished chunk's state on disk, and is raised."""
     try:
         while run.status == Status.SUCCESS and run.phase_index < len(run.phases):
             if run.done[run.phase_index] < run.phases[run.phase_index].length:
-                _run_phase(run, *executables[run.phase_index], summary, bar, ctrl_c)
+                _run_phase(run, *executables[run.phase_index], bar, ctrl_c)
                 if run.status != Status.SUCCESS:
                     break
             run.phase_index += 1
@@ -383,9 +447,9 @@ def _run_phases(run: _Run, executables: dict[int, tuple[Any, Any]], summary: Cal
         run.status = Status.INTERRUPTED
     except BaseException:
         # Not under jax.distributed: the gather is a collective that the other processes may not
-        # join; not when on_chunk failed: what it writes would lag that state (the last checkpoint stays).
+        # join; not when a writer failed: what it writes would lag that state (the last checkpoint stays).
         if run.checkpoint_path is not None and not run.unaccounted and not _deleted(run.state) and not dist.multi_process():
-            run.solver.on_sync(run.problem)  # when it fails, the files lag the state: no checkpoint of it
+            run.flush_writers()  # when it fails, the files lag the state: no checkpoint of it
             run.write_checkpoint()
         raise
     finally:
@@ -393,22 +457,23 @@ def _run_phases(run: _Run, executables: dict[int, tuple[Any, Any]], summary: Cal
         ctrl_c.restore()
 
 
-def _finish(run: _Run, until_time_limit: bool, t_loop: float) -> Result:
-    """The solver's result, after what the solver's writers hold is written and the last checkpoint.
-    A run that ended normally without meeting its solver's convergence test ends as ``MAX_STEPS``."""
-    if until_time_limit and run.status == Status.TIME_LIMIT:
+def _finish(run: _Run, t_loop: float) -> Result:
+    """The solver's result, after what the writers hold is written and the last checkpoint.  A run
+    that ended normally without meeting its solver's convergence test ends as ``MAX_STEPS``."""
+    if run.until_time_limit and run.status == Status.TIME_LIMIT:
         run.status = Status.SUCCESS
         run.stats["ended_by_time_limit"] = True
     run.stats["run_seconds"] = run.t_run
     run.stats["iterations"] = {p.name: d for p, d in zip(run.phases, run.done)}
-    run.solver.on_sync(run.problem)
+    run.flush_writers()
     run.stats["loop_seconds"] = time.perf_counter() - t_loop  # run_seconds + the host's work between chunks
     if run.checkpoint_path is not None:
         run.write_checkpoint()
     # One gather at the end: the result builders read the state with np.asarray (which gathers
     # a split state); under jax.distributed every process gathers it whole first.
     state = dist.to_host(run.state) if dist.multi_process() else run.state
-    if run.status == Status.SUCCESS and not _converged(run.solver, run.problem, state, len(run.phases) - 1):
+    if (run.status == Status.SUCCESS and not run.stats.get("ended_by_time_limit")
+            and not _converged(run.solver, run.problem, state, len(run.phases) - 1)):
         run.status = Status.MAX_STEPS  # never a silent exit at the iteration limit
     return run.solver.result(run.problem, state, list(run.done), run.status, run.stats)
 
@@ -424,22 +489,7 @@ def _converged(solver: Solver, problem: Any, state: Any, phase: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- the driver
-def _with_requested_devices(run: Callable[..., Any]) -> Callable[..., Any]:
-    """:func:`solve` with its ``devices=`` visible to the solver while it runs
-    (:func:`multiwalk.distributed.requested_device_count`): a solver whose state layout depends on
-    the split (LBFGS's one-pass rings under ``kernel="auto"``) decides with the count asked for,
-    not with every device, before the driver places the state."""
-
-    @functools.wraps(run)
-    def with_devices(*args: Any, **kwargs: Any) -> Any:
-        with dist.requested_devices_context(kwargs.get("devices")):
-            return run(*args, **kwargs)
-
-    return with_devices
-
-
 @compile_cache.one_fingerprint_per_call
-@_with_requested_devices
 def solve(
     problem: Problem,
     solver: Solver,
@@ -454,6 +504,7 @@ def solve(
     checkpoint_every: float = 0.0,
     devices: Any = None,
     distributed: bool | dict[str, Any] = False,
+    writer: Writer | None = None,
 ) -> Result:
     """Run ``solver`` on ``problem`` and return its result.
 
@@ -486,6 +537,11 @@ def solve(
         ``num_processes``, ``process_id``; otherwise read from the environment, SLURM or Open
         MPI).  Every process runs the same call; the batch is split over all processes'
         devices, process 0 writes the checkpoint, and every process gets the whole result.
+    writer : an object that writes as the run goes (a :class:`~multiwalk.solvers.base.Writer`, as
+        emcee's backends): ``writer.write(problem, state, first, last)`` after each chunk that ran
+        iterations ``first+1 .. last`` of the current phase, ``writer.flush()`` before each
+        checkpoint and before returning (``multiwalk run`` writes ODAT-SE's per-step files so:
+        :class:`~multiwalk.solvers.exchange.ReplicaOrderWriter`).
 
     Ctrl-C (KeyboardInterrupt) or SIGTERM (a batch system's time limit) stops the run cleanly:
     the result holds everything computed up to the last finished chunk and has
@@ -498,34 +554,21 @@ def solve(
     """
     if distributed:  # before anything touches a device
         _start_distributed(distributed)
-    _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback)
+    _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback, writer)
     solver.check(problem)
-    check_state_fits(type(solver).__name__, solver.state_memory(problem), dist.requested_device_count())
-    phases, until_time_limit = _phases(problem, solver, time_limit)
-    max_chunk = solver.max_chunk(problem)
-    checkpoint_path = _checkpoint_path(checkpoint)
-    identity = problem_identity(problem)  # written into checkpoints: a resume of another problem is refused
-    saved = None
-    if resume is not None:  # read and checked before anything compiles
-        saved = (*ckpt.read_resume(Path(resume), int(seed), identity), Path(resume))
-    key = run_key(int(seed))
-    init_fn = solver.initial_state_fn(problem)
-    placement = _placement(problem, solver, init_fn, key, devices)
-    state = _first_state(problem, solver, init_fn, key, placement, devices is not None, saved)
-    done, phase_index = ckpt.resumed_position(saved[0], phases, saved[2]) if saved else ([0] * len(phases), 0)
-    host_on_chunk = dist.multi_process() and type(solver).on_chunk is not Solver.on_chunk
-    run = _Run(problem, solver, phases, int(seed), identity, checkpoint_path, checkpoint_every, time_limit,
-               chunk_seconds, max_chunk, callback, host_on_chunk, state, done, phase_index, _first_stats(placement))
-    summary = _summary(problem, solver, state, placement)
+    plan = solver.plan(problem, _requested_devices(devices), time_limit)
+    check_state_fits(type(solver).__name__, solver.state_memory(problem), plan.devices)
+    run = _start(problem, solver, plan, int(seed), devices, time_limit, checkpoint, resume, callback,
+                 chunk_seconds, checkpoint_every, writer)
     # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
     # compiling), returning what was done; a second Ctrl-C aborts at once.
     ctrl_c = prog.CtrlC()
-    executables = _compile(run, placement, summary, ctrl_c)
+    executables = _compile(run, ctrl_c)
     if ctrl_c.pressed:
         run.status = Status.INTERRUPTED
     show = sys.stderr.isatty() if progress is None else bool(progress)
-    total = None if until_time_limit else sum(p.length for p in phases)
-    bar = prog.ProgressBar(show and run.status == Status.SUCCESS, total, sum(done))
-    run.last_checkpoint = t_loop = time.perf_counter()  # the chunk loop's wall time: chunks, on_chunk, checkpoints
-    _run_phases(run, executables, summary, bar, ctrl_c)
-    return _finish(run, until_time_limit, t_loop)
+    total = None if run.until_time_limit else sum(p.length for p in run.phases)
+    bar = prog.ProgressBar(show and run.status == Status.SUCCESS, total, sum(run.done))
+    run.last_checkpoint = t_loop = time.perf_counter()  # the chunk loop's wall time: chunks, writers, checkpoints
+    _run_phases(run, executables, bar, ctrl_c)
+    return _finish(run, t_loop)

@@ -506,7 +506,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     from ..io.odatse import write_best_result, write_fx
     from ..problem import Problem
     from ..solve import solve
-    from ..solvers.exchange import Exchange
+    from ..solvers.exchange import Exchange, ReplicaOrderWriter
 
     # ODAT-SE's meaning: P MPI processes of nreplica_per_proc replicas each; under --distributed
     # P is the number of jax processes (unless --nprocs says otherwise)
@@ -549,8 +549,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             writer = _step_writer(setup, args, betas, nprocs, meta, saved_leaves, processes)
         elif writes:
             setup.output_dir.mkdir(parents=True, exist_ok=True)
-        solver = Exchange(**solver_kw, on_steps=None if writer is None else writer.on_steps,
-                          on_flush=None if writer is None else writer.flush)
+        solver = Exchange(**solver_kw)
         every = setup.checkpoint_interval if setup.checkpoint else None
         if setup.checkpoint and setup.checkpoint_steps:
             every = 0.0  # after every chunk: chunks are at most checkpoint_steps long (max_chunk)
@@ -559,6 +558,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             result = solve(
                 problem, solver, seed=seed, progress=args.progress, time_limit=args.time_limit, checkpoint=ckpt,
                 resume=ckpt if meta is not None else None, checkpoint_every=math.inf if every is None else every,
+                writer=None if writer is None else ReplicaOrderWriter(writer),  # the step files as the run goes
             )
             wall = time.perf_counter() - t0
             t1 = time.perf_counter()  # "files after the run": the steps left, closing the writer, fx, best

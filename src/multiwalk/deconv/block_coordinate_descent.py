@@ -258,7 +258,9 @@ class BlockCoordinateDescent(Solver):
     def init(self, problem: Deconvolution, key: jax.Array) -> BCDState:
         return self.initial_state_fn(problem)(key)
 
-    def initial_state_fn(self, problem: Deconvolution, shardings: Any = None) -> Callable[[jax.Array], BCDState]:
+    def initial_state_fn(
+        self, problem: Deconvolution, shardings: Any = None, plan: Any = None
+    ) -> Callable[[jax.Array], BCDState]:
         """The images and the PSF's autocorrelation (host, float64) travel as arguments, never
         as compiled-in constants: one compiled loop serves every problem of the same shapes."""
         dtype = problem.dtype

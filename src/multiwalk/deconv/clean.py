@@ -95,7 +95,9 @@ class Clean(Solver):
     def init(self, problem: Deconvolution, key: jax.Array) -> CleanState:
         return self.initial_state_fn(problem)(key)
 
-    def initial_state_fn(self, problem: Deconvolution, shardings: Any = None) -> Callable[[jax.Array], CleanState]:
+    def initial_state_fn(
+        self, problem: Deconvolution, shardings: Any = None, plan: Any = None
+    ) -> Callable[[jax.Array], CleanState]:
         make = cached_jit(problem, self, "init", lambda d, p, x0: self._initial_state(problem, d, p, x0), shardings)
         return lambda key: make(problem.dirty, problem.psf, problem.model)
 

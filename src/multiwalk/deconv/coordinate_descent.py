@@ -238,7 +238,9 @@ class CoordinateDescent(Solver):
     def init(self, problem: Deconvolution, key: jax.Array) -> CDState:
         return self.initial_state_fn(problem)(key)
 
-    def initial_state_fn(self, problem: Deconvolution, shardings: Any = None) -> Callable[[jax.Array], CDState]:
+    def initial_state_fn(
+        self, problem: Deconvolution, shardings: Any = None, plan: Any = None
+    ) -> Callable[[jax.Array], CDState]:
         """The images travel as arguments (never compiled in as constants); L comes from the host.
         ``shardings``: the state is made split in row patches (several devices, ``batch_axes``)."""
         dirty, psf, start = problem.dirty, problem.psf, problem.model
@@ -410,12 +412,14 @@ class CoordinateDescent(Solver):
             exact=jnp.where(live, verified, s.exact),
         )
 
-    def run_chunk(self, problem: Deconvolution, state: CDState, phase: int, n: jax.Array) -> tuple[CDState, jax.Array]:
+    def run_chunk(
+        self, problem: Deconvolution, state: CDState, phase: int, n: jax.Array, plan: Any = None
+    ) -> tuple[CDState, jax.Array]:
         """The XLA form: the driver's while loop over ``step``.  The kernel form: ``unroll``
         iterations per loop trip (each a no-op once ``n`` are done or the run has converged), so
         the loop's predicate goes to the host once per ``unroll`` iterations, not every one."""
         if not self.kernel_plan().use_pallas:
-            return super().run_chunk(problem, state, phase, n)
+            return super().run_chunk(problem, state, phase, n, plan)
 
         def cond(carry):
             i, s = carry

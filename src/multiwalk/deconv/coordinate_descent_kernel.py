@@ -31,6 +31,8 @@ on ties).  Off GPUs the kernel runs in Pallas' interpret mode (for tests: correc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 
@@ -121,12 +123,7 @@ def update_and_rescan(
     None), the holding block's mark is set instead, and the call returns (gradient, x, marks, *blocks)."""
     from jax.experimental import pallas as pl
 
-    b1, b2 = geo.block
     t1, t2 = geo.touched
-    n, m = geo.shape
-    mp = geo.padded[1]
-    la = lam * alpha  # Python floats, as proximal_step computes them
-    lb = (1.0 - alpha) * lam
     dt = gradient.dtype
     start = greedy.window_start(i, j, geo)
     first = greedy.first_touched(start, geo)
@@ -134,12 +131,40 @@ def update_and_rescan(
     floats = jnp.stack([d, new, -lip, lip]).astype(dt)
     constant = marks is not None  # one L for all pixels: scalar L, block marks (module doc)
     off = (half[0] + pad[0], half[1] + pad[1])
+    body = _update_kernel(geo, off, lam, alpha, constant)
+
+    arrays = (gradient, x, marks if constant else signed_lipschitz, *blocks)
+    out_shape = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays)
+    aliases = {2: 0, 3: 1, 4: 2}
+    aliases.update({6 + k: 3 + k for k in range(len(blocks))})
+    return pl.pallas_call(
+        body, out_shape=out_shape, grid=(t1, t2), interpret=interpret, name="cd_update_and_rescan",
+        input_output_aliases=aliases, **compiler_params(num_warps, interpret),
+    )(ints, floats, gradient, x, arrays[2], kernel, *blocks)
+
+
+def _masked_load() -> Callable[..., jax.Array] | None:
+    """Triton's masked load (no memory request where the mask is off), or None in a JAX without it."""
     try:
         from jax.experimental.pallas import triton as plgpu
 
-        masked_load = plgpu.load
+        return plgpu.load
     except (ImportError, AttributeError):  # a JAX without it: read the model in full (same values)
-        masked_load = None
+        return None
+
+
+def _update_kernel(geo: greedy.Geometry, off: tuple[int, int], lam: float, alpha: float,
+                   constant: bool) -> Callable[..., None]:
+    """The kernel body of :func:`update_and_rescan`: one program per touched block, ``off`` the
+    autocorrelation's index of lag 0 (``half + pad``); ``constant``: one L, block marks."""
+    from jax.experimental import pallas as pl
+
+    b1, b2 = geo.block
+    n, m = geo.shape
+    mp = geo.padded[1]
+    la = lam * alpha  # Python floats, as proximal_step computes them
+    lb = (1.0 - alpha) * lam
+    masked_load = _masked_load()
 
     def body(ints_ref, f_ref, g_ref, x_ref, l_ref, k_ref, *refs):  # noqa: ANN001
         # l_ref/l_out: the signed Lipschitz map, or the block marks (constant L)
@@ -190,11 +215,4 @@ def update_and_rescan(
             else:
                 l_out[pi, pj] = f_ref[2]
 
-    arrays = (gradient, x, marks if constant else signed_lipschitz, *blocks)
-    out_shape = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays)
-    aliases = {2: 0, 3: 1, 4: 2}
-    aliases.update({6 + k: 3 + k for k in range(len(blocks))})
-    return pl.pallas_call(
-        body, out_shape=out_shape, grid=(t1, t2), interpret=interpret, name="cd_update_and_rescan",
-        input_output_aliases=aliases, **compiler_params(num_warps, interpret),
-    )(ints, floats, gradient, x, arrays[2], kernel, *blocks)
+    return body

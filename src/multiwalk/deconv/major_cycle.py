@@ -21,7 +21,7 @@ import scipy.ndimage
 import scipy.optimize
 import scipy.signal
 
-from ..result import Result, Status
+from ..result import NOT_SAVED, Result, Status
 from ..solve import solve
 from ..solvers.base import Solver
 from .problem import Deconvolution
@@ -151,7 +151,7 @@ class ImagingResult(Result):
     dirty: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     psf: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     beam: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    minor: list[DeconvolutionResult] = field(default_factory=list)
+    minor: list[DeconvolutionResult] = field(default_factory=list, metadata=NOT_SAVED)  # results, not arrays
     residual_rms: list[float] = field(default_factory=list)
     cell: float = 0.0
 

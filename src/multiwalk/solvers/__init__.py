@@ -1,12 +1,14 @@
 """One file per algorithm: pure ``init`` / ``step`` / ``done`` / ``result`` on a state pytree."""
 
-from .base import Phase, Solver
+from .base import Phase, RunPlan, Solver, Writer
 from .lbfgs import LBFGS, LBFGSResult, LBFGSStatus
 from .pattern_search import PatternSearch, PatternSearchResult
 from .replica_exchange import ReplicaExchange, ReplicaExchangeResult
 
 __all__ = [
     "Phase",
+    "RunPlan",
+    "Writer",
     "Solver",
     "LBFGS",
     "LBFGSResult",

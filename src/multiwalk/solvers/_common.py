@@ -1,11 +1,17 @@
-"""What the solvers share: non-finite objective values, option validators, the state's memory.
+"""What the solvers share: walkers' start, values and best point, ladders, option validators, memory.
 
+* :func:`uniform_in_box`: start points drawn uniformly in the box (from the key stream
+  :data:`INIT_STREAM` of the run's key, or a round's own key).
 * :func:`worst_if_nonfinite`: every solver treats an objective value that is NaN, +inf or -inf
   as worse than anything (+inf) and counts it (``result.stats["nonfinite"]``).  A -inf is no
   minimum: left as it is, it would win every comparison (an accepted move, a best point, a
   line search's sufficient decrease) while saying nothing about the problem.
+  :func:`evaluate_walkers` evaluates a batch of points through it.
+* :func:`keep_better`: the best-so-far update (a candidate replaces the best only when strictly lower).
+* :func:`ladder_values`: the inverse temperatures of the two replica-exchange samplers.
 * ``check_*_option``: one validator per kind of option, each raising an error that names the
-  option, the value given and what is allowed (before anything is compiled).
+  option, the value given and what is allowed (before anything is compiled);
+  :func:`hashable_vector` stores a checked vector option in a frozen (hashable) solver.
 * :func:`check_state_fits`: the state a solver would make, estimated from its options, the
   problem's size and dtype, against the memory of the devices it may run on.
 """
@@ -21,12 +27,38 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "worst_if_nonfinite", "check_int_option", "check_number_option", "check_vector_option", "check_choice_option",
+    "INIT_STREAM", "uniform_in_box", "worst_if_nonfinite", "evaluate_walkers", "keep_better", "ladder_values",
+    "hashable_vector", "check_int_option", "check_number_option", "check_vector_option", "check_choice_option",
     "check_bool_option", "check_callable_option", "device_memory", "check_state_fits",
 ]
 
 
-# ---------------------------------------------------------------------------- non-finite values
+# ---------------------------------------------------------------------------- start points
+INIT_STREAM = 0x7FFFFFFF
+"""The key stream of the start points, ``jax.random.fold_in(key, INIT_STREAM)``: the steps fold in
+their iteration counts 0, 1, 2, ..., which never reach it, so the start's draws are never a step's."""
+
+
+def uniform_in_box(
+    key: jax.Array, shape: tuple[int, ...], lower: Any, upper: Any, dtype: Any, *, width_in_float64: bool
+) -> jax.Array:
+    """Points ``lower + (upper - lower) * u``, ``u`` uniform in [0, 1) of ``shape`` (..., d) and ``dtype``.
+
+    ``lower``, ``upper``: the box (d,) as float64 numpy arrays (``problem.free_bounds()``).
+    ``width_in_float64``: True, the width ``upper - lower`` is taken in float64 and rounded once to
+    ``dtype`` (PatternSearch, LBFGS); False, ``lower`` and ``upper`` are rounded to ``dtype`` and
+    subtracted there (ReplicaExchange, Exchange).  The two are equal in float64; in float32 a width
+    may differ in its last bit, so each solver keeps its own to keep its runs as they were."""
+    u = jax.random.uniform(key, shape, dtype)
+    lo = jnp.asarray(lower, dtype)
+    if width_in_float64:
+        width = jnp.asarray(np.asarray(upper) - np.asarray(lower), dtype)
+    else:
+        width = jnp.asarray(upper, dtype) - lo
+    return lo + width * u
+
+
+# ---------------------------------------------------------------------------- values and the best point
 def worst_if_nonfinite(f: Any) -> tuple[Any, Any]:
     """``(f with every NaN, +inf and -inf replaced by +inf, the mask of those replaced)``.
 
@@ -35,6 +67,49 @@ def worst_if_nonfinite(f: Any) -> tuple[Any, Any]:
     xp = np if isinstance(f, (np.ndarray, np.generic, float, int)) else jnp
     bad = ~xp.isfinite(f)
     return xp.where(bad, xp.full_like(f, np.inf), f), bad
+
+
+def evaluate_walkers(f: Callable[[jax.Array], jax.Array], x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``f`` (one point (d,) -> a scalar, e.g. ``problem.chi2_free``) at every point of ``x`` (..., d),
+    through :func:`worst_if_nonfinite`: ``(values (...), mask (...) of the NaN and +-inf replaced)``.
+    The leading axes are flattened into one ``vmap`` axis."""
+    flat = x.reshape(-1, x.shape[-1])
+    return worst_if_nonfinite(jax.vmap(f)(flat).reshape(x.shape[:-1]))
+
+
+def keep_better(
+    best_f: jax.Array, best_x: jax.Array, f: jax.Array, x: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The best-so-far update: ``(best_f, best_x, better)`` where ``better = f < best_f`` takes the
+    candidate ``f`` (...) and its point ``x`` (..., d).  Strictly lower: a tie keeps the earlier
+    point, and a NaN never wins (values pass through :func:`worst_if_nonfinite` first anyway)."""
+    better = f < best_f
+    return jnp.where(better, f, best_f), jnp.where(better[..., None], x, best_x), better
+
+
+# ---------------------------------------------------------------------------- temperature ladders
+LADDER_SPACINGS = ("power", "log10", "linear")
+
+
+def ladder_values(first: float, last: float, n: int, spacing: str) -> np.ndarray:
+    """``n`` values from ``first`` to ``last`` (float64, shape (n,)), as each sampler's origin computes them.
+
+    ``spacing``: ``"power"``, ``first * (last / first) ** (i / (n - 1))`` and ``[first]`` for n = 1
+    (cuda_mcmc; :meth:`ReplicaExchange.ladder`); ``"log10"``, ``numpy.logspace(log10(first),
+    log10(last), n)`` (ODAT-SE's ``Tlogspace``; :func:`~multiwalk.solvers.exchange.temperature_ladder`);
+    ``"linear"``, ``numpy.linspace(first, last, n)``.  "power" and "log10" are the same geometric
+    ladder written two ways, which differ in the last bits: each sampler keeps its own, so that its
+    runs stay as they were."""
+    if spacing == "power":
+        if n == 1:
+            return np.array([first])
+        i = np.arange(n)
+        return first * (last / first) ** (i / (n - 1))
+    if spacing == "log10":
+        return np.logspace(np.log10(first), np.log10(last), num=n)
+    if spacing == "linear":
+        return np.linspace(first, last, num=n)
+    raise ValueError(f"spacing must be one of {LADDER_SPACINGS}, got {spacing!r}")
 
 
 # ---------------------------------------------------------------------------- option validators
@@ -49,13 +124,19 @@ def _given(value: Any) -> str:
     return f"{value!r} (a {type(value).__name__})"
 
 
-def check_int_option(name: str, value: Any, minimum: int, none_ok: bool = False) -> int | None:
-    """``value`` as an int; ValueError unless it is an integer (not a bool) >= ``minimum``, or None if allowed."""
+def _allowed(what: str, none_ok: bool, hint: str) -> str:
+    """What the message says is allowed: ``what``, ``or None``, then the ``hint`` in parentheses."""
+    return what + (" or None" if none_ok else "") + (f" ({hint})" if hint else "")
+
+
+def check_int_option(name: str, value: Any, minimum: int, none_ok: bool = False, *, hint: str = "") -> int | None:
+    """``value`` as an int; ValueError unless it is an integer (not a bool) >= ``minimum``, or None if
+    allowed.  ``hint``: what the option means, put in the message after what is allowed."""
     if none_ok and value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
-        raise ValueError(f"{name} must be {what}{' or None' if none_ok else ''}, got {_given(value)}")
+        raise ValueError(f"{name} must be {_allowed(what, none_ok, hint)}, got {_given(value)}")
     return int(value)
 
 
@@ -73,10 +154,11 @@ def _range_words(low: float | None, high: float | None, low_open: bool, high_ope
 
 def check_number_option(
     name: str, value: Any, low: float | None = None, high: float | None = None, *, low_open: bool = False,
-    high_open: bool = False, none_ok: bool = False,
+    high_open: bool = False, none_ok: bool = False, hint: str = "",
 ) -> float | None:
     """``value`` as a float; ValueError unless it is a finite real number (int or float, not a bool
-    or a string) in the range ``low .. high`` (each end closed unless ``*_open``; None: no bound)."""
+    or a string) in the range ``low .. high`` (each end closed unless ``*_open``; None: no bound).
+    ``hint``: what the option means, put in the message after what is allowed."""
     if none_ok and value is None:
         return None
     ok = _is_real(value) and np.isfinite(value)
@@ -86,7 +168,7 @@ def check_number_option(
         ok = value < high if high_open else value <= high
     if not ok:
         what = _range_words(low, high, low_open, high_open)
-        raise ValueError(f"{name} must be {what}{' or None' if none_ok else ''}, got {_given(value)}")
+        raise ValueError(f"{name} must be {_allowed(what, none_ok, hint)}, got {_given(value)}")
     return float(value)
 
 
@@ -119,6 +201,15 @@ def check_vector_option(
     if not ok:
         raise ValueError(f"{name} must be {what}{' or None' if none_ok else ''}, got {_given(value)}")
     return arr
+
+
+def hashable_vector(arr: np.ndarray | None) -> tuple[float, ...] | float | None:
+    """A checked vector option (:func:`check_vector_option`) as a frozen solver stores it: a tuple of
+    floats (a float for a 0-D array, None for None), hashable, since the solver is part of the
+    compiled loop's cache key."""
+    if arr is None:
+        return None
+    return float(arr) if arr.ndim == 0 else tuple(float(v) for v in arr)
 
 
 def check_choice_option(name: str, value: Any, choices: tuple) -> Any:

@@ -8,6 +8,20 @@ bounded number of iterations of ``step``; ``done`` may end a phase early (conver
 Randomness: ``init`` gets one key; ``step`` derives its keys from that key and the global
 iteration counter kept in the state, so the results do not depend on how the driver chunks
 the loop, on a checkpoint/resume in between, or on the number of devices.
+
+The contract, in one place (docs/architecture.md has the same table with who calls what):
+
+* required: ``phases``, ``init``, ``step``, ``result`` (abstract here), and ``done``, ``check``,
+  ``options``, whose defaults (never converges, accepts every problem, the dataclass fields) a
+  solver overrides where they do not fit;
+* optional, for devices: ``batch_axes``, ``batch_option``, ``state_memory``;
+* optional, for speed: ``plan`` (one :class:`RunPlan` per solve: kernel form, compiler options,
+  the longest chunk, data as arguments, running until the time limit), ``run_chunk`` and
+  ``initial_state_fn`` (which receive that plan);
+* optional, for the display and files: ``summary`` (progress bar), ``writer`` (a :class:`Writer`
+  the solver brings, such as LBFGS's printed table; files written as the run goes are writers
+  handed to :func:`multiwalk.solve`);
+* optional, for checkpoints: ``resumable_options``, ``convert_checkpoint``; ``problem_type``.
 """
 
 from __future__ import annotations
@@ -15,7 +29,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import numpy as np
@@ -59,8 +73,53 @@ class Phase(NamedTuple):
     length: int
 
 
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """How one solve runs a solver here, decided once per :func:`multiwalk.solve` call by
+    :meth:`Solver.plan` and handed to the solver where it needs it (``initial_state_fn``,
+    ``run_chunk``), so no solver reads devices or kernels from ambient globals.  Results never
+    depend on the plan, except through the state's layout a solver may choose from it."""
+
+    #: the devices the run may be split over: ``solve(devices=k)``'s k (every device when not
+    #: given); a solver whose state layout depends on the split decides with it before the start
+    devices: int = 1
+    #: the 1-D ``jax.sharding.Mesh`` the loop is compiled for, set by the driver once the state is
+    #: placed; None on one device.  Solvers that place their own collectives run them on it.
+    mesh: Any = None
+    #: the solver's kernel plan (which form, XLA or Pallas, runs and why), or None
+    kernel: Any = None
+    #: XLA options for the compiled loop, ``(name, value)`` pairs (part of the loop's cache key)
+    compiler_options: tuple[tuple[str, Any], ...] = ()
+    #: the most iterations one chunk may run (a ring buffer of recent steps that a writer reads),
+    #: or None: as many as ``chunk_seconds`` allows
+    max_chunk: int | None = None
+    #: whether the problem's data, sigma and ``args`` arrays go to the loop as arguments (a new
+    #: dataset of the same shapes reuses it); False for kernels that read them as constants
+    arrays_as_arguments: bool = True
+    #: with ``solve(time_limit=T)``: the last phase is unbounded and reaching T is success
+    until_time_limit: bool = False
+
+    @property
+    def mesh_size(self) -> int:
+        """The devices the loop is split over (1 without a mesh)."""
+        return 1 if self.mesh is None else int(self.mesh.size)
+
+
+class Writer(Protocol):
+    """What writes as the run goes (ODAT-SE's per-step files, a printed table), as emcee's backends:
+    the driver calls ``write`` after each chunk that ran iterations ``first+1 .. last`` of the
+    current phase, and ``flush`` before each checkpoint and before it returns, so what was written
+    matches the checkpoint (a writer that hands work to threads waits for them there)."""
+
+    def write(self, problem: Any, state: Any, first: int, last: int) -> None: ...
+
+    def flush(self) -> None: ...
+
+
 class Solver(abc.ABC):
-    """Base class: subclasses are frozen dataclasses and implement the methods below."""
+    """Base class: subclasses are frozen dataclasses.  Required: ``phases``, ``init``, ``step``,
+    ``result`` (and ``done``, ``check``, ``options`` where their defaults do not fit); the other
+    methods are optional hooks with defaults (the module docstring lists them by purpose)."""
 
     #: option names whose value may differ when resuming a checkpoint: ones that lengthen the
     #: last phase (``niter`` of a sampler; the driver checks no phase gets shorter than what
@@ -72,12 +131,7 @@ class Solver(abc.ABC):
     #: anything else and asks for a ``fingerprint()`` in place of Problem's digest.
     problem_type: type = Problem
 
-    @property
-    def until_time_limit(self) -> bool:
-        """True if, given ``solve(..., time_limit=T)``, the solver keeps working in fresh rounds
-        until T (its last phase becomes unbounded and reaching T is success)."""
-        return False
-
+    # ----------------------------------------------------------------- required
     def check(self, problem: Problem) -> None:
         """Raise ValueError/TypeError if this solver cannot run ``problem`` (before compiling)."""
 
@@ -89,17 +143,29 @@ class Solver(abc.ABC):
     def init(self, problem: Problem, key: jax.Array) -> Any:
         """The initial state pytree."""
 
-    def initial_state_fn(self, problem: Problem, shardings: Any = None) -> Callable[[jax.Array], Any]:
-        """``key -> initial state``, jitted (the driver calls this, not ``init``, in every solve()
-        call; through :func:`multiwalk.compile_cache.cached_jit`, so a repeated solve() of the same
-        problem reuses the compiled start; an override should jit through it too).
+    @abc.abstractmethod
+    def step(self, problem: Problem, state: Any, phase: int) -> Any:
+        """One iteration of phase ``phase`` (static); returns the new state."""
 
-        ``shardings`` (a pytree like the state, from ``batch_axes``; only passed when the run is
-        split over devices): the state is created split, each device computing its own part.
-        Solvers whose start needs large arrays (an ``x0`` of 1e7 values) override it to pass
-        them as arguments rather than compile them into the program as constants."""
-        return cached_jit(problem, self, "init", lambda k: self.init(problem, k), shardings)
+    def done(self, problem: Problem, state: Any, phase: int) -> jax.Array:
+        """Whether the phase has converged and can stop early (a traced bool)."""
+        return jax.numpy.asarray(False)
 
+    @abc.abstractmethod
+    def result(
+        self, problem: Problem, state: Any, done: list[int], status: Status, stats: dict[str, Any]
+    ) -> Result:
+        """Build the result from the final state; ``done[i]`` iterations of phase i were run."""
+
+    def options(self) -> dict[str, Any]:
+        """The fields that define the algorithm, as plain Python values (for saving)."""
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            out[f.name] = v.tolist() if hasattr(v, "tolist") else v
+        return out
+
+    # ----------------------------------------------------------------- optional: devices
     def batch_axes(self, problem: Problem, state: Any) -> Any:
         """Which axis of each state leaf indexes walkers, for ``solve(..., devices=...)``.
 
@@ -121,54 +187,37 @@ class Solver(abc.ABC):
         the devices (:func:`~multiwalk.solvers._common.check_state_fits`).  None: not estimated."""
         return None
 
-    def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
-        """Called by the driver after each chunk that ran iterations ``first+1 .. last`` of the
-        current phase (for printing as it goes); the default does nothing."""
+    # ----------------------------------------------------------------- optional: how it runs
+    def plan(self, problem: Problem, devices: int, time_limit: float | None) -> RunPlan:
+        """The :class:`RunPlan` of a solve of ``problem`` that may use ``devices`` devices, with
+        ``solve(time_limit=...)``; the driver calls it once, after ``check``, and adds the mesh
+        once the state is placed.  The default: XLA's own compilation, no chunk limit, the data
+        as arguments, phases as ``phases`` says."""
+        return RunPlan(devices=devices)
 
-    def on_sync(self, problem: Problem) -> None:
-        """Called by the driver before it writes a checkpoint and before it returns: a solver
-        whose ``on_chunk`` hands work to other threads (``Exchange``'s step files) waits for it
-        here, so what it wrote matches the checkpoint; the default does nothing."""
+    def initial_state_fn(
+        self, problem: Problem, shardings: Any = None, plan: RunPlan | None = None
+    ) -> Callable[[jax.Array], Any]:
+        """``key -> initial state``, jitted (the driver calls this, not ``init``, in every solve()
+        call; through :func:`multiwalk.compile_cache.cached_jit`, so a repeated solve() of the same
+        problem reuses the compiled start; an override should jit through it too).
 
-    def max_chunk(self, problem: Problem) -> int | None:
-        """The most iterations one chunk may run, or None (no limit, the default).
+        ``shardings`` (a pytree like the state, from ``batch_axes``; only passed when the run is
+        split over devices): the state is created split, each device computing its own part.
+        ``plan``: this solve's :meth:`plan` (None: the default plan on one device).  Solvers whose
+        start needs large arrays (an ``x0`` of 1e7 values) override it to pass them as arguments
+        rather than compile them into the program as constants."""
+        return cached_jit(problem, self, "init", lambda k: self.init(problem, k), shardings)
 
-        For solvers whose ``on_chunk`` reads a buffer of the last iterations kept in the state
-        (``Exchange`` writing ODAT-SE's per-step files): a longer chunk would overwrite rows
-        not yet read.  Results never depend on it."""
-        return None
-
-    def compiler_options(self, problem: Problem) -> dict[str, Any]:
-        """XLA compiler options for the driver's compiled loop (``jax.jit(...).lower(...).compile(
-        compiler_options=...)``), e.g. CUDA-graph command buffers for a loop of small kernels on a
-        GPU; none (the default).  Part of the loop's cache key.  Results never depend on them."""
-        return {}
-
-    def convert_checkpoint(self, fresh_state: Any, saved_layout: list[str], leaves: list[np.ndarray]) -> list | None:
-        """A checkpoint's arrays ``leaves``, saved from a state laid out as ``saved_layout`` (its
-        NamedTuple type names), converted to the leaves of ``fresh_state``'s layout, when the solver
-        keeps the same run in several forms (LBFGS: one-pass rings or stored pairs); None (the
-        default): no conversion, the driver says the layouts differ."""
-        return None
-
-    def arrays_as_arguments(self, problem: Problem) -> bool:
-        """Whether the driver may pass ``problem``'s data, sigma and ``args`` arrays to the
-        compiled loop as arguments (True, the default: a new dataset of the same shapes reuses
-        the loop).  A solver that must see them as constants while tracing (PatternSearch's
-        Pallas form, which reads the objective's constants into its kernel) returns False."""
-        return True
-
-    @abc.abstractmethod
-    def step(self, problem: Problem, state: Any, phase: int) -> Any:
-        """One iteration of phase ``phase`` (static); returns the new state."""
-
-    def run_chunk(self, problem: Problem, state: Any, phase: int, n: jax.Array) -> tuple[Any, jax.Array]:
+    def run_chunk(
+        self, problem: Problem, state: Any, phase: int, n: jax.Array, plan: RunPlan | None = None
+    ) -> tuple[Any, jax.Array]:
         """Up to ``n`` (traced int32) iterations of ``phase``, fewer if ``done``: ``(state, iterations run)``.
 
         The driver jits this once per phase (the trip count is dynamic, so one executable serves
-        chunks of every length).  The default is a ``while_loop`` over ``step``; a solver may run
-        several iterations per loop trip (PatternSearch's Pallas form: one kernel per round)
-        as long as the result is that of ``n`` steps."""
+        chunks of every length) with this solve's ``plan`` (the mesh it compiles for).  The default
+        is a ``while_loop`` over ``step``; a solver may run several iterations per loop trip
+        (PatternSearch's Pallas form: one kernel per round) as long as the result is that of ``n`` steps."""
 
         def cond(carry):
             i, s = carry
@@ -181,24 +230,20 @@ class Solver(abc.ABC):
         n_run, state = jax.lax.while_loop(cond, body, (jax.numpy.asarray(0, jax.numpy.int32), state))
         return state, n_run
 
-    def done(self, problem: Problem, state: Any, phase: int) -> jax.Array:
-        """Whether the phase has converged and can stop early (a traced bool)."""
-        return jax.numpy.asarray(False)
-
+    # ----------------------------------------------------------------- optional: display, files, checkpoints
     def summary(self, problem: Problem, state: Any) -> dict[str, jax.Array]:
         """A few scalars for the progress bar (best value, acceptance, ...)."""
         return {}
 
-    @abc.abstractmethod
-    def result(
-        self, problem: Problem, state: Any, done: list[int], status: Status, stats: dict[str, Any]
-    ) -> Result:
-        """Build the result from the final state; ``done[i]`` iterations of phase i were run."""
+    def writer(self, problem: Problem) -> Writer | None:
+        """A :class:`Writer` the solver brings to every run of ``problem`` (LBFGS: the printed
+        iteration table), called by the driver like those handed to ``solve(writer=...)``; None
+        (the default): none."""
+        return None
 
-    def options(self) -> dict[str, Any]:
-        """The fields that define the algorithm, as plain Python values (for saving)."""
-        out = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            v = getattr(self, f.name)
-            out[f.name] = v.tolist() if hasattr(v, "tolist") else v
-        return out
+    def convert_checkpoint(self, fresh_state: Any, saved_layout: list[str], leaves: list[np.ndarray]) -> list | None:
+        """A checkpoint's arrays ``leaves``, saved from a state laid out as ``saved_layout`` (its
+        NamedTuple type names), converted to the leaves of ``fresh_state``'s layout, when the solver
+        keeps the same run in several forms (LBFGS: one-pass rings or stored pairs); None (the
+        default): no conversion, the driver says the layouts differ."""
+        return None

@@ -15,8 +15,9 @@ at once:
 
 Every step leaves, per replica, a *trial* (the proposal and its f) and a *result* (the state
 after the accept/reject), as in ODAT-SE's ``trial.txt`` and ``result.txt``.  With
-``record=B > 0`` the last B steps of these are kept in the state for ``on_steps`` (the writer of
-those files, called by the driver after each chunk; chunks never exceed ``B - 1`` steps).
+``record=B > 0`` the last B steps of these are kept in the state for the writer of those files
+(:class:`ReplicaOrderWriter`, handed to :func:`multiwalk.solve`, which calls it after each chunk;
+the run plan keeps chunks to at most ``B - 1`` steps).
 Per-temperature statistics of the result (ODAT-SE's ``fx.txt``: mean of f, its standard error,
 log(Z/Z0) by reweighting, the fraction of steps whose point changed) are accumulated on the
 device from step ``numsteps_thermalization`` on, so no file has to be read back.
@@ -29,7 +30,7 @@ ODAT-SE's swap of temperatures.  So the per-temperature statistics sit beside th
 sample, and when the rows are split over devices only a pair straddling two devices needs a
 neighbour's row: one row per array per device and step crosses (``jnp.roll`` of a split axis, a
 collective-permute), not every replica's f and x.  :meth:`Exchange.result` and the step-file
-writer (``on_steps``) get replica order back (:func:`replica_order`).
+writer (:class:`ReplicaOrderWriter`) get replica order back (:func:`replica_order`).
 
 Randomness: the key of step ``s`` is ``fold_in(key, s)``, so chunking, checkpoints and resumes
 give identical runs; a run of N steps continued to 2N (``numsteps`` is resumable) equals a run
@@ -45,9 +46,8 @@ the same random numbers (several times faster per step; docs/benchmarks.md, ODAT
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -55,20 +55,23 @@ import numpy as np
 
 from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem
-from ..result import Result, Status
+from ..result import NOT_SAVED, Result, Status
 from ..spaces import Mesh
 from . import exchange_kernel
 from ._common import (
-    check_callable_option,
+    INIT_STREAM,
     check_int_option,
     check_vector_option,
-    worst_if_nonfinite,
+    evaluate_walkers,
+    hashable_vector,
+    keep_better,
+    ladder_values,
+    uniform_in_box,
 )
-from .base import Phase, Solver, end_status, value_at_point
+from .base import Phase, RunPlan, Solver, end_status, value_at_point
 
 __all__ = ["Exchange", "ExchangeResult", "ExchangeState", "replica_order", "temperature_ladder"]
 
-_INIT_STREAM = 0x7FFFFFFF  # key stream of the start points; steps use 1, 2, 3, ...
 _ATOL, _RTOL = 1e-8, 1e-5  # numpy.allclose's defaults: ODAT-SE's test of "the point changed"
 
 
@@ -96,10 +99,7 @@ def temperature_ladder(
         raise ValueError(f"{names[0]}={lo} is above {names[1]}={hi}")
     if logspace and lo == 0:
         raise ValueError("bmin must be above 0 when Tlogspace is true (a log-spaced ladder cannot start at 0)")
-    if logspace:
-        values = np.logspace(np.log10(lo), np.log10(hi), num=n)
-    else:
-        values = np.linspace(lo, hi, num=n)
+    values = ladder_values(lo, hi, n, spacing="log10" if logspace else "linear")  # as ODAT-SE spaces them
     return 1.0 / values if set_t else values
 
 
@@ -201,6 +201,33 @@ def replica_order(state: ExchangeState, steps: np.ndarray | None = None) -> Exch
     return st._replace(**rows, rec_values=values, rec_ints=ints)
 
 
+class StepFiles(Protocol):
+    """What writes ODAT-SE's per-step files (:class:`multiwalk.io.odatse.StepWriter`): it reads
+    the records of steps ``first .. last`` of a state in replica order."""
+
+    def on_steps(self, state: ExchangeState, first: int, last: int) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+class ReplicaOrderWriter:
+    """The run's writer (:class:`~multiwalk.solvers.base.Writer`, handed to ``solve(writer=...)``)
+    of ODAT-SE's per-step files: after each chunk it puts the records of the chunk's steps in
+    replica order (:func:`replica_order`, on the host) and hands them to ``files``; ``flush``
+    waits until what ``files`` handed to other threads or processes is written."""
+
+    def __init__(self, files: StepFiles) -> None:
+        self.files = files
+
+    def write(self, problem: Problem, state: ExchangeState, first: int, last: int) -> None:
+        # only the slots of steps first .. last are reordered (the files are written from first + 1,
+        # or from 0 at the start, which is first then)
+        self.files.on_steps(replica_order(state, np.arange(first, last + 1)), first, last)
+
+    def flush(self) -> None:
+        self.files.flush()
+
+
 def _check_initial_in_box(initial: np.ndarray, problem: Problem) -> None:
     """ValueError unless every initial point ``(K, d)`` lies in the box ``lower <= x < upper``: a
     replica started outside would stay there (every move from it lands outside and is rejected)."""
@@ -239,8 +266,8 @@ class Exchange(Solver):
         when that row exists (ODAT-SE gives every MPI process the same ``initial_list``), the
         others uniformly in the box.  Discrete: uniformly random nodes.
     nreplica_per_proc : replicas per emulated MPI process (default: all in one).
-    record : keep the trials and results of the last ``record`` steps in the state for
-        ``on_steps`` (0: none; the per-step files are then not written).
+    record : keep the trials and results of the last ``record`` steps in the state for the
+        step-file writer (:class:`ReplicaOrderWriter`; 0: none, the per-step files are then not written).
     max_chunk_steps : at most this many steps per driver chunk (checkpoints every that many).
     unroll : steps written out per trip of the loops over steps of :meth:`run_chunk`'s interval
         form (off CPUs; None: 8 on a GPU), and about that many per trip of the Pallas form;
@@ -253,9 +280,6 @@ class Exchange(Solver):
         which ran and why.
     kernel_block, kernel_warps : Pallas launch tuning, replicas per program (a power of two) and
         warps per program.
-    on_steps : ``on_steps(state, first, last)`` after each chunk that ran steps ``first+1 .. last``.
-    on_flush : ``on_flush()`` before each checkpoint and at the end of a run: waits until what
-        ``on_steps`` handed to other threads is written (a writer in the background).
     """
 
     betas: tuple[float, ...]
@@ -272,15 +296,13 @@ class Exchange(Solver):
     kernel: str = "auto"
     kernel_block: int | None = None
     kernel_warps: int | None = None
-    on_steps: Callable[[ExchangeState, int, int], None] | None = field(default=None, compare=False, repr=False)
-    on_flush: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     # how, not what: a resume may change them
     resumable_options = ("numsteps", "max_chunk_steps", "unroll", "kernel", "kernel_block", "kernel_warps")
 
     def __post_init__(self) -> None:
         b = check_vector_option("betas", self.betas, non_negative=True)
-        object.__setattr__(self, "betas", tuple(float(v) for v in b))
+        object.__setattr__(self, "betas", hashable_vector(b))
         check_int_option("numsteps", self.numsteps, 1)
         check_int_option("numsteps_exchange", self.numsteps_exchange, 1)
         check_int_option("numsteps_thermalization", self.numsteps_thermalization, 0, none_ok=True)
@@ -290,8 +312,6 @@ class Exchange(Solver):
         check_int_option("nreplica_per_proc", self.nreplica_per_proc, 1, none_ok=True)
         check_kernel_option(self.kernel)
         check_launch_options(self)
-        check_callable_option("on_steps", self.on_steps, "a function on_steps(state, first, last)")
-        check_callable_option("on_flush", self.on_flush, "a function on_flush()")
         if self.record == 1:
             raise ValueError("record must be 0 (no per-step records) or at least 2")
         per = self.nreplica_per_proc or self.n_replicas
@@ -301,7 +321,7 @@ class Exchange(Solver):
             raise TypeError(f"mesh must be a multiwalk.spaces.Mesh, got {type(self.mesh).__name__}")
         if self.step_width is not None:
             s = check_vector_option("step_width", self.step_width, positive=True)
-            object.__setattr__(self, "step_width", tuple(float(v) for v in s))
+            object.__setattr__(self, "step_width", hashable_vector(s))
         if self.mesh is None and self.step_width is None:
             raise ValueError("a continuous space needs step_width= (ODAT-SE's step_list); a discrete one mesh=")
         try:
@@ -366,9 +386,20 @@ class Exchange(Solver):
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("exchange", self.numsteps - 1)]
 
-    def max_chunk(self, problem: Problem) -> int | None:
+    def longest_chunk(self, problem: Problem) -> int | None:
+        """The most steps one driver chunk may run (the run plan's ``max_chunk``): ``record - 1``
+        (the step-file writer reads the chunk's steps from the ring of the last ``record``) and
+        ``max_chunk_steps``; None: no limit.  Results never depend on it."""
         limits = [n for n in (self.record - 1 if self.record else None, self.max_chunk_steps) if n]
         return min(limits) if limits else None
+
+    def plan(self, problem: Problem, devices: int, time_limit: float | None) -> RunPlan:
+        """The kernel form, the longest chunk (:meth:`longest_chunk`), and the data as constants
+        for the Pallas form (its kernel is generated from the objective's jaxpr, whose constants
+        must be concrete)."""
+        kplan = self.kernel_plan(problem)
+        return RunPlan(devices=devices, kernel=kplan, max_chunk=self.longest_chunk(problem),
+                       arrays_as_arguments=not kplan.use_pallas)
 
     def batch_axes(self, problem: Problem, state: ExchangeState) -> ExchangeState | None:
         """Temperatures are split over devices, each with its replica (every (T, ...) array along
@@ -397,38 +428,21 @@ class Exchange(Solver):
         return need, (f"fewer replicas (len(betas)={R}; each keeps {per_replica} bytes), or a lower record={B} "
                       f"(each recorded step keeps {per_record} bytes per replica)")
 
-    def on_chunk(self, problem: Problem, state: Any, first: int, last: int) -> None:
-        if self.on_steps is not None:  # the writers read replica order (a permutation on the host)
-            # only the slots of steps first .. last are reordered (the writer writes from first + 1,
-            # or from 0 at the start, which is first then)
-            self.on_steps(replica_order(state, np.arange(first, last + 1)), first, last)
-
-    def on_sync(self, problem: Problem) -> None:
-        if self.on_flush is not None:
-            self.on_flush()
-
     def options(self) -> dict[str, Any]:
         out = super().options()
-        out.pop("on_steps")
-        out.pop("on_flush")
         out["betas"] = list(self.betas)
         out["step_width"] = None if self.step_width is None else list(self.step_width)
         out["initial"] = [list(r) for r in self.initial]
         out["mesh"] = None if self.mesh is None else self.mesh.digest()
         return out
 
-    @staticmethod
-    def _f(problem: Problem, x: jax.Array) -> jax.Array:
-        return jax.vmap(problem.chi2_full)(x)
-
     def init(self, problem: Problem, key: jax.Array) -> ExchangeState:
         dt = problem.dtype
         R, d, B = self.n_replicas, problem.n, self.record
-        k_init = jax.random.fold_in(key, _INIT_STREAM)
+        k_init = jax.random.fold_in(key, INIT_STREAM)
         node = jnp.zeros(R, jnp.int32)
         if self.mesh is None:
-            lo, hi = jnp.asarray(problem.lower, dt), jnp.asarray(problem.upper, dt)
-            x = lo + (hi - lo) * jax.random.uniform(k_init, (R, d), dt)
+            x = uniform_in_box(k_init, (R, d), problem.lower, problem.upper, dt, width_in_float64=False)
             if self.initial:
                 per = self.nreplica_per_proc or R
                 init = np.asarray(self.initial)
@@ -439,7 +453,7 @@ class Exchange(Solver):
         else:
             node = jax.random.randint(k_init, (R,), 0, self.mesh.n_nodes, jnp.int32)
             x = jnp.asarray(self.mesh.coordinates, dt)[node]
-        fx, bad = worst_if_nonfinite(self._f(problem, x))  # NaN or -inf: worse than anything
+        fx, bad = evaluate_walkers(problem.chi2_full, x)  # NaN or -inf: worse than anything
         i32 = jnp.int32
         T = R
         first = jnp.asarray(self.thermalization == 0)
@@ -518,7 +532,9 @@ class Exchange(Solver):
     def step(self, problem: Problem, state: ExchangeState, phase: int) -> ExchangeState:
         return self._advance(problem, state, self._draws(problem, state.key, state.step))
 
-    def run_chunk(self, problem: Problem, state: ExchangeState, phase: int, n: jax.Array) -> tuple[ExchangeState, jax.Array]:
+    def run_chunk(
+        self, problem: Problem, state: ExchangeState, phase: int, n: jax.Array, plan: RunPlan | None = None
+    ) -> tuple[ExchangeState, jax.Array]:
         """``n`` steps.  On a CPU (:meth:`interval_form` False): one step per trip of a loop
         (:meth:`_dynamic_steps`), the exchange under a cond on exchange steps only.  Elsewhere
         (GPUs, TPUs: a cond or a loop test is read back to the host there, and a masked exchange
@@ -552,9 +568,9 @@ class Exchange(Solver):
         if not self.interval_form(problem):
             return self._dynamic_steps(problem, i0, state, n, ladder)[::-1]
         L = self.interval_group(problem) * nex  # steps per trip of the groups' loop
-        # no chunk of the driver's holds a whole group (max_chunk, or the run, shorter): the edges'
+        # no chunk of the driver's holds a whole group (longest_chunk, or the run, shorter): the edges'
         # loops run every step, and the groups' loop (its copies of the step) is not compiled
-        groups = L <= min(self.max_chunk(problem) or self.numsteps, self.numsteps - 1)
+        groups = L <= min(self.longest_chunk(problem) or self.numsteps, self.numsteps - 1)
 
         def group(carry: tuple) -> tuple:
             i, st = carry
@@ -597,13 +613,13 @@ class Exchange(Solver):
     def interval_group(self, problem: Problem) -> int:
         """Intervals (exchange step to exchange step) per trip of :meth:`run_chunk`'s main loop:
         as many whole intervals as :meth:`draw_steps` holds (their numbers drawn in one call), at
-        least one; fewer where the driver's chunks are shorter (:meth:`max_chunk`: ``record - 1``,
+        least one; fewer where the driver's chunks are shorter (:meth:`longest_chunk`: ``record - 1``,
         ``max_chunk_steps``): a group must fit in a chunk after the up to ``numsteps_exchange - 1``
         steps before its first exchange step, else no chunk runs one (``record=16``,
         ``numsteps_exchange=5``, small R: 6 intervals, 30 steps, against chunks of 15)."""
         nex = self.numsteps_exchange
         g = max(1, self.draw_steps(problem) // nex)
-        cap = self.max_chunk(problem)
+        cap = self.longest_chunk(problem)
         return g if cap is None else max(1, min(g, (cap - nex + 1) // nex))
 
     def _intervals(self, problem: Problem, st: ExchangeState, ladder: Ladder) -> ExchangeState:
@@ -700,10 +716,6 @@ class Exchange(Solver):
     def kernel_plan(self, problem: Problem) -> exchange_kernel.ExchangePlan:
         """Which form (Pallas kernel or XLA) runs the Metropolis steps on ``problem`` here, and why."""
         return exchange_kernel.plan(problem, self.kernel, discrete=self.mesh is not None, record=self.record)
-
-    def arrays_as_arguments(self, problem: Problem) -> bool:
-        # the kernel is generated from the objective's jaxpr, whose constants must be concrete
-        return not self.kernel_plan(problem).use_pallas
 
     def _kernel_chunk(
         self, problem: Problem, kplan: exchange_kernel.ExchangePlan, state: ExchangeState, n: jax.Array
@@ -823,21 +835,21 @@ class Exchange(Solver):
             proposal = jnp.asarray(self.mesh.coordinates, dt)[node_new]
             inside = jnp.ones(R, bool)
             log_weight = (jnp.log(n_old.astype(dt)) - jnp.log(counts[node_new].astype(dt)))
-        f_new, bad = worst_if_nonfinite(self._f(problem, proposal))
+        f_new, bad = evaluate_walkers(problem.chi2_full, proposal)
         f_new = jnp.where(inside, f_new, jnp.inf)
         log_u = jnp.log(u_accept)
         accepted = inside & ~bad & (log_u < -beta_r * (f_new - st.fx) + log_weight)
         x = jnp.where(accepted[:, None], proposal, st.x)
         fx = jnp.where(accepted, f_new, st.fx)
         node = jnp.where(accepted, node_new, st.node)
-        better = fx < st.best_fx
+        best_fx, best_x, better = keep_better(st.best_fx, st.best_x, fx, x)
         st = st._replace(
             x=x, fx=fx, node=node,
             n_accepted=st.n_accepted + accepted,
             n_nonfinite=st.n_nonfinite + (inside & bad),
-            best_fx=jnp.where(better, fx, st.best_fx),
+            best_fx=best_fx,
             best_step=jnp.where(better, s, st.best_step),
-            best_x=jnp.where(better[:, None], x, st.best_x),
+            best_x=best_x,
         )
         if self.record:
             st = self._record(st, s, proposal, node_new, f_new, accepted)
@@ -980,7 +992,7 @@ class Exchange(Solver):
         )
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class ExchangeResult(Result):
     """Result of :class:`Exchange`.
 
@@ -990,18 +1002,19 @@ class ExchangeResult(Result):
     ``steps``: the next step number (steps 0 .. steps-1 are done).  ``acceptance`` (R,): accepted
     moves per step of each replica; ``exchange_rate`` (T-1,): accepted / attempted swaps of
     pair (t, t+1).  ``statistics``: per temperature, :meth:`Exchange.statistics`.
-    ``state``: the final solver state in replica order (:func:`replica_order`; numpy, for writers).
+    ``state``: the final solver state in replica order (:func:`replica_order`; numpy, for writers;
+    not written by :meth:`save`).
     """
 
-    best_replica: int = 0
-    best_step: int = 0
-    replica_x: np.ndarray = None  # type: ignore[assignment]
-    replica_fx: np.ndarray = None  # type: ignore[assignment]
-    replica_node: np.ndarray | None = None
-    temperature_index: np.ndarray = None  # type: ignore[assignment]
-    betas: np.ndarray = None  # type: ignore[assignment]
-    steps: int = 0
-    acceptance: np.ndarray = None  # type: ignore[assignment]
-    exchange_rate: np.ndarray = None  # type: ignore[assignment]
-    statistics: dict[str, np.ndarray] = field(default_factory=dict)
-    state: Any = None
+    best_replica: int
+    best_step: int
+    replica_x: np.ndarray
+    replica_fx: np.ndarray
+    replica_node: np.ndarray | None  # None in a continuous space (no mesh, no nodes)
+    temperature_index: np.ndarray
+    betas: np.ndarray
+    steps: int
+    acceptance: np.ndarray
+    exchange_rate: np.ndarray
+    statistics: dict[str, np.ndarray]
+    state: ExchangeState = field(repr=False, metadata=NOT_SAVED)

@@ -26,7 +26,8 @@ libdevice's).  On a CPU the kernel runs in Pallas' interpret mode (tests: correc
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -140,88 +141,9 @@ def metropolis_steps(
         move = jnp.pad(move, ((0, 0), (0, rp - r), (0, 0)))
         u_accept = jnp.pad(u_accept, ((0, 0), (0, rp - r)), constant_values=0.5)
     width_c, lo_c, hi_c = (np.asarray(v, dtype=dt) for v in (step_width, lower, upper))
+    constants = _StepConstants(width_c, lo_c, hi_c, thermalization, atol, rtol)
     i32 = jnp.int32
-
-    def kernel(scalars_ref, x_ref, fx_ref, acc_ref, nonfin_ref, bfx_ref, bstep_ref, bx_ref, n_ref, sum_ref,  # noqa: ANN001
-               sum2_ref, chg_ref, fbase_ref, lse_ref, prev_ref, beta_ref, dbeta_ref, move_ref, u_ref,
-               x_out, fx_out, acc_out, nonfin_out, bfx_out, bstep_out, bx_out, n_out, sum_out, sum2_out, chg_out,
-               fbase_out, lse_out):
-        pid = pl.program_id(0)
-        rows = pl.ds(pid * b, b)
-        lanes = kernels.LaneValues(b, dt)
-        const, full = lanes.const, lanes.full
-
-        s0 = scalars_ref[0]
-        beta_r = beta_ref[rows]
-        dbeta_r = dbeta_ref[rows]
-
-        def one_step(k: int, carry: tuple) -> tuple:
-            (xs, f_x, n_acc, n_nonfin, b_f, b_step, b_x, prevs, st_n, st_sum, st_sum2, st_chg, st_fbase,
-             st_lse) = carry
-            s = s0 + k
-            # 2. the Metropolis move (Exchange._advance, continuous space)
-            proposal = [xs[j] + move_ref[k, rows, j] * full(width_c[j]) for j in range(d)]
-            inside = full(True, jnp.bool_)
-            for j in range(d):
-                inside = inside & (proposal[j] >= full(lo_c[j])) & (proposal[j] < full(hi_c[j]))
-            f_new, bad = worst_if_nonfinite(graph.value(graph.evaluate(proposal, const), const).astype(dt))
-            f_new = jnp.where(inside, f_new, full(np.inf))
-            log_u = jnp.log(u_ref[k, rows])
-            accepted = inside & ~bad & (log_u < -beta_r * (f_new - f_x) + full(0.0))
-            xs = tuple(jnp.where(accepted, proposal[j], xs[j]) for j in range(d))
-            f_x = jnp.where(accepted, f_new, f_x)
-            n_acc = n_acc + accepted.astype(i32)
-            n_nonfin = n_nonfin + (inside & bad).astype(i32)
-            better = f_x < b_f
-            b_f = jnp.where(better, f_x, b_f)
-            b_step = jnp.where(better, jnp.full((b,), s, i32), b_step)
-            b_x = tuple(jnp.where(better, xs[j], b_x[j]) for j in range(d))
-            # 3. statistics of the replica's temperature (Exchange._accumulate)
-            counted = jnp.full((b,), s >= thermalization, jnp.bool_)
-            same = full(True, jnp.bool_)
-            for j in range(d):
-                same = same & (jnp.abs(xs[j] - prevs[j]) <= full(atol) + full(rtol) * jnp.abs(prevs[j]))
-            first = counted & (st_n == 0)
-            st_fbase = jnp.where(first, f_x, st_fbase)
-            term = -dbeta_r * (f_x - st_fbase)
-            # jnp.logaddexp's formula (its primitives, so Triton lowers it)
-            amax = jnp.maximum(st_lse, term)
-            delta = st_lse - term
-            lae = jnp.where(delta != delta, st_lse + term, amax + jnp.log1p(jnp.exp(-jnp.abs(delta))))
-            lse = jnp.where(first, full(0.0), lae)
-            g = jnp.where(counted, f_x, full(0.0))
-            return (xs, f_x, n_acc, n_nonfin, b_f, b_step, b_x, xs, st_n + counted.astype(i32), st_sum + g,
-                    st_sum2 + g * g, st_chg + (counted & ~same).astype(i32), st_fbase,
-                    jnp.where(counted, lse, st_lse))
-
-        carry = (
-            tuple(x_ref[rows, j] for j in range(d)), fx_ref[rows], acc_ref[rows], nonfin_ref[rows], bfx_ref[rows],
-            bstep_ref[rows], tuple(bx_ref[rows, j] for j in range(d)), tuple(prev_ref[rows, j] for j in range(d)),
-            n_ref[rows], sum_ref[rows], sum2_ref[rows], chg_ref[rows], fbase_ref[rows], lse_ref[rows],
-        )
-        # the K steps written out one after another (not a loop: every step's random numbers can
-        # be loaded ahead of the arithmetic that waits for the step before); steps k >= n_steps
-        # keep the values they are given
-        n_run = scalars_ref[1]
-        for k in range(K):
-            new = one_step(k, carry)
-            active = jnp.full((b,), k < n_run, jnp.bool_)
-            carry = jax.tree_util.tree_map(lambda v, old, active=active: jnp.where(active, v, old), new, carry)
-        (xs, f_x, n_acc, n_nonfin, b_f, b_step, b_x, _, st_n, st_sum, st_sum2, st_chg, st_fbase, st_lse) = carry
-        for j in range(d):
-            x_out[rows, j] = xs[j]
-            bx_out[rows, j] = b_x[j]
-        fx_out[rows] = f_x
-        acc_out[rows] = n_acc
-        nonfin_out[rows] = n_nonfin
-        bfx_out[rows] = b_f
-        bstep_out[rows] = b_step
-        n_out[rows] = st_n
-        sum_out[rows] = st_sum
-        sum2_out[rows] = st_sum2
-        chg_out[rows] = st_chg
-        fbase_out[rows] = st_fbase
-        lse_out[rows] = st_lse
+    kernel = _steps_kernel(graph, d, K, b, dt, constants)
 
     out_shape = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ins[: len(Moves._fields)])
     scalars = jnp.stack([jnp.asarray(first_step, i32), jnp.minimum(jnp.asarray(n_steps, i32), K)])
@@ -232,3 +154,140 @@ def metropolis_steps(
     if rp != r:
         out = [a[:r] for a in out]
     return Moves(*out)
+
+
+class _StepConstants(NamedTuple):
+    """What every step of :func:`metropolis_steps` reads besides the replicas: kernel constants."""
+
+    width: np.ndarray  # (d,) step_width, in the replicas' dtype
+    lower: np.ndarray  # (d,)
+    upper: np.ndarray  # (d,)
+    thermalization: int  # steps before this one are not counted in the statistics
+    atol: float  # a point "changed" unless every |x - prev| <= atol + rtol |prev|
+    rtol: float
+
+
+class _Replicas(NamedTuple):
+    """One program's replicas inside the kernel: [block] vectors, coordinates as tuples of d of them."""
+
+    x: tuple
+    fx: jax.Array
+    n_accepted: jax.Array  # int32
+    n_nonfinite: jax.Array  # int32
+    best_fx: jax.Array
+    best_step: jax.Array  # int32
+    best_x: tuple
+    prev: tuple  # the point one step before, for stat_changed
+    stat_n: jax.Array  # int32
+    stat_sum: jax.Array
+    stat_sum2: jax.Array
+    stat_changed: jax.Array  # int32
+    stat_fbase: jax.Array
+    stat_lse: jax.Array
+
+
+def _steps_kernel(graph: ScalarGraph, d: int, K: int, b: int, dt: Any,
+                  c: _StepConstants) -> Callable[..., None]:
+    """The kernel body of :func:`metropolis_steps`: ``K`` steps of ``b`` replicas per program."""
+    from jax.experimental import pallas as pl
+
+    def kernel(scalars_ref, x_ref, fx_ref, acc_ref, nonfin_ref, bfx_ref, bstep_ref, bx_ref, n_ref, sum_ref,  # noqa: ANN001
+               sum2_ref, chg_ref, fbase_ref, lse_ref, prev_ref, beta_ref, dbeta_ref, move_ref, u_ref,
+               x_out, fx_out, acc_out, nonfin_out, bfx_out, bstep_out, bx_out, n_out, sum_out, sum2_out, chg_out,
+               fbase_out, lse_out):
+        pid = pl.program_id(0)
+        rows = pl.ds(pid * b, b)
+        lanes = kernels.LaneValues(b, dt)
+
+        s0 = scalars_ref[0]
+        beta_r = beta_ref[rows]
+        dbeta_r = dbeta_ref[rows]
+
+        carry = _Replicas(
+            tuple(x_ref[rows, j] for j in range(d)), fx_ref[rows], acc_ref[rows], nonfin_ref[rows], bfx_ref[rows],
+            bstep_ref[rows], tuple(bx_ref[rows, j] for j in range(d)), tuple(prev_ref[rows, j] for j in range(d)),
+            n_ref[rows], sum_ref[rows], sum2_ref[rows], chg_ref[rows], fbase_ref[rows], lse_ref[rows],
+        )
+        # the K steps written out one after another (not a loop: every step's random numbers can
+        # be loaded ahead of the arithmetic that waits for the step before); steps k >= n_steps
+        # keep the values they are given
+        n_run = scalars_ref[1]
+        for k in range(K):
+            s = s0 + k
+            moved = _metropolis_move(graph, lanes, c, carry, k, s, beta_r, move_ref, u_ref, rows)
+            new = _accumulate(lanes, c, moved, s, dbeta_r)
+            active = jnp.full((b,), k < n_run, jnp.bool_)
+            carry = jax.tree_util.tree_map(lambda v, old, active=active: jnp.where(active, v, old), new, carry)
+        for j in range(d):
+            x_out[rows, j] = carry.x[j]
+            bx_out[rows, j] = carry.best_x[j]
+        fx_out[rows] = carry.fx
+        acc_out[rows] = carry.n_accepted
+        nonfin_out[rows] = carry.n_nonfinite
+        bfx_out[rows] = carry.best_fx
+        bstep_out[rows] = carry.best_step
+        n_out[rows] = carry.stat_n
+        sum_out[rows] = carry.stat_sum
+        sum2_out[rows] = carry.stat_sum2
+        chg_out[rows] = carry.stat_changed
+        fbase_out[rows] = carry.stat_fbase
+        lse_out[rows] = carry.stat_lse
+
+    return kernel
+
+
+def _metropolis_move(graph: ScalarGraph, lanes: kernels.LaneValues, c: _StepConstants, rep: _Replicas, k: int,
+                     s: jax.Array, beta_r: jax.Array, move_ref: Any, u_ref: Any, rows: Any) -> _Replicas:
+    """Step ``s`` (row ``k`` of the draws) of ``Exchange._advance`` (continuous space): propose, accept or
+    reject, count, keep each replica's best point.  The statistics are left to :func:`_accumulate`."""
+    const, full = lanes.const, lanes.full
+    d = len(rep.x)
+    i32 = jnp.int32
+    xs = rep.x
+    proposal = [xs[j] + move_ref[k, rows, j] * full(c.width[j]) for j in range(d)]
+    inside = full(True, jnp.bool_)
+    for j in range(d):
+        inside = inside & (proposal[j] >= full(c.lower[j])) & (proposal[j] < full(c.upper[j]))
+    f_new, bad = worst_if_nonfinite(graph.value(graph.evaluate(proposal, const), const).astype(lanes.dtype))
+    f_new = jnp.where(inside, f_new, full(np.inf))
+    log_u = jnp.log(u_ref[k, rows])
+    accepted = inside & ~bad & (log_u < -beta_r * (f_new - rep.fx) + full(0.0))
+    xs = tuple(jnp.where(accepted, proposal[j], xs[j]) for j in range(d))
+    f_x = jnp.where(accepted, f_new, rep.fx)
+    n_acc = rep.n_accepted + accepted.astype(i32)
+    n_nonfin = rep.n_nonfinite + (inside & bad).astype(i32)
+    better = f_x < rep.best_fx
+    b_f = jnp.where(better, f_x, rep.best_fx)
+    b_step = jnp.where(better, jnp.full((lanes.block,), s, i32), rep.best_step)
+    b_x = tuple(jnp.where(better, xs[j], rep.best_x[j]) for j in range(d))
+    return rep._replace(x=xs, fx=f_x, n_accepted=n_acc, n_nonfinite=n_nonfin, best_fx=b_f, best_step=b_step,
+                        best_x=b_x)
+
+
+def _accumulate(lanes: kernels.LaneValues, c: _StepConstants, rep: _Replicas, s: jax.Array,
+                dbeta_r: jax.Array) -> _Replicas:
+    """``Exchange._accumulate``: step ``s``'s point into the statistics of each replica's temperature
+    (count, sum of f and f^2, points that changed since ``rep.prev``, log-sum-exp of the reweighting
+    terms); the new point becomes ``prev``."""
+    full = lanes.full
+    i32 = jnp.int32
+    xs, f_x, prevs = rep.x, rep.fx, rep.prev
+    counted = jnp.full((lanes.block,), s >= c.thermalization, jnp.bool_)
+    same = full(True, jnp.bool_)
+    for j in range(len(xs)):
+        same = same & (jnp.abs(xs[j] - prevs[j]) <= full(c.atol) + full(c.rtol) * jnp.abs(prevs[j]))
+    first = counted & (rep.stat_n == 0)
+    st_fbase = jnp.where(first, f_x, rep.stat_fbase)
+    term = -dbeta_r * (f_x - st_fbase)
+    # jnp.logaddexp's formula (its primitives, so Triton lowers it)
+    st_lse = rep.stat_lse
+    amax = jnp.maximum(st_lse, term)
+    delta = st_lse - term
+    lae = jnp.where(delta != delta, st_lse + term, amax + jnp.log1p(jnp.exp(-jnp.abs(delta))))
+    lse = jnp.where(first, full(0.0), lae)
+    g = jnp.where(counted, f_x, full(0.0))
+    return rep._replace(
+        prev=xs, stat_n=rep.stat_n + counted.astype(i32), stat_sum=rep.stat_sum + g, stat_sum2=rep.stat_sum2 + g * g,
+        stat_changed=rep.stat_changed + (counted & ~same).astype(i32), stat_fbase=st_fbase,
+        stat_lse=jnp.where(counted, lse, st_lse),
+    )

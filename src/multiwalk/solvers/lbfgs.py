@@ -57,8 +57,15 @@ from ..kernels import KERNELS, check_launch_options
 from ..problem import Problem, _resolve_dtype
 from ..result import Result, Status
 from . import lbfgs_kernel, lbfgs_onepass
-from ._common import check_choice_option, check_int_option, check_number_option, check_state_fits, worst_if_nonfinite
-from .base import Phase, Solver
+from ._common import (
+    check_choice_option,
+    check_int_option,
+    check_number_option,
+    check_state_fits,
+    uniform_in_box,
+    worst_if_nonfinite,
+)
+from .base import Phase, RunPlan, Solver
 from .lbfgs_common import (
     _INFO_TO_STATUS,
     _RUNNING,
@@ -509,16 +516,24 @@ def line_evaluation_into(problem: Problem) -> Callable | None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _current_mesh() -> Any:
-    """The mesh the driver compiles a split run's loop for (None on one device)."""
-    from .. import distributed
-
-    return distributed.current_mesh()
-
-
 def _digest(arr: np.ndarray) -> str:
     """A short digest of an array's bytes (a diag option in cache keys and checkpoints)."""
     return hashlib.blake2b(arr.tobytes(), digest_size=16).hexdigest()
+
+
+class IterationTable:
+    """The seed's iteration table (I, NFN, FUNC, GNORM, STEPLENGTH) of the first start, printed
+    as the run goes: the :class:`~multiwalk.solvers.base.Writer` an ``LBFGS(print_every=...)``
+    brings to every run (:meth:`LBFGS.writer`)."""
+
+    def __init__(self, solver: LBFGS) -> None:
+        self.solver = solver
+
+    def write(self, problem: Problem, state: LBFGSRun, first: int, last: int) -> None:
+        self.solver.print_rows(problem, state, first, last)
+
+    def flush(self) -> None:
+        """Nothing held: every row is printed when written."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -656,6 +671,8 @@ class LBFGS(Solver):
 
     # ----------------------------------------------------------------- set-up
     def _config(self, dtype: Any, plan: lbfgs_kernel.KernelPlan | None = None) -> _Config:
+        """The iteration's constants, on one device (:meth:`run_chunk` adds the run plan's mesh
+        where the fused passes run split)."""
         params = LineSearchParams(
             ftol=self.ftol, gtol=self.gtol, xtol=self.xtol, stpmin=self.stpmin, stpmax=self.stpmax,
             maxfev=self.maxfev, minpack2=self.line_search == "dcsrch",
@@ -668,30 +685,33 @@ class LBFGS(Solver):
             a_block=self.kernel_block or lbfgs_kernel.PASS_A_BLOCK, a_warps=self.kernel_warps or lbfgs_kernel.PASS_A_WARPS,
             # a user's kernel_block is pass A's columns per program too (its docstring), so one chunk
             a_chunks=lbfgs_kernel.PASS_A_CHUNKS if self.kernel_block is None else 1, a_stages=lbfgs_kernel.PASS_A_STAGES,
-            mesh=_current_mesh() if plan is not None and plan.use_pallas and plan.split else None,
         )
 
-    def kernel_plan(self, problem: Problem, devices: int | None = None) -> lbfgs_kernel.KernelPlan:
+    def kernel_plan(self, problem: Problem, devices: int = 1) -> lbfgs_kernel.KernelPlan:
         """Which form (fused Pallas passes or XLA) runs the iterations on ``problem`` here, and why.
 
-        ``devices``: how many devices the run is split over; None: the driver's mesh while it
-        compiles the loop (one device otherwise).  A single problem is split along ``n``, several
-        starts along the starts (the plan then says the XLA form runs them anyway)."""
-        if devices is None:
-            mesh = _current_mesh()
-            devices = 1 if mesh is None else mesh.size
+        ``devices``: how many devices the run is split over (the run plan's mesh).  A single problem
+        is split along ``n``, several starts along the starts (the plan then says the XLA form runs
+        them anyway)."""
         kernel = "auto" if self.kernel == "onepass" else self.kernel  # the form onepass falls back to
         return lbfgs_kernel.plan(kernel, self.m, self.n_starts(problem), self.diag is not None, devices)
 
-    def onepass_plan(self, problem: Problem, devices: int = 1) -> lbfgs_onepass.OnePassPlan:
+    def onepass_plan(self, problem: Problem, devices: int = 1, requested: int | None = None) -> lbfgs_onepass.OnePassPlan:
         """Whether the run uses the one-pass loop (``kernel="onepass"``; decided at ``init``, the
         state's layout then says so), and why (not); ``devices``: how many devices the run is
-        split over (for the reason; the driver splits the rings when it splits the run)."""
-        return lbfgs_onepass.plan(self.kernel, problem, self.n_starts(problem), self.diag is not None, devices, self.m)
+        split over (for the reason; the driver splits the rings when it splits the run);
+        ``requested``: how many it may be split over (None: every device), for ``kernel="auto"``."""
+        return lbfgs_onepass.plan(self.kernel, problem, self.n_starts(problem), self.diag is not None, devices, self.m,
+                                  requested)
 
-    def compiler_options(self, problem: Problem) -> dict[str, Any]:
-        """The one-pass loop's XLA options on a GPU (:func:`lbfgs_onepass.compiler_options`); none otherwise."""
-        return lbfgs_onepass.compiler_options(self.onepass_plan(problem))
+    def plan(self, problem: Problem, devices: int, time_limit: float | None) -> RunPlan:
+        """The one-pass plan (``kernel``: whether the one-pass loop runs, decided with the devices
+        the run may be split over; it sets the state's layout) and its XLA options on a GPU
+        (:func:`lbfgs_onepass.compiler_options`).  The two-pass kernels' plan depends on the split
+        and is made where the loop is traced, from the plan's mesh (:meth:`kernel_plan`)."""
+        onepass = self.onepass_plan(problem, requested=devices)
+        options = tuple(lbfgs_onepass.compiler_options(onepass).items())
+        return RunPlan(devices=devices, kernel=onepass, compiler_options=options)
 
     def n_starts(self, problem: Problem) -> int:
         if self.starts is not None:
@@ -887,17 +907,21 @@ class LBFGS(Solver):
         dt = problem.dtype
         if self.starts is not None:
             lo, hi, _ = problem.free_bounds()
-            u = jax.random.uniform(key, (self.starts, problem.n_free), dt)
-            return jnp.asarray(lo, dt) + jnp.asarray(hi - lo, dt) * u
+            return uniform_in_box(key, (self.starts, problem.n_free), lo, hi, dt, width_in_float64=True)
         x0 = problem.x0 if problem.x0.ndim == 2 else problem.x0[None]
         # numpy, not a device array: the driver sends it where the state goes (split for huge n)
         return np.asarray(x0[:, problem.free_index], dtype=jnp.dtype(dt))
 
-    def initial_state_fn(self, problem: Problem, shardings: Any = None) -> Callable[[jax.Array], LBFGSRun]:
+    def initial_state_fn(
+        self, problem: Problem, shardings: Any = None, plan: RunPlan | None = None
+    ) -> Callable[[jax.Array], LBFGSRun]:
         # x0 and diag go in as arguments: as constants they would be compiled into the program.
         # Split: x0 and h0 arrive split like the state's x and h0 (below), and the state is made split.
         # cached_jit: a repeated solve() of the same problem reuses the compiled start.
-        init = cached_jit(problem, self, "init", lambda k, x, h: self.init(problem, k, x, h), shardings)
+        # The plan's one-pass decision sets the state's layout (rings or stored pairs).
+        onepass = (self.onepass_plan(problem) if plan is None else plan.kernel).use
+        init = cached_jit(problem, self, "init one-pass" if onepass else "init",
+                          lambda k, x, h: self.init(problem, k, x, h, onepass), shardings)
 
         def initial_state(key: jax.Array) -> LBFGSRun:
             x0 = None if self.starts is not None else self._x0(problem, key)
@@ -918,7 +942,10 @@ class LBFGS(Solver):
 
         return initial_state
 
-    def init(self, problem: Problem, key: jax.Array, x0: Any = None, h0: Any = None) -> LBFGSRun:
+    def init(self, problem: Problem, key: jax.Array, x0: Any = None, h0: Any = None,
+             onepass: bool | None = None) -> LBFGSRun:
+        """The start; ``onepass``: in the one-pass loop's layout (None: as :meth:`onepass_plan` says
+        for every device)."""
         cfg = self._config(problem.dtype)
         x0 = self._x0(problem, key) if x0 is None else x0
         h0 = jnp.zeros((), problem.dtype) if h0 is None else h0
@@ -934,7 +961,7 @@ class LBFGS(Solver):
             stp=jnp.zeros((rows, kh), dt),
             nfev=jnp.zeros((rows, kh), jnp.int32).at[0].set(starts.nfev[:kh]),
         )
-        if self.onepass_plan(problem).use:  # the rings of the one-pass loop (its P and d are never made)
+        if self.onepass_plan(problem).use if onepass is None else onepass:  # the one-pass loop's rings (no P, d)
             one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), starts)
             width = lbfgs_onepass.block_hook(problem).width
             starts = jax.tree.map(lambda a: lax.expand_dims(a, (0,)), lbfgs_onepass.to_onepass(one, self.m, width))
@@ -943,6 +970,8 @@ class LBFGS(Solver):
     def step(self, problem: Problem, state: LBFGSRun, phase: int) -> LBFGSRun:
         if isinstance(state.starts, lbfgs_onepass.OnePassState):
             return self.run_chunk(problem, state, phase, jnp.ones((), jnp.int32))[0]
+        # the plan of one device: where the driver's loop steps (run_chunk's XLA form: several
+        # starts, or no fused passes) the form and its constants do not depend on the split
         cfg = self._config(problem.dtype, self.kernel_plan(problem))
         vg = problem.value_and_grad_free
         K = state.starts.x.shape[0]
@@ -966,17 +995,23 @@ class LBFGS(Solver):
         )
         return LBFGSRun(starts=after, history=hist, h0=state.h0)
 
-    def run_chunk(self, problem: Problem, state: LBFGSRun, phase: int, n: jax.Array) -> tuple[LBFGSRun, jax.Array]:
+    def run_chunk(
+        self, problem: Problem, state: LBFGSRun, phase: int, n: jax.Array, plan: RunPlan | None = None
+    ) -> tuple[LBFGSRun, jax.Array]:
         """Up to ``n`` iterations.  The fused form (one start, Pallas passes) carries the state's
         scalars packed in two vectors and the history as one (rows, 4) table (:func:`_pack`),
         so the loop launches few small kernels per iteration; same arithmetic as ``step``.
-        The one-pass form (a state made by ``kernel="onepass"``): :func:`lbfgs_onepass.run_chunk`."""
+        The one-pass form (a state made by ``kernel="onepass"``): :func:`lbfgs_onepass.run_chunk`.
+        ``plan``: the run plan, whose mesh (a split run's) the kernels run split on."""
+        mesh = None if plan is None else plan.mesh
         if isinstance(state.starts, lbfgs_onepass.OnePassState):
-            return self._run_onepass(problem, state, n)
-        plan = self.kernel_plan(problem)
-        if state.starts.x.shape[0] != 1 or not plan.use_pallas:
-            return super().run_chunk(problem, state, phase, n)
-        cfg = self._config(problem.dtype, plan)
+            return self._run_onepass(problem, state, n, mesh)
+        kplan = self.kernel_plan(problem, devices=1 if mesh is None else mesh.size)
+        if state.starts.x.shape[0] != 1 or not kplan.use_pallas:
+            return super().run_chunk(problem, state, phase, n, plan)
+        cfg = self._config(problem.dtype, kplan)
+        if kplan.split:  # the passes under shard_map on the mesh, their small sums added by psum
+            cfg = dataclasses.replace(cfg, mesh=mesh)
         vg = problem.value_and_grad_free
         along = line_evaluation(problem)
         # Both gradients in one (2, n) buffer, the evaluations writing into the older one's row:
@@ -1021,7 +1056,7 @@ class LBFGS(Solver):
         )
         return LBFGSRun(starts=starts, history=hist, h0=state.h0), n_run
 
-    def _run_onepass(self, problem: Problem, state: LBFGSRun, n: jax.Array) -> tuple[LBFGSRun, jax.Array]:
+    def _run_onepass(self, problem: Problem, state: LBFGSRun, n: jax.Array, mesh: Any) -> tuple[LBFGSRun, jax.Array]:
         op = self.onepass_plan(problem)
         block = lbfgs_onepass.block_hook(problem)
         cfg = self._config(problem.dtype)
@@ -1035,9 +1070,9 @@ class LBFGS(Solver):
         h = state.history
         table = jnp.stack([h.f[:, 0], h.gnorm[:, 0], h.stp[:, 0], h.nfev[:, 0].astype(dt)], axis=1)  # (rows, 4)
         one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), state.starts)
-        # the driver's mesh while it compiles a split run (the rings split along n / width): the
-        # kernel under shard_map, its sums added by psum
-        final, table, n_run = lbfgs_onepass.run_chunk(cfg, one, table, n, block, launch, mesh=_current_mesh())
+        # the run plan's mesh, for a split run (the rings split along n / width): the kernel under
+        # shard_map, its sums added by psum
+        final, table, n_run = lbfgs_onepass.run_chunk(cfg, one, table, n, block, launch, mesh=mesh)
         hist = History(
             f=table[:, 0:1].astype(h.f.dtype), gnorm=table[:, 1:2].astype(h.gnorm.dtype),
             stp=table[:, 2:3].astype(h.stp.dtype), nfev=table[:, 3:4].astype(h.nfev.dtype),
@@ -1056,8 +1091,13 @@ class LBFGS(Solver):
         return out
 
     # ----------------------------------------------------------------- printing (the seed's table)
-    def on_chunk(self, problem: Problem, state: LBFGSRun, first: int, last: int) -> None:
-        """Print the table rows of iterations ``first+1 .. last`` of the first start."""
+    def writer(self, problem: Problem) -> IterationTable | None:
+        """With ``print_every``: the seed's table, printed as the run goes."""
+        return None if self.print_every is None else IterationTable(self)
+
+    def print_rows(self, problem: Problem, state: LBFGSRun, first: int, last: int) -> None:
+        """Print the table rows of iterations ``first+1 .. last`` of the first start (with the
+        header when ``first`` is 0)."""
         if self.print_every is None:
             return
         if first == 0:
@@ -1134,7 +1174,8 @@ class LBFGS(Solver):
             nonfinite=int(st.nonfinite.sum()),
             kernel=plan.name, kernel_reason=plan.reason, line_evaluation=line_evaluation_reason(problem, plan),
         )
-        op = self.onepass_plan(problem, devices=int(stats.get("devices", 1)))
+        # one-pass under kernel="auto" ran split over every device it was asked for
+        op = self.onepass_plan(problem, devices=int(stats.get("devices", 1)), requested=int(stats.get("devices", 1)))
         if onepass:
             notes = (["interpret mode"] if op.interpret else []) + (["split over devices"] if stats.get("devices", 1) > 1 else [])
             stats.update(kernel="onepass" + (f" ({', '.join(notes)})" if notes else ""), kernel_reason=op.reason,

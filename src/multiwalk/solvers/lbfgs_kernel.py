@@ -32,6 +32,7 @@ per device and across devices: the iterates equal the one-device run's up to rou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -157,16 +158,46 @@ def pair_products(
     from jax.experimental import pallas as pl
 
     two_m, n = P.shape
-    m = two_m // 2
     dt = P.dtype
     span = block * chunks  # columns per program
     programs = pl.cdiv(n, span)
-    load, store = _loader(interpret)
     rows = new is not None  # gt, g: rows new and 1 - new of one (2, n) buffer
     ints = jnp.stack([slot, count, new if rows else jnp.zeros((), jnp.int32)]).astype(jnp.int32)
     stp = jnp.reshape(stp, (1,)).astype(dt)
-
     recompute = xt is None
+    body = _pair_products_kernel(two_m, n, dt, block, chunks, recompute, rows, interpret)
+
+    params = _pass_a_params(num_warps, num_stages, interpret)
+    partial, x_new = pl.pallas_call(
+        body, out_shape=(jax.ShapeDtypeStruct((programs, _WIDTH), dt), jax.ShapeDtypeStruct((n,), dt)),
+        grid=(programs,), interpret=interpret, input_output_aliases={6 if recompute else 7: 1},
+        name="lbfgs_pair_products", **params,
+    )(ints, stp, P, gt, g, d, *([x] if recompute else [xt, x]))
+    total = jnp.sum(partial, axis=0)
+    return total[:two_m], total[two_m : 2 * two_m], total[2 * two_m : 2 * two_m + 5], x_new
+
+
+def _pass_a_params(num_warps: int, num_stages: int, interpret: bool) -> dict[str, Any]:
+    """``pallas_call`` keywords of pass A: :func:`~multiwalk.kernels.compiler_params`, with
+    ``num_stages`` of software pipelining when it is not 1."""
+    params = compiler_params(num_warps, interpret)
+    if params and num_stages != 1:
+        from jax.experimental.pallas import triton as plgpu
+
+        params = {"compiler_params": plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)}
+    return params
+
+
+def _pair_products_kernel(two_m: int, n: int, dt: Any, block: int, chunks: int, recompute: bool, rows: bool,
+                          interpret: bool) -> Callable[..., None]:
+    """The kernel body of :func:`pair_products`: each program sweeps ``chunks`` blocks of ``block``
+    of the ``n`` columns and writes its ``(_WIDTH,)`` partial sums (``recompute``: the trial point
+    is ``x + stp d``; ``rows``: ``gt`` and ``g`` are rows of one buffer)."""
+    from jax.experimental import pallas as pl
+
+    m = two_m // 2
+    span = block * chunks  # columns per program
+    load, store = _loader(interpret)
     products = 2 * two_m + 5  # P gt, P y, then s'y, y'y, y'gt, gt'gt, xt'xt
 
     def body(ints_ref, stp_ref, p_ref, gt_ref, g_ref, d_ref, *refs):  # noqa: ANN001
@@ -206,18 +237,7 @@ def pair_products(
             out = jnp.where(lane == i, jnp.sum(v), out)
         out_ref[pid, :] = out
 
-    params = compiler_params(num_warps, interpret)
-    if params and num_stages != 1:
-        from jax.experimental.pallas import triton as plgpu
-
-        params = {"compiler_params": plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)}
-    partial, x_new = pl.pallas_call(
-        body, out_shape=(jax.ShapeDtypeStruct((programs, _WIDTH), dt), jax.ShapeDtypeStruct((n,), dt)),
-        grid=(programs,), interpret=interpret, input_output_aliases={6 if recompute else 7: 1},
-        name="lbfgs_pair_products", **params,
-    )(ints, stp, P, gt, g, d, *([x] if recompute else [xt, x]))
-    total = jnp.sum(partial, axis=0)
-    return total[:two_m], total[two_m : 2 * two_m], total[2 * two_m : 2 * two_m + 5], x_new
+    return body
 
 
 def direction_and_store(

@@ -54,7 +54,6 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..distributed import requested_device_count
 from ..kernels import backend, compiler_params
 from ._common import worst_if_nonfinite
 from .lbfgs_common import (
@@ -144,7 +143,8 @@ def block_hook(problem: Any) -> Callable | None:
     return block
 
 
-def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1, m: int = 7) -> OnePassPlan:
+def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1, m: int = 7,
+         requested: int | None = None) -> OnePassPlan:
     """Whether ``LBFGS(kernel=kernel)`` runs the one-pass loop on ``problem``, and why (not).
 
     ``"onepass"`` asks for it (interpret mode off GPUs). ``"auto"`` takes it on GPUs in float64
@@ -154,7 +154,9 @@ def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1, m
     several devices ``"auto"`` takes it only where the driver's default split over all of them
     applies (``n / width`` a multiple of the device count): split, it moves 19 n per evaluation
     against the split two-pass form's ~39 n per iteration (not yet measured on GPUs). ``devices``:
-    how many devices the run is split over (the reason says so)."""
+    how many devices the run is split over (the reason says so); ``requested``: how many it may be
+    split over (``solve(devices=k)``'s k, the run plan's ``devices``; None: every device), with
+    which ``"auto"`` decides."""
     if kernel not in ("onepass", "auto"):
         return OnePassPlan(False, False, f"kernel={kernel!r}")
     name, on_gpu = backend(("gpu", "cuda"))
@@ -176,7 +178,7 @@ def plan(kernel: str, problem: Any, starts: int, diag: bool, devices: int = 1, m
         why = f"dtype {dt} (the one-pass kernel is for {' and '.join(_DTYPES)})"
     elif 4 * m + 7 > _WIDTH:
         why = f"m = {m} (its kernel's table holds 4 m + 7 <= {_WIDTH} sums: m <= {(_WIDTH - 7) // 4})"
-    elif kernel == "auto" and (k := requested_device_count()) > 1 and (problem.n_free // block.width) % k:
+    elif kernel == "auto" and (k := requested or jax.device_count()) > 1 and (problem.n_free // block.width) % k:
         why = (f"kernel='auto' on {k} devices takes it split over all of them only: n / "
                f"{block.width} = {problem.n_free // block.width} rows of the block hook is not a multiple of "
                f"{k} (the two-pass form splits n itself)")
@@ -222,7 +224,6 @@ def line_pass(
     multiple of its ``width``.  Each program sweeps ``chunks`` blocks of ``rows`` rows, adding
     lane by lane, and folds its sums once (a cross-warp reduction per sum)."""
     from jax.experimental import pallas as pl
-    from jax.experimental.pallas import triton as plgpu
 
     width = block_fn.width
     flat = X.ndim == 2  # (rows, n): viewed as (rows, n / width, width) for the kernel
@@ -235,13 +236,39 @@ def line_pass(
     dt = X.dtype
     span = rows * chunks
     programs = pl.cdiv(pairs, span)
-    ragged = pairs % span != 0  # known while tracing: no masks when the programs tile the rows
+    body = _line_pass_kernel(block_fn, m, pairs, dt, rows, chunks)
 
-    def load(ref, mask):  # noqa: ANN001, ANN202
-        return plgpu.load(ref) if mask is None else plgpu.load(ref, mask=mask, other=0.0)
+    shapes = [jax.ShapeDtypeStruct((r.shape[0], pairs, width), dt) for r in (X, G, S)]
+    X3, G3, S3, partial = pl.pallas_call(
+        body, out_shape=(*shapes, jax.ShapeDtypeStruct((programs, _WIDTH), dt)), grid=(programs,),
+        interpret=interpret, input_output_aliases={2: 0, 3: 1, 4: 2}, name="lbfgs_onepass",
+        **compiler_params(num_warps, interpret),
+    )(ints.astype(jnp.int32), floats.astype(dt), *(r.reshape(r.shape[0], pairs, width) for r in (X, G, S)))
+    return X3.reshape(X.shape), G3.reshape(G.shape), S3.reshape(S.shape), jnp.sum(partial, axis=0)
 
-    def store(ref, val, mask):  # noqa: ANN001, ANN202
-        return plgpu.store(ref, val) if mask is None else plgpu.store(ref, val, mask=mask)
+
+def _load(ref: Any, mask: jax.Array | None) -> jax.Array:
+    """A Triton load of ``ref``, masked (zeros where ``mask`` is off) unless ``mask`` is None."""
+    from jax.experimental.pallas import triton as plgpu
+
+    return plgpu.load(ref) if mask is None else plgpu.load(ref, mask=mask, other=0.0)
+
+
+def _store(ref: Any, val: jax.Array, mask: jax.Array | None) -> None:
+    """A Triton store of ``val`` into ``ref``, masked unless ``mask`` is None."""
+    from jax.experimental.pallas import triton as plgpu
+
+    return plgpu.store(ref, val) if mask is None else plgpu.store(ref, val, mask=mask)
+
+
+def _line_pass_kernel(block_fn: Callable, m: int, pairs: int, dt: Any, rows: int,
+                      chunks: int) -> Callable[..., None]:
+    """The kernel body of :func:`line_pass`: each program sweeps ``chunks`` blocks of ``rows`` of the
+    ``pairs`` rows of ``(pairs, width)`` rings and writes its ``(_WIDTH,)`` partial sums."""
+    from jax.experimental import pallas as pl
+
+    width = block_fn.width
+    ragged = pairs % (rows * chunks) != 0  # known while tracing: no masks when the programs tile the rows
 
     def body(ints_ref, f_ref, x_ref, g_ref, s_ref, x_out, g_out, s_out, part_ref):  # noqa: ANN001
         pid = pl.program_id(0)
@@ -265,20 +292,16 @@ def line_pass(
             def at(ref, row):  # noqa: ANN001, ANN202
                 return ref.at[(row, *blk)]
 
-            xv = load(at(x_ref, xc), inside)
-            g0 = load(at(g_ref, gc), inside)
+            xv = _load(at(x_ref, xc), inside)
+            g0 = _load(at(g_ref, gc), inside)
             ss, ys = [], []
             upper = g0  # g_{k-a+1}
             for a in range(m):
-                ss.append(load(at(s_ref, s_rows[a]), keep(stored[a])))
-                lower = load(at(g_ref, g_rows[a]), keep(stored[a]))
+                ss.append(_load(at(s_ref, s_rows[a]), keep(stored[a])))
+                lower = _load(at(g_ref, g_rows[a]), keep(stored[a]))
                 ys.append(jnp.where(stored[a], upper - lower, 0.0))  # y of age a+1: 0 where none is stored
                 upper = lower
-            d = -gamma * g0
-            for a in range(m):
-                d = d + ws[a] * ss[a]
-            for a in range(m):
-                d = d + wy[a] * ys[a]
+            d = _direction(g0, ss, ys, gamma, ws, wy)
             s_t = stp * d
             x_t = xv + s_t
             terms_f, g_t = block_fn(x_t)
@@ -286,9 +309,9 @@ def line_pass(
                 g_t = jnp.where(inside, g_t, 0.0)
                 terms_f = jnp.where(r0 + lax.broadcasted_iota(jnp.int32, (rows,), 0) < pairs, terms_f, 0.0)
             y_t = g_t - g0
-            store(at(x_out, xt_row), x_t, inside)
-            store(at(g_out, gt_row), g_t, inside)
-            store(at(s_out, st_row), s_t, inside)
+            _store(at(x_out, xt_row), x_t, inside)
+            _store(at(g_out, gt_row), g_t, inside)
+            _store(at(s_out, st_row), s_t, inside)
             terms = ([s * g_t for s in ss] + [y * g_t for y in ys] + [s * y_t for s in ss] + [y * y_t for y in ys]
                      + [s_t * y_t, y_t * y_t, y_t * g_t, g_t * g_t, x_t * x_t, terms_f, g_t * d])
             return tuple(terms) if acc is None else tuple(u + v for u, v in zip(acc, terms))
@@ -305,13 +328,17 @@ def line_pass(
             out = jnp.where(lane == i, jnp.sum(v), out)
         part_ref[pid, :] = out
 
-    shapes = [jax.ShapeDtypeStruct((r.shape[0], pairs, width), dt) for r in (X, G, S)]
-    X3, G3, S3, partial = pl.pallas_call(
-        body, out_shape=(*shapes, jax.ShapeDtypeStruct((programs, _WIDTH), dt)), grid=(programs,),
-        interpret=interpret, input_output_aliases={2: 0, 3: 1, 4: 2}, name="lbfgs_onepass",
-        **compiler_params(num_warps, interpret),
-    )(ints.astype(jnp.int32), floats.astype(dt), *(r.reshape(r.shape[0], pairs, width) for r in (X, G, S)))
-    return X3.reshape(X.shape), G3.reshape(G.shape), S3.reshape(S.shape), jnp.sum(partial, axis=0)
+    return body
+
+
+def _direction(g: jax.Array, ss: list, ys: list, gamma: jax.Array, ws: list, wy: list) -> jax.Array:
+    """``d = -gamma g + sum ws_a s_a + sum wy_a y_a`` on one block (the pairs by age), summed in that order."""
+    d = -gamma * g
+    for w_a, s_a in zip(ws, ss):
+        d = d + w_a * s_a
+    for w_a, y_a in zip(wy, ys):
+        d = d + w_a * y_a
+    return d
 
 
 def line_pass_split(

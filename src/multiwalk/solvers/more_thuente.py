@@ -157,57 +157,14 @@ def _cstep(stx, fx, dx, sty, fy, dy, stp, fp, dp, brackt, stpmin, stpmax, minpac
     c3 = ~c1 & ~c2 & (jnp.abs(dp) < jnp.abs(dx))  # lower value, same sign, |phi'| decreases
     # c4: lower value, same sign, |phi'| does not decrease
 
+    # The cubic through (stx, fx, dx) and (stp, fp, dp): theta, its scale s and discriminant / s^2.
     theta = 3 * (fx - fp) / (stp - stx) + dx + dp
     s = jnp.maximum(jnp.maximum(jnp.abs(theta), jnp.abs(dx)), jnp.abs(dp))
     disc = (theta / s) ** 2 - (dx / s) * (dp / s)
-
-    # Case 1: cubic (stpc) and quadratic (stpq) minimisers; take the cubic one if closer to stx.
-    gamma = s * jnp.sqrt(disc)
-    gamma = jnp.where(stp < stx, -gamma, gamma)
-    p = (gamma - dx) + theta
-    q = ((gamma - dx) + gamma) + dp
-    stpc = stx + (p / q) * (stp - stx)
-    stpq = stx + ((dx / ((fx - fp) / (stp - stx) + dx)) / 2) * (stp - stx)
-    stpf1 = jnp.where(jnp.abs(stpc - stx) < jnp.abs(stpq - stx), stpc, stpc + (stpq - stpc) / 2)
-
-    # Case 2: cubic vs secant step; take the one farther from stp.
-    gamma = s * jnp.sqrt(disc)
-    gamma = jnp.where(stp > stx, -gamma, gamma)
-    p = (gamma - dp) + theta
-    q = ((gamma - dp) + gamma) + dx
-    stpc = stp + (p / q) * (stx - stp)
-    stpq = stp + (dp / (dp - dx)) * (stx - stp)
-    stpf2 = jnp.where(jnp.abs(stpc - stp) > jnp.abs(stpq - stp), stpc, stpq)
-
-    # Case 3: the cubic may not have a minimiser beyond stp; gamma = 0 only if it does not tend
-    # to infinity in the direction of the step.
-    gamma = s * jnp.sqrt(jnp.maximum(0.0, disc))
-    gamma = jnp.where(stp > stx, -gamma, gamma)
-    p = (gamma - dp) + theta
-    q = (gamma + (dx - dp)) + gamma
-    r = p / q
-    stpc = jnp.where((r < 0) & (gamma != 0), stp + r * (stx - stp), jnp.where(stp > stx, stpmax, stpmin))
-    stpq = stp + (dp / (dp - dx)) * (stx - stp)
-    closer = jnp.where(jnp.abs(stp - stpc) < jnp.abs(stp - stpq), stpc, stpq)
-    farther = jnp.where(jnp.abs(stp - stpc) > jnp.abs(stp - stpq), stpc, stpq)
-    stpf3_mc = jnp.where(brackt, closer, farther)
-    guard = stp + _P66 * (sty - stp)
-    stpf3_dc = jnp.where(
-        brackt,
-        jnp.where(stp > stx, jnp.minimum(guard, closer), jnp.maximum(guard, closer)),
-        jnp.clip(farther, stpmin, stpmax),
-    )
-    stpf3 = jnp.where(minpack2, stpf3_dc, stpf3_mc)
-
-    # Case 4: cubic through stp and sty if bracketed, else the bound in the direction of the step.
-    theta = 3 * (fp - fy) / (sty - stp) + dy + dp
-    s = jnp.maximum(jnp.maximum(jnp.abs(theta), jnp.abs(dy)), jnp.abs(dp))
-    gamma = s * jnp.sqrt((theta / s) ** 2 - (dy / s) * (dp / s))
-    gamma = jnp.where(stp > sty, -gamma, gamma)
-    p = (gamma - dp) + theta
-    q = ((gamma - dp) + gamma) + dy
-    stpc = stp + (p / q) * (sty - stp)
-    stpf4 = jnp.where(brackt, stpc, jnp.where(stp > stx, stpmax, stpmin))
+    stpf1 = _case1_step(stx, fx, dx, stp, fp, dp, theta, s, disc)
+    stpf2 = _case2_step(stx, dx, stp, dp, theta, s, disc)
+    stpf3 = _case3_step(stx, dx, sty, stp, dp, theta, s, disc, brackt, stpmin, stpmax, minpack2)
+    stpf4 = _case4_step(stx, sty, fy, dy, stp, fp, dp, brackt, stpmin, stpmax)
 
     stpf = jnp.where(c1, stpf1, jnp.where(c2, stpf2, jnp.where(c3, stpf3, stpf4)))
     case = jnp.where(c1, 1, jnp.where(c2, 2, jnp.where(c3, 3, 4))).astype(jnp.int32)
@@ -243,6 +200,72 @@ def _cstep(stx, fx, dx, sty, fy, dy, stp, fp, dp, brackt, stpmin, stpmax, minpac
         keep(brackt, new_brackt),
         jnp.where(bad, 0, case).astype(jnp.int32),
     )
+
+
+def _case1_step(stx: jax.Array, fx: jax.Array, dx: jax.Array, stp: jax.Array, fp: jax.Array, dp: jax.Array,
+                theta: jax.Array, s: jax.Array, disc: jax.Array) -> jax.Array:
+    """Case 1 (a higher value at stp): the cubic (stpc) and quadratic (stpq) minimisers; the cubic one
+    if it is closer to stx, else halfway between the two."""
+    gamma = s * jnp.sqrt(disc)
+    gamma = jnp.where(stp < stx, -gamma, gamma)
+    p = (gamma - dx) + theta
+    q = ((gamma - dx) + gamma) + dp
+    stpc = stx + (p / q) * (stp - stx)
+    stpq = stx + ((dx / ((fx - fp) / (stp - stx) + dx)) / 2) * (stp - stx)
+    return jnp.where(jnp.abs(stpc - stx) < jnp.abs(stpq - stx), stpc, stpc + (stpq - stpc) / 2)
+
+
+def _case2_step(stx: jax.Array, dx: jax.Array, stp: jax.Array, dp: jax.Array, theta: jax.Array, s: jax.Array,
+                disc: jax.Array) -> jax.Array:
+    """Case 2 (a lower value, derivatives of opposite sign): the cubic or the secant step, whichever
+    is farther from stp."""
+    gamma = s * jnp.sqrt(disc)
+    gamma = jnp.where(stp > stx, -gamma, gamma)
+    p = (gamma - dp) + theta
+    q = ((gamma - dp) + gamma) + dx
+    stpc = stp + (p / q) * (stx - stp)
+    stpq = stp + (dp / (dp - dx)) * (stx - stp)
+    return jnp.where(jnp.abs(stpc - stp) > jnp.abs(stpq - stp), stpc, stpq)
+
+
+def _case3_step(stx: jax.Array, dx: jax.Array, sty: jax.Array, stp: jax.Array, dp: jax.Array, theta: jax.Array,
+                s: jax.Array, disc: jax.Array, brackt: jax.Array, stpmin: jax.Array, stpmax: jax.Array,
+                minpack2: jax.Array) -> jax.Array:
+    """Case 3 (a lower value, the same sign, |phi'| decreases): the cubic or the secant step, the
+    closer to stp if bracketed, else the farther; MINPACK-2 applies the 0.66 safeguard here."""
+    # The cubic may not have a minimiser beyond stp; gamma = 0 only if it does not tend to
+    # infinity in the direction of the step.
+    gamma = s * jnp.sqrt(jnp.maximum(0.0, disc))
+    gamma = jnp.where(stp > stx, -gamma, gamma)
+    p = (gamma - dp) + theta
+    q = (gamma + (dx - dp)) + gamma
+    r = p / q
+    stpc = jnp.where((r < 0) & (gamma != 0), stp + r * (stx - stp), jnp.where(stp > stx, stpmax, stpmin))
+    stpq = stp + (dp / (dp - dx)) * (stx - stp)
+    closer = jnp.where(jnp.abs(stp - stpc) < jnp.abs(stp - stpq), stpc, stpq)
+    farther = jnp.where(jnp.abs(stp - stpc) > jnp.abs(stp - stpq), stpc, stpq)
+    stpf3_mc = jnp.where(brackt, closer, farther)
+    guard = stp + _P66 * (sty - stp)
+    stpf3_dc = jnp.where(
+        brackt,
+        jnp.where(stp > stx, jnp.minimum(guard, closer), jnp.maximum(guard, closer)),
+        jnp.clip(farther, stpmin, stpmax),
+    )
+    return jnp.where(minpack2, stpf3_dc, stpf3_mc)
+
+
+def _case4_step(stx: jax.Array, sty: jax.Array, fy: jax.Array, dy: jax.Array, stp: jax.Array, fp: jax.Array,
+                dp: jax.Array, brackt: jax.Array, stpmin: jax.Array, stpmax: jax.Array) -> jax.Array:
+    """Case 4 (a lower value, the same sign, |phi'| does not decrease): the cubic through stp and
+    sty if bracketed, else the bound in the direction of the step."""
+    theta = 3 * (fp - fy) / (sty - stp) + dy + dp
+    s = jnp.maximum(jnp.maximum(jnp.abs(theta), jnp.abs(dy)), jnp.abs(dp))
+    gamma = s * jnp.sqrt((theta / s) ** 2 - (dy / s) * (dp / s))
+    gamma = jnp.where(stp > sty, -gamma, gamma)
+    p = (gamma - dp) + theta
+    q = ((gamma - dp) + gamma) + dy
+    stpc = stp + (p / q) * (sty - stp)
+    return jnp.where(brackt, stpc, jnp.where(stp > stx, stpmax, stpmin))
 
 
 def _promote(*xs):
@@ -395,16 +418,61 @@ def line_search_update(state: LineSearchState, f, g_dot_d):
     finite = ~bad_f & jnp.isfinite(g)
     nonfinite = s.nonfinite + (~finite).astype(jnp.int32)
 
-    # Tests for termination, in MCSRCH's order of precedence (later ones win).
+    info = _termination_info(s, f, g, nfev, ftest1)
+    finished = info != 0
+    stage1, (stx, fx, dx, sty, fy, dy, new_stp, brackt, infoc) = _interval_step(s, f, g, ftest1)
+    # A non-finite phi or phi' at stp: treat stp as a failed (too long) step and bisect towards stx.
+    fx, dx, stx = (jnp.where(finite, a, b) for a, b in ((fx, s.fx), (dx, s.dx), (stx, s.stx)))
+    sty = jnp.where(finite, sty, stp)
+    fy = jnp.where(finite, fy, jnp.inf)
+    dy = jnp.where(finite, dy, 0.0)
+    brackt = jnp.where(finite, brackt, True)
+    infoc = jnp.where(finite, infoc, 1)
+    new_stp = jnp.where(finite, new_stp, s.stx + _P5 * (stp - s.stx))
+    new_stp, stmin, stmax, width, width1 = _next_trial(s, new_stp, stx, sty, brackt, infoc, nfev)
+
+    advanced = s._replace(
+        stx=stx,
+        fx=fx,
+        dx=dx,
+        sty=sty,
+        fy=fy,
+        dy=dy,
+        stp=new_stp,
+        stmin=stmin,
+        stmax=stmax,
+        brackt=brackt,
+        stage1=stage1,
+        infoc=infoc,
+        nfev=nfev,
+        width=width,
+        width1=width1,
+        nonfinite=nonfinite,
+    )
+    final = s._replace(nfev=nfev, done=jnp.ones_like(s.done), info=info, nonfinite=nonfinite)
+    new = jax.tree.map(lambda a, b: jnp.where(finished, a, b), final, advanced)
+    new = jax.tree.map(lambda a, b: jnp.where(s.done, a, b), s, new)
+    return new, new.stp, new.done, new.info
+
+
+def _termination_info(s: LineSearchState, f: jax.Array, g: jax.Array, nfev: jax.Array,
+                      ftest1: jax.Array) -> jax.Array:
+    """MCSRCH's termination code after the evaluation ``(f, g)`` at ``s.stp`` (0: go on), its tests in
+    MCSRCH's order of precedence (later ones win); ``ftest1`` the sufficient-decrease bound."""
+    stp = s.stp
     info = jnp.zeros_like(nfev)
     info = jnp.where((s.brackt & ((stp <= s.stmin) | (stp >= s.stmax))) | (s.infoc == 0), 6, info)
     info = jnp.where((stp == s.stpmax) & (f <= ftest1) & (g <= s.dgtest), 5, info)
     info = jnp.where((stp == s.stpmin) & ((f > ftest1) | (g >= s.dgtest)), 4, info)
     info = jnp.where(nfev >= s.maxfev, 3, info)
     info = jnp.where(s.brackt & (s.stmax - s.stmin <= s.xtol * s.stmax), 2, info)
-    info = jnp.where((f <= ftest1) & (jnp.abs(g) <= s.gtol * (-s.dginit)), 1, info)
-    finished = info != 0
+    return jnp.where((f <= ftest1) & (jnp.abs(g) <= s.gtol * (-s.dginit)), 1, info)
 
+
+def _interval_step(s: LineSearchState, f: jax.Array, g: jax.Array, ftest1: jax.Array) -> tuple:
+    """``(stage1, (stx, fx, dx, sty, fy, dy, stp, brackt, infoc))``: the safeguarded step
+    (:func:`_cstep`) from the evaluation ``(f, g)`` at ``s.stp``, on the modified function in stage 1."""
+    stp = s.stp
     # Stage 1 ends at the first step with psi(stp) <= 0 and a nonnegative (modified) derivative.
     dgthresh = jnp.where(s.minpack2, 0.0, jnp.minimum(s.ftol, s.gtol) * s.dginit)
     stage1 = s.stage1 & ~((f <= ftest1) & (g >= dgthresh))
@@ -430,16 +498,15 @@ def line_search_update(state: LineSearchState, f, g_dot_d):
     fy = fym + sty * shift
     dx = dxm + shift
     dy = dym + shift
+    return stage1, (stx, fx, dx, sty, fy, dy, new_stp, brackt, infoc)
 
-    # A non-finite phi or phi' at stp: treat stp as a failed (too long) step and bisect towards stx.
-    fx, dx, stx = (jnp.where(finite, a, b) for a, b in ((fx, s.fx), (dx, s.dx), (stx, s.stx)))
-    sty = jnp.where(finite, sty, stp)
-    fy = jnp.where(finite, fy, jnp.inf)
-    dy = jnp.where(finite, dy, 0.0)
-    brackt = jnp.where(finite, brackt, True)
-    infoc = jnp.where(finite, infoc, 1)
-    new_stp = jnp.where(finite, new_stp, s.stx + _P5 * (stp - s.stx))
 
+def _next_trial(s: LineSearchState, new_stp: jax.Array, stx: jax.Array, sty: jax.Array, brackt: jax.Array,
+                infoc: jax.Array, nfev: jax.Array) -> tuple:
+    """``(stp, stmin, stmax, width, width1)``: the next trial step, safeguarded (bisection when the
+    interval shrinks too slowly or the interpolation overflowed, the best step before an unusual
+    end), the interval it must lie in, and the interval widths."""
+    stp = s.stp
     # Force a sufficient decrease in the size of the interval of uncertainty (bisection).
     wide = brackt & (jnp.abs(sty - stx) >= _P66 * s.width1)
     new_stp = jnp.where(wide, stx + _P5 * (sty - stx), new_stp)
@@ -464,29 +531,7 @@ def line_search_update(state: LineSearchState, f, g_dot_d):
         | (brackt & (stmax - stmin <= s.xtol * stmax))
     )
     new_stp = jnp.where(unusual, stx, new_stp)
-
-    advanced = s._replace(
-        stx=stx,
-        fx=fx,
-        dx=dx,
-        sty=sty,
-        fy=fy,
-        dy=dy,
-        stp=new_stp,
-        stmin=stmin,
-        stmax=stmax,
-        brackt=brackt,
-        stage1=stage1,
-        infoc=infoc,
-        nfev=nfev,
-        width=width,
-        width1=width1,
-        nonfinite=nonfinite,
-    )
-    final = s._replace(nfev=nfev, done=jnp.ones_like(s.done), info=info, nonfinite=nonfinite)
-    new = jax.tree.map(lambda a, b: jnp.where(finished, a, b), final, advanced)
-    new = jax.tree.map(lambda a, b: jnp.where(s.done, a, b), s, new)
-    return new, new.stp, new.done, new.info
+    return new_stp, stmin, stmax, width, width1
 
 
 def more_thuente(

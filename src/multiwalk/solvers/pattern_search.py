@@ -59,9 +59,12 @@ from ._common import (
     check_choice_option,
     check_int_option,
     check_vector_option,
-    worst_if_nonfinite,
+    evaluate_walkers,
+    hashable_vector,
+    keep_better,
+    uniform_in_box,
 )
-from .base import Phase, Solver, end_status, value_at_point
+from .base import Phase, RunPlan, Solver, end_status, value_at_point
 
 __all__ = ["PatternSearch", "PatternSearchResult"]
 
@@ -84,7 +87,7 @@ class PatternSearchState(NamedTuple):
 
 def _best_walker(x: jax.Array, fx: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The point ``(n_free,)`` and value of the first walker with the lowest ``fx`` (``fx`` has no
-    NaN: :meth:`PatternSearch._evaluate` makes them +inf), i.e. ``x[argmin(fx)]``, ``fx[argmin(fx)]``.
+    NaN: :func:`evaluate_walkers` makes them +inf), i.e. ``x[argmin(fx)]``, ``fx[argmin(fx)]``.
 
     Written as reductions over walkers so that on several devices each reduces its own walkers and
     only ``n_free + 2`` numbers cross devices: indexing ``x[i]`` with a traced ``i`` made XLA
@@ -93,14 +96,6 @@ def _best_walker(x: jax.Array, fx: jax.Array) -> tuple[jax.Array, jax.Array]:
     i = jnp.argmin(fx)
     row = (jnp.arange(fx.shape[0]) == i)[:, None]
     return jnp.min(jnp.where(row, x, jnp.inf), axis=0), jnp.min(fx)
-
-
-def _vector_option(name: str, value: Any) -> tuple[float, ...] | float | None:
-    """A scalar or per-coordinate positive option, stored hashable."""
-    arr = check_vector_option(name, value, positive=True, scalar_ok=True, none_ok=True)
-    if arr is None:
-        return None
-    return float(arr) if arr.ndim == 0 else tuple(float(v) for v in arr)
 
 
 @dataclass(frozen=True)
@@ -146,18 +141,15 @@ class PatternSearch(Solver):
         for name in ("n_walkers", "iterations"):
             check_int_option(name, getattr(self, name), 1)
         check_int_option("rounds", self.rounds, 1, none_ok=True)
-        object.__setattr__(self, "delta0", _vector_option("delta0", self.delta0))
-        object.__setattr__(self, "delta_tol", _vector_option("delta_tol", self.delta_tol))
+        for name in ("delta0", "delta_tol"):  # a scalar or one per parameter, positive
+            arr = check_vector_option(name, getattr(self, name), positive=True, scalar_ok=True, none_ok=True)
+            object.__setattr__(self, name, hashable_vector(arr))
         check_bool_option("reset", self.reset)
         check_choice_option("restart", self.restart, _RESTARTS)
         check_kernel_option(self.kernel)
         check_launch_options(self)
 
     # ----------------------------------------------------------------- set-up
-    @property
-    def until_time_limit(self) -> bool:
-        return self.rounds is None
-
     def steps(self, problem: Problem) -> tuple[np.ndarray, float]:
         """``(delta0 per free coordinate, smallest scale before a reset)`` for ``problem``."""
         lo, hi, _ = problem.free_bounds()
@@ -199,9 +191,13 @@ class PatternSearch(Solver):
         """Which form (Pallas kernel or XLA) runs an iteration on ``problem`` here, and why."""
         return pattern_search_kernel.plan(problem, self.kernel)
 
-    def arrays_as_arguments(self, problem: Problem) -> bool:
-        # the kernel is generated from the objective's jaxpr, whose constants must be concrete
-        return not self.kernel_plan(problem).use_pallas
+    def plan(self, problem: Problem, devices: int, time_limit: float | None) -> RunPlan:
+        """The kernel form; the data as constants for the Pallas form (its kernel is generated from
+        the objective's jaxpr, whose constants must be concrete); with ``rounds=None`` and a time
+        limit, fresh rounds until that limit, which is then the run's normal end."""
+        kplan = self.kernel_plan(problem)
+        return RunPlan(devices=devices, kernel=kplan, arrays_as_arguments=not kplan.use_pallas,
+                       until_time_limit=self.rounds is None and time_limit is not None)
 
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("search", self.iterations * (self.rounds or 1))]
@@ -228,23 +224,17 @@ class PatternSearch(Solver):
         need = self.n_walkers * per_walker + (problem.n_free + 1) * item + 12  # + the best point, key, counter
         return need, f"lower n_walkers={self.n_walkers} (each walker keeps {per_walker} bytes)"
 
-    def _evaluate(self, problem: Problem, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Values at points ``(m, n_free)``, NaN and +-inf replaced by +inf (they never win),
-        and the mask of those replaced."""
-        return worst_if_nonfinite(jax.vmap(problem.chi2_free)(x))
-
     def _uniform(self, problem: Problem, key: jax.Array) -> jax.Array:
+        """``n_walkers`` points uniform in the box, (n_walkers, n_free)."""
         lo, hi, _ = problem.free_bounds()
-        dt = problem.dtype
-        u = jax.random.uniform(key, (self.n_walkers, problem.n_free), dt)
-        return jnp.asarray(lo, dt) + jnp.asarray(hi - lo, dt) * u
+        return uniform_in_box(key, (self.n_walkers, problem.n_free), lo, hi, problem.dtype, width_in_float64=True)
 
     def init(self, problem: Problem, key: jax.Array) -> PatternSearchState:
         x = self._uniform(problem, jax.random.fold_in(key, 0))
         if problem.x0 is not None:  # the user's starting points: walkers 0 .. K-1 of the first round
             starts = np.atleast_2d(problem.x0)[:, problem.free_index]
             x = x.at[: len(starts)].set(jnp.asarray(starts, problem.dtype))
-        fx, bad = self._evaluate(problem, x)
+        fx, bad = evaluate_walkers(problem.chi2_free, x)
         best_x, best_f = _best_walker(x, fx)
         w, dt = self.n_walkers, problem.dtype
         return PatternSearchState(
@@ -275,7 +265,7 @@ class PatternSearch(Solver):
             _, tol_scale = self.steps(problem)
             # Scale s log-uniform in [tol, 1] (in units of the box); a few coordinates
             # (each with probability 2/d, at least one) move by up to s times the box width.
-            log_s = jax.random.uniform(k_scale, (w,), dt) * np.log(tol_scale)
+            log_s = jax.random.uniform(k_scale, (w,), dt) * float(np.log(tol_scale))  # a Python float: stays in dt
             s = jnp.exp(log_s)
             pick = jax.random.uniform(k_mask, (w, d), dt) < min(1.0, 2.0 / d)
             pick = pick.at[jnp.arange(w), jax.random.randint(k_which, (w,), 0, d)].set(True)
@@ -284,7 +274,7 @@ class PatternSearch(Solver):
             local = jnp.arange(w) < w // 2  # half refine, half explore
             x = jnp.where(local[:, None], near, x)
             scale = jnp.where(local, jnp.minimum(1.0, 20.0 * s), scale)  # step ~ the perturbation
-        fx, bad = self._evaluate(problem, x)
+        fx, bad = evaluate_walkers(problem.chi2_free, x)
         zeros = jnp.zeros(self.n_walkers, jnp.int32)
         return state._replace(
             x=x, fx=fx, scale=scale, n_halvings=zeros, n_resets=zeros, n_nonfinite=state.n_nonfinite + bad
@@ -304,14 +294,14 @@ class PatternSearch(Solver):
         return self._end_iteration(state, x, fx, improved, n_nonfinite, tol_scale)
 
     def run_chunk(
-        self, problem: Problem, state: PatternSearchState, phase: int, n: jax.Array
+        self, problem: Problem, state: PatternSearchState, phase: int, n: jax.Array, plan: RunPlan | None = None
     ) -> tuple[PatternSearchState, jax.Array]:
         """``n`` iterations.  The Pallas form runs up to a round's end (at most
         ``pattern_search_kernel.MAX_ITERATIONS``) in one kernel launch per loop trip; the
         result is that of ``n`` steps (the same iterations, best point and counters)."""
-        plan = self.kernel_plan(problem)
-        if not plan.use_pallas:
-            return super().run_chunk(problem, state, phase, n)
+        kplan = self.kernel_plan(problem)
+        if not kplan.use_pallas:
+            return super().run_chunk(problem, state, phase, n, plan)
         per_launch = min(self.iterations, pattern_search_kernel.MAX_ITERATIONS)
 
         def body(carry: tuple) -> tuple:
@@ -319,7 +309,7 @@ class PatternSearch(Solver):
             s = self._maybe_new_round(problem, s)
             to_round_end = self.iterations - s.iteration % self.iterations
             k = jnp.minimum(jnp.minimum(n - i, to_round_end), per_launch).astype(jnp.int32)
-            return i + k, self._kernel_iterations(problem, plan, s, k, per_launch)
+            return i + k, self._kernel_iterations(problem, kplan, s, k, per_launch)
 
         n_run, state = jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.asarray(0, jnp.int32), state))
         return state, n_run
@@ -349,14 +339,14 @@ class PatternSearch(Solver):
         # Step by step, the best point changes at each strictly lower iteration minimum: it ends at the
         # first iteration that reaches the lowest one (argmin takes the first), if that beats the old best.
         t = jnp.argmin(r.best_f)
-        better = r.best_f[t] < state.best_f
+        best_f, best_x, _ = keep_better(state.best_f, state.best_x, r.best_f[t], r.best_x[t])
         return state._replace(
             iteration=state.iteration + n,
             x=r.x,
             fx=r.fx,
             scale=r.scale,
-            best_x=jnp.where(better, r.best_x[t], state.best_x),
-            best_f=jnp.where(better, r.best_f[t], state.best_f),
+            best_x=best_x,
+            best_f=best_f,
             n_halvings=r.n_halvings,
             n_resets=r.n_resets,
             n_nonfinite=r.n_bad,
@@ -376,8 +366,8 @@ class PatternSearch(Solver):
             delta = state.scale * d0_j[j]  # (W,)
             xj = x[:, j]
             plus, minus = xj + delta, xj - delta
-            f_plus, bad_plus = self._evaluate(problem, x + delta[:, None] * on_j)
-            f_minus, bad_minus = self._evaluate(problem, x - delta[:, None] * on_j)
+            f_plus, bad_plus = evaluate_walkers(problem.chi2_free, x + delta[:, None] * on_j)
+            f_minus, bad_minus = evaluate_walkers(problem.chi2_free, x - delta[:, None] * on_j)
             in_plus, in_minus = plus <= hi_j[j], minus >= lo_j[j]
             n_bad = n_bad + (in_plus & bad_plus) + (in_minus & bad_minus)  # out-of-box values are not used
             # Rules b) and c); a move out of the box is never taken, even from a walker at +inf.
@@ -405,15 +395,15 @@ class PatternSearch(Solver):
         if self.reset:
             was_reset = scale <= tol_scale * (1 + 1e-6)
             scale = jnp.where(was_reset, jnp.ones_like(scale), scale)
-        best_x, best_f = _best_walker(x, fx)
-        better = best_f < state.best_f
+        walker_x, walker_f = _best_walker(x, fx)
+        best_f, best_x, _ = keep_better(state.best_f, state.best_x, walker_f, walker_x)
         return state._replace(
             iteration=state.iteration + 1,
             x=x,
             fx=fx,
             scale=scale,
-            best_x=jnp.where(better, best_x, state.best_x),
-            best_f=jnp.where(better, best_f, state.best_f),
+            best_x=best_x,
+            best_f=best_f,
             n_halvings=state.n_halvings + halved,
             n_resets=state.n_resets + was_reset,
             n_nonfinite=n_nonfinite,
@@ -459,7 +449,7 @@ class PatternSearch(Solver):
         )
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class PatternSearchResult(Result):
     """Result of :class:`PatternSearch`.
 
@@ -469,9 +459,9 @@ class PatternSearchResult(Result):
     ``resets`` (n_walkers,): step halvings and resets to delta0 during the last round.
     """
 
-    walkers: np.ndarray = None  # type: ignore[assignment]
-    values: np.ndarray = None  # type: ignore[assignment]
-    steps: np.ndarray = None  # type: ignore[assignment]
-    evaluations: int = 0
-    halvings: np.ndarray = None  # type: ignore[assignment]
-    resets: np.ndarray = None  # type: ignore[assignment]
+    walkers: np.ndarray
+    values: np.ndarray
+    steps: np.ndarray
+    evaluations: int
+    halvings: np.ndarray
+    resets: np.ndarray

@@ -24,6 +24,7 @@ tests: correct, not fast).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -121,8 +122,45 @@ def sweeps(
     b, wp, programs = kernels.row_blocks(w, block)
     # pad with copies of the last walker: computed, then dropped (never the first best)
     x, fx, scale, n_bad, n_halvings, n_resets = kernels.pad_rows((x, fx, scale, n_bad, n_halvings, n_resets), wp)
-    d0_c, lo_c, hi_c = (np.asarray(v, dtype=dt) for v in (d0, lower, upper))
+    box = _Box(*(np.asarray(v, dtype=dt) for v in (d0, lower, upper)))
     tol_c = np.asarray(tol_scale * (1 + 1e-6), dtype=dt)  # as the XLA form rounds it
+    kernel = _sweeps_kernel(graph, d, b, dt, box, tol_c, reset)
+
+    i32 = jnp.int32
+    out_shape = (
+        jax.ShapeDtypeStruct((wp, d), dt),
+        jax.ShapeDtypeStruct((wp,), dt),
+        jax.ShapeDtypeStruct((wp,), dt),
+        jax.ShapeDtypeStruct((wp,), i32),
+        jax.ShapeDtypeStruct((wp,), i32),
+        jax.ShapeDtypeStruct((wp,), i32),
+        jax.ShapeDtypeStruct((max_iter, programs), dt),
+        jax.ShapeDtypeStruct((max_iter, programs, d), dt),
+    )
+    n_arr = jnp.reshape(jnp.asarray(n_iter, i32), (1,))
+    out = pl.pallas_call(
+        kernel, out_shape=out_shape, grid=(programs,), interpret=interpret, name="pattern_search_sweeps",
+        **kernels.compiler_params(num_warps, interpret),
+    )(n_arr, x, fx, scale, n_bad.astype(i32), n_halvings.astype(i32), n_resets.astype(i32))
+    x, fx, scale, n_bad, n_halvings, n_resets, block_f, block_x = out
+    if wp != w:
+        x, fx, scale, n_bad, n_halvings, n_resets = (a[:w] for a in (x, fx, scale, n_bad, n_halvings, n_resets))
+    best_f, best_x = _best_of_programs(block_f, block_x, n_iter, max_iter)
+    return Sweeps(x, fx, scale, n_bad, n_halvings, n_resets, best_f, best_x)
+
+
+class _Box(NamedTuple):
+    """Per coordinate, (d,) NumPy arrays of the walkers' dtype: constants of the kernel."""
+
+    d0: np.ndarray  # the initial step (step = scale * d0)
+    lower: np.ndarray
+    upper: np.ndarray
+
+
+def _sweeps_kernel(graph: ScalarGraph, d: int, b: int, dt: Any, box: _Box, tol_c: np.ndarray,
+                   reset: bool) -> Callable[..., None]:
+    """The kernel body of :func:`sweeps`: ``b`` walkers of ``d`` coordinates per program."""
+    from jax.experimental import pallas as pl
 
     def kernel(n_ref, x_ref, fx_ref, scale_ref, bad_ref, halv_ref, reset_ref,  # noqa: ANN001
                x_out, fx_out, scale_out, bad_out, halv_out, reset_out, best_f_out, best_x_out):
@@ -146,35 +184,8 @@ def sweeps(
             inf = full(np.inf)
             improved = full(False, jnp.bool_)
             for j in range(d):
-                delta = s * full(d0_c[j])
-                plus, minus = xs[j] + delta, xs[j] - delta
-                at_plus = graph.reevaluate(vals, j, plus, const)
-                at_minus = graph.reevaluate(vals, j, minus, const)
-                f_plus = graph.value(at_plus, const, vals)
-                f_minus = graph.value(at_minus, const, vals)
-                (f_plus, bad_plus), (f_minus, bad_minus) = worst_if_nonfinite(f_plus), worst_if_nonfinite(f_minus)
-                in_plus, in_minus = plus <= full(hi_c[j]), minus >= full(lo_c[j])
-                # Out-of-box values are not used, so not counted (as in the XLA form).
-                bad = bad + (in_plus & bad_plus).astype(jnp.int32) + (in_minus & bad_minus).astype(jnp.int32)
-                go_plus = in_plus & (f_plus <= f_x) & (f_plus <= jnp.where(in_minus, f_minus, inf))
-                go_minus = ~go_plus & in_minus & (f_minus <= f_x) & (f_minus <= jnp.where(in_plus, f_plus, inf))
-                f_new = jnp.where(go_plus, f_plus, jnp.where(go_minus, f_minus, f_x))
-                improved = improved | (f_new < f_x)
-                xs[j] = xs[j] + jnp.where(go_plus, delta, jnp.where(go_minus, -delta, full(0.0)))
-                # The cached values follow the walker: x[j]'s dependents take the values at the new point.
-                for node_id, v_plus in at_plus.items():
-                    if node_id == j:
-                        vals[j] = xs[j]
-                    elif vals[node_id] is not None:  # a value some trial reuses (graph.cached)
-                        vals[node_id] = jnp.where(go_plus, v_plus, jnp.where(go_minus, at_minus[node_id], vals[node_id]))
-                f_x = f_new
-            # Rule d), as PatternSearch._end_iteration does it.
-            s = jnp.where(improved, s, s / full(2.0))
-            halv = halv + (~improved).astype(jnp.int32)
-            if reset:
-                was_reset = s <= full(tol_c)
-                s = jnp.where(was_reset, full(1.0), s)
-                resets = resets + was_reset.astype(jnp.int32)
+                f_x, bad, improved = _coordinate_move(graph, lanes, box, j, xs, vals, f_x, s, bad, improved, inf)
+            s, halv, resets = _halve_or_reset(s, improved, halv, resets, reset, tol_c, full)
             # This program's best walker after iteration t: the first of the lowest value.
             low = jnp.min(f_x)
             first = jnp.min(jnp.where(f_x == low, lane, b))
@@ -197,29 +208,60 @@ def sweeps(
         halv_out[rows] = halv
         reset_out[rows] = resets
 
-    i32 = jnp.int32
-    out_shape = (
-        jax.ShapeDtypeStruct((wp, d), dt),
-        jax.ShapeDtypeStruct((wp,), dt),
-        jax.ShapeDtypeStruct((wp,), dt),
-        jax.ShapeDtypeStruct((wp,), i32),
-        jax.ShapeDtypeStruct((wp,), i32),
-        jax.ShapeDtypeStruct((wp,), i32),
-        jax.ShapeDtypeStruct((max_iter, programs), dt),
-        jax.ShapeDtypeStruct((max_iter, programs, d), dt),
-    )
-    n_arr = jnp.reshape(jnp.asarray(n_iter, i32), (1,))
-    out = pl.pallas_call(
-        kernel, out_shape=out_shape, grid=(programs,), interpret=interpret, name="pattern_search_sweeps",
-        **kernels.compiler_params(num_warps, interpret),
-    )(n_arr, x, fx, scale, n_bad.astype(i32), n_halvings.astype(i32), n_resets.astype(i32))
-    x, fx, scale, n_bad, n_halvings, n_resets, block_f, block_x = out
-    if wp != w:
-        x, fx, scale, n_bad, n_halvings, n_resets = (a[:w] for a in (x, fx, scale, n_bad, n_halvings, n_resets))
+    return kernel
+
+
+def _coordinate_move(graph: ScalarGraph, lanes: kernels.LaneValues, box: _Box, j: int, xs: list, vals: list,
+                     f_x: jax.Array, s: jax.Array, bad: jax.Array, improved: jax.Array,
+                     inf: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Rules b) and c) for coordinate ``j`` of every lane's walker: try ``x +- s d0[j]``, move to the
+    better in-box trial that is no worse than ``f_x``.  Updates ``xs[j]`` and the cached graph
+    values ``vals`` in place; returns ``(f_x, bad, improved)`` after the move ([block] each)."""
+    const, full = lanes.const, lanes.full
+    delta = s * full(box.d0[j])
+    plus, minus = xs[j] + delta, xs[j] - delta
+    at_plus = graph.reevaluate(vals, j, plus, const)
+    at_minus = graph.reevaluate(vals, j, minus, const)
+    f_plus = graph.value(at_plus, const, vals)
+    f_minus = graph.value(at_minus, const, vals)
+    (f_plus, bad_plus), (f_minus, bad_minus) = worst_if_nonfinite(f_plus), worst_if_nonfinite(f_minus)
+    in_plus, in_minus = plus <= full(box.upper[j]), minus >= full(box.lower[j])
+    # Out-of-box values are not used, so not counted (as in the XLA form).
+    bad = bad + (in_plus & bad_plus).astype(jnp.int32) + (in_minus & bad_minus).astype(jnp.int32)
+    go_plus = in_plus & (f_plus <= f_x) & (f_plus <= jnp.where(in_minus, f_minus, inf))
+    go_minus = ~go_plus & in_minus & (f_minus <= f_x) & (f_minus <= jnp.where(in_plus, f_plus, inf))
+    f_new = jnp.where(go_plus, f_plus, jnp.where(go_minus, f_minus, f_x))
+    improved = improved | (f_new < f_x)
+    xs[j] = xs[j] + jnp.where(go_plus, delta, jnp.where(go_minus, -delta, full(0.0)))
+    # The cached values follow the walker: x[j]'s dependents take the values at the new point.
+    for node_id, v_plus in at_plus.items():
+        if node_id == j:
+            vals[j] = xs[j]
+        elif vals[node_id] is not None:  # a value some trial reuses (graph.cached)
+            vals[node_id] = jnp.where(go_plus, v_plus, jnp.where(go_minus, at_minus[node_id], vals[node_id]))
+    return f_new, bad, improved
+
+
+def _halve_or_reset(s: jax.Array, improved: jax.Array, halv: jax.Array, resets: jax.Array, reset: bool,
+                    tol_c: np.ndarray, full: Callable[..., jax.Array]) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Rule d), as ``PatternSearch._end_iteration`` does it: ``(scale, n_halvings, n_resets)``."""
+    s = jnp.where(improved, s, s / full(2.0))
+    halv = halv + (~improved).astype(jnp.int32)
+    if reset:
+        was_reset = s <= full(tol_c)
+        s = jnp.where(was_reset, full(1.0), s)
+        resets = resets + was_reset.astype(jnp.int32)
+    return s, halv, resets
+
+
+def _best_of_programs(block_f: jax.Array, block_x: jax.Array, n_iter: jax.Array | int,
+                      max_iter: int) -> tuple[jax.Array, jax.Array]:
+    """Each iteration's best walker over all programs: ``block_f`` (max_iter, programs) and
+    ``block_x`` (max_iter, programs, d) -> ``(best_f (max_iter,), best_x (max_iter, d))``."""
     # Iterations not run leave their rows unwritten: mask them.
     ran = jnp.arange(max_iter) < n_iter
     block_f = jnp.where(ran[:, None], block_f, jnp.inf)
     first = jnp.argmin(block_f, axis=1)  # the first program holding the lowest value: argmin over all walkers
     best_f = jnp.take_along_axis(block_f, first[:, None], axis=1)[:, 0]
     best_x = jnp.take_along_axis(block_x, first[:, None, None], axis=1)[:, 0, :]
-    return Sweeps(x, fx, scale, n_bad, n_halvings, n_resets, best_f, best_x)
+    return best_f, best_x

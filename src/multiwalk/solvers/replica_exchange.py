@@ -29,15 +29,24 @@ import numpy as np
 from ..polish import Roots, polish
 from ..polish import default_root_tol as _default_root_tol
 from ..problem import Problem
-from ..result import Result, Status
-from ._common import check_int_option, check_number_option, check_vector_option, worst_if_nonfinite
+from ..result import NOT_SAVED, Result, Status
+from ._common import (
+    INIT_STREAM,
+    check_int_option,
+    check_number_option,
+    check_vector_option,
+    evaluate_walkers,
+    hashable_vector,
+    keep_better,
+    ladder_values,
+    uniform_in_box,
+)
 from .base import Phase, Solver, end_status, value_at_point
 
 __all__ = ["ReplicaExchange", "ReplicaExchangeResult", "Roots"]
 
 _ADAPT_TARGET = 0.30  # acceptance below which a step shrinks (cuda_mcmc's adjust_steps)
 _ADAPT_FACTOR = 1.01
-_INIT_STREAM = 0x7FFFFFFF  # key stream of the start points; iterations use 0, 1, 2, ...
 
 
 class ReplicaExchangeState(NamedTuple):
@@ -116,7 +125,7 @@ class ReplicaExchange(Solver):
                 raise ValueError(f"betas must lie in (0, 1], got {b.tolist()}")
             if np.any(np.diff(b) >= 0):
                 raise ValueError(f"betas must be strictly decreasing (coldest first), got {b.tolist()}")
-            object.__setattr__(self, "betas", tuple(float(v) for v in b))
+            object.__setattr__(self, "betas", hashable_vector(b))
         else:
             beta1 = check_number_option("beta1", self.beta1, 0, 1, low_open=True)
             check_number_option("betan", self.betan, 0, beta1, low_open=True)
@@ -128,10 +137,7 @@ class ReplicaExchange(Solver):
         """The inverse temperatures, coldest first, shape (nbeta,)."""
         if self.betas is not None:
             return np.asarray(self.betas)
-        if self.nbeta == 1:
-            return np.array([self.beta1])
-        i = np.arange(self.nbeta)
-        return self.beta1 * (self.betan / self.beta1) ** (i / (self.nbeta - 1))
+        return ladder_values(self.beta1, self.betan, self.nbeta, spacing="power")  # cuda_mcmc's formula
 
     def check(self, problem: Problem) -> None:
         if problem.lower is None:
@@ -152,13 +158,11 @@ class ReplicaExchange(Solver):
         lo, hi, _ = problem.free_bounds()
         dt = problem.dtype
         nf, ns, nb = problem.n_free, self.nseq, self.nbeta
-        lo_j, hi_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt)
-        u = jax.random.uniform(jax.random.fold_in(key, _INIT_STREAM), (ns, nb, nf), dtype=dt)
-        x = lo_j + (hi_j - lo_j) * u
+        x = uniform_in_box(jax.random.fold_in(key, INIT_STREAM), (ns, nb, nf), lo, hi, dt, width_in_float64=False)
         if problem.x0 is not None:  # the user's starting points: every temperature of sequences 0 .. K-1
             starts = jnp.asarray(np.atleast_2d(problem.x0)[:, problem.free_index], dt)
             x = x.at[: len(starts)].set(jnp.broadcast_to(starts[:, None, :], (len(starts), nb, nf)))
-        chi2, bad = worst_if_nonfinite(self._chi2(problem, x))
+        chi2, bad = evaluate_walkers(problem.chi2_free, x)
         i32 = jnp.int32
         best = jnp.argmin(chi2, axis=1)
         return ReplicaExchangeState(
@@ -205,24 +209,55 @@ class ReplicaExchange(Solver):
                       f"{nf} x (nadj + ~{2 * item + 16}) bytes), or niter={self.niter} (the samples are "
                       f"niter x nseq x n_free values)")
 
-    @staticmethod
-    def _chi2(problem: Problem, x: jax.Array) -> jax.Array:
-        """chi2 of points ``(nseq, nbeta, n_free)`` -> ``(nseq, nbeta)``."""
-        flat = x.reshape(-1, x.shape[-1])
-        return jax.vmap(problem.chi2_free)(flat).reshape(x.shape[:-1])
-
     # ----------------------------------------------------------------- one iteration
     def step(self, problem: Problem, state: ReplicaExchangeState, phase: int) -> ReplicaExchangeState:
+        """One iteration of every chain (the module docstring's steps 1-3); ``phase`` 0 is burn-in."""
         burn = phase == 0
         lo, hi, per = problem.free_bounds()
         dt = problem.dtype
-        nf, ns, nb = problem.n_free, self.nseq, self.nbeta
+        nf, nb = problem.n_free, self.nbeta
         lo_j, hi_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt)
         width = hi_j - lo_j
         beta = jnp.asarray(self.ladder(), dt)
         key = jax.random.fold_in(state.key, state.iteration)
         params = jnp.arange(nf)
-        # All random numbers of the iteration's n_free trials at once (fewer, larger draws).
+        choices, normals, log_us, k_exchange = self._trial_draws(problem, key)
+
+        def metropolis(s: int, st: ReplicaExchangeState) -> ReplicaExchangeState:
+            j = choices[s]
+            onehot = params == j[..., None]  # (ns, nb, nf)
+            proposal, lo_s, hi_s = self._proposal(st, j, normals, s, lo_j, hi_j, width, per)
+            inside = (proposal >= lo_s) & (proposal <= hi_s)
+            x_new = jnp.where(onehot, proposal[..., None], st.x)
+            chi2_new, bad = evaluate_walkers(problem.chi2_free, x_new)
+            accept = inside & ~bad & (log_us[s] <= -0.5 * beta * (chi2_new - st.chi2))
+            acc_i = accept.astype(jnp.int32)
+            st = st._replace(
+                x=jnp.where(accept[..., None], x_new, st.x),
+                chi2=jnp.where(accept, chi2_new, st.chi2),
+                n_nonfinite=st.n_nonfinite + (inside & bad),
+            )
+            if burn:
+                return self._adapt_step(st, j, onehot, accept, acc_i, dt)
+            return st._replace(
+                n_trials=st.n_trials + onehot,
+                n_accepted=st.n_accepted + onehot * acc_i[..., None],
+            )
+
+        state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=min(nf, 8))
+        if nb > 1:
+            state = self._exchange(state, k_exchange, beta, record=not burn)
+        state = self._keep_best(state)
+        if not burn:
+            state = self._record_sample(state)
+        return state._replace(iteration=state.iteration + 1)
+
+    def _trial_draws(self, problem: Problem, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        """The random numbers of one iteration's ``n_free`` trials, drawn at once (fewer, larger draws):
+        ``(choices, normals, log_us, k_exchange)``: the parameter each trial changes (int), its
+        standard normal step and the log of its acceptance uniform, each (n_free, nseq, nbeta),
+        and the key of the exchanges."""
+        nf, ns, nb, dt = problem.n_free, self.nseq, self.nbeta, problem.dtype
         k_choice, k_step, k_accept, k_exchange = jax.random.split(key, 4)
         choices = jax.random.randint(k_choice, (nf, ns, nb), 0, nf)
         normals = jax.random.normal(k_step, (nf, ns, nb), dt)
@@ -235,80 +270,68 @@ class ReplicaExchange(Solver):
         # Not the choices and uniforms too: with those barred, XLA fused the trial points (x via
         # the earlier trials' selects) into the chi2 reductions, about twice as slow.
         normals = jax.lax.optimization_barrier(normals)
+        return choices, normals, log_us, k_exchange
 
-        def metropolis(s: int, st: ReplicaExchangeState) -> ReplicaExchangeState:
-            j = choices[s]
-            onehot = params == j[..., None]  # (ns, nb, nf)
-            proposal = _take(st.x, j) + _take(st.step, j) * normals[s]
-            lo_s, hi_s = lo_j[j], hi_j[j]
-            if per.any():
-                wrapped = lo_s + jnp.mod(proposal - lo_s, width[j])
-                wrapped = jnp.where(wrapped >= hi_s, lo_s, wrapped)  # rounding can land on upper
-                proposal = jnp.where(jnp.asarray(per)[j], wrapped, proposal)
-            # Stored once per chain (a barrier XLA cannot fuse through): otherwise XLA fuses the
-            # proposal (the gather of x_j through the chain of this iteration's earlier selects,
-            # + step_j * normal) into the chi2 reduction below, which broadcasts it over n_free,
-            # so every chain gathers it n_free times.  It did so in some trials, at places that
-            # change with nseq (its cost model), several times slower per chain and trial.
-            # Same chains: bit for bit on CPUs; on GPUs the same points, chi2 differing in
-            # rounding where XLA emits the reduction differently.
-            proposal = jax.lax.optimization_barrier(proposal)
-            inside = (proposal >= lo_s) & (proposal <= hi_s)
-            x_new = jnp.where(onehot, proposal[..., None], st.x)
-            chi2_new, bad = worst_if_nonfinite(self._chi2(problem, x_new))
-            accept = inside & ~bad & (log_us[s] <= -0.5 * beta * (chi2_new - st.chi2))
-            acc_i = accept.astype(jnp.int32)
-            st = st._replace(
-                x=jnp.where(accept[..., None], x_new, st.x),
-                chi2=jnp.where(accept, chi2_new, st.chi2),
-                n_nonfinite=st.n_nonfinite + (inside & bad),
-            )
-            if burn:
-                # Ring buffer of the chosen parameter's last nadj outcomes -> its step width.
-                count = _take(st.n_count, j)
-                flat_idx = j * self.nadj + count % self.nadj
-                hist = st.history.reshape(ns, nb, nf * self.nadj)
-                old = _take(hist, flat_idx).astype(jnp.int32)
-                # One entry per chain, written by a scatter vmapped over (nseq, nbeta): its batch
-                # dimensions are the sequences, so on several devices each writes its own rows
-                # (jnp.put_along_axis builds whole-batch indices, which XLA all-gathered per trial).
-                hist = jax.vmap(jax.vmap(lambda h, i, a: h.at[i].set(a)))(hist, flat_idx, accept.astype(jnp.int8))
-                hsum = st.history_sum + onehot * (acc_i - old)[..., None]
-                rate = _take(hsum, j) / jnp.minimum(self.nadj, count + 1)
-                factor = jnp.where(rate < _ADAPT_TARGET, 1.0 / _ADAPT_FACTOR, _ADAPT_FACTOR).astype(dt)
-                st = st._replace(
-                    step=jnp.where(onehot, st.step * factor[..., None], st.step),
-                    n_count=st.n_count + onehot,
-                    history=hist.reshape(ns, nb, nf, self.nadj),
-                    history_sum=hsum,
-                )
-            else:
-                st = st._replace(
-                    n_trials=st.n_trials + onehot,
-                    n_accepted=st.n_accepted + onehot * acc_i[..., None],
-                )
-            return st
-
-        state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=min(nf, 8))
-        if nb > 1:
-            state = self._exchange(state, k_exchange, beta, record=not burn)
-
-        # Best point seen so far in each sequence.
-        ib = jnp.argmin(state.chi2, axis=1)
-        cand = jnp.min(state.chi2, axis=1)
-        better = cand < state.best_chi2
-        cand_x = jnp.take_along_axis(state.x, ib[:, None, None], axis=1)[:, 0]
-        state = state._replace(
-            best_x=jnp.where(better[:, None], cand_x, state.best_x),
-            best_chi2=jnp.where(better, cand, state.best_chi2),
+    def _adapt_step(self, st: ReplicaExchangeState, j: jax.Array, onehot: jax.Array, accept: jax.Array,
+                    acc_i: jax.Array, dt: Any) -> ReplicaExchangeState:
+        """Burn-in: the trial's outcome ``accept`` (nseq, nbeta) into the ring buffer of the chosen
+        parameter ``j``'s last ``nadj`` outcomes (``acc_i``: as int32), and that parameter's step width
+        adapted to it."""
+        ns, nb, nf = st.x.shape
+        count = _take(st.n_count, j)
+        flat_idx = j * self.nadj + count % self.nadj
+        hist = st.history.reshape(ns, nb, nf * self.nadj)
+        old = _take(hist, flat_idx).astype(jnp.int32)
+        # One entry per chain, written by a scatter vmapped over (nseq, nbeta): its batch
+        # dimensions are the sequences, so on several devices each writes its own rows
+        # (jnp.put_along_axis builds whole-batch indices, which XLA all-gathered per trial).
+        hist = jax.vmap(jax.vmap(lambda h, i, a: h.at[i].set(a)))(hist, flat_idx, accept.astype(jnp.int8))
+        hsum = st.history_sum + onehot * (acc_i - old)[..., None]
+        rate = _take(hsum, j) / jnp.minimum(self.nadj, count + 1)
+        factor = jnp.where(rate < _ADAPT_TARGET, 1.0 / _ADAPT_FACTOR, _ADAPT_FACTOR).astype(dt)
+        return st._replace(
+            step=jnp.where(onehot, st.step * factor[..., None], st.step),
+            n_count=st.n_count + onehot,
+            history=hist.reshape(ns, nb, nf, self.nadj),
+            history_sum=hsum,
         )
-        if not burn:
-            row = state.iteration - self.nburn
-            state = state._replace(
-                samples=jax.lax.dynamic_update_index_in_dim(state.samples, state.x[:, 0, :], row, 0),
-                samples_chi2=jax.lax.dynamic_update_index_in_dim(state.samples_chi2, state.chi2[:, 0], row, 0),
-            )
-        return state._replace(iteration=state.iteration + 1)
+
+    def _record_sample(self, state: ReplicaExchangeState) -> ReplicaExchangeState:
+        """Sampling phase: the coldest chain of each sequence into this iteration's row of ``samples``."""
+        row = state.iteration - self.nburn
+        return state._replace(
+            samples=jax.lax.dynamic_update_index_in_dim(state.samples, state.x[:, 0, :], row, 0),
+            samples_chi2=jax.lax.dynamic_update_index_in_dim(state.samples_chi2, state.chi2[:, 0], row, 0),
+        )
+
+    @staticmethod
+    def _proposal(st: ReplicaExchangeState, j: jax.Array, normals: jax.Array, s: int, lo: jax.Array, hi: jax.Array,
+                  width: jax.Array, periodic: np.ndarray) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Trial ``s``'s proposal ``x_j + step_j * normals[s]`` for the chosen parameter ``j`` (nseq, nbeta)
+        of every chain, wrapped into the box where ``j`` is periodic: ``(proposal, lower_j, upper_j)``,
+        each (nseq, nbeta); ``lo``, ``hi``, ``width`` (n_free,) the box."""
+        proposal = _take(st.x, j) + _take(st.step, j) * normals[s]
+        lo_s, hi_s = lo[j], hi[j]
+        if periodic.any():
+            wrapped = lo_s + jnp.mod(proposal - lo_s, width[j])
+            wrapped = jnp.where(wrapped >= hi_s, lo_s, wrapped)  # rounding can land on upper
+            proposal = jnp.where(jnp.asarray(periodic)[j], wrapped, proposal)
+        # Stored once per chain (a barrier XLA cannot fuse through): otherwise XLA fuses the
+        # proposal (the gather of x_j through the chain of this iteration's earlier selects,
+        # + step_j * normal) into the trial's chi2 reduction, which broadcasts it over n_free,
+        # so every chain gathers it n_free times.  It did so in some trials, at places that
+        # change with nseq (its cost model), several times slower per chain and trial.
+        # Same chains: bit for bit on CPUs; on GPUs the same points, chi2 differing in
+        # rounding where XLA emits the reduction differently.
+        return jax.lax.optimization_barrier(proposal), lo_s, hi_s
+
+    @staticmethod
+    def _keep_best(state: ReplicaExchangeState) -> ReplicaExchangeState:
+        """The best point seen so far in each sequence (any temperature), after an iteration."""
+        ib = jnp.argmin(state.chi2, axis=1)
+        cand_x = jnp.take_along_axis(state.x, ib[:, None, None], axis=1)[:, 0]
+        best_chi2, best_x, _ = keep_better(state.best_chi2, state.best_x, jnp.min(state.chi2, axis=1), cand_x)
+        return state._replace(best_x=best_x, best_chi2=best_chi2)
 
     def _exchange(
         self, state: ReplicaExchangeState, key: jax.Array, beta: jax.Array, record: bool
@@ -413,34 +436,41 @@ class ReplicaExchange(Solver):
         )
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class ReplicaExchangeResult(Result):
-    """Result of :class:`ReplicaExchange`.
+    """Result of :class:`ReplicaExchange`; every field is saved by :meth:`save` but ``problem``.
 
+    The sampling phase's record (niter rows, fewer when the run stopped early):
     ``samples`` (niter, nseq, n): the coldest chain of every sequence after each iteration
     (the seed's pout, full parameter vectors).  ``chi2`` (niter, nseq): their chi2.
-    ``acceptance`` (n_free, nbeta, nseq): sampling-phase acceptance per parameter.
-    ``exchange_rate`` (nbeta - 1, nseq): accepted / attempted swaps of pair (k, k+1).
+    The chains (nseq x nbeta, per free parameter):
+    ``acceptance`` (n_free, nbeta, nseq): sampling-phase acceptance per parameter (NaN: never tried),
+    from ``n_accepted`` / ``n_trials`` (n_free, nbeta, nseq).
+    ``exchange_rate`` (nbeta - 1, nseq): accepted / attempted swaps of pair (k, k+1), from
+    ``n_swaps`` (nbeta - 1, nseq) (both (0, nseq) for one temperature).
     ``steps`` (n_free, nbeta, nseq): the adapted proposal widths.  ``betas`` (nbeta,).
     ``labels`` (nbeta, nseq): which replica sits at each temperature (the seed's tcur).
+    The problem's parameters: ``names`` (n), ``free_index`` (n_free,), the box ``lower``, ``upper`` (n,).
+    ``options``: the solver's options.
     """
 
-    samples: np.ndarray = None  # type: ignore[assignment]
-    chi2: np.ndarray = None  # type: ignore[assignment]
-    acceptance: np.ndarray = None  # type: ignore[assignment]
-    exchange_rate: np.ndarray = None  # type: ignore[assignment]
-    steps: np.ndarray = None  # type: ignore[assignment]
-    betas: np.ndarray = None  # type: ignore[assignment]
-    n_accepted: np.ndarray = None  # type: ignore[assignment]
-    n_trials: np.ndarray = None  # type: ignore[assignment]
-    n_swaps: np.ndarray = None  # type: ignore[assignment]
-    labels: np.ndarray = None  # type: ignore[assignment]
-    names: list[str] = field(default_factory=list)
-    free_index: np.ndarray = None  # type: ignore[assignment]
-    lower: np.ndarray = None  # type: ignore[assignment]
-    upper: np.ndarray = None  # type: ignore[assignment]
-    options: dict[str, Any] = field(default_factory=dict)
-    problem: Problem | None = field(default=None, repr=False)  # for roots(); not saved
+    samples: np.ndarray
+    chi2: np.ndarray
+    acceptance: np.ndarray
+    exchange_rate: np.ndarray
+    steps: np.ndarray
+    betas: np.ndarray
+    n_accepted: np.ndarray
+    n_trials: np.ndarray
+    n_swaps: np.ndarray
+    labels: np.ndarray
+    names: list[str]
+    free_index: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    options: dict[str, Any]
+    # the function roots() polishes with; None in a result built without it (roots() then explains)
+    problem: Problem | None = field(default=None, repr=False, metadata=NOT_SAVED)
 
     @property
     def flat_samples(self) -> np.ndarray:
@@ -468,14 +498,11 @@ class ReplicaExchangeResult(Result):
                 "roots() polishes with the problem's function, which this result does not hold "
                 "(a result read back from a file): run mw.solve again to get a result with it"
             )
-        if tol is not None and not (tol >= 0):
-            raise ValueError(f"tol must be a non-negative chi2 value or None (the dtype's default), got {tol!r}")
-        if not (radius > 0):
-            raise ValueError(f"radius must be positive (a fraction of the box width), got {radius!r}")
-        if isinstance(max_candidates, bool) or not isinstance(max_candidates, (int, np.integer)) or max_candidates < 1:
-            raise ValueError(f"max_candidates must be a positive integer, got {max_candidates!r}")
+        check_number_option("tol", tol, 0, none_ok=True, hint="a chi2 value; None: the dtype's default")
+        check_number_option("radius", radius, 0, low_open=True, hint="a fraction of the box width")
+        max_candidates = check_int_option("max_candidates", max_candidates, 1)
         problem = self.problem
-        x, chi2 = polish(problem, self._root_candidates(int(max_candidates)))
+        x, chi2 = polish(problem, self._root_candidates(max_candidates))
         span = self.upper - self.lower
         periodic = problem.periodic
         x = np.where(periodic, self.lower + np.mod(x - self.lower, span), x).astype(problem.dtype)
@@ -516,27 +543,3 @@ class ReplicaExchangeResult(Result):
         from ..plotting import plot_replica_exchange
 
         return plot_replica_exchange(self, path=path, bins=bins)
-
-    def save(self, path: str) -> None:
-        """Write the result, with the options used, to an ``.npz`` file."""
-        import json
-
-        np.savez(
-            path,
-            x=self.x,
-            fun=self.fun,
-            status=int(self.status),
-            message=self.message,
-            samples=self.samples,
-            chi2=self.chi2,
-            acceptance=self.acceptance,
-            exchange_rate=self.exchange_rate,
-            steps=self.steps,
-            betas=self.betas,
-            labels=self.labels,
-            names=np.array(self.names),
-            lower=self.lower,
-            upper=self.upper,
-            options=json.dumps(self.options),
-            stats=json.dumps(self.stats, default=str),
-        )
