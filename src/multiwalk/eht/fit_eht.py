@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -36,7 +35,7 @@ from ..problem import Problem
 from ..solve import solve
 from ..solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
 from .fit import interval_summary
-from .likelihood import GAIN_SIGMA, PRODUCT_LABELS, EHTTerms, eht_terms, product_chi2, total_chi2_function
+from .likelihood import GAIN_SIGMA, PRODUCT_LABELS, EHTTerms, eht_terms, product_chi2_function, total_chi2_function
 
 __all__ = ["EHT_SOLVER", "EHTFit", "eht_problem", "fit_eht", "fit_uvfits", "FLUX_NAMES"]
 
@@ -125,8 +124,7 @@ class EHTFit:
     def chi2_by_product(self, params: Any | None = None) -> dict[str, float]:
         """``{product: chi2}`` at ``params`` (default: the best fit)."""
         p = jnp.asarray(self.best if params is None else params, self.problem.dtype)
-        fn = get_model(self.model).fn
-        values = jax.jit(lambda q, a: product_chi2(fn, self.products, q, a))(p, self.problem.args)
+        values = product_chi2_function(get_model(self.model).fn, self.products)(p, self.problem.args)
         return dict(zip(self.products, (float(x) for x in np.asarray(values))))
 
     def visibilities(self, params: Any | None = None, u: Any | None = None, v: Any | None = None) -> np.ndarray:

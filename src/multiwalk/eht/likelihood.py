@@ -53,7 +53,8 @@ from .closure import (
     model_log_closure_amplitudes,
 )
 
-__all__ = ["PRODUCTS", "PRODUCT_LABELS", "parse_products", "EHTTerms", "eht_terms", "product_chi2", "GAIN_SIGMA"]
+__all__ = ["PRODUCTS", "PRODUCT_LABELS", "parse_products", "EHTTerms", "eht_terms", "product_chi2", "GAIN_SIGMA",
+           "total_chi2_function", "product_chi2_function"]
 
 #: The data products a fit may use, in the order their chi2 values are reported.
 PRODUCTS = ("cphase", "logcamp", "amp")
@@ -261,3 +262,10 @@ def total_chi2_function(fn: Callable, products: tuple[str, ...]) -> Callable[[ja
         return jnp.sum(product_chi2(fn, products, p, args))
 
     return total_chi2
+
+
+@functools.cache
+def product_chi2_function(fn: Callable, products: tuple[str, ...]) -> Callable[[jax.Array, dict], jax.Array]:
+    """:func:`product_chi2` for ``fn`` and ``products``, jitted: ``f(p, args) -> (len(products),)``;
+    one compiled function per model and products (the reports of every fit reuse it)."""
+    return jax.jit(functools.partial(product_chi2, fn, products))
