@@ -13,7 +13,7 @@ fit: m-ring on scan-averaged closure phases and log closure amplitudes without t
 baselines, with the default sampler (16 temperatures, 8 sequences, 500 burn-in and 500 sampling
 iterations).  Ours: the wall clock of ``fit_uvfits`` (reading, preparing, closures, sampling,
 summaries), first call (compiling) and second; the note gives ``mw.solve``'s run_seconds.  No
-peer runs here (no other sampler in the environment fits these closure products).
+peer runs here: the table gives our figures only.
 """
 
 from __future__ import annotations
