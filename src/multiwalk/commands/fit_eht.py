@@ -33,7 +33,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description=(
             "Read an EHT UVFITS file, fit a ring model to its closure phases and log closure amplitudes (and "
             "optionally amplitudes, station gains marginalised per scan) with ReplicaExchange, print the ring's "
-            "diameter, width and bright side with 68%% and 95%% intervals and chi2 per data product, and write "
+            "diameter, width and bright side with 68 % and 95 % intervals and chi2 per data product, and write "
             "fit.npz and the figures."
         ),
     )
