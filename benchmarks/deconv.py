@@ -94,7 +94,7 @@ def check_kernel(mw: Any, log: Callable[[str], None]) -> str:
     a, b = rs["xla"], rs["pallas"]
     text = (f"Pallas against XLA at 512^2, 300 iterations: same support {np.array_equal(a.model != 0, b.model != 0)}, "
             f"model within {np.abs(a.model - b.model).max() / np.abs(a.model).max():.2g} relative, history within "
-            f"{np.abs(a.objective - b.objective).max() / abs(a.objective[0]):.2g}")
+            f"{np.abs(a.fun_trace - b.fun_trace).max() / abs(a.fun_trace[0]):.2g}")
     log(text)
     return text
 

@@ -31,7 +31,7 @@ class RandomSearchState(NamedTuple):
     key: jax.Array  # the run's key
     iteration: jax.Array  # () int32, iterations done
     best_x: jax.Array  # (n_walkers, n_free) best point each walker has drawn
-    best_f: jax.Array  # (n_walkers,) its objective; +inf while none was finite
+    best_fun: jax.Array  # (n_walkers,) its objective; +inf while none was finite
     n_nonfinite: jax.Array  # () int32, draws whose objective was NaN or +-inf
 
 
@@ -68,23 +68,23 @@ class RandomSearch(mw.Solver):
 
     def step(self, problem: mw.Problem, state: RandomSearchState, phase: int) -> RandomSearchState:
         x, f, bad = self._draw(problem, jax.random.fold_in(state.key, state.iteration))
-        better = f < state.best_f
+        better = f < state.best_fun
         return state._replace(
             iteration=state.iteration + 1,
             best_x=jnp.where(better[:, None], x, state.best_x),
-            best_f=jnp.where(better, f, state.best_f),
+            best_fun=jnp.where(better, f, state.best_fun),
             n_nonfinite=state.n_nonfinite + bad,
         )
 
     def result(self, problem: mw.Problem, state: RandomSearchState, done: list[int],
                status: mw.Status, stats: dict[str, Any]) -> mw.Result:
-        best_f = np.asarray(state.best_f)
-        i = int(np.argmin(best_f))
+        best_fun = np.asarray(state.best_fun)
+        i = int(np.argmin(best_fun))
         x = np.asarray(problem.expand(np.asarray(state.best_x)[i]))
         status, message = end_status(status, f"drew {(done[0] + 1) * self.n_walkers} points",
-                                     bool(np.isfinite(best_f[i])), "no draw had a finite objective value")
+                                     bool(np.isfinite(best_fun[i])), "no draw had a finite objective value")
         stats = {**stats, "nonfinite": int(state.n_nonfinite)}
-        return mw.Result(x=x, fun=value_at_point(problem, x, float(best_f[i])),
+        return mw.Result(x=x, fun=value_at_point(problem, x, float(best_fun[i])),
                          status=status, message=message, stats=stats)
 
     # ------------------------------------------------------------ optional: devices, the progress bar
@@ -93,13 +93,13 @@ class RandomSearch(mw.Solver):
         return self.n_walkers * per_walker + 16, f"lower n_walkers={self.n_walkers}"
 
     def batch_axes(self, problem: mw.Problem, state: Any) -> RandomSearchState:
-        return RandomSearchState(key=None, iteration=None, best_x=0, best_f=0, n_nonfinite=None)
+        return RandomSearchState(key=None, iteration=None, best_x=0, best_fun=0, n_nonfinite=None)
 
     def batch_option(self, problem: mw.Problem) -> str:
         return "n_walkers"
 
     def summary(self, problem: mw.Problem, state: RandomSearchState) -> dict[str, jax.Array]:
-        return {"best": jnp.min(state.best_f)}
+        return {"best": jnp.min(state.best_fun)}
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def result_ulps(a, b) -> float:
         return float("inf")
     scale = float(np.max(np.abs(a.model)))
     return max(max_ulps(b.model, a.model, scale), max_ulps(b.steps, a.steps, scale),
-               max_ulps(b.objective, a.objective))
+               max_ulps(b.fun_trace, a.fun_trace))
 
 
 def collective_sizes() -> list[int]:

@@ -47,7 +47,7 @@ def main() -> dict:
     plane = mw.Problem(objective=sphere, lower=-5.0 * np.ones(2), upper=5.0 * np.ones(2))
     re = mw.ReplicaExchange(nseq=8, nbeta=4, nburn=10, niter=20)
     runs = {k: mw.solve(plane, re, seed=3, progress=False, devices=k) for k in (1, 2, 4)}
-    fields = ("samples", "chi2", "acceptance", "exchange_rate", "steps", "labels", "x")
+    fields = ("samples", "fun_trace", "acceptance", "exchange_rate", "steps", "labels", "x")
     for k in (2, 4):
         out[f"re_ulps_{k}"] = worst({f: (getattr(runs[k], f), getattr(runs[1], f)) for f in fields})
         out[f"re_devices_{k}"] = runs[k].stats["devices"]
@@ -56,7 +56,7 @@ def main() -> dict:
     # PatternSearch (XLA form): 64 walkers, two rounds
     ps = mw.PatternSearch(n_walkers=64, iterations=4, rounds=2, kernel="xla")
     a, b = (mw.solve(box, ps, seed=1, progress=False, devices=k) for k in (1, 4))
-    out["ps_ulps"] = worst({"walkers": (b.walkers, a.walkers), "values": (b.values, a.values), "x": (b.x, a.x),
+    out["ps_ulps"] = worst({"walkers": (b.walkers, a.walkers), "funs": (b.funs, a.funs), "x": (b.x, a.x),
                             "fun": (b.fun, a.fun)})
     out["ps_devices"] = b.stats["devices"]
 

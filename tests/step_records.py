@@ -51,7 +51,7 @@ def write_steps(folder: Path, n: int, nprocs: int, chunks: list[int], record: in
         values = np.concatenate([v for v, _ in records], axis=0)[:start]
         ints = np.concatenate([i for _, i in records], axis=0)[:start]
         _, result, last = odatse_io._chunk_rows(values, ints, coordinates, None)
-        state = SimpleNamespace(fx=last[:, 0], x=last[:, 1:], node=ints[-1, :, 2] if nodes else np.zeros(n, int))
+        state = SimpleNamespace(fun=last[:, 0], x=last[:, 1:], node=ints[-1, :, 2] if nodes else np.zeros(n, int))
         if nodes:  # the node of each replica's result: its last accepted trial's node
             src = odatse_io._result_sources(ints, False)[-1] - n
             state.node = ints.reshape(-1, 3)[src, 2]

@@ -61,7 +61,7 @@ def test_kernel_equals_xla_form(p, options, warm):
     assert a.iterations == b.iterations == 45
     np.testing.assert_array_equal(a.model != 0, b.model != 0)
     np.testing.assert_allclose(b.model, a.model, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(b.objective, a.objective, rtol=1e-5)
+    np.testing.assert_allclose(b.fun_trace, a.fun_trace, rtol=1e-5)
     np.testing.assert_allclose(b.steps, a.steps, rtol=1e-5, atol=1e-7)
 
 
@@ -143,8 +143,8 @@ def test_autocorrelation_lipschitz_descends_where_exact_fails():
 
     solver = mw.deconv.CoordinateDescent(lam=0.01, epsilon=1e-6, max_iterations=300, refresh_every=30, kernel="xla")
     ok = mw.solve(problem, solver, progress=False)
-    assert np.isfinite(ok.objective).all() and ok.fun < 0.01 * start
-    exact = ok.objective[29::30]  # the exact objective at each refresh never increases: 1e-6 relative (float32)
+    assert np.isfinite(ok.fun_trace).all() and ok.fun < 0.01 * start
+    exact = ok.fun_trace[29::30]  # the exact objective at each refresh never increases: 1e-6 relative (float32)
     assert np.all(np.diff(exact) <= 1e-6 * start)
     # both sources back (fftconvolve's "same" centres an even PSF half a pixel off ours: 3 x 3 sums;
     # 0.1 Jy: the L1 shrinkage lam / L plus a flux split between neighbours)

@@ -354,7 +354,7 @@ def himmelblau_result():
 
 def test_continuous_exchange_finds_all_four_himmelblau_minima(himmelblau_result):
     best_x = np.asarray(himmelblau_result.state.best_x)
-    best_fx = np.asarray(himmelblau_result.state.best_fx)
+    best_fx = np.asarray(himmelblau_result.state.best_fun)
     for m in np.array(analytical.HIMMELBLAU_MINIMA):
         near = np.linalg.norm(best_x - m, axis=1) < 0.1
         # some replica's best point lies within 0.1 of each minimum with f < 0.05: f is about

@@ -160,8 +160,8 @@ def manual(problem: mw.Problem, solver: mw.PatternSearch, starts):
     """A state with the walkers at ``starts`` (their values recomputed) and a jitted step."""
     state = solver.init(problem, jax.random.PRNGKey(0))
     x = jnp.asarray(np.asarray(starts, dtype=np.float32).reshape(solver.n_walkers, problem.n))
-    fx = jax.vmap(problem.chi2_free)(x)
-    state = state._replace(x=x, fx=fx)
+    fun = jax.vmap(problem.chi2_free)(x)
+    state = state._replace(x=x, fun=fun)
     step = jax.jit(lambda s: solver.step(problem, s, 0))
     return state, step
 
@@ -364,8 +364,10 @@ def test_save_writes_every_field(one_round, tmp_path):
     path = tmp_path / "ps.npz"
     one_round.save(path)
     with np.load(path, allow_pickle=False) as npz:
-        assert set(npz.files) == {"x", "fun", "status", "message", "stats", "walkers", "values", "steps",
+        assert set(npz.files) == {"x", "fun", "status", "message", "stats", "walkers", "funs", "steps",
                                   "evaluations", "halvings", "resets"}
+        np.testing.assert_array_equal(npz["funs"], one_round.funs)
+        assert one_round.values is one_round.funs  # the older name reads the same array
         np.testing.assert_array_equal(npz["walkers"], one_round.walkers)
         assert npz["walkers"].dtype == one_round.walkers.dtype
         assert int(npz["evaluations"]) == one_round.evaluations and int(npz["status"]) == int(one_round.status)
@@ -377,7 +379,7 @@ def test_same_seed_same_result_other_seed_other_result(one_round, one_round_agai
     np.testing.assert_array_equal(a.x, b.x)
     assert a.fun == b.fun
     np.testing.assert_array_equal(a.walkers, b.walkers)
-    np.testing.assert_array_equal(a.values, b.values)
+    np.testing.assert_array_equal(a.funs, b.funs)
     # Another seed: other starting points, so (almost surely) other final walkers everywhere.
     assert np.mean(np.any(a.walkers != c.walkers, axis=1)) > 0.99
     assert not np.array_equal(a.x, c.x)

@@ -123,9 +123,9 @@ def dyadic_state(problem, solver, key, step=1.0):
     """``solver.init`` with its walkers moved onto a grid of spacing ``step`` (and f re-evaluated)."""
     state = jax.jit(lambda k: solver.init(problem, k))(key)
     x = jnp.round(state.x / step) * step
-    fx = jax.vmap(problem.chi2_free)(x)
-    i = jnp.argmin(fx)
-    return state._replace(x=x, fx=fx, best_x=x[i], best_f=fx[i])
+    fun = jax.vmap(problem.chi2_free)(x)
+    i = jnp.argmin(fun)
+    return state._replace(x=x, fun=fun, best_x=x[i], best_fun=fun[i])
 
 
 def test_sphere_kernel_equals_xla_exactly(walkers=50, block=16):  # 50 walkers: padded to 64 inside the kernel
@@ -156,9 +156,9 @@ def test_kernel_matches_xla_up_to_rounding(name):
     a, b = run_loop(problem, xla, state, 8), run_loop(problem, pallas, state, 8)
     same = np.all(a.x == b.x, axis=1)
     assert same.sum() >= 60
-    np.testing.assert_allclose(b.fx[same], a.fx[same], rtol=2.4e-7, atol=1e-30)
+    np.testing.assert_allclose(b.fun[same], a.fun[same], rtol=2.4e-7, atol=1e-30)
     np.testing.assert_array_equal(a.scale[same], b.scale[same])
-    assert abs(float(a.best_f) - float(b.best_f)) <= 2.4e-7 * abs(float(a.best_f))
+    assert abs(float(a.best_fun) - float(b.best_fun)) <= 2.4e-7 * abs(float(a.best_fun))
 
 
 def test_kernel_nan_and_fixed_parameters():
@@ -175,7 +175,7 @@ def test_kernel_nan_and_fixed_parameters():
     a, b = run_loop(problem, xla, state, 6), run_loop(problem, pallas, state, 6)
     for field in a._fields:  # exact: multiples of 1/64 squared and summed in float32
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
-    assert a.n_nonfinite.sum() > 0 and np.all(np.isfinite(a.fx[np.isfinite(np.asarray(state.fx))]))
+    assert a.n_nonfinite.sum() > 0 and np.all(np.isfinite(a.fun[np.isfinite(np.asarray(state.fun))]))
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +197,7 @@ def test_solve_with_kernel_equals_xla_exactly(step_runs):
     assert b.stats["kernel"] == "pallas (interpret mode)" and "interpret" in b.stats["kernel_reason"]
     assert a.stats["kernel"] == "xla" and b.stats["rounds"] == 3 and b.stats["chunks"] > 1
     assert a.fun == b.fun and np.array_equal(a.x, b.x)
-    for field in ("walkers", "values", "steps", "halvings", "resets"):
+    for field in ("walkers", "funs", "steps", "halvings", "resets"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
     assert a.evaluations == b.evaluations == 48 * (3 + 2 * 4 * 12)
     assert np.all(b.walkers >= problem.lower) and np.all(b.walkers <= problem.upper)

@@ -101,10 +101,10 @@ def test_jax_solver_matches_numpy_reference(name):
     np.testing.assert_array_equal(st.scale, scale)
     assert np.all((x >= lo) & (x <= hi))
     if exact:
-        np.testing.assert_array_equal(st.fx.astype(np.float64), fx)
+        np.testing.assert_array_equal(st.fun.astype(np.float64), fx)
     else:  # float32 values of the same points against float64 ones
-        np.testing.assert_allclose(st.fx, fx, rtol=2e-6, atol=1e-6)
-    assert st.best_f == st.fx.min()  # one round: values never increase, the best is the last minimum
+        np.testing.assert_allclose(st.fun, fx, rtol=2e-6, atol=1e-6)
+    assert st.best_fun == st.fun.min()  # one round: values never increase, the best is the last minimum
     # the search did something: some walkers moved and some steps were halved
     assert np.any(x != x0) and np.any(scale < 1)
 
@@ -160,7 +160,7 @@ def test_mw_solve_matches_reference():
     res = mw.solve(problem, solver, seed=seed, progress=False)
     x, fx, scale = ref.pattern_search_numpy(f_np, x0, lo, hi, ITERS, delta0=delta0)
     np.testing.assert_array_equal(res.walkers, x)
-    np.testing.assert_array_equal(res.values.astype(np.float64), fx)
+    np.testing.assert_array_equal(res.funs.astype(np.float64), fx)
     np.testing.assert_array_equal(res.steps, scale[:, None] * np.full((1, D), delta0))
     assert res.fun == fx.min()
     np.testing.assert_array_equal(res.x, x[np.argmin(fx)])

@@ -74,12 +74,13 @@ def test_gaussian_moments_match_truth(gauss_result):
     r = gauss_result
     nseq, niter = GAUSS_OPTS["nseq"], GAUSS_OPTS["niter"]
     assert r.samples.shape == (niter, nseq, 2)
-    assert r.chi2.shape == (niter, nseq)
+    assert r.fun_trace.shape == (niter, nseq)
+    assert r.chi2 is r.fun_trace  # the seed's name reads the same array
     s = r.samples.astype(np.float64)
     # The recorded chi2 is the objective at the recorded point.
     d = s - GAUSS_MU
     chi2_direct = np.einsum("tsi,ij,tsj->ts", d, GAUSS_PREC, d)
-    np.testing.assert_allclose(r.chi2, chi2_direct, rtol=1e-4, atol=1e-4)  # float32 round-off only
+    np.testing.assert_allclose(r.fun_trace, chi2_direct, rtol=1e-4, atol=1e-4)  # float32 round-off only
 
     # Means: per-sequence sample mean; SE from the spread over the 48 independent sequences.
     for i in range(2):
@@ -341,7 +342,7 @@ def test_nan_objective_is_rejected_and_counted():
     # temperature, so the coldest chain is finite unless all 16 chains of a sequence started in
     # the NaN half (probability 2^-16 per sequence).
     r = _run(problem, seed=6, **NONFINITE_OPTS)
-    assert np.all(np.isfinite(r.chi2))
+    assert np.all(np.isfinite(r.fun_trace))
     assert np.all(r.samples[..., 0] <= 0.0)
     assert r.stats["nonfinite"] > 0  # chains near x0=0 propose into the NaN half all the time
     assert np.isfinite(r.fun) and r.x[0] <= 0.0
@@ -354,12 +355,12 @@ def test_non_finite_start_points_recover():
     problem = _nonfinite_problem(INF_REGION)
     solver = mw.ReplicaExchange(**NONFINITE_OPTS)
     start = solver.init(problem, jax.random.PRNGKey(7))
-    frac_bad = float(np.mean(~np.isfinite(np.asarray(start.chi2))))
+    frac_bad = float(np.mean(~np.isfinite(np.asarray(start.fun))))
     assert 0.4 < frac_bad < 0.8, frac_bad  # the test really starts many chains on non-finite values
     r = mw.solve(problem, solver, seed=7, progress=False)
     assert r.success, r.message
     # All 16 chains of a sequence start in the bad region with probability 0.6^16 = 3e-4.
-    assert np.all(np.isfinite(r.chi2))
+    assert np.all(np.isfinite(r.fun_trace))
     assert np.all(r.samples[..., 0] <= -1.0)
     assert np.isfinite(r.fun) and r.x[0] <= -1.0
     assert r.stats["nonfinite"] > 0
@@ -400,7 +401,7 @@ def test_save_roundtrip(fixed_result, tmp_path):
     with np.load(path, allow_pickle=False) as npz:
         # every field but the problem, written by Result.save from the dataclass fields
         assert set(npz.files) == {f.name for f in dataclasses.fields(r)} - {"problem"}
-        arrays = ("x", "samples", "chi2", "acceptance", "exchange_rate", "steps", "betas", "n_accepted", "n_trials",
+        arrays = ("x", "samples", "fun_trace", "acceptance", "exchange_rate", "steps", "betas", "n_accepted", "n_trials",
                   "n_swaps", "labels", "free_index", "lower", "upper")
         for name in arrays:
             np.testing.assert_array_equal(npz[name], getattr(r, name), err_msg=name)

@@ -97,14 +97,14 @@ def test_result_fields(full, problem):
 
 def test_result_values_are_consistent(full, problem):
     assert full.samples.shape == (NITER, NSEQ, 3)
-    assert full.chi2.shape == (NITER, NSEQ)
+    assert full.fun_trace.shape == (NITER, NSEQ)
     assert np.all((full.samples >= -5.0) & (full.samples <= 5.0))
     # Recorded chi2 is the objective at the recorded point.  Tolerance: chi2 <= 75 is a 3-term
     # float32 sum, error a few ulp of 75 (~1e-5); rtol 1e-5 + atol 1e-5 bounds it.
-    np.testing.assert_allclose(full.chi2, (full.samples.astype(np.float64) ** 2).sum(-1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(full.fun_trace, (full.samples.astype(np.float64) ** 2).sum(-1), rtol=1e-5, atol=1e-5)
     # fun is the objective at x (same tolerance) and is the best seen, so no recorded sample beats it (exact).
     np.testing.assert_allclose(full.fun, sphere(full.x.astype(np.float64)), rtol=1e-5, atol=1e-5)
-    assert full.fun <= full.chi2.min()
+    assert full.fun <= full.fun_trace.min()
 
 
 # ------------------------------------------------------------------------------------------- determinism
@@ -116,14 +116,14 @@ def test_same_seed_same_samples(full, half):
     assert res.status == mw.Status.SUCCESS
     assert res.samples.shape == (NITER // 2, NSEQ, 3)
     assert np.array_equal(res.samples, full.samples[: NITER // 2])
-    assert np.array_equal(res.chi2, full.chi2[: NITER // 2])
+    assert np.array_equal(res.fun_trace, full.fun_trace[: NITER // 2])
 
 
 def test_different_seed_different_samples(full, other_seed):
     assert other_seed.status == mw.Status.SUCCESS
     assert full.samples.shape == other_seed.samples.shape
     assert not np.array_equal(full.samples, other_seed.samples)
-    assert not np.array_equal(full.chi2, other_seed.chi2)
+    assert not np.array_equal(full.fun_trace, other_seed.fun_trace)
 
 
 # ------------------------------------------------------------------------------------------- checkpoint / resume
@@ -142,7 +142,7 @@ def test_resume_equals_uninterrupted_run(full, resumed):
     assert resumed.status == mw.Status.SUCCESS
     assert resumed.stats["iterations"] == {"burn-in": NBURN, "sampling": NITER}
     assert np.array_equal(resumed.samples, full.samples)
-    assert np.array_equal(resumed.chi2, full.chi2)
+    assert np.array_equal(resumed.fun_trace, full.fun_trace)
     assert np.array_equal(resumed.x, full.x) and resumed.fun == full.fun
 
 
@@ -317,10 +317,10 @@ def test_time_limited_samples_are_a_prefix_of_the_full_run(time_limited, full):
     res, _ = time_limited
     k = min(res.samples.shape[0], NITER)
     assert np.array_equal(res.samples[:k], full.samples[:k])
-    assert np.array_equal(res.chi2[:k], full.chi2[:k])
+    assert np.array_equal(res.fun_trace[:k], full.fun_trace[:k])
     # Every returned row was really computed (not the zero-filled buffer): chi2 matches the point.
     # Tolerance as in test_result_values_are_consistent (float32 3-term sum of values <= 25).
-    np.testing.assert_allclose(res.chi2, (res.samples.astype(np.float64) ** 2).sum(-1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res.fun_trace, (res.samples.astype(np.float64) ** 2).sum(-1), rtol=1e-5, atol=1e-5)
     assert not np.any(np.all(res.samples == 0.0, axis=-1))
 
 
@@ -371,7 +371,7 @@ def test_interrupt_returns_a_consistent_partial_result(interrupted, full):
     assert cb.infos[-1]["done"] == [NBURN, k]  # what the callback saw last is what was returned
     assert res.stats["iterations"] == {"burn-in": NBURN, "sampling": k}
     assert np.array_equal(res.samples, full.samples[:k])
-    assert np.array_equal(res.chi2, full.chi2[:k])
+    assert np.array_equal(res.fun_trace, full.fun_trace[:k])
 
 
 class TerminateAfter(InterruptAfter):
@@ -444,7 +444,7 @@ def test_checkpoint_written_on_interrupt_resumes_to_the_full_run(problem, interr
     assert infos[0]["phase"] == "sampling" and infos[0]["done"][0] == NBURN and infos[0]["done"][1] > k
     assert res.status == mw.Status.SUCCESS
     assert np.array_equal(res.samples, full.samples)
-    assert np.array_equal(res.chi2, full.chi2)
+    assert np.array_equal(res.fun_trace, full.fun_trace)
     assert np.array_equal(res.x, full.x) and res.fun == full.fun
 
 
@@ -545,5 +545,5 @@ def test_new_data_for_the_same_model_reuses_the_compiled_loop_and_gives_its_own_
     compile_cache.clear_loops()
     fresh = mw.solve(problem(-1.0), solver, seed=0, progress=False)
     assert compile_cache.compiled_loops()[-1] is not loop
-    assert np.array_equal(shared.samples, fresh.samples) and np.array_equal(shared.chi2, fresh.chi2)
+    assert np.array_equal(shared.samples, fresh.samples) and np.array_equal(shared.fun_trace, fresh.fun_trace)
     assert not np.array_equal(shared.samples, first.samples)

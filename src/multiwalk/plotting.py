@@ -19,7 +19,7 @@ class SampledResult(Protocol):
     lower: np.ndarray  # (n,)
     upper: np.ndarray  # (n,)
     free_index: np.ndarray  # indices of the free parameters
-    chi2: np.ndarray  # (iterations, sequences) of the coldest chains
+    fun_trace: np.ndarray  # (iterations, sequences) chi2 of the coldest chains
 
     @property
     def flat_samples(self) -> np.ndarray: ...  # (samples, n) of the coldest chains
@@ -50,11 +50,12 @@ def plot_replica_exchange(result: SampledResult, path: str | None = None, bins: 
         ax.set_ylabel("samples")
         ax.grid(alpha=0.3)
     ax = axes[len(free)]
-    if result.chi2.size:
-        it = np.arange(result.chi2.shape[0])
-        ax.plot(it, np.min(result.chi2, axis=1), lw=1, label="min over sequences")
-        ax.plot(it, np.median(result.chi2, axis=1), lw=1, label="median")
-        if np.all(result.chi2 > 0):
+    trace = result.fun_trace
+    if trace.size:
+        it = np.arange(trace.shape[0])
+        ax.plot(it, np.min(trace, axis=1), lw=1, label="min over sequences")
+        ax.plot(it, np.median(trace, axis=1), lw=1, label="median")
+        if np.all(trace > 0):
             ax.set_yscale("log")
         ax.legend(fontsize=8)
     ax.set_xlabel("sampling iteration")

@@ -381,7 +381,7 @@ class Mcgpu:
         self.pout_4d = np.ascontiguousarray(np.transpose(free, (2, 1, 0))[:, None])
         n_rec = self.pout_4d.shape[-1]
         self.pout = self.pout_4d[:, 0].reshape(self.nprm, self.nseq * n_rec)
-        self.chi2_2d = np.ascontiguousarray(np.asarray(res.chi2).T)
+        self.chi2_2d = np.ascontiguousarray(np.asarray(res.fun_trace).T)
         self.chi2 = self.chi2_2d.flatten()
         self.n_acpt = np.asarray(res.n_accepted)
         self.n_cnt = np.asarray(res.n_trials)

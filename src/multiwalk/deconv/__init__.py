@@ -2,7 +2,7 @@
 
 >>> import multiwalk as mw
 >>> r = mw.solve(mw.deconv.Deconvolution(dirty, psf), mw.deconv.BlockCoordinateDescent(lam=0.01, alpha=1.0))
->>> r.model, r.residual, r.iterations, r.objective, r.status
+>>> r.model, r.residual, r.iterations, r.fun_trace, r.status
 
 ``image(vis, uvw, freqs, npix, cell, solver)`` runs major cycles from visibilities (ducc0's
 wgridder), imported lazily so the minor cycle needs neither ducc0 nor astropy.

@@ -61,9 +61,9 @@ __all__ = ["BlockCoordinateDescent", "nonnegative_qp"]
 class BCDState(NamedTuple):
     x: jax.Array  # (N, M) the model, Jy/pixel
     gradient: jax.Array  # (N, M) the exact gradient map A^T (dirty - A (x - start))
-    objective: jax.Array  # scalar, F(x) (exact)
+    fun: jax.Array  # scalar, F(x) (exact)
     max_step: jax.Array  # scalar, the largest |proximal step| on the exact map (the stopping rule's measure)
-    history: jax.Array  # (max_iterations,) F after each iteration
+    fun_trace: jax.Array  # (max_iterations,) F after each iteration
     steps: jax.Array  # (max_iterations,) the largest pixel change of each iteration
     iteration: jax.Array  # int32
     solves: jax.Array  # int32: linear solves of the blocks' programmes so far
@@ -275,7 +275,7 @@ class BlockCoordinateDescent(Solver):
     ) -> BCDState:
         zero = jnp.zeros((), dirty.dtype)
         s = BCDState(
-            x=start, gradient=dirty, objective=zero, max_step=zero, history=jnp.zeros(self.max_iterations, dirty.dtype),
+            x=start, gradient=dirty, fun=zero, max_step=zero, fun_trace=jnp.zeros(self.max_iterations, dirty.dtype),
             steps=jnp.zeros(self.max_iterations, dirty.dtype), iteration=jnp.asarray(0, jnp.int32),
             solves=jnp.asarray(0, jnp.int32), increases=jnp.asarray(0, jnp.int32), tolerance=zero, lipschitz=lipschitz,
             dirty=dirty, start=start, psf_fft=_circular_psf_fft(problem, psf), autocorrelation=ac,
@@ -284,7 +284,7 @@ class BlockCoordinateDescent(Solver):
         # The image's scale: the brightest pixel of the start or of the first proximal step.
         scale = jnp.maximum(max_step, jnp.max(jnp.abs(start)))
         return s._replace(
-            gradient=gradient, objective=objective, max_step=max_step, tolerance=(self.epsilon * scale).astype(dirty.dtype)
+            gradient=gradient, fun=objective, max_step=max_step, tolerance=(self.epsilon * scale).astype(dirty.dtype)
         )
 
     def _choose_block(self, problem: Deconvolution, s: BCDState) -> tuple[jax.Array, jax.Array]:
@@ -321,16 +321,16 @@ class BlockCoordinateDescent(Solver):
         gradient, objective, max_step = self._exact(x, s)
         i = s.iteration
         return s._replace(
-            x=x, gradient=gradient, objective=objective, max_step=max_step, history=s.history.at[i].set(objective),
+            x=x, gradient=gradient, fun=objective, max_step=max_step, fun_trace=s.fun_trace.at[i].set(objective),
             steps=s.steps.at[i].set(jnp.max(jnp.abs(x - s.x))), iteration=i + 1, solves=s.solves + solves,
-            increases=s.increases + (objective > s.objective).astype(jnp.int32),
+            increases=s.increases + (objective > s.fun).astype(jnp.int32),
         )
 
     def done(self, problem: Deconvolution, state: BCDState, phase: int) -> jax.Array:
         return state.max_step <= state.tolerance  # always measured on an exact gradient map
 
     def summary(self, problem: Deconvolution, state: BCDState) -> dict[str, jax.Array]:
-        return {"objective": state.objective, "max_step": state.max_step}
+        return {"objective": state.fun, "max_step": state.max_step}
 
     def result(
         self, problem: Deconvolution, state: BCDState, done: list[int], status: Status, stats: dict[str, Any]
@@ -348,6 +348,6 @@ class BlockCoordinateDescent(Solver):
                      increases=int(state.increases))
         return DeconvolutionResult(
             x=model, fun=objective, status=status, message=message, stats=stats, model=model, residual=residual,
-            iterations=iterations, objective=np.asarray(state.history[:iterations]),
+            iterations=iterations, fun_trace=np.asarray(state.fun_trace[:iterations]),
             steps=np.asarray(state.steps[:iterations]),
         )

@@ -166,5 +166,5 @@ class Clean(Solver):
         })
         return DeconvolutionResult(
             x=model, fun=fun, status=status, message=message, stats=dict(stats, iterations=iterations), model=model,
-            residual=residual, iterations=iterations, objective=None, steps=np.asarray(state.steps[:iterations]),
+            residual=residual, iterations=iterations, fun_trace=None, steps=np.asarray(state.steps[:iterations]),
         )

@@ -103,8 +103,8 @@ class CDState(NamedTuple):
     block_values: Any  # kernel form: (g, x, |L|) at each block's best pixel, (nb, mb) each; XLA form: None
     block_marks: Any  # kernel form with one L for all pixels: (nb, mb) int32, 1 where a block's x may be
     # non-zero (then the kernel neither reads nor negates ``lipschitz``); otherwise None
-    objective: jax.Array  # scalar, the objective of the current x
-    history: jax.Array  # (max_iterations,) objective after each iteration
+    fun: jax.Array  # scalar, the objective of the current x
+    fun_trace: jax.Array  # (max_iterations,) objective after each iteration
     steps: jax.Array  # (max_iterations,) |step| of each iteration
     iteration: jax.Array  # int32
     exact: jax.Array  # bool: the last step verified convergence on an exact (FFT) gradient map
@@ -260,7 +260,7 @@ class CoordinateDescent(Solver):
             return None
         return CDState(
             x=0, gradient=0, lipschitz=0, kernel=None, block_best=0, block_pixel=0, block_values=None,
-            block_marks=None, objective=None, history=None, steps=None, iteration=None, exact=None, refreshes=None,
+            block_marks=None, fun=None, fun_trace=None, steps=None, iteration=None, exact=None, refreshes=None,
             tolerance=None, dirty=None, start=None, fp=None,
         )
 
@@ -299,8 +299,8 @@ class CoordinateDescent(Solver):
         marks = cdk.block_marks(x, geo) if self._uses_marks() else None
         return CDState(
             x=x, gradient=gradient, lipschitz=lipschitz, kernel=kernel, block_best=best, block_pixel=pixel,
-            block_values=values, block_marks=marks, objective=0.5 * jnp.sum(dirty * dirty) + self._penalty(start) + zero,
-            history=jnp.zeros(self.max_iterations, dirty.dtype), steps=jnp.zeros(self.max_iterations, dirty.dtype),
+            block_values=values, block_marks=marks, fun=0.5 * jnp.sum(dirty * dirty) + self._penalty(start) + zero,
+            fun_trace=jnp.zeros(self.max_iterations, dirty.dtype), steps=jnp.zeros(self.max_iterations, dirty.dtype),
             iteration=jnp.asarray(0, jnp.int32), exact=jnp.asarray(True), refreshes=jnp.asarray(0, jnp.int32),
             tolerance=(self.epsilon * scale).astype(dirty.dtype), dirty=dirty, start=start, fp=fp,
         )
@@ -315,13 +315,13 @@ class CoordinateDescent(Solver):
                 (s.dirty, s.start, s.fp),
             )
             return s._replace(
-                gradient=gradient, block_best=best, block_pixel=pixel, objective=objective, refreshes=s.refreshes + 1
+                gradient=gradient, block_best=best, block_pixel=pixel, fun=objective, refreshes=s.refreshes + 1
             )
         gradient, objective = self._exact(problem, s.x, s.dirty, s.start, s.fp)
         best, pixel = greedy.all_blocks(self._score_fn(), (gradient, s.x, s.lipschitz), geo)
         values = cdk.block_values(pixel, gradient, s.x, s.lipschitz) if s.block_values is not None else None
         return s._replace(
-            gradient=gradient, block_best=best, block_pixel=pixel, block_values=values, objective=objective,
+            gradient=gradient, block_best=best, block_pixel=pixel, block_values=values, fun=objective,
             refreshes=s.refreshes + 1,
         )
 
@@ -402,12 +402,12 @@ class CoordinateDescent(Solver):
             lipschitz = s.lipschitz.at[i, j].set(-lip)  # x[i, j] may now be non-zero
             gradient, start = greedy.subtract_kernel(s.gradient, s.kernel, d, i, j, geo)
             best, pixel = greedy.rescan(self._score_fn(), (gradient, x, lipschitz), s.block_best, s.block_pixel, start, geo)
-        objective = s.objective + change
+        objective = s.fun + change
         k = s.iteration
         return s._replace(
             x=x, gradient=gradient, lipschitz=lipschitz, block_best=best, block_pixel=pixel, block_values=values,
-            block_marks=marks, objective=objective,
-            history=s.history.at[k].set(jnp.where(live, objective, s.history[k])),
+            block_marks=marks, fun=objective,
+            fun_trace=s.fun_trace.at[k].set(jnp.where(live, objective, s.fun_trace[k])),
             steps=s.steps.at[k].set(jnp.where(live, jnp.abs(d), s.steps[k])), iteration=k + live.astype(jnp.int32),
             exact=jnp.where(live, verified, s.exact),
         )
@@ -453,7 +453,7 @@ class CoordinateDescent(Solver):
         return float(_max_step(*arrays))
 
     def summary(self, problem: Deconvolution, state: CDState) -> dict[str, jax.Array]:
-        return {"objective": state.objective, "max_step": jnp.max(state.block_best)}
+        return {"objective": state.fun, "max_step": jnp.max(state.block_best)}
 
     def result(
         self, problem: Deconvolution, state: CDState, done: list[int], status: Status, stats: dict[str, Any]
@@ -469,7 +469,7 @@ class CoordinateDescent(Solver):
             f"{self.epsilon:g} of the image's scale) after max_iterations={self.max_iterations}: raise max_iterations",
         })
         plan = self.kernel_plan()
-        history = np.asarray(state.history[:iterations])
+        history = np.asarray(state.fun_trace[:iterations])
         stats = dict(stats, iterations=iterations, kernel=plan.name, kernel_reason=plan.reason, max_step=max_step,
                      tolerance=tolerance, refreshes=refreshes)
         if self.update_window is not None:
@@ -483,5 +483,5 @@ class CoordinateDescent(Solver):
                 )
         return DeconvolutionResult(
             x=model, fun=objective, status=status, message=message, stats=stats, model=model, residual=residual,
-            iterations=iterations, objective=history, steps=np.asarray(state.steps[:iterations]),
+            iterations=iterations, fun_trace=history, steps=np.asarray(state.steps[:iterations]),
         )

@@ -22,8 +22,9 @@ class DeconvolutionResult(Result):
 
     ``residual`` : ``dirty - model * PSF`` (N x M), computed exactly by FFT at the end.
     ``iterations`` : minor iterations run.
-    ``objective`` : (iterations,) the solver's objective after each iteration (coordinate
-    descent: the elastic-net objective; CLEAN: ``None``, it minimises none).
+    ``fun_trace`` : (iterations,) the solver's objective after each iteration (coordinate
+    descent: the elastic-net objective; CLEAN: ``None``, it minimises none); ``objective`` is
+    the same array.
     ``steps`` : (iterations,) size of each iteration's change: |pixel change| (coordinate
     descent) or |residual peak| (CLEAN).
     """
@@ -31,8 +32,13 @@ class DeconvolutionResult(Result):
     model: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     residual: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     iterations: int = 0
-    objective: np.ndarray | None = None
+    fun_trace: np.ndarray | None = None
     steps: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def objective(self) -> np.ndarray | None:
+        """The same as ``fun_trace`` (iterations,): the objective after each iteration (None for CLEAN)."""
+        return self.fun_trace
 
 
 @jax.jit

@@ -370,7 +370,7 @@ class StepWriter:
             for f in files + self.t_files:
                 self._cut_back(f, resume_step, last_walker=self.per - 1 if f in files else None)
             self.next_step = resume_step
-            self.last_result = self._values(np.asarray(state.fx), np.asarray(state.x), np.asarray(state.node))
+            self.last_result = self._values(np.asarray(state.fun), np.asarray(state.x), np.asarray(state.node))
         # the step files stay open for appends (os.write on each file's descriptor, no open and
         # close per chunk: ~20 us a file, 1024 result_T files per chunk made that ~25 % of the
         # writing) when the process may hold that many files, else each chunk opens them

@@ -138,13 +138,13 @@ class ExchangeState(NamedTuple):
     direction: jax.Array  # () bool, True: the next exchange pairs (0,1), (2,3), ...
     x: jax.Array  # (T, d) current point of the replica at each temperature
     node: jax.Array  # (T,) int32 current mesh node (discrete space; zeros otherwise)
-    fx: jax.Array  # (T,)
+    fun: jax.Array  # (T,) objective (f) at x (+inf where NaN or +-inf)
     replica: jax.Array  # (T,) int32 the replica at each temperature (ODAT-SE's T2rep)
     n_accepted: jax.Array  # (T,) int32 accepted moves (of the replica, travelling with it)
     n_nonfinite: jax.Array  # (T,) int32 the start and in-range proposals whose f was NaN or +-inf (rejected)
     n_exchange_tries: jax.Array  # (T,) int32 exchange attempts of pair (t, t+1) (the last row stays 0)
     n_exchanges: jax.Array  # (T,) int32 accepted
-    best_fx: jax.Array  # (T,) lowest f of the replica's results so far
+    best_fun: jax.Array  # (T,) lowest f of the replica's results so far
     best_step: jax.Array  # (T,) int32 the (first) step it was reached
     best_x: jax.Array  # (T, d)
     stat_n: jax.Array  # (T,) int32 samples at each temperature after thermalisation
@@ -161,12 +161,12 @@ class ExchangeState(NamedTuple):
 
 
 # the rows that travel with a replica when it swaps temperature (the statistics stay: per temperature)
-_TRAVELLING = ("x", "node", "fx", "replica", "n_accepted", "n_nonfinite", "best_fx", "best_step", "best_x")
+_TRAVELLING = ("x", "node", "fun", "replica", "n_accepted", "n_nonfinite", "best_fun", "best_step", "best_x")
 
 
 def replica_order(state: ExchangeState, steps: np.ndarray | None = None) -> ExchangeState:
     """The state with its per-replica rows in replica order, on the host (numpy): row r of ``x``,
-    ``fx``, ``node``, the counters, best points and of every record slot is replica r; the
+    ``fun``, ``node``, the counters, best points and of every record slot is replica r; the
     records' column 0 becomes the replica's temperature index at that step (ODAT-SE's files'
     ``T`` column).  ``replica`` and the per-temperature statistics are left as they are.
 
@@ -242,12 +242,12 @@ def _check_initial_in_box(initial: np.ndarray, problem: Problem) -> None:
 
 
 def checkpoint_replica_rows(leaves: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """``x``, ``fx`` and ``node`` of each replica, in replica order, from a checkpoint's arrays (the
+    """``x``, ``fun`` and ``node`` of each replica, in replica order, from a checkpoint's arrays (the
     leaves of an :class:`ExchangeState`, in field order): where a continued run's step files
     start from."""
     field = {name: np.asarray(leaves[i]) for i, name in enumerate(ExchangeState._fields) if i < len(leaves)}
     t_of_rep = np.argsort(field["replica"], kind="stable")
-    return {name: field[name][t_of_rep] for name in ("x", "fx", "node")}
+    return {name: field[name][t_of_rep] for name in ("x", "fun", "node")}
 
 
 @dataclass(frozen=True)
@@ -453,7 +453,7 @@ class Exchange(Solver):
         else:
             node = jax.random.randint(k_init, (R,), 0, self.mesh.n_nodes, jnp.int32)
             x = jnp.asarray(self.mesh.coordinates, dt)[node]
-        fx, bad = evaluate_walkers(problem.chi2_full, x)  # NaN or -inf: worse than anything
+        fun, bad = evaluate_walkers(problem.chi2_full, x)  # NaN or -inf: worse than anything
         i32 = jnp.int32
         T = R
         first = jnp.asarray(self.thermalization == 0)
@@ -464,35 +464,35 @@ class Exchange(Solver):
             direction=jnp.asarray(True),
             x=x,
             node=node,
-            fx=fx,
+            fun=fun,
             replica=arange,
             n_accepted=jnp.zeros(R, i32),
             n_nonfinite=bad.astype(i32),
             n_exchange_tries=jnp.zeros(T, i32),
             n_exchanges=jnp.zeros(T, i32),
-            best_fx=fx,
+            best_fun=fun,
             best_step=jnp.zeros(R, i32),
             best_x=x,
             stat_n=jnp.where(first, 1, 0) * jnp.ones(T, i32),
-            stat_sum=jnp.where(first, fx, 0.0).astype(dt),
-            stat_sum2=jnp.where(first, fx * fx, 0.0).astype(dt),
+            stat_sum=jnp.where(first, fun, 0.0).astype(dt),
+            stat_sum2=jnp.where(first, fun * fun, 0.0).astype(dt),
             stat_changed=jnp.zeros(T, i32),
             stat_prev=x,
-            stat_fbase=jnp.where(first, fx, 0.0).astype(dt),
+            stat_fbase=jnp.where(first, fun, 0.0).astype(dt),
             stat_lse=jnp.zeros(T, dt),
             rec_values=jnp.zeros((B, R, 1 + (d if self.mesh is None else 0)), dt),
             rec_ints=jnp.zeros((B, R, 3), i32),
         )
         if B:
-            state = self._record(state, 0, x, node, fx, jnp.ones(R, bool))
+            state = self._record(state, 0, x, node, fun, jnp.ones(R, bool))
         return state
 
-    def _record(self, st: ExchangeState, s: Any, x, node, fx, accepted) -> ExchangeState:
+    def _record(self, st: ExchangeState, s: Any, x, node, fun, accepted) -> ExchangeState:
         """Step ``s``'s trials into slot ``s % record``: two row updates (one per buffer), as
         each update is a separate operation with its own cost on a CPU."""
         slot = jnp.asarray(s) % self.record
         upd = jax.lax.dynamic_update_index_in_dim
-        values = fx[:, None] if self.mesh is not None else jnp.concatenate([fx[:, None], x], axis=1)
+        values = fun[:, None] if self.mesh is not None else jnp.concatenate([fun[:, None], x], axis=1)
         ints = jnp.stack([st.replica, accepted.astype(jnp.int32), node.astype(jnp.int32)], axis=1)
         return st._replace(rec_values=upd(st.rec_values, values, slot, 0), rec_ints=upd(st.rec_ints, ints, slot, 0))
 
@@ -740,7 +740,7 @@ class Exchange(Solver):
             st = self._exchange(problem, st, u_exchange[0], m > 0)
             # temperature order: row t's replica, its temperature's statistics and beta side by side
             moves = exchange_kernel.Moves(
-                x=st.x, fx=st.fx, n_accepted=st.n_accepted, n_nonfinite=st.n_nonfinite, best_fx=st.best_fx,
+                x=st.x, fun=st.fun, n_accepted=st.n_accepted, n_nonfinite=st.n_nonfinite, best_fun=st.best_fun,
                 best_step=st.best_step, best_x=st.best_x, stat_n=st.stat_n, stat_sum=st.stat_sum,
                 stat_sum2=st.stat_sum2, stat_changed=st.stat_changed, stat_fbase=st.stat_fbase,
                 stat_lse=st.stat_lse,
@@ -753,7 +753,7 @@ class Exchange(Solver):
                 num_warps=self.kernel_warps or exchange_kernel.DEFAULT_WARPS, interpret=kplan.interpret,
             )
             st = st._replace(
-                x=out.x, fx=out.fx, n_accepted=out.n_accepted, n_nonfinite=out.n_nonfinite, best_fx=out.best_fx,
+                x=out.x, fun=out.fun, n_accepted=out.n_accepted, n_nonfinite=out.n_nonfinite, best_fun=out.best_fun,
                 best_step=out.best_step, best_x=out.best_x, stat_n=out.stat_n, stat_sum=out.stat_sum,
                 stat_sum2=out.stat_sum2, stat_changed=out.stat_changed, stat_fbase=out.stat_fbase,
                 stat_lse=out.stat_lse, stat_prev=out.x, step=s + m,
@@ -838,16 +838,16 @@ class Exchange(Solver):
         f_new, bad = evaluate_walkers(problem.chi2_full, proposal)
         f_new = jnp.where(inside, f_new, jnp.inf)
         log_u = jnp.log(u_accept)
-        accepted = inside & ~bad & (log_u < -beta_r * (f_new - st.fx) + log_weight)
+        accepted = inside & ~bad & (log_u < -beta_r * (f_new - st.fun) + log_weight)
         x = jnp.where(accepted[:, None], proposal, st.x)
-        fx = jnp.where(accepted, f_new, st.fx)
+        fun = jnp.where(accepted, f_new, st.fun)
         node = jnp.where(accepted, node_new, st.node)
-        best_fx, best_x, better = keep_better(st.best_fx, st.best_x, fx, x)
+        best_fun, best_x, better = keep_better(st.best_fun, st.best_x, fun, x)
         st = st._replace(
-            x=x, fx=fx, node=node,
+            x=x, fun=fun, node=node,
             n_accepted=st.n_accepted + accepted,
             n_nonfinite=st.n_nonfinite + (inside & bad),
-            best_fx=best_fx,
+            best_fun=best_fun,
             best_step=jnp.where(better, s, st.best_step),
             best_x=best_x,
         )
@@ -879,10 +879,10 @@ class Exchange(Solver):
         # the travelling rows packed into one float and one int array, so that a split run moves
         # them across a device boundary in 4 collective-permutes per step (2 up, 2 down), not 2 per array
         d = st.x.shape[1]
-        floats = jnp.concatenate([st.fx[:, None], st.best_fx[:, None], st.x, st.best_x], axis=1)
+        floats = jnp.concatenate([st.fun[:, None], st.best_fun[:, None], st.x, st.best_x], axis=1)
         ints = jnp.stack([st.node, st.replica, st.n_accepted, st.n_nonfinite, st.best_step], axis=1)
         floats_above, ints_above = jnp.roll(floats, -1, axis=0), jnp.roll(ints, -1, axis=0)  # row t: row t+1's
-        logp = gap * (floats_above[:, 0] - st.fx)
+        logp = gap * (floats_above[:, 0] - st.fun)
         swap = valid & ((logp >= 0) | (u_exchange < jnp.exp(jnp.minimum(logp, 0))))  # NaN logp never swaps
         # row t+1 takes row t's replica where pair (t, t+1) swaps; swap[T-1] is False, so nothing wraps
         ints_below = jnp.roll(jnp.concatenate([ints, swap[:, None].astype(ints.dtype)], axis=1), 1, axis=0)
@@ -891,7 +891,7 @@ class Exchange(Solver):
         floats = jnp.where(swap[:, None], floats_above, jnp.where(from_below[:, None], floats_below, floats))
         ints = jnp.where(swap[:, None], ints_above, jnp.where(from_below[:, None], ints_below[:, :-1], ints))
         return st._replace(
-            fx=floats[:, 0], best_fx=floats[:, 1], x=floats[:, 2:2 + d], best_x=floats[:, 2 + d:],
+            fun=floats[:, 0], best_fun=floats[:, 1], x=floats[:, 2:2 + d], best_x=floats[:, 2 + d:],
             node=ints[:, 0], replica=ints[:, 1], n_accepted=ints[:, 2], n_nonfinite=ints[:, 3], best_step=ints[:, 4],
             direction=jnp.where(do & (T > 2), ~st.direction, st.direction),
             n_exchange_tries=st.n_exchange_tries + valid,
@@ -899,7 +899,7 @@ class Exchange(Solver):
         )
 
     def _accumulate(self, st: ExchangeState, s: jax.Array, dt: Any, dbeta: jax.Array) -> ExchangeState:
-        f_t, x_t = st.fx, st.x  # temperature order: row t is the sample at temperature t
+        f_t, x_t = st.fun, st.x  # temperature order: row t is the sample at temperature t
         counted = s >= self.thermalization
         changed = ~jnp.all(jnp.abs(x_t - st.stat_prev) <= _ATOL + _RTOL * jnp.abs(st.stat_prev), axis=1)
         first = counted & (st.stat_n == 0)
@@ -923,7 +923,7 @@ class Exchange(Solver):
     # ----------------------------------------------------------------- reporting
     def summary(self, problem: Problem, state: ExchangeState) -> dict[str, jax.Array]:
         moves = jnp.maximum(state.step - 1, 1) * self.n_replicas
-        return {"best": jnp.min(state.best_fx), "accept": jnp.sum(state.n_accepted) / moves}
+        return {"best": jnp.min(state.best_fun), "accept": jnp.sum(state.n_accepted) / moves}
 
     def statistics(self, state: Any) -> dict[str, np.ndarray]:
         """Per temperature index: ``beta``, ``mean``, ``error``, ``count``, ``dlogz`` (log(Z_lower/Z)
@@ -953,7 +953,7 @@ class Exchange(Solver):
         per = self.nreplica_per_proc or R
         r = np.arange(R)
         # ODAT-SE's choice among equal values: the lowest process, then the earliest step, then the walker
-        order = np.lexsort((r % per, st.best_step, r // per, st.best_fx))
+        order = np.lexsort((r % per, st.best_step, r // per, st.best_fun))
         i_best = int(order[0])
         steps = int(st.step)
         stats = dict(stats)
@@ -966,21 +966,21 @@ class Exchange(Solver):
         status, message = end_status(
             status,
             f"ran {steps - 1} Monte Carlo steps of {R} replicas after the start (step 0)",
-            bool(np.isfinite(st.best_fx[i_best])),
+            bool(np.isfinite(st.best_fun[i_best])),
             "no replica ever had a finite f: check the function inside the box or the mesh",
         )
         with np.errstate(invalid="ignore", divide="ignore"):
             exch = np.where(st.n_exchange_tries > 0, st.n_exchanges / np.maximum(st.n_exchange_tries, 1), np.nan)
         return ExchangeResult(
             x=st.best_x[i_best].copy(),
-            fun=value_at_point(problem, st.best_x[i_best], float(st.best_fx[i_best])),
+            fun=value_at_point(problem, st.best_x[i_best], float(st.best_fun[i_best])),
             status=status,
             message=message,
             stats=stats,
             best_replica=i_best,
             best_step=int(st.best_step[i_best]),
             replica_x=st.x,
-            replica_fx=st.fx,
+            funs=st.fun,
             replica_node=st.node if self.mesh is not None else None,
             temperature_index=np.argsort(st.replica, kind="stable").astype(np.int32),
             betas=np.asarray(self.betas),
@@ -997,7 +997,8 @@ class ExchangeResult(Result):
     """Result of :class:`Exchange`.
 
     ``x``, ``fun``: the best result of any replica at any step (``best_replica``, ``best_step``).
-    ``replica_x`` (R, d), ``replica_fx`` (R,), ``replica_node`` (R,) or None: the last state;
+    ``replica_x`` (R, d), ``funs`` (R,) (``replica_fx`` is the same array), ``replica_node`` (R,) or
+    None: the last state, in replica order;
     ``temperature_index`` (R,): where each replica is on the ladder ``betas`` (T,).
     ``steps``: the next step number (steps 0 .. steps-1 are done).  ``acceptance`` (R,): accepted
     moves per step of each replica; ``exchange_rate`` (T-1,): accepted / attempted swaps of
@@ -1009,7 +1010,7 @@ class ExchangeResult(Result):
     best_replica: int
     best_step: int
     replica_x: np.ndarray
-    replica_fx: np.ndarray
+    funs: np.ndarray
     replica_node: np.ndarray | None  # None in a continuous space (no mesh, no nodes)
     temperature_index: np.ndarray
     betas: np.ndarray
@@ -1018,3 +1019,8 @@ class ExchangeResult(Result):
     exchange_rate: np.ndarray
     statistics: dict[str, np.ndarray]
     state: ExchangeState = field(repr=False, metadata=NOT_SAVED)
+
+    @property
+    def replica_fx(self) -> np.ndarray:
+        """The same as ``funs`` (R,): each replica's objective value at its last point (ODAT-SE's ``fx``)."""
+        return self.funs

@@ -87,10 +87,10 @@ class Moves(NamedTuple):
     temperature one step before the first step (``stat_prev``)."""
 
     x: jax.Array  # (R, d)
-    fx: jax.Array  # (R,)
+    fun: jax.Array  # (R,) objective at x
     n_accepted: jax.Array  # (R,) int32
     n_nonfinite: jax.Array  # (R,) int32
-    best_fx: jax.Array  # (R,)
+    best_fun: jax.Array  # (R,) objective at best_x
     best_step: jax.Array  # (R,) int32
     best_x: jax.Array  # (R, d)
     stat_n: jax.Array  # (R,) int32
@@ -171,10 +171,10 @@ class _Replicas(NamedTuple):
     """One program's replicas inside the kernel: [block] vectors, coordinates as tuples of d of them."""
 
     x: tuple
-    fx: jax.Array
+    fun: jax.Array
     n_accepted: jax.Array  # int32
     n_nonfinite: jax.Array  # int32
-    best_fx: jax.Array
+    best_fun: jax.Array
     best_step: jax.Array  # int32
     best_x: tuple
     prev: tuple  # the point one step before, for stat_changed
@@ -191,9 +191,9 @@ def _steps_kernel(graph: ScalarGraph, d: int, K: int, b: int, dt: Any,
     """The kernel body of :func:`metropolis_steps`: ``K`` steps of ``b`` replicas per program."""
     from jax.experimental import pallas as pl
 
-    def kernel(scalars_ref, x_ref, fx_ref, acc_ref, nonfin_ref, bfx_ref, bstep_ref, bx_ref, n_ref, sum_ref,  # noqa: ANN001
+    def kernel(scalars_ref, x_ref, fun_ref, acc_ref, nonfin_ref, bfun_ref, bstep_ref, bx_ref, n_ref, sum_ref,  # noqa: ANN001
                sum2_ref, chg_ref, fbase_ref, lse_ref, prev_ref, beta_ref, dbeta_ref, move_ref, u_ref,
-               x_out, fx_out, acc_out, nonfin_out, bfx_out, bstep_out, bx_out, n_out, sum_out, sum2_out, chg_out,
+               x_out, fun_out, acc_out, nonfin_out, bfun_out, bstep_out, bx_out, n_out, sum_out, sum2_out, chg_out,
                fbase_out, lse_out):
         pid = pl.program_id(0)
         rows = pl.ds(pid * b, b)
@@ -204,7 +204,7 @@ def _steps_kernel(graph: ScalarGraph, d: int, K: int, b: int, dt: Any,
         dbeta_r = dbeta_ref[rows]
 
         carry = _Replicas(
-            tuple(x_ref[rows, j] for j in range(d)), fx_ref[rows], acc_ref[rows], nonfin_ref[rows], bfx_ref[rows],
+            tuple(x_ref[rows, j] for j in range(d)), fun_ref[rows], acc_ref[rows], nonfin_ref[rows], bfun_ref[rows],
             bstep_ref[rows], tuple(bx_ref[rows, j] for j in range(d)), tuple(prev_ref[rows, j] for j in range(d)),
             n_ref[rows], sum_ref[rows], sum2_ref[rows], chg_ref[rows], fbase_ref[rows], lse_ref[rows],
         )
@@ -221,10 +221,10 @@ def _steps_kernel(graph: ScalarGraph, d: int, K: int, b: int, dt: Any,
         for j in range(d):
             x_out[rows, j] = carry.x[j]
             bx_out[rows, j] = carry.best_x[j]
-        fx_out[rows] = carry.fx
+        fun_out[rows] = carry.fun
         acc_out[rows] = carry.n_accepted
         nonfin_out[rows] = carry.n_nonfinite
-        bfx_out[rows] = carry.best_fx
+        bfun_out[rows] = carry.best_fun
         bstep_out[rows] = carry.best_step
         n_out[rows] = carry.stat_n
         sum_out[rows] = carry.stat_sum
@@ -251,16 +251,16 @@ def _metropolis_move(graph: ScalarGraph, lanes: kernels.LaneValues, c: _StepCons
     f_new, bad = worst_if_nonfinite(graph.value(graph.evaluate(proposal, const), const).astype(lanes.dtype))
     f_new = jnp.where(inside, f_new, full(np.inf))
     log_u = jnp.log(u_ref[k, rows])
-    accepted = inside & ~bad & (log_u < -beta_r * (f_new - rep.fx) + full(0.0))
+    accepted = inside & ~bad & (log_u < -beta_r * (f_new - rep.fun) + full(0.0))
     xs = tuple(jnp.where(accepted, proposal[j], xs[j]) for j in range(d))
-    f_x = jnp.where(accepted, f_new, rep.fx)
+    f_x = jnp.where(accepted, f_new, rep.fun)
     n_acc = rep.n_accepted + accepted.astype(i32)
     n_nonfin = rep.n_nonfinite + (inside & bad).astype(i32)
-    better = f_x < rep.best_fx
-    b_f = jnp.where(better, f_x, rep.best_fx)
+    better = f_x < rep.best_fun
+    b_f = jnp.where(better, f_x, rep.best_fun)
     b_step = jnp.where(better, jnp.full((lanes.block,), s, i32), rep.best_step)
     b_x = tuple(jnp.where(better, xs[j], rep.best_x[j]) for j in range(d))
-    return rep._replace(x=xs, fx=f_x, n_accepted=n_acc, n_nonfinite=n_nonfin, best_fx=b_f, best_step=b_step,
+    return rep._replace(x=xs, fun=f_x, n_accepted=n_acc, n_nonfinite=n_nonfin, best_fun=b_f, best_step=b_step,
                         best_x=b_x)
 
 
@@ -271,7 +271,7 @@ def _accumulate(lanes: kernels.LaneValues, c: _StepConstants, rep: _Replicas, s:
     terms); the new point becomes ``prev``."""
     full = lanes.full
     i32 = jnp.int32
-    xs, f_x, prevs = rep.x, rep.fx, rep.prev
+    xs, f_x, prevs = rep.x, rep.fun, rep.prev
     counted = jnp.full((lanes.block,), s >= c.thermalization, jnp.bool_)
     same = full(True, jnp.bool_)
     for j in range(len(xs)):

@@ -76,26 +76,26 @@ class PatternSearchState(NamedTuple):
     key: jax.Array  # (2,) uint32
     iteration: jax.Array  # () int32, iterations done over all rounds
     x: jax.Array  # (n_walkers, n_free) current points
-    fx: jax.Array  # (n_walkers,) their values (+inf where NaN/inf)
+    fun: jax.Array  # (n_walkers,) objective at x (+inf where NaN/inf)
     scale: jax.Array  # (n_walkers,) step = scale * delta0 (1 after a reset, halved on failure)
     best_x: jax.Array  # (n_free,) best point of all rounds so far
-    best_f: jax.Array  # ()
+    best_fun: jax.Array  # () objective at best_x
     n_halvings: jax.Array  # (n_walkers,) int32 halvings in the current round
     n_resets: jax.Array  # (n_walkers,) int32 resets to delta0 in the current round
     n_nonfinite: jax.Array  # (n_walkers,) int32 evaluations that gave NaN or +-inf, all rounds
 
 
-def _best_walker(x: jax.Array, fx: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The point ``(n_free,)`` and value of the first walker with the lowest ``fx`` (``fx`` has no
-    NaN: :func:`evaluate_walkers` makes them +inf), i.e. ``x[argmin(fx)]``, ``fx[argmin(fx)]``.
+def _best_walker(x: jax.Array, fun: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The point ``(n_free,)`` and value of the first walker with the lowest ``fun`` (``fun`` has no
+    NaN: :func:`evaluate_walkers` makes them +inf), i.e. ``x[argmin(fun)]``, ``fun[argmin(fun)]``.
 
     Written as reductions over walkers so that on several devices each reduces its own walkers and
     only ``n_free + 2`` numbers cross devices: indexing ``x[i]`` with a traced ``i`` made XLA
     all-gather every walker's point and value at each iteration.  Exact: the other rows are +inf,
     and min(v, inf) = v."""
-    i = jnp.argmin(fx)
-    row = (jnp.arange(fx.shape[0]) == i)[:, None]
-    return jnp.min(jnp.where(row, x, jnp.inf), axis=0), jnp.min(fx)
+    i = jnp.argmin(fun)
+    row = (jnp.arange(fun.shape[0]) == i)[:, None]
+    return jnp.min(jnp.where(row, x, jnp.inf), axis=0), jnp.min(fun)
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ class PatternSearch(Solver):
         if self.kernel_plan(problem).use_pallas:
             return None
         return PatternSearchState(
-            key=None, iteration=None, x=0, fx=0, scale=0, best_x=None, best_f=None, n_halvings=0, n_resets=0,
+            key=None, iteration=None, x=0, fun=0, scale=0, best_x=None, best_fun=None, n_halvings=0, n_resets=0,
             n_nonfinite=0,
         )
 
@@ -234,17 +234,17 @@ class PatternSearch(Solver):
         if problem.x0 is not None:  # the user's starting points: walkers 0 .. K-1 of the first round
             starts = np.atleast_2d(problem.x0)[:, problem.free_index]
             x = x.at[: len(starts)].set(jnp.asarray(starts, problem.dtype))
-        fx, bad = evaluate_walkers(problem.chi2_free, x)
-        best_x, best_f = _best_walker(x, fx)
+        fun, bad = evaluate_walkers(problem.chi2_free, x)
+        best_x, best_fun = _best_walker(x, fun)
         w, dt = self.n_walkers, problem.dtype
         return PatternSearchState(
             key=key,
             iteration=jnp.asarray(0, jnp.int32),
             x=x,
-            fx=fx,
+            fun=fun,
             scale=jnp.ones(w, dt),
             best_x=best_x,
-            best_f=best_f,
+            best_fun=best_fun,
             n_halvings=jnp.zeros(w, jnp.int32),
             n_resets=jnp.zeros(w, jnp.int32),
             n_nonfinite=bad.astype(jnp.int32),
@@ -274,10 +274,10 @@ class PatternSearch(Solver):
             local = jnp.arange(w) < w // 2  # half refine, half explore
             x = jnp.where(local[:, None], near, x)
             scale = jnp.where(local, jnp.minimum(1.0, 20.0 * s), scale)  # step ~ the perturbation
-        fx, bad = evaluate_walkers(problem.chi2_free, x)
+        fun, bad = evaluate_walkers(problem.chi2_free, x)
         zeros = jnp.zeros(self.n_walkers, jnp.int32)
         return state._replace(
-            x=x, fx=fx, scale=scale, n_halvings=zeros, n_resets=zeros, n_nonfinite=state.n_nonfinite + bad
+            x=x, fun=fun, scale=scale, n_halvings=zeros, n_resets=zeros, n_nonfinite=state.n_nonfinite + bad
         )
 
     def step(self, problem: Problem, state: PatternSearchState, phase: int) -> PatternSearchState:
@@ -290,8 +290,8 @@ class PatternSearch(Solver):
         plan = self.kernel_plan(problem)
         if plan.use_pallas:
             return self._kernel_iterations(problem, plan, state, 1, 1)
-        x, fx, improved, n_nonfinite = self._sweep_xla(problem, state, lo_j, hi_j, d0_j)
-        return self._end_iteration(state, x, fx, improved, n_nonfinite, tol_scale)
+        x, fun, improved, n_nonfinite = self._sweep_xla(problem, state, lo_j, hi_j, d0_j)
+        return self._end_iteration(state, x, fun, improved, n_nonfinite, tol_scale)
 
     def run_chunk(
         self, problem: Problem, state: PatternSearchState, phase: int, n: jax.Array, plan: RunPlan | None = None
@@ -331,22 +331,22 @@ class PatternSearch(Solver):
         lo, hi, _ = problem.free_bounds()
         d0, tol_scale = self.steps(problem)
         r = pattern_search_kernel.sweeps(
-            plan.graph, state.x, state.fx, state.scale, state.n_nonfinite, state.n_halvings, state.n_resets, n,
+            plan.graph, state.x, state.fun, state.scale, state.n_nonfinite, state.n_halvings, state.n_resets, n,
             max_iter=max_iter, d0=d0, lower=lo, upper=hi, tol_scale=tol_scale, reset=self.reset,
             block=self.kernel_block or pattern_search_kernel.DEFAULT_BLOCK,
             num_warps=self.kernel_warps or pattern_search_kernel.DEFAULT_WARPS, interpret=plan.interpret,
         )
         # Step by step, the best point changes at each strictly lower iteration minimum: it ends at the
         # first iteration that reaches the lowest one (argmin takes the first), if that beats the old best.
-        t = jnp.argmin(r.best_f)
-        best_f, best_x, _ = keep_better(state.best_f, state.best_x, r.best_f[t], r.best_x[t])
+        t = jnp.argmin(r.best_fun)
+        best_fun, best_x, _ = keep_better(state.best_fun, state.best_x, r.best_fun[t], r.best_x[t])
         return state._replace(
             iteration=state.iteration + n,
             x=r.x,
-            fx=r.fx,
+            fun=r.fun,
             scale=r.scale,
             best_x=best_x,
-            best_f=best_f,
+            best_fun=best_fun,
             n_halvings=r.n_halvings,
             n_resets=r.n_resets,
             n_nonfinite=r.n_bad,
@@ -359,7 +359,7 @@ class PatternSearch(Solver):
         cols = jnp.arange(d)
 
         def coordinate(j: int, carry: tuple) -> tuple:
-            x, fx, improved, n_bad = carry
+            x, fun, improved, n_bad = carry
             # Trial points as x + step * one-hot: elementwise expressions XLA fuses into the
             # objective (no scatters, no copies of x); adding 0.0 leaves other coordinates exact.
             on_j = (cols == j).astype(x.dtype)  # (d,)
@@ -371,10 +371,10 @@ class PatternSearch(Solver):
             in_plus, in_minus = plus <= hi_j[j], minus >= lo_j[j]
             n_bad = n_bad + (in_plus & bad_plus) + (in_minus & bad_minus)  # out-of-box values are not used
             # Rules b) and c); a move out of the box is never taken, even from a walker at +inf.
-            go_plus = in_plus & (f_plus <= fx) & (f_plus <= jnp.where(in_minus, f_minus, jnp.inf))
-            go_minus = ~go_plus & in_minus & (f_minus <= fx) & (f_minus <= jnp.where(in_plus, f_plus, jnp.inf))
-            f_new = jnp.where(go_plus, f_plus, jnp.where(go_minus, f_minus, fx))
-            improved = improved | (f_new < fx)
+            go_plus = in_plus & (f_plus <= fun) & (f_plus <= jnp.where(in_minus, f_minus, jnp.inf))
+            go_minus = ~go_plus & in_minus & (f_minus <= fun) & (f_minus <= jnp.where(in_plus, f_plus, jnp.inf))
+            f_new = jnp.where(go_plus, f_plus, jnp.where(go_minus, f_minus, fun))
+            improved = improved | (f_new < fun)
             step_j = jnp.where(go_plus, delta, jnp.where(go_minus, -delta, 0.0))
             return x + step_j[:, None] * on_j, f_new, improved, n_bad
 
@@ -382,11 +382,11 @@ class PatternSearch(Solver):
             0,
             d,
             coordinate,
-            (state.x, state.fx, jnp.zeros(self.n_walkers, bool), state.n_nonfinite),
+            (state.x, state.fun, jnp.zeros(self.n_walkers, bool), state.n_nonfinite),
             unroll=min(d, _COORDINATE_UNROLL),
         )
 
-    def _end_iteration(self, state: PatternSearchState, x: jax.Array, fx: jax.Array, improved: jax.Array,
+    def _end_iteration(self, state: PatternSearchState, x: jax.Array, fun: jax.Array, improved: jax.Array,
                        n_nonfinite: jax.Array, tol_scale: float) -> PatternSearchState:
         """Rule d) (halve the step of walkers that did not improve, reset it at delta_tol) and the best so far."""
         scale = jnp.where(improved, state.scale, state.scale / 2)  # rule d)
@@ -395,15 +395,15 @@ class PatternSearch(Solver):
         if self.reset:
             was_reset = scale <= tol_scale * (1 + 1e-6)
             scale = jnp.where(was_reset, jnp.ones_like(scale), scale)
-        walker_x, walker_f = _best_walker(x, fx)
-        best_f, best_x, _ = keep_better(state.best_f, state.best_x, walker_f, walker_x)
+        walker_x, walker_fun = _best_walker(x, fun)
+        best_fun, best_x, _ = keep_better(state.best_fun, state.best_x, walker_fun, walker_x)
         return state._replace(
             iteration=state.iteration + 1,
             x=x,
-            fx=fx,
+            fun=fun,
             scale=scale,
             best_x=best_x,
-            best_f=best_f,
+            best_fun=best_fun,
             n_halvings=state.n_halvings + halved,
             n_resets=state.n_resets + was_reset,
             n_nonfinite=n_nonfinite,
@@ -411,7 +411,7 @@ class PatternSearch(Solver):
 
     # ----------------------------------------------------------------- reporting
     def summary(self, problem: Problem, state: PatternSearchState) -> dict[str, jax.Array]:
-        return {"best": state.best_f, "round": (state.iteration - 1) // self.iterations + 1}
+        return {"best": state.best_fun, "round": (state.iteration - 1) // self.iterations + 1}
 
     def result(
         self, problem: Problem, state: PatternSearchState, done: list[int], status: Status, stats: dict[str, Any]
@@ -430,18 +430,18 @@ class PatternSearch(Solver):
         status, message = end_status(
             status,
             f"ran {rounds} round(s) of {self.iterations} iterations ({iters} in all)",
-            bool(np.isfinite(st.best_f)),
+            bool(np.isfinite(st.best_fun)),
             f"no finite objective value in {stats['evaluations']} evaluations (all NaN or inf)",
         )
         x_best = np.asarray(problem.expand(st.best_x))
         return PatternSearchResult(
             x=x_best,
-            fun=value_at_point(problem, x_best, float(st.best_f)),
+            fun=value_at_point(problem, x_best, float(st.best_fun)),
             status=status,
             message=message,
             stats=stats,
             walkers=np.asarray(problem.expand(st.x)),
-            values=st.fx,
+            funs=st.fun,
             steps=st.scale[:, None] * self.steps(problem)[0][None, :],
             evaluations=stats["evaluations"],
             halvings=st.n_halvings,
@@ -454,14 +454,20 @@ class PatternSearchResult(Result):
     """Result of :class:`PatternSearch`.
 
     ``x``, ``fun``: best point of all rounds.  ``walkers`` (n_walkers, n): the final points of
-    the last round, ``values`` (n_walkers,) their objective values, ``steps`` (n_walkers, n_free)
-    their current steps.  ``evaluations``: objective evaluations in all.  ``halvings`` and
-    ``resets`` (n_walkers,): step halvings and resets to delta0 during the last round.
+    the last round, ``funs`` (n_walkers,) their objective values (``values`` is the same array),
+    ``steps`` (n_walkers, n_free) their current steps.  ``evaluations``: objective evaluations in
+    all.  ``halvings`` and ``resets`` (n_walkers,): step halvings and resets to delta0 during the
+    last round.
     """
 
     walkers: np.ndarray
-    values: np.ndarray
+    funs: np.ndarray
     steps: np.ndarray
     evaluations: int
     halvings: np.ndarray
     resets: np.ndarray
+
+    @property
+    def values(self) -> np.ndarray:
+        """The same as ``funs`` (n_walkers,): the objective value of each walker's final point."""
+        return self.funs

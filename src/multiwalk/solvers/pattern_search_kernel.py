@@ -76,19 +76,19 @@ class Sweeps(NamedTuple):
     """What :func:`sweeps` returns: the walkers after the iterations, and each iteration's best walker."""
 
     x: jax.Array  # (W, d)
-    fx: jax.Array  # (W,)
+    fun: jax.Array  # (W,) objective at x (+inf where NaN/inf)
     scale: jax.Array  # (W,)
     n_bad: jax.Array  # (W,) int32
     n_halvings: jax.Array  # (W,) int32
     n_resets: jax.Array  # (W,) int32
-    best_f: jax.Array  # (max_iter,) min over walkers after iteration t (unused rows: +inf)
+    best_fun: jax.Array  # (max_iter,) min over walkers after iteration t (unused rows: +inf)
     best_x: jax.Array  # (max_iter, d) the point of the first walker with that value
 
 
 def sweeps(
     graph: ScalarGraph,
     x: jax.Array,
-    fx: jax.Array,
+    fun: jax.Array,
     scale: jax.Array,
     n_bad: jax.Array,
     n_halvings: jax.Array,
@@ -109,11 +109,11 @@ def sweeps(
 
     Per iteration: rules b) and c) for each coordinate in turn, then rule d) (halve the step
     scale of walkers that did not improve; with ``reset``, back to 1 at ``tol_scale``).
-    ``x`` (W, d) points, ``fx`` (W,) their values (+inf where NaN/inf), ``scale`` (W,) step
+    ``x`` (W, d) points, ``fun`` (W,) their values (+inf where NaN/inf), ``scale`` (W,) step
     scales (step = scale * d0), ``n_bad``, ``n_halvings``, ``n_resets`` (W,) int32 counters;
     ``d0``, ``lower``, ``upper`` (d,) per coordinate.  Each program also writes, after each
     iteration, its best walker (first of the lowest value); the first best program of each
-    iteration is picked here, so ``best_f[t]``/``best_x[t]`` are ``argmin`` over all walkers.
+    iteration is picked here, so ``best_fun[t]``/``best_x[t]`` are ``argmin`` over all walkers.
     """
     from jax.experimental import pallas as pl
 
@@ -121,7 +121,7 @@ def sweeps(
     dt = x.dtype
     b, wp, programs = kernels.row_blocks(w, block)
     # pad with copies of the last walker: computed, then dropped (never the first best)
-    x, fx, scale, n_bad, n_halvings, n_resets = kernels.pad_rows((x, fx, scale, n_bad, n_halvings, n_resets), wp)
+    x, fun, scale, n_bad, n_halvings, n_resets = kernels.pad_rows((x, fun, scale, n_bad, n_halvings, n_resets), wp)
     box = _Box(*(np.asarray(v, dtype=dt) for v in (d0, lower, upper)))
     tol_c = np.asarray(tol_scale * (1 + 1e-6), dtype=dt)  # as the XLA form rounds it
     kernel = _sweeps_kernel(graph, d, b, dt, box, tol_c, reset)
@@ -141,12 +141,12 @@ def sweeps(
     out = pl.pallas_call(
         kernel, out_shape=out_shape, grid=(programs,), interpret=interpret, name="pattern_search_sweeps",
         **kernels.compiler_params(num_warps, interpret),
-    )(n_arr, x, fx, scale, n_bad.astype(i32), n_halvings.astype(i32), n_resets.astype(i32))
-    x, fx, scale, n_bad, n_halvings, n_resets, block_f, block_x = out
+    )(n_arr, x, fun, scale, n_bad.astype(i32), n_halvings.astype(i32), n_resets.astype(i32))
+    x, fun, scale, n_bad, n_halvings, n_resets, block_fun, block_x = out
     if wp != w:
-        x, fx, scale, n_bad, n_halvings, n_resets = (a[:w] for a in (x, fx, scale, n_bad, n_halvings, n_resets))
-    best_f, best_x = _best_of_programs(block_f, block_x, n_iter, max_iter)
-    return Sweeps(x, fx, scale, n_bad, n_halvings, n_resets, best_f, best_x)
+        x, fun, scale, n_bad, n_halvings, n_resets = (a[:w] for a in (x, fun, scale, n_bad, n_halvings, n_resets))
+    best_fun, best_x = _best_of_programs(block_fun, block_x, n_iter, max_iter)
+    return Sweeps(x, fun, scale, n_bad, n_halvings, n_resets, best_fun, best_x)
 
 
 class _Box(NamedTuple):
@@ -162,8 +162,8 @@ def _sweeps_kernel(graph: ScalarGraph, d: int, b: int, dt: Any, box: _Box, tol_c
     """The kernel body of :func:`sweeps`: ``b`` walkers of ``d`` coordinates per program."""
     from jax.experimental import pallas as pl
 
-    def kernel(n_ref, x_ref, fx_ref, scale_ref, bad_ref, halv_ref, reset_ref,  # noqa: ANN001
-               x_out, fx_out, scale_out, bad_out, halv_out, reset_out, best_f_out, best_x_out):
+    def kernel(n_ref, x_ref, fun_ref, scale_ref, bad_ref, halv_ref, reset_ref,  # noqa: ANN001
+               x_out, fun_out, scale_out, bad_out, halv_out, reset_out, best_fun_out, best_x_out):
         pid = pl.program_id(0)
         rows = pl.ds(pid * b, b)
         lanes = kernels.LaneValues(b, dt)
@@ -189,7 +189,7 @@ def _sweeps_kernel(graph: ScalarGraph, d: int, b: int, dt: Any, box: _Box, tol_c
             # This program's best walker after iteration t: the first of the lowest value.
             low = jnp.min(f_x)
             first = jnp.min(jnp.where(f_x == low, lane, b))
-            best_f_out[t, pid] = low
+            best_fun_out[t, pid] = low
             for j in range(d):
                 best_x_out[t, pid, j] = jnp.max(jnp.where(lane == first, xs[j], full(-np.inf)))
             return tuple(xs), tuple(vals[i] for i in graph.cached), f_x, s, bad, halv, resets
@@ -197,12 +197,12 @@ def _sweeps_kernel(graph: ScalarGraph, d: int, b: int, dt: Any, box: _Box, tol_c
         xs0 = [x_ref[rows, j] for j in range(d)]
         vals0 = graph.evaluate(xs0, const)  # once per launch: every node at the starting points
         lanes.clear()
-        carry = (tuple(xs0), tuple(vals0[i] for i in graph.cached), fx_ref[rows], scale_ref[rows], bad_ref[rows],
+        carry = (tuple(xs0), tuple(vals0[i] for i in graph.cached), fun_ref[rows], scale_ref[rows], bad_ref[rows],
                  halv_ref[rows], reset_ref[rows])
         xs, _, f_x, s, bad, halv, resets = jax.lax.fori_loop(0, n_ref[0], iteration, carry)
         for j in range(d):
             x_out[rows, j] = xs[j]
-        fx_out[rows] = f_x
+        fun_out[rows] = f_x
         scale_out[rows] = s
         bad_out[rows] = bad
         halv_out[rows] = halv
@@ -254,14 +254,14 @@ def _halve_or_reset(s: jax.Array, improved: jax.Array, halv: jax.Array, resets: 
     return s, halv, resets
 
 
-def _best_of_programs(block_f: jax.Array, block_x: jax.Array, n_iter: jax.Array | int,
+def _best_of_programs(block_fun: jax.Array, block_x: jax.Array, n_iter: jax.Array | int,
                       max_iter: int) -> tuple[jax.Array, jax.Array]:
-    """Each iteration's best walker over all programs: ``block_f`` (max_iter, programs) and
-    ``block_x`` (max_iter, programs, d) -> ``(best_f (max_iter,), best_x (max_iter, d))``."""
+    """Each iteration's best walker over all programs: ``block_fun`` (max_iter, programs) and
+    ``block_x`` (max_iter, programs, d) -> ``(best_fun (max_iter,), best_x (max_iter, d))``."""
     # Iterations not run leave their rows unwritten: mask them.
     ran = jnp.arange(max_iter) < n_iter
-    block_f = jnp.where(ran[:, None], block_f, jnp.inf)
-    first = jnp.argmin(block_f, axis=1)  # the first program holding the lowest value: argmin over all walkers
-    best_f = jnp.take_along_axis(block_f, first[:, None], axis=1)[:, 0]
+    block_fun = jnp.where(ran[:, None], block_fun, jnp.inf)
+    first = jnp.argmin(block_fun, axis=1)  # the first program holding the lowest value: argmin over all walkers
+    best_fun = jnp.take_along_axis(block_fun, first[:, None], axis=1)[:, 0]
     best_x = jnp.take_along_axis(block_x, first[:, None, None], axis=1)[:, 0, :]
-    return best_f, best_x
+    return best_fun, best_x

@@ -53,7 +53,7 @@ class ReplicaExchangeState(NamedTuple):
     key: jax.Array  # (2,) uint32, the run's key; each iteration folds in `iteration`
     iteration: jax.Array  # () int32, iterations done, burn-in included
     x: jax.Array  # (nseq, nbeta, n_free) current points
-    chi2: jax.Array  # (nseq, nbeta)
+    fun: jax.Array  # (nseq, nbeta) objective (chi2) at x
     step: jax.Array  # (nseq, nbeta, n_free) proposal widths, stay with the temperature
     label: jax.Array  # (nseq, nbeta) int32 replica that sits at each temperature (seed's tcur)
     n_count: jax.Array  # (nseq, nbeta, n_free) int32 burn-in trials per parameter
@@ -65,9 +65,9 @@ class ReplicaExchangeState(NamedTuple):
     n_swaps: jax.Array  # (nseq, max(nbeta-1,1)) int32 accepted exchanges per pair
     n_nonfinite: jax.Array  # (nseq, nbeta) int32 start points and in-box proposals whose chi2 was NaN or +-inf
     best_x: jax.Array  # (nseq, n_free) best point seen in each sequence (any temperature)
-    best_chi2: jax.Array  # (nseq,)
+    best_fun: jax.Array  # (nseq,) objective at best_x
     samples: jax.Array  # (niter, nseq, n_free) coldest chain after each sampling iteration
-    samples_chi2: jax.Array  # (niter, nseq)
+    fun_trace: jax.Array  # (niter, nseq) objective at each recorded sample
 
 
 def _take(a: jax.Array, idx: jax.Array) -> jax.Array:
@@ -162,14 +162,14 @@ class ReplicaExchange(Solver):
         if problem.x0 is not None:  # the user's starting points: every temperature of sequences 0 .. K-1
             starts = jnp.asarray(np.atleast_2d(problem.x0)[:, problem.free_index], dt)
             x = x.at[: len(starts)].set(jnp.broadcast_to(starts[:, None, :], (len(starts), nb, nf)))
-        chi2, bad = evaluate_walkers(problem.chi2_free, x)
+        fun, bad = evaluate_walkers(problem.chi2_free, x)
         i32 = jnp.int32
-        best = jnp.argmin(chi2, axis=1)
+        best = jnp.argmin(fun, axis=1)
         return ReplicaExchangeState(
             key=key,
             iteration=jnp.asarray(0, i32),
             x=x,
-            chi2=chi2,
+            fun=fun,
             step=jnp.broadcast_to(jnp.asarray((hi - lo) * self.step0, dt), (ns, nb, nf)),
             label=jnp.broadcast_to(jnp.arange(nb, dtype=i32), (ns, nb)),
             n_count=jnp.zeros((ns, nb, nf), i32),
@@ -181,16 +181,16 @@ class ReplicaExchange(Solver):
             n_swaps=jnp.zeros((ns, max(nb - 1, 1)), i32),
             n_nonfinite=bad.astype(i32),
             best_x=jnp.take_along_axis(x, best[:, None, None], axis=1)[:, 0],
-            best_chi2=jnp.min(chi2, axis=1),
+            best_fun=jnp.min(fun, axis=1),
             samples=jnp.zeros((self.niter, ns, nf), dt),
-            samples_chi2=jnp.zeros((self.niter, ns), dt),
+            fun_trace=jnp.zeros((self.niter, ns), dt),
         )
 
     def batch_axes(self, problem: Problem, state: ReplicaExchangeState) -> ReplicaExchangeState:
         """Sequences are independent: every ``(nseq, ...)`` array is split along ``nseq`` (axis 1
         of the recorded samples); exchanges stay within a sequence, so on one device."""
         axes = ReplicaExchangeState(*([0] * len(ReplicaExchangeState._fields)))
-        return axes._replace(key=None, iteration=None, samples=1, samples_chi2=1)
+        return axes._replace(key=None, iteration=None, samples=1, fun_trace=1)
 
     def batch_option(self, problem: Problem) -> str:
         return "nseq"
@@ -229,12 +229,12 @@ class ReplicaExchange(Solver):
             proposal, lo_s, hi_s = self._proposal(st, j, normals, s, lo_j, hi_j, width, per)
             inside = (proposal >= lo_s) & (proposal <= hi_s)
             x_new = jnp.where(onehot, proposal[..., None], st.x)
-            chi2_new, bad = evaluate_walkers(problem.chi2_free, x_new)
-            accept = inside & ~bad & (log_us[s] <= -0.5 * beta * (chi2_new - st.chi2))
+            fun_new, bad = evaluate_walkers(problem.chi2_free, x_new)
+            accept = inside & ~bad & (log_us[s] <= -0.5 * beta * (fun_new - st.fun))
             acc_i = accept.astype(jnp.int32)
             st = st._replace(
                 x=jnp.where(accept[..., None], x_new, st.x),
-                chi2=jnp.where(accept, chi2_new, st.chi2),
+                fun=jnp.where(accept, fun_new, st.fun),
                 n_nonfinite=st.n_nonfinite + (inside & bad),
             )
             if burn:
@@ -301,7 +301,7 @@ class ReplicaExchange(Solver):
         row = state.iteration - self.nburn
         return state._replace(
             samples=jax.lax.dynamic_update_index_in_dim(state.samples, state.x[:, 0, :], row, 0),
-            samples_chi2=jax.lax.dynamic_update_index_in_dim(state.samples_chi2, state.chi2[:, 0], row, 0),
+            fun_trace=jax.lax.dynamic_update_index_in_dim(state.fun_trace, state.fun[:, 0], row, 0),
         )
 
     @staticmethod
@@ -328,10 +328,10 @@ class ReplicaExchange(Solver):
     @staticmethod
     def _keep_best(state: ReplicaExchangeState) -> ReplicaExchangeState:
         """The best point seen so far in each sequence (any temperature), after an iteration."""
-        ib = jnp.argmin(state.chi2, axis=1)
+        ib = jnp.argmin(state.fun, axis=1)
         cand_x = jnp.take_along_axis(state.x, ib[:, None, None], axis=1)[:, 0]
-        best_chi2, best_x, _ = keep_better(state.best_chi2, state.best_x, jnp.min(state.chi2, axis=1), cand_x)
-        return state._replace(best_x=best_x, best_chi2=best_chi2)
+        best_fun, best_x, _ = keep_better(state.best_fun, state.best_x, jnp.min(state.fun, axis=1), cand_x)
+        return state._replace(best_x=best_x, best_fun=best_fun)
 
     def _exchange(
         self, state: ReplicaExchangeState, key: jax.Array, beta: jax.Array, record: bool
@@ -340,38 +340,38 @@ class ReplicaExchange(Solver):
         ns, nb = self.nseq, self.nbeta
         k_pair, k_u = jax.random.split(key)
         pairs = jax.random.randint(k_pair, (nb, ns, 1), 0, nb - 1)
-        log_u = jnp.log(jax.random.uniform(k_u, (nb, ns, 1), state.chi2.dtype))
+        log_u = jnp.log(jax.random.uniform(k_u, (nb, ns, 1), state.fun.dtype))
         cols = jnp.arange(nb)
         pair_cols = jnp.arange(nb - 1)
 
         def attempt(a: int, carry: tuple) -> tuple:
             # Each attempt depends on the previous one, so they run in a loop, vectorised
             # over sequences; only the chi2 values and a permutation move here.
-            chi2, perm, tries, swaps = carry
+            fun, perm, tries, swaps = carry
             k = pairs[a]
-            c_k = jnp.take_along_axis(chi2, k, axis=1)
-            c_k1 = jnp.take_along_axis(chi2, k + 1, axis=1)
+            c_k = jnp.take_along_axis(fun, k, axis=1)
+            c_k1 = jnp.take_along_axis(fun, k + 1, axis=1)
             swap = log_u[a] <= -0.5 * (beta[k + 1] - beta[k]) * (c_k - c_k1)  # NaN never swaps
             at_k = (cols == k) & swap
             at_k1 = (cols == k + 1) & swap
-            chi2 = jnp.where(at_k, c_k1, jnp.where(at_k1, c_k, chi2))
+            fun = jnp.where(at_k, c_k1, jnp.where(at_k1, c_k, fun))
             p_k = jnp.take_along_axis(perm, k, axis=1)
             p_k1 = jnp.take_along_axis(perm, k + 1, axis=1)
             perm = jnp.where(at_k, p_k1, jnp.where(at_k1, p_k, perm))
             hit = pair_cols == k
-            return chi2, perm, tries + hit, swaps + (hit & swap)
+            return fun, perm, tries + hit, swaps + (hit & swap)
 
         init = (
-            state.chi2,
+            state.fun,
             jnp.broadcast_to(cols, (ns, nb)),
             jnp.zeros((ns, nb - 1), jnp.int32),
             jnp.zeros((ns, nb - 1), jnp.int32),
         )
         unroll = self.exchange_unroll or (1 if jax.default_backend() == "cpu" else 8)
-        chi2, perm, tries, swaps = jax.lax.fori_loop(0, nb, attempt, init, unroll=min(unroll, nb))
+        fun, perm, tries, swaps = jax.lax.fori_loop(0, nb, attempt, init, unroll=min(unroll, nb))
         state = state._replace(
             x=jnp.take_along_axis(state.x, perm[..., None], axis=1),
-            chi2=chi2,
+            fun=fun,
             label=jnp.take_along_axis(state.label, perm, axis=1),
         )
         if record:
@@ -385,7 +385,7 @@ class ReplicaExchange(Solver):
         # During burn-in: the acceptance over the adaptation window of every parameter.
         window = jnp.sum(jnp.minimum(state.n_count, self.nadj))
         burn_rate = jnp.sum(state.history_sum) / jnp.maximum(window, 1)
-        return {"best": jnp.min(state.best_chi2), "accept": jnp.where(trials > 0, sampling_rate, burn_rate)}
+        return {"best": jnp.min(state.best_fun), "accept": jnp.where(trials > 0, sampling_rate, burn_rate)}
 
     def result(
         self, problem: Problem, state: ReplicaExchangeState, done: list[int], status: Status, stats: dict[str, Any]
@@ -396,7 +396,7 @@ class ReplicaExchange(Solver):
         samples = np.asarray(problem.expand(samples_free)) if samples_free.size else np.zeros(
             (0, self.nseq, problem.n), problem.dtype
         )
-        i_best = int(np.argmin(st.best_chi2))
+        i_best = int(np.argmin(st.best_fun))
         x_best = np.asarray(problem.expand(st.best_x[i_best]))
         with np.errstate(invalid="ignore", divide="ignore"):
             acceptance = np.where(st.n_trials > 0, st.n_accepted / np.maximum(st.n_trials, 1), np.nan)
@@ -408,17 +408,17 @@ class ReplicaExchange(Solver):
         status, message = end_status(
             status,
             f"ran {done[0]} burn-in and {done[1]} sampling iterations",
-            bool(np.isfinite(st.best_chi2[i_best])),
+            bool(np.isfinite(st.best_fun[i_best])),
             "no chain ever had a finite chi2 (all NaN or inf): check the objective inside the box",
         )
         return ReplicaExchangeResult(
             x=x_best,
-            fun=value_at_point(problem, x_best, float(st.best_chi2[i_best])),
+            fun=value_at_point(problem, x_best, float(st.best_fun[i_best])),
             status=status,
             message=message,
             stats=stats,
             samples=samples,
-            chi2=st.samples_chi2[:n_rec],
+            fun_trace=st.fun_trace[:n_rec],
             acceptance=np.transpose(acceptance, (2, 1, 0)),
             exchange_rate=exch.T if self.nbeta > 1 else np.zeros((0, self.nseq)),
             steps=np.transpose(st.step, (2, 1, 0)),
@@ -442,7 +442,8 @@ class ReplicaExchangeResult(Result):
 
     The sampling phase's record (niter rows, fewer when the run stopped early):
     ``samples`` (niter, nseq, n): the coldest chain of every sequence after each iteration
-    (the seed's pout, full parameter vectors).  ``chi2`` (niter, nseq): their chi2.
+    (the seed's pout, full parameter vectors).  ``fun_trace`` (niter, nseq): their objective
+    values (chi2); ``chi2`` is the same array, the seed's name.
     The chains (nseq x nbeta, per free parameter):
     ``acceptance`` (n_free, nbeta, nseq): sampling-phase acceptance per parameter (NaN: never tried),
     from ``n_accepted`` / ``n_trials`` (n_free, nbeta, nseq).
@@ -455,7 +456,7 @@ class ReplicaExchangeResult(Result):
     """
 
     samples: np.ndarray
-    chi2: np.ndarray
+    fun_trace: np.ndarray
     acceptance: np.ndarray
     exchange_rate: np.ndarray
     steps: np.ndarray
@@ -471,6 +472,11 @@ class ReplicaExchangeResult(Result):
     options: dict[str, Any]
     # the function roots() polishes with; None in a result built without it (roots() then explains)
     problem: Problem | None = field(default=None, repr=False, metadata=NOT_SAVED)
+
+    @property
+    def chi2(self) -> np.ndarray:
+        """The same as ``fun_trace`` (niter, nseq): the chi2 of each recorded sample, the seed's name."""
+        return self.fun_trace
 
     @property
     def flat_samples(self) -> np.ndarray:
@@ -521,7 +527,7 @@ class ReplicaExchangeResult(Result):
         """Starting points for the polish (k, n): ``x`` and the lowest-chi2 sample of each
         occupied cell of a 64-per-axis grid over the box, the lowest chi2 first."""
         pts = np.concatenate([self.x[None, :], self.flat_samples])
-        c2 = np.concatenate([[self.fun], self.chi2.reshape(-1)])
+        c2 = np.concatenate([[self.fun], self.fun_trace.reshape(-1)])
         ok = np.isfinite(c2)
         pts, c2 = pts[ok], c2[ok]
         order = np.argsort(c2, kind="stable")
