@@ -188,7 +188,7 @@ class EHTFit:
         np.savez(
             path, model=np.str_(self.model), names=np.array(self.names), products=np.array(self.products),
             best=self.best, median=self.median, lo68=self.lo68, hi68=self.hi68, lo95=self.lo95, hi95=self.hi95,
-            samples=self.result.samples, samples_chi2=self.result.chi2, chi2=np.float64(self.chi2),
+            samples=self.result.samples, samples_chi2=self.result.fun_trace, chi2=np.float64(self.chi2),
             chi2_products=np.array([chi2[p] for p in self.products]),
             n_products=np.array([self.terms.count(p) for p in self.products]),
             status=np.str_(self.result.status.name), message=np.str_(self.result.message),

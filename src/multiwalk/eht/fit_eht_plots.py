@@ -163,7 +163,7 @@ def _closures(plt, fit: EHTFitToPlot):
 
 
 def _chi2_trace(plt, fit: EHTFitToPlot):
-    chi2 = np.asarray(fit.result.chi2)  # (niter, nseq): the coldest chain of each sequence
+    chi2 = np.asarray(fit.result.fun_trace)  # (niter, nseq): the coldest chain of each sequence
     fig, ax = plt.subplots(figsize=(7.5, 4.0))
     if chi2.size:
         ax.plot(chi2, lw=0.7, alpha=0.7)
