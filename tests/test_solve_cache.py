@@ -96,3 +96,32 @@ def test_a_solved_problem_is_collected_and_its_entries_forgotten():
         gc.collect()
         assert ref() is None, f"a cache kept the problem alive ({name})"
         assert not compile_cache.holds(pid)
+
+
+def test_a_new_problem_of_the_same_functions_shares_the_start_but_not_another_x0():
+    # A new Problem of the same model and shapes (another dataset) reuses the kept start and
+    # one-point value as it reuses the loop: no small function is compiled for it, and its result
+    # is what a fresh compilation gives.  x0 is read by the start as a constant: another x0 gets a
+    # start of its own.
+    def line(p, t):
+        return p[0] + p[1] * t
+
+    t = np.linspace(0.0, 1.0, 8)
+    solver = mw.ReplicaExchange(nseq=2, nbeta=4, nburn=0, niter=5)
+
+    def problem(slope, x0):
+        return mw.Problem(model=line, data=1.0 + slope * t, sigma=0.1, lower=[-5.0, -5.0], upper=[5.0, 5.0],
+                          args=t, x0=x0)
+
+    compile_cache.clear()
+    mw.solve(problem(2.0, [0.5, 0.5]), solver, seed=0, progress=False)
+    assert sorted(compile_cache.kept_shared()) == ["init", "value_at_point"]
+    shared = mw.solve(problem(-1.0, [0.5, 0.5]), solver, seed=0, progress=False)
+    assert sorted(compile_cache.kept_shared()) == ["init", "value_at_point"]
+    moved = mw.solve(problem(-1.0, [-0.5, 0.5]), solver, seed=0, progress=False)
+    assert sorted(compile_cache.kept_shared()) == ["init", "init", "value_at_point"]
+    assert not np.array_equal(moved.samples, shared.samples)
+    for result, x0 in ((shared, [0.5, 0.5]), (moved, [-0.5, 0.5])):
+        compile_cache.clear()
+        fresh = mw.solve(problem(-1.0, x0), solver, seed=0, progress=False)
+        assert np.array_equal(result.samples, fresh.samples) and result.fun == fresh.fun

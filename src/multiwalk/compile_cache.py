@@ -190,6 +190,12 @@ def kept_for(problem: Any) -> list[tuple[str, Any]]:
     return [(key[3], value) for key, value in _SMALL.items() if key[0] == id(problem)]
 
 
+def kept_shared() -> list[str]:
+    """The names of the small functions kept for any problem of the same functions (:func:`shared_jit`),
+    oldest first, one per executable."""
+    return [key[6] for key in _SMALL if key[0] == "functions"]
+
+
 def _arg_key(x: Any) -> Any:
     """What of one argument an executable is compiled for: shape, dtype, and where it lies
     (uncommitted arrays go where the executable runs, so their device does not count)."""
@@ -224,6 +230,52 @@ def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_sharding
             compiled = jax.jit(fun, **options).lower(*args).compile()
             keep(problem, key, compiled)
         return compiled(*args)
+
+    return call
+
+
+def _x0_digest(problem: Any) -> str | None:
+    """A digest of ``problem.x0``'s values: a start reads them as constants (the fingerprint holds
+    only its shape, since the compiled loop never reads x0)."""
+    x0 = getattr(problem, "x0", None)
+    return None if x0 is None else hashlib.blake2b(np.ascontiguousarray(x0).tobytes(), digest_size=16).hexdigest()
+
+
+def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any], Callable],
+               out_shardings: Any = None, reads_x0: bool = True) -> Callable:
+    """:func:`cached_jit` of ``of_problem(problem)``, kept for every problem with the same functions,
+    fingerprint and shapes, not only for this problem object.
+
+    The problem's data, sigma and ``args`` arrays are arguments of the executable, as in the
+    compiled loop (:func:`problem_arrays`), so a new dataset of the same shapes (a fit repeated on
+    another day's data, a new ``Problem`` of the same model) runs the kept start and one-point
+    value instead of compiling them again.  ``of_problem`` must read the problem's arrays through
+    the problem it is given; ``x0`` is digested into the key (a start reads it as a constant)
+    unless ``reads_x0`` is False.
+    Problems without such arrays (other problem kinds) use :func:`cached_jit`."""
+    arrays, static = problem_arrays(problem)
+    if arrays is None:
+        return cached_jit(problem, solver, name, of_problem(problem), out_shardings)
+    options = {} if out_shardings is None else {"out_shardings": out_shardings}
+
+    def traced(arrays: Any, *args: Any) -> Any:
+        return of_problem(with_arrays(problem, arrays, static))(*args)
+
+    def call(*args: Any) -> Any:
+        leaves, tree = jax.tree_util.tree_flatten((arrays, args))
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return jax.jit(traced, **options)(arrays, *args)
+        placed = jax.tree_util.tree_flatten(out_shardings)
+        key = ("functions", problem._user_fn, problem._user_vg, fingerprint(problem, True),
+               _x0_digest(problem) if reads_x0 else None, solver, name,
+               str(jax.config.jax_default_device), tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
+        compiled = _SMALL.get(key)
+        if compiled is None:
+            compiled = jax.jit(traced, **options).lower(arrays, *args).compile()
+            if len(_SMALL) >= _SMALL_MAX:
+                _SMALL.pop(next(iter(_SMALL)))
+            _SMALL[key] = compiled
+        return compiled(arrays, *args)
 
     return call
 

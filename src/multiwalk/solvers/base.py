@@ -34,7 +34,7 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import numpy as np
 
-from ..compile_cache import cached_jit
+from ..compile_cache import shared_jit
 from ..problem import Problem
 from ..result import Result, Status
 from ._common import check_int_option, check_number_option  # noqa: F401  (the validators' old home)
@@ -51,7 +51,8 @@ def end_status(status: Status, success_message: str, found_finite: bool, failed_
 
 def value_at_point(problem: Problem, x: np.ndarray, found: float | np.floating) -> float | np.floating:
     """The value to report at the point a run found: chi2 of ONE full point ``x`` (n,) by the
-    one-point program on the default device (compiled once per problem), or ``found`` (the run's own value) where that is
+    one-point program on the default device (compiled once for the problem's functions and
+    shapes: :func:`~multiwalk.compile_cache.shared_jit`), or ``found`` (the run's own value) where that is
     not finite (no finite point was found: ``x`` is only a start).
 
     A walker's value comes from the run's batched program, and XLA chooses its kernels by the
@@ -61,7 +62,7 @@ def value_at_point(problem: Problem, x: np.ndarray, found: float | np.floating) 
     if not np.isfinite(found):
         return found
     point = np.asarray(x, dtype=problem.dtype)
-    value = np.asarray(cached_jit(problem, None, "value_at_point", problem.chi2_full)(point))
+    value = np.asarray(shared_jit(problem, None, "value_at_point", lambda p: p.chi2_full, reads_x0=False)(point))
     # the type the solver reports (a NumPy scalar of the run's dtype, or a Python float)
     return found.dtype.type(value) if isinstance(found, np.generic) else float(value)
 
@@ -199,15 +200,16 @@ class Solver(abc.ABC):
         self, problem: Problem, shardings: Any = None, plan: RunPlan | None = None
     ) -> Callable[[jax.Array], Any]:
         """``key -> initial state``, jitted (the driver calls this, not ``init``, in every solve()
-        call; through :func:`multiwalk.compile_cache.cached_jit`, so a repeated solve() of the same
-        problem reuses the compiled start; an override should jit through it too).
+        call; through :func:`multiwalk.compile_cache.shared_jit`, so a repeated solve() of the same
+        problem, or of a new problem of the same functions and shapes, reuses the compiled start;
+        an override should jit through it or :func:`~multiwalk.compile_cache.cached_jit` too).
 
         ``shardings`` (a pytree like the state, from ``batch_axes``; only passed when the run is
         split over devices): the state is created split, each device computing its own part.
         ``plan``: this solve's :meth:`plan` (None: the default plan on one device).  Solvers whose
         start needs large arrays (an ``x0`` of 1e7 values) override it to pass them as arguments
         rather than compile them into the program as constants."""
-        return cached_jit(problem, self, "init", lambda k: self.init(problem, k), shardings)
+        return shared_jit(problem, self, "init", lambda p: (lambda k: self.init(p, k)), shardings)
 
     def run_chunk(
         self, problem: Problem, state: Any, phase: int, n: jax.Array, plan: RunPlan | None = None
