@@ -8,7 +8,7 @@ of walkers in lockstep with one jitted step, on the CPU or on GPUs.
 >>> result = mw.solve(problem, mw.ReplicaExchange(nbeta=32, nseq=14), seed=0)
 """
 
-from . import deconv, lbfgs
+from . import deconv, lbfgs, persistent_cache
 from .problem import Problem
 from .result import Result, Status
 from .solve import solve
@@ -19,6 +19,9 @@ from .solvers.pattern_search import PatternSearch, PatternSearchResult
 from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
 
 __version__ = "0.1.0"
+
+# compiled programs kept on disk for later processes (off with MULTIWALK_CACHE_DIR=off)
+persistent_cache.configure()
 
 __all__ = [
     "Problem",

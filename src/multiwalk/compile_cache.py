@@ -258,20 +258,20 @@ def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any],
         return cached_jit(problem, solver, name, of_problem(problem), out_shardings)
     options = {} if out_shardings is None else {"out_shardings": out_shardings}
 
-    def traced(arrays: Any, *args: Any) -> Any:
+    def with_problem_arrays(arrays: Any, *args: Any) -> Any:
         return of_problem(with_arrays(problem, arrays, static))(*args)
 
     def call(*args: Any) -> Any:
         leaves, tree = jax.tree_util.tree_flatten((arrays, args))
         if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return jax.jit(traced, **options)(arrays, *args)
+            return jax.jit(with_problem_arrays, **options)(arrays, *args)
         placed = jax.tree_util.tree_flatten(out_shardings)
         key = ("functions", problem._user_fn, problem._user_vg, fingerprint(problem, True),
                _x0_digest(problem) if reads_x0 else None, solver, name,
                str(jax.config.jax_default_device), tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
         compiled = _SMALL.get(key)
         if compiled is None:
-            compiled = jax.jit(traced, **options).lower(arrays, *args).compile()
+            compiled = jax.jit(with_problem_arrays, **options).lower(arrays, *args).compile()
             if len(_SMALL) >= _SMALL_MAX:
                 _SMALL.pop(next(iter(_SMALL)))
             _SMALL[key] = compiled

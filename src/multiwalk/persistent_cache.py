@@ -1,0 +1,72 @@
+"""JAX's persistent compilation cache, on by default in a per-user folder.
+
+Compiling is most of a short run's time (a fit's first call, a new ``multiwalk run`` process).
+JAX can keep compiled programs on disk and load them in later processes instead of compiling
+again; multiwalk turns that on when it is imported, unless the user configured it already:
+
+* ``MULTIWALK_CACHE_DIR=/path``: the folder (default: ``$XDG_CACHE_HOME/multiwalk/jax-<jaxlib>``,
+  i.e. ``~/.cache/multiwalk/jax-<jaxlib version>``; one folder per jaxlib, so programs compiled
+  by one version are never offered to another);
+* ``MULTIWALK_CACHE_DIR=off``: no persistent cache;
+* JAX's own settings win: with ``JAX_COMPILATION_CACHE_DIR`` (or ``jax_compilation_cache_dir``
+  set before ``import multiwalk``) multiwalk changes nothing.
+
+Programs that compiled in at least 0.2 s are kept (JAX's default, 1 s, leaves out most of a
+solver's loops; ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` sets it), and the folder is
+limited to 2 GiB, the least recently used programs going first (``JAX_COMPILATION_CACHE_MAX_SIZE``
+sets it, in bytes; JAX's eviction needs the ``filelock`` package, a dependency of multiwalk).  Clearing the cache is deleting the folder: :func:`cache_dir` names it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+
+__all__ = ["cache_dir", "configure"]
+
+ENVIRONMENT_VARIABLE = "MULTIWALK_CACHE_DIR"
+MIN_COMPILE_SECONDS = 0.2
+MAX_BYTES = 2 << 30
+
+
+def default_dir() -> Path:
+    """``$XDG_CACHE_HOME/multiwalk/jax-<jaxlib version>`` (``~/.cache`` when XDG_CACHE_HOME is unset)."""
+    import jaxlib
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "multiwalk" / f"jax-{jaxlib.__version__}"
+
+
+def configure(environ: dict[str, str] | None = None) -> Path | None:
+    """Turn JAX's persistent compilation cache on as the module docstring says, from ``environ``
+    (default ``os.environ``); returns the folder in use (None: off).  Called on ``import multiwalk``."""
+    environ = os.environ if environ is None else environ
+    configured = jax.config.jax_compilation_cache_dir
+    if configured:  # the user's own JAX setting
+        return Path(configured)
+    wanted = environ.get(ENVIRONMENT_VARIABLE, "").strip()
+    if wanted.lower() in ("off", "0", "false", "no", "none"):
+        return None
+    folder = Path(wanted).expanduser() if wanted else default_dir()
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    if "JAX_COMPILATION_CACHE_MAX_SIZE" not in environ and _has_filelock():
+        jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)  # JAX's eviction locks with filelock
+    return folder
+
+
+def _has_filelock() -> bool:
+    try:
+        import filelock  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def cache_dir() -> Path | None:
+    """The folder of the persistent compilation cache in use, or None when it is off."""
+    configured = jax.config.jax_compilation_cache_dir
+    return Path(configured) if configured else None

@@ -1,0 +1,63 @@
+"""JAX's persistent compilation cache: on by default in a per-user folder, off or moved by
+MULTIWALK_CACHE_DIR, and JAX's own setting left alone (multiwalk.persistent_cache)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# one process: import multiwalk, print the folder it uses and, with "solve", solve a small problem
+# and print how many programs JAX loaded from the persistent cache (its monitoring events)
+PROGRAM = textwrap.dedent("""
+    import sys
+    import jax
+    import multiwalk as mw
+    from multiwalk.persistent_cache import cache_dir
+    hits = []
+    jax.monitoring.register_event_listener(
+        lambda event, **kw: hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None)
+    if sys.argv[1:] == ["solve"]:
+        problem = mw.Problem(objective=lambda x: ((x - 1.0) ** 2).sum(), lower=[-5.0] * 3, upper=[5.0] * 3)
+        mw.solve(problem, mw.ReplicaExchange(nseq=2, nbeta=4, nburn=0, niter=5), progress=False)
+        print(len(hits))
+    print(cache_dir())
+""")
+
+
+def _run(environment: dict[str, str], *argv: str) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE",
+                                                                     "MULTIWALK_CACHE"))}
+    env.update(environment, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", PROGRAM, *argv], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()[-1 - len(argv):]
+
+
+def test_the_cache_is_on_by_default_and_a_second_process_loads_from_it(tmp_path):
+    # XDG_CACHE_HOME moves the default folder into the test's own; the run's loop compiles in well
+    # over the 0.2 s threshold on a CPU, so it is written, and the second process finds it.
+    hits, folder = _run({"XDG_CACHE_HOME": str(tmp_path)}, "solve")
+    folder = Path(folder)
+    assert folder.parent == tmp_path / "multiwalk" and folder.name.startswith("jax-")
+    assert hits == "0" and any(p.name.startswith("jit_run_chunk") for p in folder.iterdir())
+    hits, again = _run({"XDG_CACHE_HOME": str(tmp_path)}, "solve")
+    assert again == str(folder) and int(hits) >= 1  # the loop at least was loaded, not compiled
+
+
+@pytest.mark.parametrize(("setting", "expected"), [("off", "None"), ("{tmp}/mine", "{tmp}/mine")])
+def test_the_cache_can_be_turned_off_or_moved(tmp_path, setting, expected):
+    [folder] = _run({"MULTIWALK_CACHE_DIR": setting.format(tmp=tmp_path), "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert folder == expected.format(tmp=tmp_path)
+    assert not (tmp_path / "xdg").exists()
+
+
+def test_jax_own_setting_wins(tmp_path):
+    [folder] = _run({"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax"), "MULTIWALK_CACHE_DIR": str(tmp_path / "ours")})
+    assert folder == str(tmp_path / "jax") and not (tmp_path / "ours").exists()
