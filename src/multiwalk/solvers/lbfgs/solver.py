@@ -246,6 +246,14 @@ class LBFGS(Solver):
         return problem.x0.shape[0] if problem.x0 is not None and problem.x0.ndim == 2 else 1
 
     def check(self, problem: Problem) -> None:
+        """Before compiling: the starts, ``diag``, and the problem's hooks (``value_and_grad.along``,
+        ``.block``), each refused with what to change."""
+        self._check_starts(problem)
+        self._check_diag(problem)
+        check_line_hooks(problem)
+        self._check_block_hook(problem)
+
+    def _check_starts(self, problem: Problem) -> None:
         if self.starts is None and problem.x0 is None:
             raise ValueError(
                 "LBFGS needs a starting point: give Problem(x0=...) (shape (n,) or (K, n) for K starts), "
@@ -264,6 +272,8 @@ class LBFGS(Solver):
                 "and upper= from the Problem to minimise without bounds, give LBFGS(starts=K) and no x0 to draw "
                 "K starts in the box, or use a box solver (mw.PatternSearch, mw.ReplicaExchange)"
             )
+
+    def _check_diag(self, problem: Problem) -> None:
         if isinstance(self.diag, np.ndarray) and self.diag.shape != (problem.n_free,):
             raise ValueError(
                 f"diag has {self.diag.shape[0]} entries but the problem has {problem.n_free} free parameters"
@@ -276,7 +286,9 @@ class LBFGS(Solver):
                 raise TypeError(f"calling diag(x) with x of shape ({problem.n_free},) failed: {err}") from err
             if getattr(out, "shape", None) != (problem.n_free,):
                 raise ValueError(f"diag(x) must return shape ({problem.n_free},), got {getattr(out, 'shape', None)}")
-        check_line_hooks(problem)
+
+    def _check_block_hook(self, problem: Problem) -> None:
+        """``value_and_grad.block``, a public hook, by shapes where the one-pass loop will run it."""
         block = lbfgs_onepass.block_hook(problem)
         onepass = block is not None and self.onepass_plan(problem).use
         if onepass:  # a public hook: by shapes, before compiling
