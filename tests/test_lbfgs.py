@@ -34,7 +34,8 @@ from lbfgs_cases import N100, ROSEN, X100, numpy_vg, rosen, solve
 import multiwalk as mw
 from multiwalk.functions import cute
 from multiwalk.lbfgs import LBFGSStatus, compact_direction, two_loop_direction
-from multiwalk.solvers import lbfgs as lbfgs_impl
+from multiwalk.solvers.lbfgs import forms, iteration
+from multiwalk.solvers.lbfgs_common import _RUNNING
 
 pytestmark = pytest.mark.usefixtures("float64")  # the seed's precision, for the whole module
 
@@ -337,12 +338,12 @@ def single_path():
     cfg = mw.LBFGS()._config(np.dtype(np.float64))
     vg = jax.value_and_grad(rosen_nan_far)
     h0 = jnp.zeros((), jnp.float64)
-    first = jax.jit(lambda x: lbfgs_impl.start(cfg, x, *vg(x), h0))
-    step = jax.jit(lambda st: lbfgs_impl.iterate(cfg, vg, st, h0, masked=False))
+    first = jax.jit(lambda x: iteration.start(cfg, x, *vg(x), h0))
+    step = jax.jit(lambda st: forms.iterate(cfg, vg, st, h0))
 
     def run(x0):
         states = [first(jnp.asarray(x0, jnp.float64))]
-        while int(states[-1].status) == lbfgs_impl._RUNNING:
+        while int(states[-1].status) == _RUNNING:
             states.append(step(states[-1]))
         return states
 
@@ -389,7 +390,7 @@ def test_compact_and_two_loop_directions_agree(single_path):
         g = np.asarray(st.g)
         assert gd1 < 0 and gd2 < 0
         np.testing.assert_allclose([gd1, gd2], [g @ d3, g @ d3], rtol=1e-11, err_msg=label)
-        # The direction the solver itself took next (built in finish_iteration from the pairs before
+        # The direction the solver itself took next (built in xla_direction_and_store from the pairs before
         # the new one is written, plus the new pair): the same product, same tolerances.
         np.testing.assert_allclose(np.asarray(st.d), d3, rtol=0, atol=1e-11 * scale, err_msg=label)
         np.testing.assert_allclose(np.asarray(st.ls.dginit), g @ d3, rtol=1e-11, err_msg=label)

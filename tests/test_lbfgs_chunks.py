@@ -75,7 +75,7 @@ def test_chunked_pass_a_lowers_for_cuda():
 
 
 def test_solver_runs_chunked_pass_a():
-    """A whole fused run with pass A chunked (the _Config fields benchmarks/lbfgs_tune.py sets)
+    """A whole fused run with pass A chunked (the fields of solvers.lbfgs.iteration.Config that benchmarks/lbfgs_tune.py sets)
     takes the same path as the default launch: same iterations and evaluations, f to rounding."""
     import dataclasses
 

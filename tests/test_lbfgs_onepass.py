@@ -189,11 +189,11 @@ def test_interrupted_onepass_run_resumes_to_the_same_end(runs, tmp_path):
 def _accepts(order: str, m: int, steps: int, seed: int):
     """The accepting branch (``_accept``) run ``steps`` times on made-up kernel sums, with the small
     matrices in ``order``: each step's direction coefficients by age and g'd."""
-    from multiwalk.solvers import lbfgs as L
+    from multiwalk.solvers.lbfgs.iteration import Config
     from multiwalk.solvers.more_thuente import line_search_init
 
     rng = np.random.default_rng(seed)
-    cfg = L._Config(m=m, eps=1e-12, params=mw.LBFGS(m=m)._config(jnp.float64).params, diag_fn=None, use_h0=False)
+    cfg = Config(m=m, eps=1e-12, params=mw.LBFGS(m=m)._config(jnp.float64).params, diag_fn=None, use_h0=False)
     ls0 = line_search_init(jnp.asarray(1.0), jnp.asarray(-1.0), jnp.asarray(1.0), cfg.params)
     st = lbfgs_onepass.OnePassState(
         X=None, G=None, S=None, w=jnp.zeros(2 * m), f=jnp.asarray(1.0), SY=jnp.zeros((m, m)), YY=jnp.zeros((m, m)),

@@ -14,7 +14,8 @@ again; multiwalk turns that on when it is imported, unless the user configured i
 Programs that compiled in at least 0.2 s are kept (JAX's default, 1 s, leaves out most of a
 solver's loops; ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` sets it), and the folder is
 limited to 2 GiB, the least recently used programs going first (``JAX_COMPILATION_CACHE_MAX_SIZE``
-sets it, in bytes; JAX's eviction needs the ``filelock`` package, a dependency of multiwalk).  Clearing the cache is deleting the folder: :func:`cache_dir` names it.
+sets it, in bytes; JAX's eviction needs the ``filelock`` package, a dependency of multiwalk).
+Clearing the cache is deleting the folder: :func:`cache_dir` names it.
 """
 
 from __future__ import annotations

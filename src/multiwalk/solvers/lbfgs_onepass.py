@@ -20,7 +20,7 @@ linear combination of rows that the products read anyway, so here ONE kernel per
 iteration count ``k``: ``x_k`` is row ``k % 2`` of ``X``, ``g_j`` row ``j % (m + 2)`` of ``G``, pair
 ``i``'s step row ``i % (m + 1)`` of ``S``.  When the line search accepts (``info == 1``) the spare
 rows become the newest by ``k + 1`` alone (no copies), and the small matrices are updated with
-the formulas of :func:`~multiwalk.solvers.lbfgs.finish_iteration`; a rejected trial only
+the formulas of :func:`~multiwalk.solvers.lbfgs.iteration.finish_fused`; a rejected trial only
 evaluates again with the new step.  The loop is ONE while loop over evaluations whose body
 always computes the accepting branch and keeps it by selects (no ``cond``), the scalars packed.
 
@@ -471,7 +471,7 @@ def _stored_chronological(st: OnePassState, sums: jax.Array, m: int, dots: tuple
 
 def _accept(cfg: Any, st: OnePassState, ls: Any, sums: jax.Array) -> OnePassState:
     """The state after the iteration whose line search ``ls`` is done, its last evaluation's ``sums``:
-    :func:`~multiwalk.solvers.lbfgs.finish_iteration`'s formulas (unmasked, fused), and the next
+    :func:`~multiwalk.solvers.lbfgs.iteration.finish_fused`'s formulas, and the next
     direction's coefficients and line search.  The rings move by ``iteration + 1`` alone; the small
     matrices are updated in :data:`SMALL_ORDER`."""
     from .more_thuente import line_search_init

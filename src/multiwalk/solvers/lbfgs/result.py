@@ -1,0 +1,77 @@
+"""The L-BFGS result (:class:`LBFGSResult`) and the seed's iteration table it prints."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from ...result import Result, Status
+from .. import lbfgs_onepass
+from .state import HISTORY_STARTS, LBFGSRun, LBFGSState
+
+__all__ = ["LBFGSResult", "host_starts", "table_header", "table_row"]
+
+
+def table_header() -> str:
+    """The seed's table header: I, NFN, FUNC, GNORM, STEPLENGTH."""
+    return f"{'I':>5}  {'NFN':>6}  {'FUNC':>14}  {'GNORM':>14}  {'STEPLENGTH':>14}"
+
+
+def table_row(i: int, nfev: Any, f: Any, gnorm: Any, stp: Any) -> str:
+    """One row of the seed's table: iteration ``i``, evaluations, f, ||g||, step."""
+    return f"{i:>5}  {int(nfev):>6}  {float(f):>14e}  {float(gnorm):>14e}  {float(stp):>14e}"
+
+
+def host_starts(state: LBFGSRun) -> LBFGSState:
+    """What the result needs of every start, as numpy arrays on the host: ``x`` (K, n) and the
+    scalars; not the 2m n stored pairs or the one-pass rings (their fields None).  In the one-pass
+    layout, ``x_k`` is row ``k % 2`` of the ring ``X``."""
+    if isinstance(state.starts, lbfgs_onepass.OnePassState):
+        one = state.starts
+        x = one.X[0, int(one.iteration[0]) % 2].reshape(1, -1)  # (n / width, width) -> (1, n)
+        st = one._replace(X=None, G=None, S=None, w=None, ls=None, SY=None, YY=None, a=None, b=None)
+        st = jax.tree.map(np.asarray, st)
+        return LBFGSState(x=np.asarray(x), g=None, d=None, P=None, ls=None, SY=None, YY=None, a=None, b=None,
+                          **{k: getattr(st, k) for k in ("f", "gamma", "gg", "head", "count", "iteration", "nfev",
+                                                          "gnorm", "xnorm", "stp", "status", "nonfinite")})
+    st = state.starts._replace(P=None, d=None, g=None, ls=None, SY=None, YY=None, a=None, b=None)
+    return jax.tree.map(np.asarray, st)
+
+
+@dataclass(repr=False)
+class LBFGSResult(Result):
+    """The L-BFGS result: the best start's ``x, fun, gnorm, iterations, nfev, status, message``,
+    and every start's (``xs (K, n)``, ``funs``, ``gnorms``, ``iterations_per_start``,
+    ``nfev_per_start``, ``statuses``, ``messages``).  ``history`` holds per-iteration ``f``,
+    ``gnorm``, ``stp``, ``nfev`` of the first (up to 64) starts, row i after iteration i."""
+
+    gnorm: float = float("nan")
+    iterations: int = 0
+    nfev: int = 0
+    xs: np.ndarray | None = None
+    funs: np.ndarray | None = None
+    gnorms: np.ndarray | None = None
+    iterations_per_start: np.ndarray | None = None
+    nfev_per_start: np.ndarray | None = None
+    statuses: list[Status] = dataclasses.field(default_factory=list)
+    messages: list[str] = dataclasses.field(default_factory=list)
+    best: int = 0
+    history: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    history_length: np.ndarray | None = None
+
+    def table(self, start: int = 0, every: int = 1) -> str:
+        """The seed's iteration table (I, NFN, FUNC, GNORM, STEPLENGTH) of one start."""
+        if self.history_length is None or start >= len(self.history_length):
+            raise ValueError(f"no history is kept for start {start} (only the first {HISTORY_STARTS})")
+        h = self.history
+        lines = [table_header()]
+        last = int(self.history_length[start]) - 1
+        for i in range(1, last + 1):
+            if i % every == 0 or i in (1, last):
+                lines.append(table_row(i, h["nfev"][i, start], h["f"][i, start], h["gnorm"][i, start],
+                                       h["stp"][i, start]))
+        return "\n".join(lines)
