@@ -173,7 +173,7 @@ def replica_order(state: ExchangeState, steps: np.ndarray | None = None) -> Exch
     ``steps`` (step numbers): only the record slots of these steps (``step % B``) are put in
     replica order; the other slots of the returned records are left UNSET (whatever memory held).
     The step-file writer reads only the chunk's steps: reordering all B slots after every chunk
-    cost ~40 ms per chunk at B = 1024, 256 replicas (2-core machine), more than the chunk itself."""
+    cost more than the chunk itself at B = 1024."""
     st = jax.tree_util.tree_map(np.asarray, state)
     t_of_rep = np.argsort(st.replica, kind="stable")  # a permutation: replica r is at temperature t_of_rep[r]
     rows = {name: getattr(st, name)[t_of_rep] for name in _TRAVELLING if name != "replica"}
@@ -690,9 +690,8 @@ class Exchange(Solver):
         ``exchange`` as in :meth:`_advance` (True: the exchange where due; False: none of the
         steps is an exchange step, or its exchange has run).  The numbers of :meth:`draw_steps`
         steps are drawn in one call per outer trip: on a CPU draws made inside each step cost
-        ~3x as much (jax's threefry there is a rolled loop of small kernels, paid per step: 256
-        replicas, 2-core machine, 55 -> 29 us per step with this and the exchange under a
-        ``cond``).  With one step per draw and no exchange: a single loop, one step per trip
+        several times as much (jax's threefry there is a rolled loop of small kernels, paid per
+        step).  With one step per draw and no exchange: a single loop, one step per trip
         drawing its own numbers (a GPU reads one loop test back per step, not three)."""
         D = self.draw_steps(problem)
         if D == 1 and not exchange:

@@ -51,8 +51,8 @@ __all__ = [
 DEFAULT_BLOCK = 512  # pass B's columns per program (a power of two): faster per call than 1024
 DEFAULT_WARPS = 4
 # pass A (pair_products) alone: block, warps, blocks of columns per program, pipeline stages.
-# 8 blocks of 256 per program: each program folds its 33 sums across warps once per 2048 columns
-# (0.418 ms per call vs 0.542 for one block of 1024)
+# 8 blocks of 256 per program: each program folds its 33 sums across warps once per 2048 columns,
+# not once per block (measured faster than one block of 1024: docs/benchmarks.md, L-BFGS)
 PASS_A_BLOCK = 256
 PASS_A_WARPS = 4
 PASS_A_CHUNKS = 8
