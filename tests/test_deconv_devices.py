@@ -21,6 +21,12 @@ from subprocess_check import section
 # each of the <= 200 updates subtracts d * kernel from a map at that scale, where the two
 # compilations may round once differently (rounding errors of a few updates per pixel, far below 64).
 ULPS = 64
+# With FFT refreshes (every 40 iterations and the final check) the maps are recomputed from the
+# model by a gathered FFT whose rounding is relative to the map's largest terms (all sources' flux,
+# several times the peak), and the running updates go on from the two compilations' refreshed maps:
+# measured 288 ulp of the peak between 1 and 4 devices (XLA's older fusion code generator, which
+# the multi-device checks use); the decisions are still compared exactly.
+REFRESH_ULPS = 1024
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +53,7 @@ def test_per_iteration_collectives_are_small(report):
 
 def test_small_window_and_refreshes(report):
     assert report["cdw_devices"] == 4
-    assert report["cdw_ulps"] <= ULPS  # a 7 x 7 window inside one patch; refreshes gather the model for the FFTs
+    assert report["cdw_ulps"] <= REFRESH_ULPS  # a 7 x 7 window inside one patch; refreshes gather the model for the FFTs
 
 
 def test_clean_and_ties_broken_as_on_one_device(report):
