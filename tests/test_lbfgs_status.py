@@ -225,7 +225,9 @@ def test_asktell_equals_solve(asktell100, rosen100):
     assert (opt.iterations, opt.nfev, len(asked)) == (r.iterations, r.nfev, r.nfev)
     np.testing.assert_allclose(opt.x, r.x, rtol=1e-12)
     np.testing.assert_allclose(opt.f, r.fun, rtol=1e-6, atol=1e-20)
-    np.testing.assert_allclose(np.linalg.norm(opt.g), r.gnorm, rtol=1e-6)
+    # |g| at the last iterate (~4e-7) is a sum of terms ~1e2 (Rosenbrock's 200 (x_2 - x_1^2)) that
+    # cancel: its rounding is absolute, ~n eps 1e2 = 2e-12 (measured 1.7e-12 between compilations)
+    np.testing.assert_allclose(np.linalg.norm(opt.g), r.gnorm, rtol=1e-6, atol=1e-11)
 
 
 def test_asktell_usage_errors(asktell100):
