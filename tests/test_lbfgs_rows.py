@@ -7,7 +7,8 @@ CUDA target.
 Tolerances: the same float operations run in the same order (the rows form only changes where g
 is stored), but in other compiled programs, which may contract multiply-adds differently
 (tests/ulp.py): kernels' results to KERNEL_ULPS, whole solves' decisions (iterations, statuses,
-evaluation counts) exactly and their floats to SOLVE_ULPS; copies and untouched rows exactly.  The solve runs through the
+evaluation counts) exactly and their floats to SOLVE_RTOL (at the end of a converged run, to its
+own precision); copies and untouched rows exactly.  The solve runs through the
 driver's chunks of 1, 2, 4, ... iterations, so odd and even chunk lengths (the last gradient in row
 1 or 0) are both crossed.
 """
@@ -28,9 +29,10 @@ from multiwalk.solvers.lbfgs import LBFGS
 # product possibly fused into its addition in one program and not the other (~1 ulp of the terms
 # each, growing as sqrt(n) for random signs): 64 ulp, values below 1 counted in 1's ulp.
 KERNEL_ULPS = 64
-# A whole run: such differences in one iteration move the next iterates; L-BFGS contracts them
-# towards the minimum but a line search's step can amplify one ~10x: 4096 ulp (~1e-12 relative).
-SOLVE_ULPS = 4096
+# The first iterations of a run: such differences in one iteration move the next iterates, and a
+# line search's step can amplify them: measured up to 1.7e-11 relative after 10 iterations with
+# XLA's older CPU fusion code generator (under 1e-12 with the default): rtol 1e-9.
+SOLVE_RTOL = 1e-9
 
 M = 3
 
@@ -116,7 +118,7 @@ def test_solve_with_gradient_rows_equals_the_copying_form(monkeypatch):
     """Whole fused runs (kernel='pallas', interpret mode) of Extended Rosenbrock with cute's one-pass
     evaluation in interpret mode (a GPU backend simulated for along_plan, as in test_cute_fused),
     in chunks of 1, 2, 3, 4 and the rest: the rows form is used (pass B traced with rows) and ends
-    in the copying form's state (decisions exactly, floats to SOLVE_ULPS), g included (taken from
+    in the copying form's state (decisions exactly, floats to SOLVE_RTOL), g included (taken from
     the right row after each chunk), with the same iterations per chunk."""
     monkeypatch.setattr(cute_kernel, "backend", lambda names: ("cuda", True))
     kernel = cute_kernel.rosenbrock_along_kernel
@@ -139,15 +141,27 @@ def test_solve_with_gradient_rows_equals_the_copying_form(monkeypatch):
         for solver in (_RowsLBFGS(kernel="pallas", kernel_block=256), LBFGS(kernel="pallas", kernel_block=256)):
             chunk = jax.jit(lambda state, k, solver=solver: solver.run_chunk(problem, state, 0, k))
             state = solver.init(problem, jax.random.PRNGKey(0))
-            runs = []
+            runs, states = [], []
             for k in (1, 2, 3, 4, 1000):  # odd and even chunk lengths: the last gradient in row 1 or 0
                 state, n_run = chunk(state, jnp.asarray(k, jnp.int32))
                 runs.append(int(n_run))
-            ends[type(solver)] = (jax.tree.map(np.asarray, state.starts), runs)
+                states.append(jax.tree.map(np.asarray, state.starts))
+            ends[type(solver)] = (states, runs)
     assert traced == [True, False]  # each form traced once: the rows form, then the copying form
     (rows, runs), (copying, runs_copy) = ends[_RowsLBFGS], ends[LBFGS]
     assert runs == runs_copy and runs[:4] == [1, 2, 3, 4] and runs[4] > 5
-    assert int(rows.status[0]) == 0  # SUCCESS
-    for name, u, v in zip(rows._fields, rows, copying):
-        if name != "ls":
-            assert_close_ulp(u, v, SOLVE_ULPS, err_msg=name, scale=1.0)
+    assert int(rows[-1].status[0]) == 0  # SUCCESS
+    # After each of the first four chunks (1 to 10 iterations) floats to SOLVE_RTOL.  At the end of the converged
+    # run the decisions exactly, and the floats to the run's own precision, not to ulps: over ~40
+    # iterations the line searches amplify the programs' rounding (measured 3e-9 relative in the
+    # stored pairs with XLA's older fusion code generator, every decision equal).
+    for (ours, theirs), end in zip(zip(rows, copying), [False] * 4 + [True]):
+        for name, u, v in zip(ours._fields, ours, theirs):
+            if name == "ls":
+                continue
+            if not np.issubdtype(np.asarray(u).dtype, np.floating):
+                np.testing.assert_array_equal(u, v, err_msg=name)  # decisions and counts
+            elif end:
+                np.testing.assert_allclose(u, v, rtol=1e-7, atol=1e-9, err_msg=name)
+            else:
+                np.testing.assert_allclose(u, v, rtol=SOLVE_RTOL, atol=1e-12, err_msg=name)
