@@ -66,13 +66,17 @@ def test_same_samples_as_modern_api(runs):
     # the seed's flattening: sequence-major, then iteration
     np.testing.assert_array_equal(mc.pout, mc.pout_4d[:, 0, :, :].reshape(mc.nprm, mc.nseq * mc.niter))
     np.testing.assert_array_equal(mc.pout[:, 1 * mc.niter + 4], modern.samples[4, 1, free])
-    np.testing.assert_array_equal(mc.chi2_2d, modern.chi2.T)
+    # chi2 comes from two programs (the seed-style model and this one, compiled apart), float32:
+    # a residual's terms (~1) may round an ulp apart, and chi2 = sum r^2 / sigma^2 with 1/sigma^2
+    # = 1e4 moves by 2 |r| 1e4 ulp(1) per residual (|r| up to ~0.02 at chi2 ~ 3: ~5e-5; measured
+    # 3.6e-5 with XLA's older fusion code generator, bit for bit with the default): atol 5e-4
+    np.testing.assert_allclose(mc.chi2_2d, modern.chi2.T, rtol=0, atol=5e-4, err_msg="chi2")
     np.testing.assert_array_equal(mc.chi2, mc.chi2_2d.flatten())
     np.testing.assert_array_equal(mc.n_acpt, modern.n_accepted)
     np.testing.assert_array_equal(mc.pstp, modern.steps)
     np.testing.assert_array_equal(mc.tcur, modern.labels)
     np.testing.assert_array_equal(mc.n_exch[:-1], modern.n_swaps)
-    assert mc.result.fun == modern.fun
+    np.testing.assert_allclose(mc.result.fun, modern.fun, rtol=0, atol=5e-4, err_msg="fun")  # as chi2
 
 
 def test_attribute_shapes(runs):
