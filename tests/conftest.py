@@ -6,12 +6,15 @@ import os
 import shutil
 import tempfile
 
-# XLA's CPU backend at -O0 (LLVM's optimisation passes off) for the test processes and the
-# subprocesses they start: the suite is mostly compilation of small programs, which this makes
-# about a third faster.  IEEE semantics are kept at every level; comparisons between differently
-# compiled programs use ulp tolerances anyway.  Set before JAX makes its CPU client (on first use).
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+# XLA's CPU backend at -O0 (LLVM's optimisation passes off) and with its older fusion code
+# generator (the fusion emitters take longer to compile) for the test processes and the
+# subprocesses they start: the suite is mostly compilation of small programs, which each of the
+# two makes about a third faster.  IEEE semantics are kept either way; comparisons between
+# differently compiled programs use ulp tolerances anyway.  Set before JAX makes its CPU client.
+_TEST_XLA_FLAGS = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
+for _name, _value in _TEST_XLA_FLAGS.items():
+    if _name not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --{_name}={_value}").strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -36,7 +36,8 @@ def _env(devices: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "MULTIWALK_", "JAX_"))}
     env.update({k: v for k, v in os.environ.items() if k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))})
     env["JAX_PLATFORMS"] = "cpu"
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0"
+    env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0"
+                        " --xla_cpu_use_fusion_emitters=false")
     env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
