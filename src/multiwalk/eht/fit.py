@@ -142,7 +142,7 @@ class XringausFit:
     hi68: np.ndarray
     lo95: np.ndarray
     hi95: np.ndarray
-    center: np.ndarray = field(repr=False, default=None)  # type: ignore[assignment]
+    center: np.ndarray = field(repr=False)  # the periodic parameters' window centres (interval_summary)
 
     @property
     def chi2(self) -> float:
