@@ -179,10 +179,34 @@ def kept(key: tuple) -> Any | None:
 def keep(problem: Any, key: tuple, value: Any) -> None:
     """Keep ``value`` (an executable, or a fact traced once: shapes, the leaves a summary reads)
     under ``key`` until ``problem`` is garbage (or 64 newer entries came)."""
+    _keep_small(key, value)
+    _forget_when_collected(problem)
+
+
+def _keep_small(key: tuple, value: Any) -> None:
     if len(_SMALL) >= _SMALL_MAX:
         _SMALL.pop(next(iter(_SMALL)))
     _SMALL[key] = value
-    _forget_when_collected(problem)
+
+
+def _kept_call(fun: Callable, options: dict[str, Any], args: tuple, key_of: Callable[..., tuple],
+               owner: Any = None) -> Any:
+    """``jax.jit(fun, **options)(*args)`` through the executable kept under ``key_of(tree, the
+    arguments' keys, out_shardings' leaves and tree)``, compiled and kept on first use (tied to
+    ``owner``'s life when given); traced arguments just trace ``fun``."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return jax.jit(fun, **options)(*args)
+    placed = jax.tree_util.tree_flatten(options.get("out_shardings"))
+    key = key_of(tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
+    compiled = _SMALL.get(key)
+    if compiled is None:
+        compiled = jax.jit(fun, **options).lower(*args).compile()
+        if owner is None:
+            _keep_small(key, compiled)
+        else:
+            keep(owner, key, compiled)
+    return compiled(*args)
 
 
 def kept_for(problem: Any) -> list[tuple[str, Any]]:
@@ -220,16 +244,7 @@ def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_sharding
     options = {} if out_shardings is None else {"out_shardings": out_shardings}
 
     def call(*args: Any) -> Any:
-        leaves, tree = jax.tree_util.tree_flatten(args)
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return jax.jit(fun, **options)(*args)
-        placed = jax.tree_util.tree_flatten(out_shardings)
-        key = small_key(problem, solver, name, tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
-        compiled = _SMALL.get(key)
-        if compiled is None:
-            compiled = jax.jit(fun, **options).lower(*args).compile()
-            keep(problem, key, compiled)
-        return compiled(*args)
+        return _kept_call(fun, options, args, lambda *parts: small_key(problem, solver, name, *parts), owner=problem)
 
     return call
 
@@ -261,21 +276,12 @@ def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any],
     def with_problem_arrays(arrays: Any, *args: Any) -> Any:
         return of_problem(with_arrays(problem, arrays, static))(*args)
 
+    def key_of(*parts: Any) -> tuple:
+        return ("functions", problem._user_fn, problem._user_vg, fingerprint(problem, True),
+                _x0_digest(problem) if reads_x0 else None, solver, name, str(jax.config.jax_default_device), *parts)
+
     def call(*args: Any) -> Any:
-        leaves, tree = jax.tree_util.tree_flatten((arrays, args))
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return jax.jit(with_problem_arrays, **options)(arrays, *args)
-        placed = jax.tree_util.tree_flatten(out_shardings)
-        key = ("functions", problem._user_fn, problem._user_vg, fingerprint(problem, True),
-               _x0_digest(problem) if reads_x0 else None, solver, name,
-               str(jax.config.jax_default_device), tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
-        compiled = _SMALL.get(key)
-        if compiled is None:
-            compiled = jax.jit(with_problem_arrays, **options).lower(arrays, *args).compile()
-            if len(_SMALL) >= _SMALL_MAX:
-                _SMALL.pop(next(iter(_SMALL)))
-            _SMALL[key] = compiled
-        return compiled(arrays, *args)
+        return _kept_call(with_problem_arrays, options, (arrays, *args), key_of)
 
     return call
 
