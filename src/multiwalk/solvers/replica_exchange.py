@@ -19,13 +19,16 @@ Arrays in the state are laid out ``(nseq, nbeta, ...)``; results use the seed's 
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import diagnostics
 from ..polish import Roots, polish
 from ..polish import default_root_tol as _default_root_tol
 from ..problem import Problem
@@ -549,3 +552,25 @@ class ReplicaExchangeResult(Result):
         from ..plotting import plot_replica_exchange
 
         return plot_replica_exchange(self, path=path, bins=bins)
+
+    def summary(self, file: IO[str] | None = sys.stdout):
+        """Print the convergence table across the sequences (ArviZ's R-hat, bulk and tail ESS, and the
+        autocorrelation time tau; :mod:`multiwalk.diagnostics`) with the acceptance and exchange
+        rates, warn (``ConvergenceWarning``) where R-hat > 1.01 or ESS < 100; return the table (pandas)."""
+        return diagnostics.print_summary(self, file=file)
+
+    def to_arviz(self):
+        """An ``arviz.InferenceData``: posterior (chain = sequence, draw = iteration) and sample_stats."""
+        return diagnostics.to_inference_data(self)
+
+    def plot_corner(self, path: str | os.PathLike | None = None, **corner_options: Any):
+        """A corner plot of the free parameters' samples (``corner.corner``); saved if ``path``."""
+        return diagnostics.plot_corner(self, path=path, **corner_options)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write a ``.nc`` path as netCDF (:meth:`to_arviz`'s InferenceData), any other as ``.npz``
+        (:meth:`Result.save`)."""
+        if os.fspath(path).endswith(".nc"):
+            diagnostics.save_netcdf(self, path)
+        else:
+            super().save(path)
