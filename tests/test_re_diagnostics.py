@@ -12,8 +12,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
+import re
 import sys
 import warnings
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -81,12 +83,14 @@ def test_short_or_unmixed_runs_warn(result):
     short = dataclasses.replace(result, samples=result.samples[:10], fun_trace=result.fun_trace[:10])
     with pytest.warns(diagnostics.ConvergenceWarning, match=r"ess_bulk=\d+, ess_tail=\d+ \(< 100\)") as record:
         short.summary(file=None)  # 40 draws in all: every ESS is below 100
+    assert record[0].filename == __file__  # the warning points at the line that asked for the summary
     assert "a:" in str(record[0].message) and "b:" in str(record[0].message)
     shifted = result.samples.copy()
     shifted[:, 0, 1] += 3 * SD[1]  # sequence 0 sits elsewhere in b: the sequences disagree
     unmixed = dataclasses.replace(result, samples=shifted)
     with pytest.warns(diagnostics.ConvergenceWarning, match=r"b: r_hat=\d\.\d+ > 1\.01") as record:
         diagnostics.convergence_table(unmixed)
+    assert record[0].filename == __file__
     assert "a: r_hat" not in str(record[0].message)  # a is untouched and converged
 
 
@@ -103,6 +107,9 @@ def test_to_arviz_groups_and_shapes(result):
     assert np.array_equal(stats["beta"].values, result.betas)
     assert "chi2_all" not in stats  # a result without the per-temperature record
     assert float(idata.constant_data["c"]) == 0.5
+    clash = dataclasses.replace(result, names=["chain", "b", "c"])
+    with pytest.raises(ValueError, match="'chain' clashes with ArviZ's dimension"):
+        clash.to_arviz()
 
 
 def test_per_temperature_record_and_round_trips_when_present(result):
@@ -140,3 +147,17 @@ def test_missing_extra_names_it(result, monkeypatch, module, call):
     monkeypatch.setitem(sys.modules, module, None)  # `import module` now raises ImportError
     with pytest.raises(ImportError, match=rf'pip install "multiwalk\[{module}\]"'):
         getattr(result, call)()
+
+
+def test_guide_example_runs(result, tmp_path, monkeypatch):
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "replica_exchange.md").read_text()
+    section = guide.split("## Diagnostics and ArviZ", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    scope = {"result": result}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", diagnostics.ConvergenceWarning)
+        exec(compile(code, "docs/replica_exchange.md", "exec"), scope)
+    assert list(scope["table"].index) == ["a", "b"] and set(scope["idata"].posterior.data_vars) == {"a", "b"}
+    assert (tmp_path / "fit.nc").stat().st_size > 0 and (tmp_path / "corner.png").stat().st_size > 0

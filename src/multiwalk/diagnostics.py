@@ -27,8 +27,11 @@ __all__ = [
     "ConvergenceWarning",
     "RHAT_LIMIT",
     "ESS_LIMIT",
+    "import_arviz",
     "convergence_table",
+    "warn_unconverged",
     "summary_text",
+    "print_summary",
     "to_inference_data",
     "save_netcdf",
     "plot_corner",
@@ -103,6 +106,10 @@ def _posterior(result: SampledRun, xr: Any) -> Any:
     """The posterior Dataset: one variable per free parameter, dims (chain, draw)."""
     samples = _checked_draws(result)
     niter, nseq = samples.shape[:2]
+    clash = sorted({"chain", "draw"} & set(_free_names(result)))
+    if clash:
+        raise ValueError(f"a parameter named {clash[0]!r} clashes with ArviZ's dimension {clash[0]!r}: "
+                         f"give the Problem other names (names=...)")
     coords = {"chain": np.arange(nseq), "draw": np.arange(niter)}
     data = {result.names[i]: (("chain", "draw"), samples[:, :, i].T) for i in np.asarray(result.free_index)}
     return xr.Dataset(data, coords=coords)
@@ -186,12 +193,13 @@ def convergence_table(result: SampledRun, warn: bool = True) -> Any:
     ess_mean = az.ess(posterior, method="mean")
     table["tau"] = [niter * nseq / float(ess_mean[name]) for name in table.index]
     if warn:
-        warn_unconverged(table, niter, nseq, stacklevel=3)
+        warn_unconverged(table, niter, nseq, stacklevel=2)
     return table
 
 
-def warn_unconverged(table: Any, niter: int, nseq: int, stacklevel: int = 2) -> None:
-    """One ConvergenceWarning listing the parameters that fail R-hat <= 1.01 or ESS >= 100."""
+def warn_unconverged(table: Any, niter: int, nseq: int, stacklevel: int = 1) -> None:
+    """One ConvergenceWarning listing the parameters that fail R-hat <= 1.01 or ESS >= 100;
+    ``stacklevel`` 1 points it at the caller of this function, 2 at that caller's caller, ..."""
     bad = []
     for name, row in table.iterrows():
         if not (row["r_hat"] <= RHAT_LIMIT):  # NaN (too few draws) fails too

@@ -570,7 +570,7 @@ class ReplicaExchangeResult(Result):
     def save(self, path: str | os.PathLike) -> None:
         """Write a ``.nc`` path as netCDF (:meth:`to_arviz`'s InferenceData), any other as ``.npz``
         (:meth:`Result.save`)."""
-        if os.fspath(path).endswith(".nc"):
+        if os.fspath(path).lower().endswith(".nc"):
             diagnostics.save_netcdf(self, path)
         else:
             super().save(path)
