@@ -250,12 +250,12 @@ def summary_text(result: SampledRun, table: Any) -> str:
     return "\n".join([head, table.to_string(formatters=formats), *_rates_lines(result)])
 
 
-def print_summary(result: SampledRun, file: IO[str] | None = sys.stdout) -> Any:
-    """Print :func:`summary_text` to ``file`` (None: nothing printed), then warn as
-    :func:`convergence_table` does, and return the table."""
+def print_summary(result: SampledRun, file: IO[str] | None = None, print_table: bool = True) -> Any:
+    """Print :func:`summary_text` to ``file`` (None: standard output) unless ``print_table`` is
+    False, then warn as :func:`convergence_table` does, and return the table."""
     table = convergence_table(result, warn=False)
-    if file is not None:
-        print(summary_text(result, table), file=file)
+    if print_table:
+        print(summary_text(result, table), file=sys.stdout if file is None else file)
     warn_unconverged(table, *result.samples.shape[:2], stacklevel=3)  # at the caller of result.summary()
     return table
 

@@ -20,7 +20,6 @@ Arrays in the state are laid out ``(nseq, nbeta, ...)``; results use the seed's 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple
 
@@ -553,11 +552,12 @@ class ReplicaExchangeResult(Result):
 
         return plot_replica_exchange(self, path=path, bins=bins)
 
-    def summary(self, file: IO[str] | None = sys.stdout):
+    def summary(self, file: IO[str] | None = None, print_table: bool = True):
         """Print the convergence table across the sequences (ArviZ's R-hat, bulk and tail ESS, and the
         autocorrelation time tau; :mod:`multiwalk.diagnostics`) with the acceptance and exchange
-        rates, warn (``ConvergenceWarning``) where R-hat > 1.01 or ESS < 100; return the table (pandas)."""
-        return diagnostics.print_summary(self, file=file)
+        rates to ``file`` (None: standard output; ``print_table=False``: not printed), warn
+        (``ConvergenceWarning``) where R-hat > 1.01 or ESS < 100; return the table (pandas)."""
+        return diagnostics.print_summary(self, file=file, print_table=print_table)
 
     def to_arviz(self):
         """An ``arviz.InferenceData``: posterior (chain = sequence, draw = iteration) and sample_stats."""
