@@ -193,6 +193,8 @@ def run_pamc(setup: Any, args: Any, opts: dict[str, Any], seed: int) -> int:
     record = 0
     if args.step_files:  # steps kept on the device between writes: about 4e6 numbers, 16 .. 1024 steps
         record = int(min(1024, max(16, 4_000_000 // (nprocs * per * (2 * setup.dimension + 4)))))
+        if setup.checkpoint and setup.checkpoint_steps:  # chunks of at most checkpoint_steps, a checkpoint after each
+            record = min(record, setup.checkpoint_steps + 1)
     solver, as_beta = pamc_solver(setup, opts, nprocs, record)
     ckpt = setup.checkpoint_file
     resume_step = None
@@ -214,7 +216,7 @@ def run_pamc(setup: Any, args: Any, opts: dict[str, Any], seed: int) -> int:
         t0 = time.perf_counter()
         result = solve(problem, solver, seed=seed, progress=args.progress, time_limit=args.time_limit,
                        checkpoint=ckpt if setup.checkpoint else None, resume=ckpt if args.resume else None,
-                       checkpoint_every=setup.checkpoint_interval or 0.0, writer=files)
+                       checkpoint_every=0.0 if setup.checkpoint_steps else setup.checkpoint_interval or 0.0, writer=files)
         wall = time.perf_counter() - t0
     setup.output_dir.mkdir(parents=True, exist_ok=True)
     write_best_result(setup.output_dir / "best_result.txt", nprocs, per, result.best_walker, result.best_step,
