@@ -43,8 +43,8 @@ def read_pamc_options(path: Path, table: Any) -> dict[str, Any]:
             raise ValueError(f"{path}: unknown key [algorithm.pamc] {key}; allowed: {', '.join(sorted(PAMC_KEYS))}")
         kind = PAMC_KEYS[key]
         if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-            raise ValueError(f"{path}: [algorithm.pamc] {key} must be {'true or false' if kind is bool else 'a number'}, "
-                             f"got {value!r}")
+            words = {bool: "true or false", int: "an integer"}.get(kind, "a number")  # type: ignore[call-overload]
+            raise ValueError(f"{path}: [algorithm.pamc] {key} must be {words}, got {value!r}")
     if not table.get("fix_num_replicas", True):
         raise ValueError(
             f"{path}: [algorithm.pamc] fix_num_replicas = false (a population of varying size) is not supported: "
@@ -299,5 +299,6 @@ def run_mapper(setup: Any, args: Any, param: dict[str, Any], colormap: str) -> i
     (setup.output_dir / "0" / colormap).write_text("\n".join(lines) + "\n")
     out = setup.output_dir / colormap
     out.write_text("\n".join(lines[1:1 + len(points)]) + "\n")
-    print(f"mapper: {len(points)} points evaluated in {wall:.3f} s; minimum fx = {fx[best]!r} at point {best}; wrote {out}")
+    print(f"mapper: {len(points)} points evaluated in {wall:.3f} s; minimum fx = {float(fx[best])!r} "
+          f"at point {best}; wrote {out}")
     return EXIT_OK
