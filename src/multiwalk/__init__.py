@@ -16,6 +16,7 @@ from .solvers.base import Phase, RunPlan, Solver, Writer
 from .solvers.exchange import Exchange, ExchangeResult
 from .solvers.lbfgs import LBFGS, LBFGSResult, LBFGSStatus
 from .solvers.pattern_search import PatternSearch, PatternSearchResult
+from .solvers.population_annealing import PopulationAnnealing, PopulationAnnealingResult
 from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
 
 __version__ = "0.1.0"
@@ -41,6 +42,8 @@ __all__ = [
     "LBFGSStatus",
     "Exchange",
     "ExchangeResult",
+    "PopulationAnnealing",
+    "PopulationAnnealingResult",
     "lbfgs",
     "deconv",
     "__version__",

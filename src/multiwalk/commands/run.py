@@ -39,7 +39,7 @@ import numpy as np
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_CHECKPOINT_INTERVAL = 60.0  # seconds of wall time between checkpoints when the input names none
 
-ALGORITHMS = ("exchange", "minsearch", "pattern", "lbfgs", "tempering")
+ALGORITHMS = ("exchange", "minsearch", "pattern", "lbfgs", "tempering", "pamc", "mapper")
 
 
 class InputError(ValueError):
@@ -58,11 +58,11 @@ SCHEMA: dict[str, dict[str, str]] = {
         "name": _STR, "seed": _INT, "seed_delta": _INT, "label_list": _STRS, "checkpoint": _BOOL,
         "checkpoint_steps": _INT, "checkpoint_interval": _NUM, "checkpoint_file": _STR,
         "param": _TABLE, "exchange": _TABLE, "minimize": _TABLE, "pattern": _TABLE, "lbfgs": _TABLE,
-        "tempering": _TABLE,
+        "tempering": _TABLE, "pamc": _TABLE, "colormap": _STR,  # [algorithm.pamc]: commands/run_pamc.py checks it
     },
     "algorithm.param": {
         "min_list": _NUMS, "max_list": _NUMS, "step_list": _NUMS, "unit_list": _NUMS, "initial_list": _NUMS2,
-        "mesh_path": _STR, "neighborlist_path": _STR, "radius": _NUM,
+        "mesh_path": _STR, "neighborlist_path": _STR, "radius": _NUM, "num_list": _NUMS,
     },
     "algorithm.exchange": {
         "numsteps": _INT, "numsteps_exchange": _INT, "numsteps_thermalization": _INT, "Tmin": _NUM, "Tmax": _NUM,
@@ -281,7 +281,9 @@ def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetu
     param = alg.get("param")
     if param is None:
         raise InputError(f"{path}: section [algorithm.param] is missing")
-    if "mesh_path" in param:
+    if setup.algorithm == "mapper":
+        pass  # its mesh or grid: commands/run_pamc.py
+    elif "mesh_path" in param:
         _read_mesh_space(path, param, setup)
     else:
         _read_box_space(path, param, setup)
@@ -329,8 +331,8 @@ def _read_mesh_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None
     """A discrete space ([algorithm.param] mesh_path, with neighborlist_path or radius): setup.mesh."""
     from ..spaces import Mesh, build_neighbor_list, read_mesh
 
-    if setup.algorithm != "exchange":
-        raise InputError(f"{path}: [algorithm.param] mesh_path (a discrete space) is only for name = \"exchange\"")
+    if setup.algorithm not in ("exchange", "pamc"):
+        raise InputError(f"{path}: [algorithm.param] mesh_path (a discrete space) is only for name = \"exchange\" or \"pamc\"")
     for key in ("min_list", "max_list", "step_list", "unit_list", "initial_list"):
         if key in param:
             raise InputError(f"{path}: [algorithm.param] {key} is for a continuous space; mesh_path makes it discrete")
@@ -830,6 +832,19 @@ def run_multiwalk_solver(setup: RunSetup, args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- the command
+def _run_pamc_or_mapper(setup: RunSetup, args: argparse.Namespace) -> int:
+    """``pamc`` and ``mapper`` (:mod:`multiwalk.commands.run_pamc`), with the input's tables."""
+    from . import run_pamc
+
+    if args.cont or args.distributed:
+        raise InputError(f"--cont and --distributed are not supported for algorithm {setup.algorithm}")
+    alg = load_input(setup.input_path)["algorithm"]
+    if setup.algorithm == "mapper":
+        return run_pamc.run_mapper(setup, args, alg["param"], alg.get("colormap", "ColorMap.txt"))
+    seed = setup.seed if setup.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
+    return run_pamc.run_pamc(setup, args, run_pamc.read_pamc_options(setup.input_path, alg.get("pamc")), seed)
+
+
 def _processes_option(text: str) -> int | str:
     """``--write-processes``: ``auto`` or a number (checked for sign in the handler, before anything runs)."""
     if text.strip().lower() == "auto":
@@ -934,6 +949,8 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             print(f"note: {note}")
         if args.reset_rand and not (args.resume or args.cont):
             raise InputError("--reset-rand goes with --resume or --cont")
+        if setup.algorithm in ("pamc", "mapper"):
+            return _run_pamc_or_mapper(setup, args)
         if setup.algorithm != "exchange" and (args.resume or args.cont):
             raise InputError(f"--resume/--cont are for algorithm exchange, not {setup.algorithm}")
         if setup.algorithm != "exchange" and args.nprocs not in (None, 1):

@@ -3,6 +3,7 @@
 from .base import Phase, RunPlan, Solver, Writer
 from .lbfgs import LBFGS, LBFGSResult, LBFGSStatus
 from .pattern_search import PatternSearch, PatternSearchResult
+from .population_annealing import PopulationAnnealing, PopulationAnnealingResult
 from .replica_exchange import ReplicaExchange, ReplicaExchangeResult
 
 __all__ = [
@@ -15,6 +16,8 @@ __all__ = [
     "LBFGSStatus",
     "PatternSearch",
     "PatternSearchResult",
+    "PopulationAnnealing",
+    "PopulationAnnealingResult",
     "ReplicaExchange",
     "ReplicaExchangeResult",
 ]

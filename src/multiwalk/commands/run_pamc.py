@@ -1,0 +1,304 @@
+"""``multiwalk run`` for ODAT-SE's ``algorithm.name = "pamc"`` and ``"mapper"``.
+
+* ``pamc``: population annealing Monte Carlo (:class:`multiwalk.PopulationAnnealing`), every
+  walker at once, with ``[algorithm.pamc]``'s keys; writes ODAT-SE's files: in ``output_dir/<p>/``
+  (``p`` = 0 .. P-1, ``--nprocs P`` standing for ``mpiexec -np P``) ``trial.txt``, ``result.txt``
+  and, with ``separate_T`` (the default), ``trial_T<i>.txt`` and ``result_T<i>.txt`` (columns
+  ``step walker T fx x... weight ancestor``); in ``output_dir/``, ``fx.txt`` (beta, mean of f,
+  its error, replicas, log(Z/Z0), acceptance), ``pr.txt`` (participation ratios) and
+  ``best_result.txt``.  ``--resume`` continues a run from its checkpoint.
+* ``mapper``: every point of a mesh (``mesh_path``, or the grid ``min_list``/``max_list``/
+  ``num_list``) evaluated in batches; writes ``ColorMap.txt`` (``[algorithm] colormap``).
+
+Nothing here imports :mod:`multiwalk.commands.run`: it hands this module the checked set-up and
+its options, and turns the ValueErrors raised here (each naming the input file and key) into
+its usage error.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+# [algorithm.pamc]'s keys and the kind of value each takes
+PAMC_KEYS: dict[str, type | tuple[type, ...]] = {
+    "numsteps": int, "numsteps_annealing": int, "Tnum": int, "Tmin": (int, float), "Tmax": (int, float),
+    "bmin": (int, float), "bmax": (int, float), "Tlogspace": bool, "nreplica_per_proc": int,
+    "resampling_interval": int, "fix_num_replicas": bool, "separate_T": bool, "export_combined_files": bool,
+}
+MAPPER_BATCH = 65536  # mesh points evaluated per compiled call: bounded memory, one compilation
+
+
+def read_pamc_options(path: Path, table: Any) -> dict[str, Any]:
+    """[algorithm.pamc], checked: every key known and of its kind; ValueError naming the file and key."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: section [algorithm.pamc] is missing (name = \"pamc\" reads its keys there)")
+    for key, value in table.items():
+        if key not in PAMC_KEYS:
+            raise ValueError(f"{path}: unknown key [algorithm.pamc] {key}; allowed: {', '.join(sorted(PAMC_KEYS))}")
+        kind = PAMC_KEYS[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            words = {bool: "true or false", int: "an integer"}.get(kind, "a number")  # type: ignore[call-overload]
+            raise ValueError(f"{path}: [algorithm.pamc] {key} must be {words}, got {value!r}")
+    if not table.get("fix_num_replicas", True):
+        raise ValueError(
+            f"{path}: [algorithm.pamc] fix_num_replicas = false (a population of varying size) is not supported: "
+            "multiwalk keeps the population's size fixed on the device; remove the key or set it true"
+        )
+    if table.get("export_combined_files", False):
+        raise ValueError(f"{path}: [algorithm.pamc] export_combined_files = true is not supported: "
+                         "multiwalk writes the separate files; remove the key")
+    if table.get("nreplica_per_proc", 1) < 1:
+        raise ValueError(f"{path}: [algorithm.pamc] nreplica_per_proc must be at least 1, got {table['nreplica_per_proc']}")
+    return dict(table)
+
+
+def pamc_solver(setup: Any, opts: dict[str, Any], nprocs: int, record: int) -> tuple[Any, bool]:
+    """``(PopulationAnnealing, betas given as beta)`` from the set-up and [algorithm.pamc]."""
+    from ..solvers.exchange import temperature_ladder
+    from ..solvers.population_annealing import PopulationAnnealing, annealing_schedule
+
+    path = setup.input_path
+    try:
+        steps = annealing_schedule(opts.get("numsteps", 0), opts.get("numsteps_annealing", 0), opts.get("Tnum", 0))
+        pair = {k: opts.get(k) for k in ("Tmin", "Tmax", "bmin", "bmax")}
+        betas = np.sort(temperature_ladder(len(steps), **pair, logspace=opts.get("Tlogspace", True)))
+    except ValueError as err:
+        raise ValueError(f"{path}: [algorithm.pamc] {err}") from None
+    if setup.mesh is None and setup.step_list is None:
+        raise ValueError(f"{path}: [algorithm.param] step_list is required (the Gaussian step of each coordinate)")
+    if setup.initial is not None:
+        raise ValueError(f"{path}: [algorithm.param] initial_list is not read by pamc (the walkers start uniformly "
+                         "in the box, as ODAT-SE's do): remove it")
+    interval = opts.get("resampling_interval", 1)
+    try:
+        solver = PopulationAnnealing(
+            betas=tuple(betas.tolist()), numsteps_for_T=tuple(steps.tolist()),
+            n_replicas=nprocs * opts.get("nreplica_per_proc", 1),
+            step_width=None if setup.step_list is None else tuple(setup.step_list), mesh=setup.mesh,
+            resampling_interval=interval if interval >= 1 else None, record=record,
+        )
+    except ValueError as err:
+        raise ValueError(f"{path}: [algorithm.pamc] {err}") from None
+    return solver, "bmin" in opts or "bmax" in opts
+
+
+class PamcStepFiles:
+    """ODAT-SE's pamc step files, written as the run goes (a :class:`~multiwalk.solvers.base.Writer`):
+    in folder ``p`` the walkers ``p*per .. (p+1)*per - 1`` (numbered 0 .. per-1 there), each step's
+    trial and result lines ``step walker T fx x... weight ancestor``, also split by temperature
+    into ``trial_T<i>.txt`` and ``result_T<i>.txt`` with ``separate_T``."""
+
+    def __init__(self, output_dir: Path, labels: list[str], solver: Any, as_beta: bool, nprocs: int, per: int,
+                 separate_T: bool, resume_step: int | None) -> None:
+        self.solver, self.nprocs, self.per, self.separate_T = solver, nprocs, per, separate_T
+        betas = np.asarray(solver.betas)
+        self.t_values = betas if as_beta else 1.0 / betas
+        self.header = "# " + " ".join(["step", "walker", "beta" if as_beta else "T", "fx", *labels, "weight", "ancestor"])
+        self.folders = [output_dir / str(p) for p in range(nprocs)]
+        self.next_step = 0 if resume_step is None else resume_step
+        self.seconds = 0.0
+        for folder in self.folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            for name in self._names(folder):
+                if resume_step is None:
+                    name.write_text(self.header + "\n") if "_T" not in name.name else name.unlink(missing_ok=True)
+                elif name.exists():
+                    from ..io.odatse import truncate_from_step
+
+                    truncate_from_step(name, resume_step)
+
+    def _names(self, folder: Path) -> list[Path]:
+        split = [folder / f"{tag}_T{i}.txt" for tag in ("trial", "result") for i in range(len(self.t_values))]
+        return [folder / "trial.txt", folder / "result.txt", *(split if self.separate_T else [])]
+
+    def write(self, problem: Any, state: Any, first: int, last: int) -> None:
+        """Steps ``next_step .. last`` (the ring holds them: chunks are shorter than ``record``)."""
+        t0 = time.perf_counter()
+        steps = np.arange(self.next_step, last + 1)
+        if steps.size:
+            self._write(steps, np.asarray(state.rec_values), np.asarray(state.rec_ancestor))
+            self.next_step = int(last) + 1
+        self.seconds += time.perf_counter() - t0
+
+    def flush(self) -> None:
+        """Every line is written when ``write`` returns."""
+
+    def _write(self, steps: np.ndarray, rec_values: np.ndarray, rec_ancestor: np.ndarray) -> None:
+        import polars as pl
+
+        from ..io.odatse import number_column
+
+        B, N, width = rec_values.shape
+        d = (width - 3) // 2
+        slots = steps % B
+        values, ancestors = rec_values[slots], rec_ancestor[slots]  # (S, N, 3 + 2d), (S, N)
+        tindex = self.solver.temperature_of_steps(steps)
+        for p, folder in enumerate(self.folders):
+            rows = slice(p * self.per, (p + 1) * self.per)
+            v, a = values[:, rows].reshape(-1, width), ancestors[:, rows].reshape(-1)
+            common = {"step": np.repeat(steps, self.per), "walker": np.tile(np.arange(self.per), steps.size),
+                      "T": number_column(np.repeat(self.t_values[tindex], self.per))}
+            t_of_row = np.repeat(tindex, self.per)
+            weight = number_column(np.exp(v[:, 2]))
+            for tag, f_col, x_cols in (("trial", 0, slice(3, 3 + d)), ("result", 1, slice(3 + d, 3 + 2 * d))):
+                cols = {**common, "fx": number_column(v[:, f_col])}
+                cols.update({f"x{k}": number_column(v[:, x_cols][:, k]) for k in range(d)})
+                frame = pl.DataFrame({**cols, "weight": weight, "ancestor": a})
+                self._append(folder / f"{tag}.txt", frame)
+                if self.separate_T:
+                    for t in np.unique(t_of_row).tolist():
+                        self._append(folder / f"{tag}_T{t}.txt", frame.filter(pl.Series(t_of_row == t)), self.header)
+
+    @staticmethod
+    def _append(path: Path, frame: Any, header: str | None = None) -> None:
+        with open(path, "ab") as fh:
+            if header is not None and fh.tell() == 0:
+                fh.write((header + "\n").encode())
+            frame.write_csv(fh, separator=" ", include_header=False, quote_style="never")
+
+
+def write_pamc_files(output_dir: Path, statistics: dict[str, np.ndarray]) -> None:
+    """ODAT-SE's fx.txt and pr.txt from :meth:`multiwalk.PopulationAnnealing.statistics`."""
+    from ..io.odatse import number
+
+    rows = ["# $1: 1/T", "# $2: mean of f(x)", "# $3: standard error of f(x)", "# $4: number of replicas",
+            "# $5: log(Z/Z0)", "# $6: acceptance ratio"]
+    st = statistics
+    for i in range(st["beta"].size):
+        rows.append(f"{number(st['beta'][i])} {number(st['mean'][i])} {number(st['error'][i])} {int(st['count'][i])} "
+                    f"{number(st['logz'][i])} {number(st['acceptance'][i])}")
+    (output_dir / "fx.txt").write_text("\n".join(rows) + "\n")
+    rows = ["# $1: Tindex", "# $2: 1/T", "# $3: participation ratio"]
+    rows += [f"{i} {number(b)} {number(pr)}" for i, (b, pr) in enumerate(zip(st["beta"], st["participation"]))]
+    (output_dir / "pr.txt").write_text("\n".join(rows) + "\n")
+
+
+def run_pamc(setup: Any, args: Any, opts: dict[str, Any], seed: int) -> int:
+    """Run [algorithm.pamc] and write its files; the exit status."""
+    import jax
+
+    from ..checkpoint import read_checkpoint
+    from ..io.odatse import write_best_result
+    from ..problem import Problem
+    from ..solve import solve
+
+    nprocs = args.nprocs or 1
+    per = opts.get("nreplica_per_proc", 1)
+    record = 0
+    if args.step_files:  # steps kept on the device between writes: about 4e6 numbers, 16 .. 1024 steps
+        record = int(min(1024, max(16, 4_000_000 // (nprocs * per * (2 * setup.dimension + 4)))))
+        if setup.checkpoint and setup.checkpoint_steps:  # chunks of at most checkpoint_steps, a checkpoint after each
+            record = min(record, setup.checkpoint_steps + 1)
+    solver, as_beta = pamc_solver(setup, opts, nprocs, record)
+    ckpt = setup.checkpoint_file
+    resume_step = None
+    if args.resume:
+        try:
+            meta, _ = read_checkpoint(ckpt, label=str(ckpt))
+        except FileNotFoundError:
+            raise ValueError(f"{ckpt}: no checkpoint to resume from (run without --resume first)") from None
+        seed = int(meta["seed"])
+        resume_step = int(meta["done"][0]) + 1
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    files = None
+    if record:
+        files = PamcStepFiles(setup.output_dir, setup.labels, solver, as_beta, nprocs, per,
+                              opts.get("separate_T", True), resume_step)
+    with jax.enable_x64(args.dtype == "float64"):
+        box = {} if setup.mesh is not None else {"lower": setup.lower, "upper": setup.upper}
+        problem = Problem(objective=setup.function, names=setup.labels, **box)
+        t0 = time.perf_counter()
+        result = solve(problem, solver, seed=seed, progress=args.progress, time_limit=args.time_limit,
+                       checkpoint=ckpt if setup.checkpoint else None, resume=ckpt if args.resume else None,
+                       checkpoint_every=0.0 if setup.checkpoint_steps else setup.checkpoint_interval or 0.0, writer=files)
+        wall = time.perf_counter() - t0
+    setup.output_dir.mkdir(parents=True, exist_ok=True)
+    write_best_result(setup.output_dir / "best_result.txt", nprocs, per, result.best_walker, result.best_step,
+                      result.fun, result.x, setup.labels)
+    write_pamc_files(setup.output_dir, result.statistics)
+    return _report(setup, result, nprocs * per, per, wall, files)
+
+
+def _report(setup: Any, result: Any, replicas: int, per: int, wall: float, files: Any) -> int:
+    from ..result import Status
+
+    rank, walker = divmod(result.best_walker, per)
+    print(f"Best Result:\n  rank = {rank}\n  step = {result.best_step}\n  walker = {walker}\n  fx = {result.fun!r}")
+    for label, v in zip(setup.labels, np.asarray(result.x).tolist()):
+        print(f"  {label} = {v!r}")
+    st = result.stats
+    print(f"{result.message}; {replicas} walkers; run {st['run_seconds']:.3f} s, compile {st['compile_seconds']:.2f} s, "
+          f"step files {0.0 if files is None else files.seconds:.3f} s, wall {wall:.2f} s")
+    print(f"output in {setup.output_dir}; checkpoint {setup.checkpoint_file}")
+    if result.status == Status.INTERRUPTED:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if result.success else EXIT_FAILED
+
+
+# ---------------------------------------------------------------------------- mapper
+def mapper_points(path: Path, param: dict[str, Any], dimension: int, root_dir: Path) -> np.ndarray:
+    """The mapper's points (M, d): the mesh file's (``mesh_path``; its first column the index), or
+    ODAT-SE's grid from ``min_list``, ``max_list`` and ``num_list`` (the first coordinate varies
+    fastest, as ``numpy.meshgrid(..., indexing="xy")`` lays them out)."""
+    from ..spaces import read_mesh
+
+    if "mesh_path" in param:
+        points = read_mesh(root_dir / Path(param["mesh_path"]).expanduser())
+        if points.shape[1] != dimension:
+            raise ValueError(f"{param['mesh_path']}: {points.shape[1]} coordinates per point but [base] dimension = {dimension}")
+        return points
+    for key in ("min_list", "max_list", "num_list"):
+        if key not in param:
+            raise ValueError(f"{path}: [algorithm.param] {key} is required for the mapper's grid (or give mesh_path)")
+        if len(param[key]) != dimension:
+            raise ValueError(f"{path}: [algorithm.param] {key} has {len(param[key])} entries but [base] dimension = {dimension}")
+    nums = param["num_list"]
+    if not all(isinstance(n, int) and n >= 1 for n in nums):
+        raise ValueError(f"{path}: [algorithm.param] num_list must be positive integers, got {nums}")
+    axes = [np.linspace(lo, hi, num=n) for lo, hi, n in zip(param["min_list"], param["max_list"], nums)]
+    return np.array(np.meshgrid(*axes, indexing="xy")).reshape(dimension, -1).T
+
+
+def evaluate_points(function: Any, points: np.ndarray, dtype: str = "float64") -> np.ndarray:
+    """f at every point (M, d), ``MAPPER_BATCH`` points per call of one jitted, vmapped program."""
+    import jax
+
+    with jax.enable_x64(dtype == "float64"):
+        f = jax.jit(jax.vmap(function))
+        out = np.empty(len(points))
+        for a in range(0, len(points), MAPPER_BATCH):
+            chunk = points[a:a + MAPPER_BATCH]
+            pad = MAPPER_BATCH - len(chunk) if len(points) > MAPPER_BATCH else 0  # every call of one shape
+            full = np.concatenate([chunk, np.repeat(chunk[-1:], pad, axis=0)]) if pad else chunk
+            out[a:a + len(chunk)] = np.asarray(f(full.astype(dtype)))[: len(chunk)]
+    return out
+
+
+def run_mapper(setup: Any, args: Any, param: dict[str, Any], colormap: str) -> int:
+    """Evaluate every mesh point and write ODAT-SE's ColorMap.txt (``x... fval`` as ``%8f``, then
+    the minimum point, its value and its index)."""
+    points = mapper_points(setup.input_path, param, setup.dimension, setup.root_dir)
+    t0 = time.perf_counter()
+    fx = evaluate_points(setup.function, points, args.dtype)
+    wall = time.perf_counter() - t0
+    lines = ["#" + " ".join(setup.labels) + " fval"]
+    lines += [" ".join(f"{v:8f}" for v in (*x, f)) for x, f in zip(points.tolist(), fx.tolist())]
+    best = int(np.argmin(np.where(np.isnan(fx), np.inf, fx)))
+    lines.append("#Minimum point : " + " ".join(f"{v:8f}" for v in points[best].tolist()))
+    lines.append(f"#R-factor : {fx[best]:8f}")
+    lines.append(f"#see Log{best:d}")
+    # ODAT-SE: each process's folder has its points with the header and the minimum; the top
+    # folder's file has every point's line only
+    (setup.output_dir / "0").mkdir(parents=True, exist_ok=True)
+    (setup.output_dir / "0" / colormap).write_text("\n".join(lines) + "\n")
+    out = setup.output_dir / colormap
+    out.write_text("\n".join(lines[1:1 + len(points)]) + "\n")
+    print(f"mapper: {len(points)} points evaluated in {wall:.3f} s; minimum fx = {float(fx[best])!r} "
+          f"at point {best}; wrote {out}")
+    return EXIT_OK

@@ -1,0 +1,176 @@
+"""Population annealing (ODAT-SE's pamc) and the mapper: statistics against exact sums on a
+mesh, the output files of ``multiwalk run``, a resumed run, ColorMap.txt against the mesh."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import jax
+import numpy as np
+import pytest
+from odatse_inputs import output_files, run_cli
+
+import multiwalk as mw
+from multiwalk.commands import run_pamc
+from multiwalk.solvers.population_annealing import annealing_schedule
+from multiwalk.spaces import Mesh, build_neighbor_list
+
+N_WALKERS = 2000
+BETAS = (0.0, 0.5, 1.0, 2.0, 3.0)
+
+
+def grid_energy(x):
+    return (x[0] - 0.3) ** 2 + 2.0 * (x[1] + 0.2) ** 2
+
+
+@pytest.fixture(scope="module")
+def mesh_run():
+    """One annealing of 2000 walkers on a 9 x 9 mesh, and the exact sums over its nodes."""
+    axis = np.linspace(-1.0, 1.0, 9)
+    coords = np.array(np.meshgrid(axis, axis, indexing="xy")).reshape(2, -1).T
+    mesh = Mesh(coords, build_neighbor_list(coords, 0.26))
+    with jax.enable_x64(True):
+        problem = mw.Problem(objective=grid_energy, names=["x1", "x2"])
+        solver = mw.PopulationAnnealing(betas=BETAS, numsteps_for_T=(10,) * len(BETAS), n_replicas=N_WALKERS, mesh=mesh)
+        result = mw.solve(problem, solver, seed=3)
+        chunked = mw.solve(problem, solver, seed=3, chunk_seconds=1e-9)
+    f = np.array([grid_energy(c) for c in coords])
+    return result, chunked, f
+
+
+def test_statistics_agree_with_exact_sums_on_a_mesh(mesh_run):
+    result, _, f = mesh_run
+    st = result.statistics
+    for t, beta in enumerate(BETAS):
+        w = np.exp(-beta * (f - f.min()))
+        exact_mean = np.sum(f * w) / np.sum(w)
+        exact_logz = np.log(np.mean(np.exp(-beta * f)))  # log(Z(beta) / Z(0)): the mesh's nodes weigh alike
+        # the mean: within 4 of its own jackknife errors (about 0.01 at 2000 walkers); a failure
+        # at a fixed seed is a bias, not chance (p ~ 6e-5 per temperature)
+        assert abs(st["mean"][t] - exact_mean) < 4 * st["error"][t], (t, st["mean"][t], exact_mean)
+        # log Z adds one reweighting per temperature; each has an error ~ dbeta * sd(f) / sqrt(N)
+        # <= 0.5 * 0.6 / 45 ~ 0.007 (resampled walkers are correlated: a factor ~2), so 0.05 at 4 steps
+        assert abs(st["logz"][t] - exact_logz) < 0.05, (t, st["logz"][t], exact_logz)
+    assert np.all(st["count"] == N_WALKERS) and st["logz"][0] == 0.0
+    assert np.all((st["acceptance"] > 0) & (st["acceptance"] <= 1))
+    assert result.success and result.fun == pytest.approx(f.min(), abs=0.05)  # the mesh's lowest node (0.29 away at most)
+
+
+def test_chunks_do_not_change_the_run(mesh_run):
+    result, chunked, _ = mesh_run
+    assert chunked.stats["chunks"] > result.stats["chunks"]
+    np.testing.assert_array_equal(chunked.walker_x, result.walker_x)
+    np.testing.assert_array_equal(chunked.statistics["logz"], result.statistics["logz"])
+
+
+def test_schedule_and_bad_options():
+    assert annealing_schedule(Tnum=3, numsteps_annealing=4).tolist() == [4, 4, 4]
+    assert annealing_schedule(numsteps=10, numsteps_annealing=4).tolist() == [4, 4, 2]
+    assert annealing_schedule(numsteps=11, Tnum=3).tolist() == [4, 3, 3]  # ODAT-SE's: the first rem - 1 get one more
+    with pytest.raises(ValueError, match="exactly two of numsteps, numsteps_annealing and Tnum"):
+        annealing_schedule(numsteps=10, numsteps_annealing=2, Tnum=3)
+    with pytest.raises(ValueError, match="betas must be ascending"):
+        mw.PopulationAnnealing(betas=(1.0, 0.5), numsteps_for_T=(1, 1), n_replicas=4, step_width=(0.1,))
+    with pytest.raises(ValueError, match="at least 1 step at each of the 2 temperatures"):
+        mw.PopulationAnnealing(betas=(0.5, 1.0), numsteps_for_T=(1, 0), n_replicas=4, step_width=(0.1,))
+
+
+PAMC_INPUT = """
+[base]
+dimension = 2
+output_dir = "output"
+[solver]
+name = "analytical"
+function_name = "himmelblau"
+[algorithm]
+name = "pamc"
+seed = 7
+checkpoint_steps = 4
+[algorithm.param]
+min_list = [-6.0, -6.0]
+max_list = [6.0, 6.0]
+step_list = [0.5, 0.5]
+[algorithm.pamc]
+Tmin = 1.0
+Tmax = 100.0
+Tnum = 3
+numsteps_annealing = 5
+nreplica_per_proc = 4
+"""
+
+
+def test_pamc_files(tmp_path):
+    (tmp_path / "input.toml").write_text(PAMC_INPUT)
+    assert run_cli(tmp_path, "input.toml", "--nprocs", "2") == 0
+    out = tmp_path / "output"
+    fx = np.loadtxt(out / "fx.txt", ndmin=2)
+    assert fx.shape == (3, 6)  # beta, mean, error, replicas, log(Z/Z0), acceptance
+    np.testing.assert_allclose(fx[:, 0], [0.01, 0.1, 1.0], rtol=1e-12)
+    assert fx[:, 3].tolist() == [8, 8, 8] and fx[0, 4] == 0.0
+    for p in ("0", "1"):
+        lines = (out / p / "result_T2.txt").read_text().splitlines()
+        assert lines[0] == "# step walker T fx x1 x2 weight ancestor"
+        rows = np.loadtxt(out / p / "result_T2.txt", ndmin=2)
+        assert rows[:, 0].min() == 11 and rows[:, 0].max() == 15 and set(rows[:, 1]) == {0, 1, 2, 3}
+        assert np.all(rows[:, 2] == 1.0) and np.all(rows[:, 6] == 1.0)  # T = 1/beta; weights 1 after resampling
+        assert np.all((rows[:, 7] >= 0) & (rows[:, 7] < 8))  # ancestors: start walkers 0..7
+        t0 = np.loadtxt(out / p / "result_T0.txt", ndmin=2)
+        assert t0[:, 0].min() == 0 and t0[:, 0].max() == 5  # step 0 (the start) belongs to the first temperature
+        assert (out / p / "trial.txt").exists() and (out / p / "trial_T1.txt").exists()
+    best = dict(line.split(" = ") for line in (out / "best_result.txt").read_text().splitlines())
+    assert best["nprocs"] == "2" and float(best["fx"]) == pytest.approx(float(best["fx"]))
+
+
+def test_resume_gives_the_same_files(tmp_path):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    for folder in (whole, cut):
+        folder.mkdir()
+        (folder / "input.toml").write_text(PAMC_INPUT)
+    assert run_cli(whole, "input.toml") == 0
+    calls = []
+    original = run_pamc.PamcStepFiles.write
+
+    def write(self, problem, state, first, last):  # Ctrl-C after the second chunk (steps 1..5)
+        original(self, problem, state, first, last)
+        calls.append(last)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    run_pamc.PamcStepFiles.write = write
+    try:
+        assert run_cli(cut, "input.toml") == 130
+    finally:
+        run_pamc.PamcStepFiles.write = original
+    assert calls[-1] < 15
+    assert run_cli(cut, "input.toml", "--resume") == 0
+    assert output_files(cut) == output_files(whole)
+
+
+MAPPER_INPUT = """
+[base]
+dimension = 2
+output_dir = "output"
+[solver]
+name = "analytical"
+function_name = "himmelblau"
+[algorithm]
+name = "mapper"
+[algorithm.param]
+min_list = [-6.0, -5.0]
+max_list = [6.0, 5.0]
+num_list = [4, 3]
+"""
+
+
+def test_mapper_colormap(tmp_path):
+    (tmp_path / "input.toml").write_text(MAPPER_INPUT)
+    assert run_cli(tmp_path, "input.toml") == 0
+    rows = np.loadtxt(tmp_path / "output" / "ColorMap.txt", ndmin=2)
+    x1, x2 = np.meshgrid(np.linspace(-6, 6, 4), np.linspace(-5, 5, 3), indexing="xy")
+    np.testing.assert_allclose(rows[:, :2], np.stack([x1.ravel(), x2.ravel()], 1), atol=5e-7)  # %8f: 6 decimals
+    himmelblau = (rows[:, 0] ** 2 + rows[:, 1] - 11) ** 2 + (rows[:, 0] + rows[:, 1] ** 2 - 7) ** 2
+    np.testing.assert_allclose(rows[:, 2], himmelblau, atol=5e-7, rtol=1e-9)
+    text = (tmp_path / "output" / "0" / "ColorMap.txt").read_text()
+    best = int(np.argmin(himmelblau))
+    assert text.startswith("#x1 x2 fval\n") and f"#see Log{best}\n" in text
