@@ -140,7 +140,8 @@ class LBFGS(Solver):
     keep_pairs: bool = False
     print_vectors: int = 0
 
-    resumable_options = ("kernel", "kernel_block", "kernel_warps", "keep_pairs", "print_vectors")  # how, not what: a resume may change them
+    # how, not what: a resume may change them
+    resumable_options = ("kernel", "kernel_block", "kernel_warps", "keep_pairs", "print_vectors")
     # True: the fused one-device loop keeps both gradients in one (2, n) buffer when the line
     # search evaluates through value_and_grad.along.into (run_chunk): n values fewer per iteration,
     # 3 n more per chunk.  Opt-in (a subclass) until a GPU measurement shows the gain;
