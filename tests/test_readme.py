@@ -91,3 +91,5 @@ def test_readme_lbfgs_example_runs():
     assert many.stats["converged"] == 64 and many.message.startswith("64 of 64 starts converged")
     assert many.fun < 1e-8
     assert opt.status == "done" and np.allclose(opt.x, 1.0, atol=1e-3)
+    res = scope["res"]  # mw.minimize, scipy's form: the same L-BFGS, converged
+    assert res.success and res.fun < 1e-8 and res.hess_inv.shape == (10, 10)

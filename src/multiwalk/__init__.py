@@ -9,6 +9,7 @@ of walkers in lockstep with one jitted step, on the CPU or on GPUs.
 """
 
 from . import deconv, lbfgs, persistent_cache
+from .minimize import minimize
 from .problem import Problem
 from .result import Result, Status
 from .solve import solve
@@ -29,6 +30,7 @@ __all__ = [
     "Result",
     "Status",
     "solve",
+    "minimize",
     "Solver",
     "Phase",
     "RunPlan",

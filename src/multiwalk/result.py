@@ -29,7 +29,7 @@ class Status(enum.IntEnum):
     """Why a run (or one L-BFGS start) ended: one code and one message per member.
 
     ``SUCCESS`` is the only member for which ``result.success`` is True.  The general members
-    (0-4) end every solver's runs; the others are L-BFGS's, one per way its line search or its
+    (0-5) end every solver's runs; the others are L-BFGS's, one per way its line search or its
     start can stop it: ``istate=-1`` with the line search's ``info`` 0, 2-6 are the
     ``LINE_SEARCH_*`` members (code ``10 + info``), ``istate=-2`` is ``DIAG_NOT_POSITIVE``;
     ``istate=-3`` (n or m not positive) is a ``ValueError`` raised before anything runs.
@@ -54,6 +54,8 @@ class Status(enum.IntEnum):
     #: stopped by Ctrl-C or SIGTERM (a batch system's time limit); the result is partial
     INTERRUPTED = 3, "interrupted (Ctrl-C or SIGTERM); the result holds what was done"
     FAILED = 4, "failed"  #: the solver could not go on (e.g. no finite objective value anywhere)
+    #: ``solve(iteration_callback=...)`` (or ``minimize(callback=...)``) returned True; the result is partial
+    CALLBACK_STOP = 5, "stopped by the callback (it returned True); the result holds what was done"
     #: line search info 0: not a descent direction, or f / g'd not finite
     LINE_SEARCH_BAD_INPUT = 10, (
         "line search failed (info=0, improper input): the search direction is not a descent direction or "

@@ -36,12 +36,13 @@ from .identity import problem_identity
 from .problem import Problem
 from .result import Result, Status
 from .solvers._common import check_callable_option, check_state_fits
-from .solvers.base import Phase, RunPlan, Solver, Writer
+from .solvers.base import Iterate, Phase, RunPlan, Solver, Writer
 
 __all__ = ["solve", "run_key", "place"]
 
 
-def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback, writer) -> None:
+def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback, writer,
+                       iteration_callback=None) -> None:
     if not isinstance(solver, Solver):
         if not isinstance(problem, Problem) and not hasattr(problem, "fingerprint"):
             raise TypeError(f"problem must be a multiwalk.Problem, got {type(problem).__name__}")
@@ -63,6 +64,11 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
     if not (isinstance(checkpoint_every, (int, float)) and checkpoint_every >= 0):
         raise ValueError(f"checkpoint_every must be a non-negative number of seconds, got {checkpoint_every!r}")
     check_callable_option("callback", callback, "a function callback(info: dict), called after each chunk")
+    check_callable_option("iteration_callback", iteration_callback,
+                          "a function f(it: Iterate) called after every iteration; returning True stops the run")
+    if iteration_callback is not None and type(solver).iterate is Solver.iterate:
+        raise ValueError(f"iteration_callback: {type(solver).__name__} has no current point to show after each "
+                         "iteration; use callback= (called after each chunk with the progress summary)")
     if writer is not None and not (callable(getattr(writer, "write", None)) and callable(getattr(writer, "flush", None))):
         raise TypeError(f"writer must be an object with methods write(problem, state, first, last) and flush() "
                         f"(multiwalk.solvers.base.Writer), got {type(writer).__name__}")
@@ -283,6 +289,8 @@ class _Run:
     t_run: float = 0.0  # seconds spent running chunks (compilation excluded)
     unaccounted: bool = False  # a chunk ran but is not yet in ``done`` (the writers are between them)
     last_checkpoint: float = 0.0  # time.perf_counter() of the last checkpoint written
+    # solve(iteration_callback=...): called with the solver's Iterate after every iteration
+    iteration_callback: Callable[[Iterate], Any] | None = None
 
     @property
     def until_time_limit(self) -> bool:
@@ -393,6 +401,19 @@ def _after_chunk(run: _Run, n_run: int, info: dict[str, float], checkpoint_due: 
         run.last_checkpoint = time.perf_counter()
     if run.callback is not None:
         run.callback({"phase": phase.name, "done": list(run.done), "elapsed": run.t_run, **info})
+    if run.iteration_callback is not None and n_run > 0 and _iteration_callback_stops(run):
+        run.status = Status.CALLBACK_STOP
+
+
+def _iteration_callback_stops(run: _Run) -> bool:
+    """Whether ``solve(iteration_callback=f)``'s ``f`` asks to stop: it returns True, or raises
+    StopIteration (scipy's two ways).  Under ``iteration_callback`` every chunk is one iteration."""
+    x, fun = run.solver.iterate(run.problem, run.state)
+    info = Iterate(x=x, fun=fun, iteration=run.done[run.phase_index], phase=run.phases[run.phase_index].name)
+    try:
+        return run.iteration_callback(info) is True
+    except StopIteration:
+        return True
 
 
 def _next_chunk_length(run: _Run, n: int, n_run: int, per_step: float) -> int:
@@ -417,6 +438,8 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, bar: prog.ProgressBar, ctr
         n = int(min(n_next, remaining))
         n_run, dt = _run_chunk(run, compiled, arrays, n, bar, ctrl_c)
         remaining -= n_run
+        if run.status != Status.SUCCESS:  # the iteration callback asked to stop
+            return
         converged = n_run < n
         per_step = max(dt / max(n_run, 1), 1e-9)
         n_next = _next_chunk_length(run, n, n_run, per_step)
@@ -505,6 +528,7 @@ def solve(
     devices: Any = None,
     distributed: bool | dict[str, Any] = False,
     writer: Writer | None = None,
+    iteration_callback: Callable[[Iterate], Any] | None = None,
 ) -> Result:
     """Run ``solver`` on ``problem`` and return its result.
 
@@ -542,6 +566,13 @@ def solve(
         iterations ``first+1 .. last`` of the current phase, ``writer.flush()`` before each
         checkpoint and before returning (``multiwalk run`` writes ODAT-SE's per-step files so:
         :class:`~multiwalk.solvers.exchange.ReplicaOrderWriter`).
+    iteration_callback : called after EVERY iteration with an
+        :class:`~multiwalk.solvers.base.Iterate` ``(x, fun, iteration, phase)``: the solver's
+        current point (L-BFGS: the iterate of every start; the samplers and pattern search: the
+        best so far), on the host.  Returning True (or raising StopIteration, as scipy's
+        callbacks may) stops the run with ``Status.CALLBACK_STOP`` and the result so far.  Each
+        iteration is then its own chunk, with a round trip to the host: for small problems, or
+        for watching; ``callback`` is the cheap one.
 
     Ctrl-C (KeyboardInterrupt) or SIGTERM (a batch system's time limit) stops the run cleanly:
     the result holds everything computed up to the last finished chunk and has
@@ -554,12 +585,16 @@ def solve(
     """
     if distributed:  # before anything touches a device
         _start_distributed(distributed)
-    _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback, writer)
+    _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback, writer,
+                       iteration_callback)
     solver.check(problem)
     plan = solver.plan(problem, _requested_devices(devices), time_limit)
+    if iteration_callback is not None:  # one iteration per chunk: the callback sees every iterate
+        plan = dataclasses.replace(plan, max_chunk=1)
     check_state_fits(type(solver).__name__, solver.state_memory(problem), plan.devices)
     run = _start(problem, solver, plan, int(seed), devices, time_limit, checkpoint, resume, callback,
                  chunk_seconds, checkpoint_every, writer)
+    run.iteration_callback = iteration_callback
     # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
     # compiling), returning what was done; a second Ctrl-C aborts at once.
     ctrl_c = prog.CtrlC()

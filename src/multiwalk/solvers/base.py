@@ -18,7 +18,8 @@ The contract, in one place (docs/architecture.md has the same table with who cal
 * optional, for speed: ``plan`` (one :class:`RunPlan` per solve: kernel form, compiler options,
   the longest chunk, data as arguments, running until the time limit), ``run_chunk`` and
   ``initial_state_fn`` (which receive that plan);
-* optional, for the display and files: ``summary`` (progress bar), ``writer`` (a :class:`Writer`
+* optional, for the display and files: ``summary`` (progress bar), ``iterate`` (the current point,
+  for ``solve(iteration_callback=...)``), ``writer`` (a :class:`Writer`
   the solver brings, such as LBFGS's printed table; files written as the run goes are writers
   handed to :func:`multiwalk.solve`);
 * optional, for checkpoints: ``resumable_options``, ``convert_checkpoint``; ``problem_type``.
@@ -115,6 +116,15 @@ class Writer(Protocol):
     def write(self, problem: Any, state: Any, first: int, last: int) -> None: ...
 
     def flush(self) -> None: ...
+
+
+class Iterate(NamedTuple):
+    """What ``solve(iteration_callback=f)`` hands ``f`` after every iteration (host arrays)."""
+
+    x: np.ndarray  # (n,) the solver's current point (full vector, fixed parameters included); (K, n) for K starts
+    fun: np.ndarray | float  # the objective at x: a float, or (K,) for K starts
+    iteration: int  # iterations done in the current phase
+    phase: str  # the phase's name ("lbfgs", "search", "burn-in", "sampling", ...)
 
 
 class Solver(abc.ABC):
@@ -236,6 +246,12 @@ class Solver(abc.ABC):
     def summary(self, problem: Problem, state: Any) -> dict[str, jax.Array]:
         """A few scalars for the progress bar (best value, acceptance, ...)."""
         return {}
+
+    def iterate(self, problem: Problem, state: Any) -> tuple[np.ndarray, np.ndarray | float] | None:
+        """``(x, fun)`` on the host: the point a per-iteration callback is shown (a local solver's
+        current iterate, a global one's best so far); None (the default): the solver has none, and
+        ``solve(iteration_callback=...)`` is refused before anything compiles."""
+        return None
 
     def writer(self, problem: Problem) -> Writer | None:
         """A :class:`Writer` the solver brings to every run of ``problem`` (LBFGS: the printed

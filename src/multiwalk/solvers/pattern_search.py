@@ -410,6 +410,10 @@ class PatternSearch(Solver):
         )
 
     # ----------------------------------------------------------------- reporting
+    def iterate(self, problem: Problem, state: PatternSearchState) -> tuple[np.ndarray, float]:
+        """The best point of all walkers so far, ``(x (n,), f)``."""
+        return np.asarray(problem.expand(state.best_x)), float(state.best_fun)
+
     def summary(self, problem: Problem, state: PatternSearchState) -> dict[str, jax.Array]:
         return {"best": state.best_fun, "round": (state.iteration - 1) // self.iterations + 1}
 

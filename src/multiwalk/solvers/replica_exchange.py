@@ -381,6 +381,12 @@ class ReplicaExchange(Solver):
         return state
 
     # ----------------------------------------------------------------- reporting
+    def iterate(self, problem: Problem, state: ReplicaExchangeState) -> tuple[np.ndarray, float]:
+        """The best point any chain has visited so far, ``(x (n,), chi2)``."""
+        best_fun = np.asarray(state.best_fun)
+        i = int(np.argmin(best_fun))
+        return np.asarray(problem.expand(state.best_x[i])), float(best_fun[i])
+
     def summary(self, problem: Problem, state: ReplicaExchangeState) -> dict[str, jax.Array]:
         trials = jnp.sum(state.n_trials)
         sampling_rate = jnp.sum(state.n_accepted) / jnp.maximum(trials, 1)

@@ -9,8 +9,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from ...result import Result, Status
+from ...result import NOT_SAVED, Result, Status
 from .. import lbfgs_onepass
+from .inverse_hessian import InverseHessian
 from .state import HISTORY_STARTS, LBFGSRun, LBFGSState
 
 __all__ = ["LBFGSResult", "host_starts", "table_header", "table_row"]
@@ -62,6 +63,19 @@ class LBFGSResult(Result):
     best: int = 0
     history: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     history_length: np.ndarray | None = None
+    #: (n,) the gradient at ``x`` (the best start's; the one its convergence test was judged on)
+    grad: np.ndarray | None = None
+    #: with ``LBFGS(keep_pairs=True)``: the best start's stored pairs, oldest first, for
+    #: :meth:`inverse_hessian`: ``{"s": (k, n), "y": (k, n), "gamma": float}`` (k <= m)
+    pairs: dict[str, Any] | None = dataclasses.field(default=None, metadata=NOT_SAVED)
+
+    def inverse_hessian(self) -> InverseHessian:
+        """The L-BFGS approximation of the inverse Hessian at ``x`` as a scipy ``LinearOperator``
+        (``H v`` by the two-loop recursion; ``.todense()`` for small n).  Needs ``LBFGS(keep_pairs=True)``."""
+        if self.pairs is None:
+            raise ValueError("inverse_hessian() needs the stored pairs: run with mw.LBFGS(keep_pairs=True) "
+                             "(mw.minimize does), on the two-pass form (not kernel='onepass')")
+        return InverseHessian(self.pairs["s"], self.pairs["y"], self.pairs["gamma"])
 
     def table(self, start: int = 0, every: int = 1) -> str:
         """The seed's iteration table (I, NFN, FUNC, GNORM, STEPLENGTH) of one start."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -36,9 +37,12 @@ from ..lbfgs_common import _RUNNING
 from ..more_thuente import LineSearchParams
 from . import conversion, forms
 from .evaluation import check_line_hooks, line_evaluation, line_evaluation_into, line_evaluation_reason
+from .inverse_hessian import best_start_pairs
 from .iteration import Config, start
 from .result import LBFGSResult, host_starts, table_header, table_row
 from .state import HISTORY_STARTS, History, LBFGSRun, state_bytes
+
+GTOL_FLOOR = 1e-4  # the seed's restriction on GTOL: at or below it, the default 0.9 is used
 
 __all__ = ["LBFGS", "IterationTable"]
 
@@ -107,6 +111,11 @@ class LBFGS(Solver):
     kernel_block, kernel_warps : Pallas launch tuning: columns per program (a power of two)
         and warps per program (None: the module's defaults).  With ``kernel="onepass"``: the
         columns of one block step of its kernel (``2 x`` rows of Rosenbrock's pairs) and its warps.
+    print_vectors : what the table adds (the seed's ``iprint[2]``): 0 nothing; 1 x and g at the
+        start; 2 also x at every printed iteration; 3 also g.  Of the first start; for small n
+        (2 and 3 run one iteration per chunk, to print every iterate).
+    keep_pairs : keep the best start's stored pairs (2 m n values, on the host) in the result, for
+        ``result.inverse_hessian()`` (scipy's ``hess_inv``; :func:`multiwalk.minimize` sets it).
 
     L-BFGS is unconstrained: the problem's ``lower``/``upper`` only draw ``starts`` (the runs may
     leave the box); a bounded problem with ``x0`` is refused (:meth:`check` says what to do).
@@ -128,8 +137,11 @@ class LBFGS(Solver):
     kernel: str = "auto"
     kernel_block: int | None = None
     kernel_warps: int | None = None
+    keep_pairs: bool = False
+    print_vectors: int = 0
 
-    resumable_options = ("kernel", "kernel_block", "kernel_warps")  # how, not what: a resume may change them
+    # how, not what: a resume may change them
+    resumable_options = ("kernel", "kernel_block", "kernel_warps", "keep_pairs", "print_vectors")
     # True: the fused one-device loop keeps both gradients in one (2, n) buffer when the line
     # search evaluates through value_and_grad.along.into (run_chunk): n values fewer per iteration,
     # 3 n more per chunk.  Opt-in (a subclass) until a GPU measurement shows the gain;
@@ -147,6 +159,17 @@ class LBFGS(Solver):
         object.__setattr__(self, "eps", check_number_option("eps", self.eps, 0))
         object.__setattr__(self, "ftol", check_number_option("ftol", self.ftol, 0, low_open=True))
         object.__setattr__(self, "gtol", check_number_option("gtol", self.gtol, 0, low_open=True))
+        if self.gtol <= GTOL_FLOOR:  # the seed's rule: reset to the default and go on, with a warning
+            warnings.warn(f"LBFGS: gtol={self.gtol} is not above {GTOL_FLOOR} (the line search's curvature "
+                          "constant; the seed's restriction GTOL > 1e-4): using the default gtol=0.9",
+                          UserWarning, stacklevel=3)
+            object.__setattr__(self, "gtol", 0.9)
+        check_int_option("print_vectors", self.print_vectors, 0)
+        if self.print_vectors > 3:
+            raise ValueError(f"print_vectors={self.print_vectors} must be 0, 1, 2 or 3 (the seed's iprint[2])")
+        if self.print_vectors and self.print_every is None:
+            raise ValueError(f"print_vectors={self.print_vectors} prints with the table: give print_every too "
+                             "(the seed's iprint[1]; 0 prints the first and last iteration)")
         object.__setattr__(self, "xtol", check_number_option("xtol", self.xtol, 0, none_ok=True))
         object.__setattr__(self, "stpmin", check_number_option("stpmin", self.stpmin, 0))
         object.__setattr__(self, "stpmax", check_number_option("stpmax", self.stpmax, 0, low_open=True))
@@ -238,7 +261,9 @@ class LBFGS(Solver):
         and is made where the loop is traced, from the plan's mesh (:meth:`kernel_plan`)."""
         onepass = self.onepass_plan(problem, requested=devices)
         options = tuple(lbfgs_onepass.compiler_options(onepass).items())
-        return RunPlan(devices=devices, kernel=onepass, compiler_options=options)
+        # printing x or g at every printed iteration needs the state after each one
+        max_chunk = 1 if self.print_vectors >= 2 else None
+        return RunPlan(devices=devices, kernel=onepass, compiler_options=options, max_chunk=max_chunk)
 
     def n_starts(self, problem: Problem) -> int:
         if self.starts is not None:
@@ -252,6 +277,9 @@ class LBFGS(Solver):
         self._check_diag(problem)
         check_line_hooks(problem)
         self._check_block_hook(problem)
+        if self.print_vectors and problem.x0 is None:
+            raise ValueError(f"print_vectors={self.print_vectors} prints the first start's vectors from its x0: "
+                             "give Problem(x0=...) rather than LBFGS(starts=K)")
 
     def _check_starts(self, problem: Problem) -> None:
         if self.starts is None and problem.x0 is None:
@@ -465,6 +493,12 @@ class LBFGS(Solver):
     def done(self, problem: Problem, state: LBFGSRun, phase: int) -> jax.Array:
         return jnp.all(state.starts.status != _RUNNING)
 
+    def iterate(self, problem: Problem, state: LBFGSRun) -> tuple[np.ndarray, np.ndarray | float]:
+        """The current iterate: ``(x (n,), f)`` for one start, ``(x (K, n), f (K,))`` for K."""
+        st = host_starts(state)
+        x = np.asarray(problem.expand(st.x))
+        return (x[0], float(st.f[0])) if x.shape[0] == 1 else (x, np.asarray(st.f))
+
     def summary(self, problem: Problem, state: LBFGSRun) -> dict[str, jax.Array]:
         st = state.starts
         out = {"f": jnp.min(worst_if_nonfinite(st.f)[0]), "gnorm": jnp.min(st.gnorm)}
@@ -488,6 +522,8 @@ class LBFGS(Solver):
             print(f"Number of corrections m = {self.m};")
             print(f"f = {float(h.f[0, 0]):e};")
             print(f"gnorm = {float(h.gnorm[0, 0]):e}")
+            if self.print_vectors >= 1:
+                self._print_start_vectors(problem)
             print("*****")
             print(table_header())
         if self.print_every == 0:
@@ -500,6 +536,23 @@ class LBFGS(Solver):
             h = jax.tree.map(lambda a: np.asarray(a[:, 0]), state.history)
             for i in wanted:
                 print(table_row(i, h.nfev[i], h.f[i], h.gnorm[i], h.stp[i]))
+            if self.print_vectors >= 2 and wanted[-1] == own:
+                self._print_vectors(problem, state, both=self.print_vectors >= 3)
+
+    def _print_start_vectors(self, problem: Problem) -> None:
+        """The first start's x0 and the gradient there (the seed's iprint[2] >= 1)."""
+        x0 = np.atleast_2d(problem.x0)[0]
+        _, g = jax.jit(problem.value_and_grad_free)(jnp.asarray(x0[problem.free_index], problem.dtype))
+        print(" VECTOR X=", " ".join(f"{v:e}" for v in x0))
+        print(" GRADIENT VECTOR G=", " ".join(f"{v:e}" for v in np.asarray(g)))
+
+    def _print_vectors(self, problem: Problem, state: LBFGSRun, both: bool) -> None:
+        """The first start's x (and g with ``both``) now, as the seed's iprint[2] prints them."""
+        x, _ = self.iterate(problem, state)
+        print(" VECTOR X=", " ".join(f"{v:e}" for v in np.atleast_2d(x)[0]))
+        if both:
+            g = self._best_start_extras(state, 0)[0]
+            print(" GRADIENT VECTOR G=", " ".join(f"{v:e}" for v in g))
 
     # ----------------------------------------------------------------- the result
     def _status_message(self, status: Status) -> str:
@@ -547,9 +600,19 @@ class LBFGS(Solver):
             xs=xs, funs=st.f, gnorms=st.gnorm, iterations_per_start=st.iteration, nfev_per_start=st.nfev,
             statuses=statuses, messages=messages, best=best, history=hist, history_length=hist_len,
         )
+        result.grad, result.pairs = self._best_start_extras(state, best)
         if self.print_every is not None:
             self._print_end(result)
         return result
+
+    def _best_start_extras(self, state: LBFGSRun, best: int) -> tuple[np.ndarray, dict[str, Any] | None]:
+        """The best start's gradient at x (n free values), and its stored pairs with ``keep_pairs``."""
+        starts = state.starts
+        if isinstance(starts, lbfgs_onepass.OnePassState):  # g_k is row k % (m + 2) of the ring G
+            k = int(starts.iteration[0])
+            return np.asarray(starts.G[0, k % (self.m + 2)]).reshape(-1), None
+        pairs = best_start_pairs(starts, best, self.m) if self.keep_pairs else None
+        return np.asarray(starts.g[best]), pairs
 
     def _form_stats(self, problem: Problem, state: LBFGSRun, devices: int) -> dict[str, str]:
         """``stats["kernel"]``, ``["kernel_reason"]`` and ``["line_evaluation"]``: which form ran and why."""

@@ -1,0 +1,153 @@
+"""mw.minimize against scipy.optimize.minimize, per-iteration callbacks, and L-BFGS's seed options
+(GTOL's floor, iprint[2]).  One objective and one size throughout, so the compiled loop is shared."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import minimize as scipy_minimize
+from scipy.optimize import rosen, rosen_der
+
+import multiwalk as mw
+
+jax.config.update("jax_enable_x64", True)
+
+X0 = np.array([1.3, 0.7, 0.8, 1.9, 1.2])
+
+
+def rosenbrock(x):
+    return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def rosenbrock_scaled(x, scale):
+    return scale * rosenbrock(x)
+
+
+@pytest.fixture(scope="module")
+def lbfgsb():
+    return mw.minimize(rosenbrock, X0, method="L-BFGS-B", options={"maxcor": 10})
+
+
+def test_the_same_optimum_as_scipy(lbfgsb):
+    ref = scipy_minimize(rosen, X0, jac=rosen_der, method="L-BFGS-B")
+    assert lbfgsb.success and ref.success
+    # float64; both stop with ||g|| ~ 1e-6 at a minimum whose Hessian's smallest eigenvalue is
+    # ~0.4, so both x are within ~1e-6 of (1, ..., 1): 1e-5 is the scale both promise
+    np.testing.assert_allclose(lbfgsb.x, np.ones(5), atol=1e-5)
+    np.testing.assert_allclose(lbfgsb.x, ref.x, atol=1e-5)
+    assert lbfgsb.fun < 1e-10 and ref.fun < 1e-10
+    # the same algorithm family (L-BFGS, m=10, a More-Thuente line search): iterations comparable
+    assert 0.5 <= lbfgsb.nit / ref.nit <= 2.0
+    assert lbfgsb.njev == lbfgsb.nfev >= lbfgsb.nit
+
+
+def test_result_has_scipys_fields(lbfgsb):
+    for name in ("x", "fun", "jac", "nit", "nfev", "njev", "status", "success", "message", "hess_inv"):
+        assert name in lbfgsb, name
+    # jac is the exact gradient at x (the one the convergence test used)
+    np.testing.assert_allclose(lbfgsb.jac, np.asarray(jax.grad(rosenbrock)(lbfgsb.x)), rtol=1e-6, atol=1e-12)
+    assert lbfgsb.status == mw.Status.SUCCESS and isinstance(lbfgsb.result, mw.LBFGSResult)
+
+
+def test_hess_inv_meets_the_secant_condition_of_its_newest_pair(lbfgsb):
+    H = lbfgsb.hess_inv
+    s, y = lbfgsb.result.pairs["s"][-1], lbfgsb.result.pairs["y"][-1]
+    # BFGS's update makes H y = s exactly for the newest pair; the two-loop recursion in float64
+    # rounds to ~1e-12 relative of these O(1e-6) vectors
+    np.testing.assert_allclose(H @ y, s, rtol=1e-8, atol=1e-14)
+    dense = H.todense()
+    np.testing.assert_allclose(dense, dense.T, rtol=1e-10, atol=1e-14)  # symmetric
+    assert np.all(np.linalg.eigvalsh(dense) > 0)  # positive definite
+    # near the optimum it approximates the inverse Hessian (to the accuracy L-BFGS builds it)
+    exact = np.linalg.inv(np.asarray(jax.hessian(rosenbrock)(lbfgsb.x)))
+    assert np.linalg.norm(dense - exact) / np.linalg.norm(exact) < 0.1
+
+
+def test_jac_forms_and_args_give_the_same_run(lbfgsb):
+    vg = mw.minimize(lambda x: (rosenbrock(x), jax.grad(rosenbrock)(x)), X0, jac=True, options={"maxcor": 10})
+    separate = mw.minimize(rosenbrock, X0, jac=jax.grad(rosenbrock), options={"maxcor": 10})
+    with_args = mw.minimize(rosenbrock_scaled, X0, args=(1.0,), options={"maxcor": 10})
+    for other in (vg, separate, with_args):
+        # the same iterates: decisions exact; floats to rtol 1e-9 (differently compiled programs)
+        assert other.nit == lbfgsb.nit and other.nfev == lbfgsb.nfev
+        np.testing.assert_allclose(other.x, lbfgsb.x, rtol=1e-9)
+
+
+def test_callback_sees_every_iteration_and_can_stop():
+    seen = []
+
+    def callback(intermediate_result):
+        seen.append((intermediate_result.nit, float(intermediate_result.fun)))
+        return intermediate_result.nit >= 4
+
+    stopped = mw.minimize(rosenbrock, X0, callback=callback, options={"maxcor": 10})
+    assert [i for i, _ in seen] == [1, 2, 3, 4]
+    assert stopped.status == mw.Status.CALLBACK_STOP and not stopped.success and stopped.nit == 4
+    assert all(b <= a for (_, a), (_, b) in zip(seen, seen[1:]))  # L-BFGS decreases f every iteration
+    assert stopped.fun == seen[-1][1]
+
+    xs = []
+
+    def legacy(xk):  # scipy's older form: callback(xk); StopIteration also stops
+        xs.append(np.array(xk))
+        if len(xs) == 2:
+            raise StopIteration
+
+    second = mw.minimize(rosenbrock, X0, callback=legacy, options={"maxcor": 10})
+    assert len(xs) == 2 and second.nit == 2 and second.status == mw.Status.CALLBACK_STOP
+    np.testing.assert_array_equal(xs[-1], second.x)
+
+
+def test_pattern_search_with_bounds():
+    res = mw.minimize(rosenbrock, X0, method="pattern", bounds=[(-2, 2)] * 5,
+                      options={"n_walkers": 64, "maxiter": 200})
+    assert res.success and res.nit == 200 and res.nfev > 0
+    assert res.fun < 1e-2  # 64 walkers x 200 iterations on Rosenbrock-5 (measured ~4e-6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"method": "nelder-mead"}, "method='nelder-mead' is not one of"),
+        ({"hess": lambda x: x}, "hess is not used"),
+        ({"constraints": [{"type": "eq"}]}, "constraints are not supported"),
+        ({"options": {"maxfun": 10}}, "maxfun"),
+        ({"options": {"no_such_option": 1}}, "no_such_option"),
+        ({"method": "pattern"}, "give bounds="),
+        ({"bounds": [(0, 1)] * 4}, "bounds must be 5 (min, max) pairs"),
+        ({"jac": "2-point"}, "jac must be None, True"),
+    ],
+)
+def test_bad_input_is_an_error_before_compiling(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message.replace("(", r"\(").replace(")", r"\)")):
+        mw.minimize(rosenbrock, X0, **kwargs)
+
+
+def test_solve_iteration_callback_needs_a_solver_with_an_iterate():
+    problem = mw.Problem(rosenbrock, lower=[-2.0] * 5, upper=[2.0] * 5)
+    with pytest.raises(ValueError, match="iteration_callback: Exchange has no current point"):
+        mw.solve(problem, mw.Exchange(betas=(1.0, 0.5), numsteps=10, step_width=[0.1] * 5), iteration_callback=lambda it: None)
+
+
+def test_gtol_below_the_seed_floor_is_reset_with_a_warning():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        solver = mw.LBFGS(gtol=1e-5)
+    assert solver.gtol == 0.9
+    assert any("GTOL > 1e-4" in str(w.message) for w in caught)
+
+
+def test_print_vectors_prints_x_and_g(capsys):
+    mw.solve(mw.Problem(rosenbrock, x0=X0), mw.LBFGS(m=10, print_every=5, print_vectors=3))
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    # iprint[2] >= 1: x0 and the gradient at x0 before the table
+    assert lines[lines.index("*****") - 2].split()[2:] == [f"{v:e}" for v in X0]
+    g0 = np.asarray(jax.grad(rosenbrock)(X0))
+    np.testing.assert_allclose([float(v) for v in lines[lines.index("*****") - 1].split()[3:]], g0, rtol=1e-6)
+    # iprint[2] = 3: x and g after every printed row (iterations 1, 5, 10, ...)
+    assert out.count("VECTOR X=") == out.count("GRADIENT VECTOR G=") >= 4
+    with pytest.raises(ValueError, match="give print_every too"):
+        mw.LBFGS(print_vectors=2)
