@@ -74,11 +74,11 @@ def test_writer_must_have_write_and_flush():
         mw.solve(mw.Problem(objective=sphere, **BOX), mw.PatternSearch(n_walkers=4, iterations=1), writer=3)
 
 
-def test_lbfgs_refuses_a_box_it_would_ignore():
-    """Before: x0 = 0 in [-1, 1]^2 with the minimum at 5 ran to x = (5, 5) with SUCCESS."""
+def test_lbfgs_honours_the_box():
+    """Before: x0 = 0 in [-1, 1]^2 with the minimum at 5 ran to x = (5, 5); now to the corner."""
     far = mw.Problem(objective=lambda x: jnp.sum((x - 5.0) ** 2), x0=np.zeros(2), **BOX)
-    with pytest.raises(ValueError, match=r"LBFGS is unconstrained: .* Drop lower= and upper= .* LBFGS\(starts=K\)"):
-        mw.solve(far, mw.LBFGS())
+    r = mw.solve(far, mw.LBFGS(), progress=False)
+    assert r.success and np.array_equal(r.x, np.asarray(BOX["upper"], float))
     with pytest.raises(ValueError, match=r"not both"):  # x0 (n,) was dropped silently for the drawn starts
         mw.solve(far, mw.LBFGS(starts=3))
 

@@ -28,11 +28,12 @@ from jax import lax
 from .. import lbfgs_onepass
 from ..lbfgs_common import _RUNNING, _pack, _scalar_layout, _ScalarLayout, _unpack
 from ..more_thuente import LineSearchState, line_search_update
+from .bounds import box_evaluator, finish_box
 from .evaluation import Evaluation, Evaluator, along_line, at_trial_point, into_rows, without_trial_point
 from .iteration import Config, finish_fused, finish_fused_rows, finish_masked, finish_xla
 from .state import History, LBFGSRun, LBFGSState
 
-__all__ = ["iterate", "iterate_masked", "iterate_packed", "iterate_rows", "line_search", "packed_line_search",
+__all__ = ["iterate", "iterate_box", "iterate_masked", "iterate_packed", "iterate_rows", "line_search", "packed_line_search",
            "run_fused_chunk", "run_onepass_chunk", "xla_step"]
 
 
@@ -105,6 +106,13 @@ def iterate_masked(cfg: Config, vg: Callable, st: LBFGSState, h0: jax.Array) -> 
     return finish_masked(cfg, st, ls, ev, h0)
 
 
+def iterate_box(cfg: Config, vg: Callable, st: LBFGSState, box: jax.Array) -> LBFGSState:
+    """One whole iteration of one problem in the box ``box = [lower; upper]`` (L-BFGS-B,
+    :mod:`~multiwalk.solvers.lbfgs.bounds`); a finished problem is left unchanged."""
+    ls, ev = line_search(st, box_evaluator(vg, box[0], box[1]))
+    return finish_box(cfg, st, ls, ev, box)
+
+
 def _packed_evaluator(cfg: Config, vg: Callable, along: Callable | None) -> Evaluator:
     """With the fused passes on one device, pass A forms the accepted trial point x + stp d again
     from x and d (which it reads anyway), so the evaluations do not write theirs (n values each),
@@ -158,7 +166,12 @@ def xla_step(cfg: Config, vg: Callable, state: LBFGSRun) -> LBFGSRun:
     """One iteration of every start (the XLA form): one start unmasked, several vmapped and masked."""
     K = state.starts.x.shape[0]
     before = state.starts
-    if K == 1:  # no batch: no masking selects over n-vectors (the loop stops when it is done)
+    if cfg.box and K > 1:  # L-BFGS-B (h0 holds the box): finished starts are left unchanged
+        after = jax.vmap(lambda s: iterate_box(cfg, vg, s, state.h0))(before)
+    elif K == 1 and cfg.box:
+        one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), before)
+        after = jax.tree.map(lambda a: lax.expand_dims(a, (0,)), iterate_box(cfg, vg, one, state.h0))
+    elif K == 1:  # no batch: no masking selects over n-vectors (the loop stops when it is done)
         # squeeze / expand_dims are free reshapes (a[0] and a[None] would make XLA copy P)
         one = jax.tree.map(lambda a: lax.squeeze(a, (0,)), before)
         after = jax.tree.map(lambda a: lax.expand_dims(a, (0,)), iterate(cfg, vg, one, state.h0))

@@ -63,6 +63,8 @@ class Config:
     a_warps: int | None = None
     a_chunks: int = lbfgs_kernel.PASS_A_CHUNKS
     a_stages: int = lbfgs_kernel.PASS_A_STAGES
+    box: bool = False  # the problem's box is honoured (L-BFGS-B, bounds.py); h0 is then [lower; upper] (2, n)
+    pgtol: float = 1e-5  # with a box: stop when max |proj g| <= pgtol
 
     @property
     def compact(self) -> bool:

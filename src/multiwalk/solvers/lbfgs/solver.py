@@ -21,7 +21,7 @@ import numpy as np
 from jax import lax
 
 from ...compile_cache import cached_jit
-from ...kernels import KERNELS, check_launch_options
+from ...kernels import KERNELS, KernelPlan, check_launch_options
 from ...problem import Problem
 from ...result import Status
 from .. import lbfgs_kernel, lbfgs_onepass
@@ -36,6 +36,7 @@ from ..base import Phase, RunPlan, Solver
 from ..lbfgs_common import _RUNNING
 from ..more_thuente import LineSearchParams
 from . import conversion, forms
+from .bounds import start_box
 from .evaluation import check_line_hooks, line_evaluation, line_evaluation_into, line_evaluation_reason
 from .inverse_hessian import best_start_pairs
 from .iteration import Config, start
@@ -45,6 +46,10 @@ from .state import HISTORY_STARTS, History, LBFGSRun, state_bytes
 GTOL_FLOOR = 1e-4  # the seed's restriction on GTOL: at or below it, the default 0.9 is used
 
 __all__ = ["LBFGS", "IterationTable"]
+
+DEFAULT_PGTOL = 1e-5  # scipy's L-BFGS-B default
+BOX_REASON = ("a problem with a box runs L-BFGS-B in the XLA form (its Cauchy point and subspace step have no "
+              "fused kernel)")
 
 
 def _digest(arr: np.ndarray) -> str:
@@ -108,6 +113,9 @@ class LBFGS(Solver):
         ``jax.shard_map`` on every device's columns, its sums added by ``psum``.  ``"auto"`` takes
         it where it applies on GPUs in float64 (measured faster on one with the same iterations
         and evaluations; on several only when split over all of them; :func:`lbfgs_onepass.plan`).
+    pgtol : with a box (``Problem(lower=, upper=)``): stop when ``max_i |proj g_i| <= pgtol``, the
+        projected gradient of scipy's L-BFGS-B (default 1e-5, scipy's); ``eps``'s test is for
+        problems without a box, and a ``pgtol`` given for one is refused.
     kernel_block, kernel_warps : Pallas launch tuning: columns per program (a power of two)
         and warps per program (None: the module's defaults).  With ``kernel="onepass"``: the
         columns of one block step of its kernel (``2 x`` rows of Rosenbrock's pairs) and its warps.
@@ -117,8 +125,10 @@ class LBFGS(Solver):
     keep_pairs : keep the best start's stored pairs (2 m n values, on the host) in the result, for
         ``result.inverse_hessian()`` (scipy's ``hess_inv``; :func:`multiwalk.minimize` sets it).
 
-    L-BFGS is unconstrained: the problem's ``lower``/``upper`` only draw ``starts`` (the runs may
-    leave the box); a bounded problem with ``x0`` is refused (:meth:`check` says what to do).
+    A problem with a box (``Problem(lower=, upper=)``) runs L-BFGS-B (Byrd, Lu, Nocedal and Zhu
+    1995, as scipy's): the generalised Cauchy point, subspace minimisation, line searches that
+    never leave the box (:mod:`~multiwalk.solvers.lbfgs.bounds`), in the XLA form; ``gnorm`` is then
+    ``max |proj g|``.  ``starts`` are drawn in the box.
     """
 
     m: int = 7
@@ -137,6 +147,7 @@ class LBFGS(Solver):
     kernel: str = "auto"
     kernel_block: int | None = None
     kernel_warps: int | None = None
+    pgtol: float | None = None
     keep_pairs: bool = False
     print_vectors: int = 0
 
@@ -171,6 +182,7 @@ class LBFGS(Solver):
             raise ValueError(f"print_vectors={self.print_vectors} prints with the table: give print_every too "
                              "(the seed's iprint[1]; 0 prints the first and last iteration)")
         object.__setattr__(self, "xtol", check_number_option("xtol", self.xtol, 0, none_ok=True))
+        object.__setattr__(self, "pgtol", check_number_option("pgtol", self.pgtol, 0, none_ok=True))
         object.__setattr__(self, "stpmin", check_number_option("stpmin", self.stpmin, 0))
         object.__setattr__(self, "stpmax", check_number_option("stpmax", self.stpmax, 0, low_open=True))
         if not self.ftol < 1:
@@ -220,9 +232,9 @@ class LBFGS(Solver):
         return out
 
     # ----------------------------------------------------------------- set-up
-    def _config(self, dtype: Any, plan: lbfgs_kernel.KernelPlan | None = None) -> Config:
+    def _config(self, dtype: Any, plan: lbfgs_kernel.KernelPlan | None = None, box: bool = False) -> Config:
         """The iteration's constants, on one device (:meth:`run_chunk` adds the run plan's mesh
-        where the fused passes run split)."""
+        where the fused passes run split); ``box``: the problem's box is honoured (L-BFGS-B)."""
         params = LineSearchParams(
             ftol=self.ftol, gtol=self.gtol, xtol=self.xtol, stpmin=self.stpmin, stpmax=self.stpmax,
             maxfev=self.maxfev, minpack2=self.line_search == "dcsrch",
@@ -235,7 +247,13 @@ class LBFGS(Solver):
             a_block=self.kernel_block or lbfgs_kernel.PASS_A_BLOCK, a_warps=self.kernel_warps or lbfgs_kernel.PASS_A_WARPS,
             # a user's kernel_block is pass A's columns per program too (its docstring), so one chunk
             a_chunks=lbfgs_kernel.PASS_A_CHUNKS if self.kernel_block is None else 1, a_stages=lbfgs_kernel.PASS_A_STAGES,
+            box=box, pgtol=DEFAULT_PGTOL if self.pgtol is None else self.pgtol,
         )
+
+    @staticmethod
+    def bounded(problem: Problem) -> bool:
+        """The problem has a box, which L-BFGS honours (L-BFGS-B)."""
+        return problem.lower is not None
 
     def kernel_plan(self, problem: Problem, devices: int = 1) -> lbfgs_kernel.KernelPlan:
         """Which form (fused Pallas passes or XLA) runs the iterations on ``problem`` here, and why.
@@ -243,6 +261,8 @@ class LBFGS(Solver):
         ``devices``: how many devices the run is split over (the run plan's mesh).  A single problem
         is split along ``n``, several starts along the starts (the plan then says the XLA form runs
         them anyway)."""
+        if self.bounded(problem):
+            return KernelPlan(False, False, BOX_REASON)
         kernel = "auto" if self.kernel == "onepass" else self.kernel  # the form onepass falls back to
         return lbfgs_kernel.plan(kernel, self.m, self.n_starts(problem), self.diag is not None, devices)
 
@@ -251,6 +271,8 @@ class LBFGS(Solver):
         state's layout then says so), and why (not); ``devices``: how many devices the run is
         split over (for the reason; the driver splits the rings when it splits the run);
         ``requested``: how many it may be split over (None: every device), for ``kernel="auto"``."""
+        if self.bounded(problem):
+            return lbfgs_onepass.OnePassPlan(False, False, BOX_REASON)
         return lbfgs_onepass.plan(self.kernel, problem, self.n_starts(problem), self.diag is not None, devices, self.m,
                                   requested)
 
@@ -274,6 +296,7 @@ class LBFGS(Solver):
         """Before compiling: the starts, ``diag``, and the problem's hooks (``value_and_grad.along``,
         ``.block``), each refused with what to change."""
         self._check_starts(problem)
+        self._check_box(problem)
         self._check_diag(problem)
         check_line_hooks(problem)
         self._check_block_hook(problem)
@@ -293,13 +316,15 @@ class LBFGS(Solver):
             raise ValueError(
                 f"give the starts either as x0 of shape {problem.x0.shape} or as LBFGS(starts={self.starts}), not both"
             )
-        if problem.lower is not None and self.starts is None:
-            raise ValueError(
-                "LBFGS is unconstrained: it would ignore the Problem's lower/upper (they only draw the starting "
-                "points of LBFGS(starts=K), when no x0 is given), and x could end outside the box. Drop lower= "
-                "and upper= from the Problem to minimise without bounds, give LBFGS(starts=K) and no x0 to draw "
-                "K starts in the box, or use a box solver (mw.PatternSearch, mw.ReplicaExchange)"
-            )
+
+    def _check_box(self, problem: Problem) -> None:
+        """L-BFGS-B's options against the problem: ``pgtol`` needs a box, a box takes no ``diag``."""
+        if self.pgtol is not None and not self.bounded(problem):
+            raise ValueError(f"pgtol={self.pgtol} is the test of a problem with a box (max |proj g| <= pgtol); this "
+                             "problem has none: give Problem(lower=, upper=), or use eps for the unbounded test")
+        if self.diag is not None and self.bounded(problem):
+            raise ValueError("diag (a user H0) is for problems without a box: L-BFGS-B's model uses theta I; "
+                             "drop diag=, or drop lower=/upper= from the Problem")
 
     def _check_diag(self, problem: Problem) -> None:
         if isinstance(self.diag, np.ndarray) and self.diag.shape != (problem.n_free,):
@@ -363,7 +388,8 @@ class LBFGS(Solver):
             starts = jax.tree.map(lambda _: 0, state.starts)
             return LBFGSRun(starts=starts, history=jax.tree.map(lambda _: None, state.history), h0=None)
         starts = jax.tree.map(lambda _: None, state.starts)._replace(x=1, g=1, d=1, P=2)
-        h0 = 0 if state.h0.ndim == 1 else None  # the user's diagonal H0, one value per coordinate
+        # the user's diagonal H0, one value per coordinate; or the box [lower; upper] (2, n)
+        h0 = {1: 0, 2: 1}.get(state.h0.ndim)
         return LBFGSRun(starts=starts, history=jax.tree.map(lambda _: None, state.history), h0=h0)
 
     def state_memory(self, problem: Problem) -> tuple[int, str]:
@@ -371,6 +397,8 @@ class LBFGS(Solver):
         n, K, m = problem.n_free, self.n_starts(problem), self.m
         need = state_bytes(n, m, K, np.dtype(problem.dtype).itemsize, self.max_iterations,
                             isinstance(self.diag, np.ndarray), self.onepass_plan(problem).use)
+        if self.bounded(problem):  # the box in h0 (2, n); the Cauchy point's sort and sums are temporaries
+            need += 2 * n * np.dtype(problem.dtype).itemsize
         starts = f", or fewer starts ({K})" if K > 1 else ""
         return need, (f"lower m={m} (each start keeps 2m+3 vectors of n={n} values and two m x m matrices){starts}, "
                       f"or split the run over more devices (solve(devices=...))")
@@ -405,8 +433,7 @@ class LBFGS(Solver):
 
         def initial_state(key: jax.Array) -> LBFGSRun:
             x0 = None if self.starts is not None else self._x0(problem, key)
-            dt = jnp.dtype(problem.dtype)
-            h0 = np.asarray(self.diag, dt) if isinstance(self.diag, np.ndarray) else np.zeros((), dt)
+            h0 = self._h0(problem)
             if shardings is not None and x0 is not None:
                 from ... import distributed
 
@@ -422,15 +449,26 @@ class LBFGS(Solver):
 
         return initial_state
 
+    def _h0(self, problem: Problem) -> np.ndarray:
+        """The state's ``h0``: the box ``[lower; upper]`` (2, n) of a bounded problem, the user's
+        ``diag`` (n,), or () when neither."""
+        dt = jnp.dtype(problem.dtype)
+        if self.bounded(problem):
+            lo, hi, _ = problem.free_bounds()
+            return np.stack([lo, hi]).astype(dt)
+        return np.asarray(self.diag, dt) if isinstance(self.diag, np.ndarray) else np.zeros((), dt)
+
     def init(self, problem: Problem, key: jax.Array, x0: Any = None, h0: Any = None,
              onepass: bool | None = None) -> LBFGSRun:
         """The start; ``onepass``: in the one-pass loop's layout (None: as :meth:`onepass_plan` says
         for every device)."""
-        cfg = self._config(problem.dtype)
+        box = self.bounded(problem)
+        cfg = self._config(problem.dtype, box=box)
         x0 = self._x0(problem, key) if x0 is None else x0
-        h0 = jnp.zeros((), problem.dtype) if h0 is None else h0
+        h0 = jnp.asarray(self._h0(problem)) if h0 is None else h0
         f, g = jax.vmap(problem.value_and_grad_free)(x0)
-        starts = jax.vmap(lambda x, f, g: start(cfg, x, f, g, h0))(x0, f, g)
+        begin = start_box if box else start
+        starts = jax.vmap(lambda x, f, g: begin(cfg, x, f, g, h0))(x0, f, g)
         K = x0.shape[0]
         kh = min(K, HISTORY_STARTS)
         rows = self.max_iterations + 1
@@ -453,7 +491,7 @@ class LBFGS(Solver):
             return self.run_chunk(problem, state, phase, jnp.ones((), jnp.int32))[0]
         # the plan of one device: where the driver's loop steps (run_chunk's XLA form: several
         # starts, or no fused passes) the form and its constants do not depend on the split
-        cfg = self._config(problem.dtype, self.kernel_plan(problem))
+        cfg = self._config(problem.dtype, self.kernel_plan(problem), box=self.bounded(problem))
         return forms.xla_step(cfg, problem.value_and_grad_free, state)
 
     def run_chunk(
@@ -555,7 +593,7 @@ class LBFGS(Solver):
             print(" GRADIENT VECTOR G=", " ".join(f"{v:e}" for v in g))
 
     # ----------------------------------------------------------------- the result
-    def _status_message(self, status: Status) -> str:
+    def _status_message(self, status: Status, bounded: bool = False) -> str:
         """One start's message: the status's own, with this solver's ``maxfev``, ``stpmin`` and
         ``stpmax``; L-BFGS words the general endings itself (the seed's success message, the
         convergence test that ``MAX_STEPS`` did not meet, ``x`` being the last iterate)."""
@@ -563,7 +601,9 @@ class LBFGS(Solver):
             Status.SUCCESS: "The minimization terminated without detecting errors.",
             Status.MAX_STEPS: (
                 f"the iteration limit max_iterations={self.max_iterations} was reached before "
-                f"||g|| < eps*max(1,||x||) (eps={self.eps}): raise max_iterations, or loosen eps"
+                f"||g|| < eps*max(1,||x||) (eps={self.eps}): raise max_iterations, or loosen eps" if not bounded else
+                f"the iteration limit max_iterations={self.max_iterations} was reached before max|proj g| <= pgtol "
+                f"(pgtol={DEFAULT_PGTOL if self.pgtol is None else self.pgtol}): raise max_iterations, or loosen pgtol"
             ),
             Status.TIME_LIMIT: "stopped at the time limit; x is the last iterate",
             Status.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); x is the last iterate",
@@ -580,7 +620,7 @@ class LBFGS(Solver):
         statuses = [Status(int(c)) for c in codes]
         fun = np.asarray(st.f)  # NaN and -inf are kept as +inf (worst_if_nonfinite): never the best
         best = int(np.argmin(fun))
-        messages = [self._status_message(s) for s in statuses]
+        messages = [self._status_message(s, self.bounded(problem)) for s in statuses]
         K = len(statuses)
         message = messages[best]
         if K > 1:

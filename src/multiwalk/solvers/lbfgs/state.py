@@ -72,7 +72,7 @@ class LBFGSRun(NamedTuple):
 
     starts: LBFGSState  # every leaf has a leading axis K (or a OnePassState: the one-pass loop's rings)
     history: History
-    h0: jax.Array  # (n,) the user's constant diag, or () when unused
+    h0: jax.Array  # (n,) the user's constant diag; (2, n) the box [lower; upper] of a bounded problem; or ()
 
 
 def compact_direction(st: LBFGSState, m: int) -> tuple[jax.Array, jax.Array]:
