@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -45,8 +46,9 @@ from ..problem import Problem
 from ..solve import solve
 from ..solvers.base import check_int_option
 from ..solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
+from . import imgpu_sgra as sgra
 
-__all__ = ["Mcgpu"]
+__all__ = ["Mcgpu", "Mcgpu_Sgra"]
 
 _PDESCR_VALUES = (0, 1, 2)
 
@@ -421,3 +423,153 @@ class Mcgpu:
             f"Mcgpu(nptot={self.nptot}, nprm={self.nprm}, ndat={self.ndat}, nbeta={self.nbeta}, "
             f"nseq={self.nseq}, nburn={self.nburn}, niter={self.niter}, seed={self.seed}; {ran})"
         )
+
+
+class Mcgpu_Sgra(Mcgpu):  # noqa: N801 (the seed's class name)
+    """cuda_mcmc's ``imgpu.Mcgpu_Sgra``: the xringaus model fitted to a ``*_uvdata.txt`` file.
+
+    Parameters (the seed's; those of :class:`Mcgpu` keep their meaning)
+    ----------
+    uvfile : the ``*_uvdata.txt`` file; or give ``ulam, vlam`` (gigalambda), ``amp`` (Jy),
+        ``phase`` (rad) and, for closure phases, ``tsec`` (s) and ``blin`` (nvis, 2) station pairs.
+    imodel : 1, the 9-parameter xringaus, or 2, the 13-parameter xringaus2 (``pdescr`` etc. of
+        that length).  The model is JAX (:mod:`multiwalk.models.xringaus`).
+    eamp : 1-sigma amplitude errors: None (the file's sigmas), one number, or one per visibility.
+    use_cphs : fit closure phases too (the default); turned off, as in the seed, when every
+        phase is zero and no ``cphs`` is given (with a warning).
+    cphs, uvcp : closure phases (rad) given from outside, with the rows ``(u1, v1, u2, v2)`` of
+        their triangles (the third leg is ``-(u1 + u2)``); else they are computed from the phases.
+    ecph : 1-sigma closure-phase errors (rad): one number or one per closure phase; required
+        with ``use_cphs``.  ``std2r[nvis:]`` may be changed before :meth:`burnin_and_search`
+        (model_obsfit.py does), which then fits with the new weights.
+    npass, cpix, wlam, chan, wei : accepted as the seed's; ``cpix`` is computed (ignored when given
+        with ``cphs``, which then need ``uvcp``).
+
+    Attributes as the seed's: ``ulam, vlam, amp, phase, eamp, ecph, fsig, tsec, blin, base, cphs,
+    cpix`` ((ncph, 3) rows of each triangle's baselines), ``nvis, ncph, ndat, dat, std2r, cpExt``.
+
+    Differences from the seed, deliberate: the computed closure phases are a maximal independent
+    set of triangles at each time with the signs that cancel station phases
+    (:mod:`multiwalk.eht.closure`), not every triangle's ``phase[i] + phase[j] - phase[k]``;
+    external ones are ``arg(V1 V2 V3)``; :meth:`calcmodel`'s ``imodel`` defaults to the instance's
+    (the seed's default, 2, evaluates a 9-parameter set with the 13-parameter model).
+    """
+
+    def __init__(self, uvfile: Any = None, imodel: int = 1, npass: int = 2, nseq: int = 14, nbeta: int = 32,
+                 nburn: int = 100, niter: int = 100, seed: int | None = 1234, beta1: float = 1.0,
+                 betan: float = 0.0001, pdescr: Any = None, ptotal: Any = None, pmint: Any = None,
+                 pmaxt: Any = None, ulam: Any = None, vlam: Any = None, blin: Any = None, amp: Any = None,
+                 phase: Any = None, cphs: Any = None, cpix: Any = None, uvcp: Any = None, eamp: Any = None,
+                 ecph: Any = None, tsec: Any = None, chan: Any = None, wei: Any = None, wlam: Any = None,
+                 nadj: int = 100, use_cphs: bool = True) -> None:
+        npar = sgra.n_params(imodel)
+        if pdescr is not None and np.size(pdescr) != npar:
+            raise ValueError(f"pdescr has {np.size(pdescr)} entries but imodel={imodel} is the {npar}-parameter model")
+        data = self._read(uvfile, ulam, vlam, amp, phase, eamp, tsec, blin, wlam, chan, wei)
+        nvis = data.amp.size
+        self.eamp = sgra.sigma_per_datum("eamp", eamp, nvis, data.fsig)
+        self.use_cphs = bool(use_cphs)
+        if self.use_cphs and cphs is None and not np.any(data.phase):
+            warnings.warn("every phase is zero and no cphs were given: fitting the amplitudes only (use_cphs=False)",
+                          stacklevel=2)
+            self.use_cphs = False
+        self.cphs, self.cpix, conj, self.uvcp = self._closures(data, cphs, uvcp)
+        self.ncph = ncph = self.cphs.size
+        self.ecph = sgra.sigma_per_datum("ecph", ecph, ncph, None) if self.use_cphs else None
+        dat = np.concatenate([data.amp, self.cphs])
+        std2r = np.concatenate([1.0 / self.eamp**2, [] if self.ecph is None else 1.0 / self.ecph**2])
+        self.cpExt = int(cphs is not None and self.use_cphs)
+        self._sgra_model = sgra.sgra_data_model(imodel, bool(self.cpExt))
+        self._angular = np.arange(dat.size) >= nvis
+        self._sgra_args = (data.ulam, data.vlam, self.cpix, conj, self.uvcp)
+        fn, args = self._sgra_model, self._sgra_args
+        super().__init__(
+            coor=np.concatenate([np.stack([data.ulam, data.vlam], 1).ravel(), self.uvcp.ravel()]),
+            icoor=self.cpix.ravel() if not self.cpExt else None, idat=np.array([nvis, dat.size, self.cpExt]),
+            dat=dat, std2r=std2r, pdescr=pdescr, ptotal=ptotal, pmint=pmint, pmaxt=pmaxt, beta1=beta1, betan=betan,
+            seed=seed, imodel=imodel, npass=npass, nadj=nadj, nbeta=nbeta, nseq=nseq, nburn=nburn, niter=niter,
+            model=lambda p, coor, icoor, dat, idat, imodel: fn(p, args), angular_data=self._angular)
+        self.uvfile, self.nvis = uvfile, nvis
+        self.ulam, self.vlam, self.wlam, self.amp, self.phase = data.ulam, data.vlam, data.wlam, data.amp, data.phase
+        self.fsig, self.tsec, self.blin, self.chan, self.wei = data.fsig, data.tsec, data.blin, data.chan, data.wei
+        self.base = np.hypot(data.ulam, data.vlam)
+        self.vicp, self.nvicp = dat, dat.size
+        self._set_problem()
+
+    @staticmethod
+    def _read(uvfile: Any, ulam: Any, vlam: Any, amp: Any, phase: Any, eamp: Any, tsec: Any, blin: Any,
+              wlam: Any, chan: Any, wei: Any) -> sgra.SgraData:
+        if uvfile is None:
+            return sgra.sgra_arrays(ulam, vlam, amp, phase, eamp, tsec, blin, wlam, chan, wei)
+        given = [k for k, v in dict(ulam=ulam, vlam=vlam, amp=amp, phase=phase, tsec=tsec, blin=blin).items()
+                 if v is not None]
+        if given:
+            raise ValueError(f"give uvfile= or the arrays, not both: {', '.join(given)} would replace the file's rows")
+        return sgra.read_sgra_uvfile(uvfile)
+
+    def _closures(self, data: sgra.SgraData, cphs: Any, uvcp: Any) -> tuple[np.ndarray, ...]:
+        """``(cphs, cpix, conj, uvcp)``: computed from the phases, given with ``uvcp``, or empty."""
+        none3 = np.zeros((0, 3), np.int32)
+        if not self.use_cphs:
+            return np.zeros(0), none3, none3.astype(bool), np.zeros((0, 4))
+        if cphs is None:
+            value, cpix, conj = sgra.closures_of(data)
+            return value, cpix, conj, np.zeros((0, 4))
+        c = np.asarray(cphs, np.float64).ravel()
+        if uvcp is None or np.size(uvcp) != 4 * c.size:
+            raise ValueError(f"cphs given from outside need uvcp: one row (u1, v1, u2, v2) per closure phase, "
+                             f"shape ({c.size}, 4), got {None if uvcp is None else np.shape(uvcp)}")
+        return c, none3, none3.astype(bool), np.asarray(uvcp, np.float64).reshape(c.size, 4)
+
+    def _set_problem(self) -> None:
+        """The Problem with the current ``std2r`` (the seed's scripts set it after construction)."""
+        self._std2r_used = np.array(self.std2r, np.float64)
+        self.problem = _problem(self._sgra_model, tuple(jnp.asarray(a) for a in self._sgra_args), self.dat,
+                                self._std2r_used, self.pdescr, self.ptotal, self.pmint, self.pmaxt, self._angular)
+
+    def burnin_and_search(self, **kwargs: Any) -> ReplicaExchangeResult:
+        """:meth:`Mcgpu.burnin_and_search` with the current ``std2r``; sets ``rate_acpt [nprm, nbeta]``
+        and ``rate_exch [nbeta]`` (accepted moves / exchanges per sequence and iteration)."""
+        self.std2r = _model_inputs(self.model, self.dat, self.std2r)[1]  # checked again: a script may change it
+        if not np.array_equal(self.std2r, self._std2r_used):
+            self._set_problem()
+        res = super().burnin_and_search(**kwargs)
+        n = max(self.pout_4d.shape[-1], 1) * self.nseq
+        self.rate_acpt = self.n_acpt.sum(axis=2) / n
+        self.rate_exch = self.n_exch.sum(axis=1) / n
+        return res
+
+    def calcmodel(self, ulam: Any, vlam: Any, prm_in: Any, imodel: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Model ``(mamp, mpha)`` (Jy, rad) at ``ulam, vlam`` (gigalambda, any shape) for parameter
+        sets ``prm_in`` [nptot], [n, nptot] or [nbeta, nseq, nptot]: shapes ``uv``, ``(n, *uv)`` or
+        ``(nbeta, nseq, *uv)`` as the seed's."""
+        fn = sgra.sgra_visibilities(self.imodel if imodel is None else imodel)
+        p = np.asarray(prm_in, np.float64)
+        u, v = np.asarray(ulam, np.float64), np.asarray(vlam, np.float64)
+        flat = p.reshape(-1, p.shape[-1])
+        vis = np.asarray(jax.jit(jax.vmap(lambda q: fn(q, u.ravel(), v.ravel())))(flat))
+        vis = vis.reshape(p.shape[:-1] + u.shape)
+        return np.abs(vis), np.angle(vis)
+
+    def calcmodchi2(self, prm_in: Any, imodel: int | None = None) -> tuple[Any, ...]:
+        """``(chi2c, mvicp, mpha, chi2m, datm)`` for parameter sets ``prm_in`` [nptot], [n, nptot] or
+        [nbeta, nseq, nptot], as the seed's: ``chi2c`` (nbeta, nseq) chi2, ``mvicp`` (nbeta, nseq, ndat)
+        model amplitudes and closure phases, ``mpha`` (nbeta, nseq, nvis) model phases, ``chi2m``
+        (nbeta, nseq, ndat) the weighted squared residuals (closure ones wrapped to [-pi, pi)),
+        ``datm`` mvicp then mpha, flat; a 2-D input gives nseq = 1, a 1-D one flat arrays and a scalar chi2c."""
+        im = self.imodel if imodel is None else imodel
+        p = np.asarray(prm_in, np.float64)
+        if p.ndim not in (1, 2, 3):
+            raise ValueError(f"prm_in must have 1 to 3 dimensions ([nptot], [n, nptot] or [nbeta, nseq, nptot]), got {p.shape}")
+        p3 = p.reshape((-1, 1, p.shape[-1]) if p.ndim < 3 else p.shape)
+        flat = p3.reshape(-1, p.shape[-1])
+        fn, args = sgra.sgra_data_model(im, bool(self.cpExt)), self._sgra_args
+        mvicp = np.asarray(jax.jit(jax.vmap(lambda q: fn(q, args)))(flat)).reshape(p3.shape[:2] + (self.ndat,))
+        resid = mvicp - self.dat
+        resid[..., self.nvis:] = np.mod(resid[..., self.nvis:] + np.pi, 2 * np.pi) - np.pi
+        chi2m = resid**2 * self.std2r
+        _, mpha = self.calcmodel(self.ulam, self.vlam, p3, im)
+        datm = np.concatenate([mvicp.ravel(), mpha.ravel()])
+        if p.ndim == 1:
+            return float(chi2m.sum()), mvicp.ravel(), mpha.ravel(), chi2m.ravel(), datm
+        return chi2m.sum(axis=-1), mvicp, mpha, chi2m, datm

@@ -34,6 +34,7 @@ from ..problem import Problem
 from ..result import NOT_SAVED, Result, Status
 from ._common import (
     INIT_STREAM,
+    check_bool_option,
     check_int_option,
     check_number_option,
     check_vector_option,
@@ -44,6 +45,7 @@ from ._common import (
     uniform_in_box,
 )
 from .base import Phase, Solver, end_status, value_at_point
+from .ladder_adaptation import adapt_ladder, track_round_trips
 
 __all__ = ["ReplicaExchange", "ReplicaExchangeResult", "Roots"]
 
@@ -70,6 +72,9 @@ class ReplicaExchangeState(NamedTuple):
     best_fun: jax.Array  # (nseq,) objective at best_x
     samples: jax.Array  # (niter, nseq, n_free) coldest chain after each sampling iteration
     fun_trace: jax.Array  # (niter, nseq) objective at each recorded sample
+    betas: jax.Array  # (nbeta,) the ladder, coldest first; moves during burn-in with adapt_ladder
+    trip_phase: jax.Array  # (nseq, nbeta) int8 per replica: where it is in a round trip (ladder_adaptation.py)
+    round_trips: jax.Array  # (nseq,) int32 sampling-phase round trips coldest -> hottest -> coldest
 
 
 def _take(a: jax.Array, idx: jax.Array) -> jax.Array:
@@ -95,6 +100,12 @@ class ReplicaExchange(Solver):
         compiled loop; results do not depend on it.  ``None``: 8 on GPUs (fewer loop
         round-trips, which dominate small runs) and 1 on CPUs (where unrolling only lengthens
         compilation).
+    adapt_ladder : move the inner temperatures during burn-in so that every adjacent pair
+        swaps equally often (Vousden, Farr & Mandel 2016; :mod:`.ladder_adaptation`); the
+        coldest and hottest stay, and the ladder is frozen for sampling (``result.betas``).
+    adaptation_lag, adaptation_time : the rule's ``t0`` and ``nu`` (iterations): each burn-in
+        iteration ``t`` moves the log temperature spacings by ``t0 / (t + t0) / nu`` times the
+        difference of neighbouring swap rates (ptemcee's defaults, 10000 and 100).
 
     The problem's ``x0`` (not in the seed), if given, starts every temperature of sequence ``k`` at
     ``x0[k]`` (``x0`` of shape ``(n,)``: sequence 0; ``(K, n)``: sequences 0 .. K-1, K <= nseq); the
@@ -111,6 +122,9 @@ class ReplicaExchange(Solver):
     nadj: int = 100
     step0: float = field(default=1.0 / 50.0)
     exchange_unroll: int | None = None
+    adapt_ladder: bool = False
+    adaptation_lag: int = 10000
+    adaptation_time: float = 100.0
 
     resumable_options = ("niter", "exchange_unroll")
 
@@ -133,6 +147,20 @@ class ReplicaExchange(Solver):
             check_number_option("betan", self.betan, 0, beta1, low_open=True)
         check_int_option("exchange_unroll", self.exchange_unroll, 1, none_ok=True)
         check_number_option("step0", self.step0, 0, 1, low_open=True)
+        self._check_adaptation()
+
+    def _check_adaptation(self) -> None:
+        """The ladder-adaptation options; adapt_ladder=True with nothing to adapt is an error."""
+        check_bool_option("adapt_ladder", self.adapt_ladder)
+        check_int_option("adaptation_lag", self.adaptation_lag, 1, hint="iterations, the rule's t0")
+        check_number_option("adaptation_time", self.adaptation_time, 0, low_open=True, hint="iterations, the rule's nu")
+        if self.adapt_ladder and self.nbeta < 3:
+            raise ValueError(
+                f"adapt_ladder=True needs nbeta >= 3, got nbeta={self.nbeta}: the coldest and hottest "
+                "temperatures stay fixed, so only the ones between them move"
+            )
+        if self.adapt_ladder and self.nburn == 0:
+            raise ValueError("adapt_ladder=True adapts during burn-in, but nburn=0: give nburn > 0 or adapt_ladder=False")
 
     # ----------------------------------------------------------------- set-up
     def ladder(self) -> np.ndarray:
@@ -186,13 +214,16 @@ class ReplicaExchange(Solver):
             best_fun=jnp.min(fun, axis=1),
             samples=jnp.zeros((self.niter, ns, nf), dt),
             fun_trace=jnp.zeros((self.niter, ns), dt),
+            betas=jnp.asarray(self.ladder(), dt),
+            trip_phase=jnp.zeros((ns, nb), jnp.int8),
+            round_trips=jnp.zeros((ns,), i32),
         )
 
     def batch_axes(self, problem: Problem, state: ReplicaExchangeState) -> ReplicaExchangeState:
         """Sequences are independent: every ``(nseq, ...)`` array is split along ``nseq`` (axis 1
         of the recorded samples); exchanges stay within a sequence, so on one device."""
         axes = ReplicaExchangeState(*([0] * len(ReplicaExchangeState._fields)))
-        return axes._replace(key=None, iteration=None, samples=1, fun_trace=1)
+        return axes._replace(key=None, iteration=None, samples=1, fun_trace=1, betas=None)
 
     def batch_option(self, problem: Problem) -> str:
         return "nseq"
@@ -202,7 +233,7 @@ class ReplicaExchange(Solver):
         counters per parameter and ``nadj`` int8 outcomes per parameter; the samples (niter, nseq, n_free)."""
         item = np.dtype(problem.dtype).itemsize
         chains, nf = self.nseq * self.nbeta, problem.n_free
-        per_chain = nf * (2 * item + 4 * 4 + self.nadj) + item + 2 * 4
+        per_chain = nf * (2 * item + 4 * 4 + self.nadj) + 2 * item + 2 * 4 + 1
         samples = self.niter * self.nseq * (nf + 1) * item
         pairs = self.nseq * max(self.nbeta - 1, 1) * 2 * 4
         best = self.nseq * (nf + 1) * item
@@ -220,7 +251,7 @@ class ReplicaExchange(Solver):
         nf, nb = problem.n_free, self.nbeta
         lo_j, hi_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt)
         width = hi_j - lo_j
-        beta = jnp.asarray(self.ladder(), dt)
+        beta = state.betas
         key = jax.random.fold_in(state.key, state.iteration)
         params = jnp.arange(nf)
         choices, normals, log_us, k_exchange = self._trial_draws(problem, key)
@@ -249,6 +280,11 @@ class ReplicaExchange(Solver):
         state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=min(nf, 8))
         if nb > 1:
             state = self._exchange(state, k_exchange, beta, record=not burn)
+            trip_phase, round_trips = track_round_trips(state.trip_phase, state.label, state.round_trips, not burn)
+            state = state._replace(trip_phase=trip_phase, round_trips=round_trips)
+        if burn and self.adapt_ladder:  # frozen from the first sampling iteration on
+            state = state._replace(betas=adapt_ladder(
+                state.betas, state.fun, state.iteration, self.adaptation_lag, self.adaptation_time))
         state = self._keep_best(state)
         if not burn:
             state = self._record_sample(state)
@@ -430,7 +466,8 @@ class ReplicaExchange(Solver):
             acceptance=np.transpose(acceptance, (2, 1, 0)),
             exchange_rate=exch.T if self.nbeta > 1 else np.zeros((0, self.nseq)),
             steps=np.transpose(st.step, (2, 1, 0)),
-            betas=self.ladder(),
+            betas=np.asarray(st.betas, np.float64) if self.adapt_ladder else self.ladder(),
+            round_trips=st.round_trips.astype(np.int64),
             n_accepted=np.transpose(st.n_accepted, (2, 1, 0)),
             n_trials=np.transpose(st.n_trials, (2, 1, 0)),
             n_swaps=st.n_swaps.T if self.nbeta > 1 else np.zeros((0, self.nseq), np.int32),
@@ -457,7 +494,12 @@ class ReplicaExchangeResult(Result):
     from ``n_accepted`` / ``n_trials`` (n_free, nbeta, nseq).
     ``exchange_rate`` (nbeta - 1, nseq): accepted / attempted swaps of pair (k, k+1), from
     ``n_swaps`` (nbeta - 1, nseq) (both (0, nseq) for one temperature).
-    ``steps`` (n_free, nbeta, nseq): the adapted proposal widths.  ``betas`` (nbeta,).
+    ``steps`` (n_free, nbeta, nseq): the adapted proposal widths.
+    ``betas`` (nbeta,): the ladder the sampling phase used, one for every sequence (with
+    ``adapt_ladder``, the one the burn-in adapted, in the problem's dtype).
+    ``round_trips`` (nseq,): replicas that went from the coldest temperature to the hottest and
+    back during the sampling phase (a trip begun in burn-in counts when it ends in sampling);
+    ``round_trip_rate`` is that per sampling iteration.
     ``labels`` (nbeta, nseq): which replica sits at each temperature (the seed's tcur).
     The problem's parameters: ``names`` (n), ``free_index`` (n_free,), the box ``lower``, ``upper`` (n,).
     ``options``: the solver's options.
@@ -473,6 +515,7 @@ class ReplicaExchangeResult(Result):
     n_trials: np.ndarray
     n_swaps: np.ndarray
     labels: np.ndarray
+    round_trips: np.ndarray
     names: list[str]
     free_index: np.ndarray
     lower: np.ndarray
@@ -485,6 +528,14 @@ class ReplicaExchangeResult(Result):
     def chi2(self) -> np.ndarray:
         """The same as ``fun_trace`` (niter, nseq): the chi2 of each recorded sample, the seed's name."""
         return self.fun_trace
+
+    @property
+    def round_trip_rate(self) -> np.ndarray:
+        """Round trips per sampling iteration, one per sequence (nseq,): ``round_trips`` over
+        the iterations recorded (NaN when none were).  All replicas of a sequence travel at
+        once, so it is the sequence's rate, not one replica's (nbeta replicas share it)."""
+        n = self.fun_trace.shape[0]
+        return self.round_trips / n if n else np.full(self.round_trips.shape, np.nan)
 
     @property
     def flat_samples(self) -> np.ndarray:
