@@ -121,6 +121,8 @@ def _check_table(path: Path, name: str, table: dict[str, Any]) -> None:
             table[key] = value = int(value)  # ODAT-SE reads numsteps = 100.0 as 100
         if not _type_ok(allowed[key], value):
             whole = " (a whole number: 100 or 100.0)" if allowed[key] == _INT and isinstance(value, float) else ""
+            if allowed[key] == _MATRIX and _type_ok(_NUMS, value):
+                whole = " (a column is written [[b1], [b2], ...], as in ODAT-SE)"
             raise InputError(f"{path}: {full} must be {allowed[key]}{whole}, got {value!r}")
         sub = f"{name}.{key}"
         if allowed[key] == _TABLE and sub in SCHEMA:
