@@ -249,8 +249,8 @@ def _table(path: Path) -> tuple[str, np.ndarray]:
 
 
 def test_minsearch_files_as_odatse(tmp_path):
-    """The files of ODAT-SE's minsearch, compared with those ODAT-SE 3.0's min_search.py wrote on
-    this input (seed 12345: its start is RandomState(12345)'s draw in the box)."""
+    """The files of ODAT-SE's minsearch, compared with those ODAT-SE's min_search.py wrote on
+    this input (ODAT-SE 3.2.1; seed 12345: its start is RandomState(12345)'s draw in the box)."""
     write_input(tmp_path, MINSEARCH)
     assert run_cli(tmp_path, "input.toml") == 0
     out = tmp_path / "output"

@@ -9,14 +9,18 @@ The input is ODAT-SE's TOML (``[base]``, ``[algorithm]``, ``[algorithm.param]``,
   output folders 0 .. P-1).  ``--distributed`` runs it over several processes (hosts) through
   ``jax.distributed``: P is then the number of processes, the replicas are split over every
   process's devices, and process 0 writes the files.
-* ``"minsearch"``: Nelder-Mead from ``initial_list`` (scipy), ``[algorithm.minimize]``.
+* ``"minsearch"``: ODAT-SE's Nelder-Mead (scipy), ``[algorithm.minimize]``, with its files
+  SimplexData.txt, History_FunctionCall.txt and res.txt (:mod:`multiwalk.commands.run_minsearch`).
 * ``"pattern"``, ``"lbfgs"``, ``"tempering"``: :class:`multiwalk.PatternSearch`,
   :class:`multiwalk.LBFGS`, :class:`multiwalk.ReplicaExchange` (cuda_mcmc's MCMC, which samples
   exp(-beta f / 2)), in the box min_list..max_list; the keys of ``[algorithm.<name>]`` are the
   solver's constructor arguments.  They write ``res.txt`` (``fx = ...`` and the coordinates).
 
 Every key is checked before anything runs: an unknown key, a wrong type or a missing required
-key is an error naming the key and the file.
+key is an error naming the key and the file.  ``[runner.mapping]`` (f evaluated at ``A x + b``),
+``[runner.limitation]`` (``co_a x + co_b > 0``), ``pbc_list``, ``export_combined_files``, the
+mesh file's ``comments``/``delimiter``/``skiprows``, ``[runner] ignore_error`` and
+``[algorithm] dimension`` have ODAT-SE's meanings (docs/odatse.md, "ODAT-SE's keys").
 """
 
 from __future__ import annotations
@@ -706,15 +710,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
         else:
             problem = Problem(objective=setup.function, names=setup.labels)
         writer = None
-        solver_kw = dict(
-            betas=tuple(betas.tolist()), numsteps=setup.numsteps, numsteps_exchange=setup.numsteps_exchange,
-            numsteps_thermalization=thermalization, step_width=None if setup.step_list is None else tuple(setup.step_list),
-            mesh=setup.mesh, initial=() if setup.initial is None else tuple(map(tuple, setup.initial.tolist())),
-            nreplica_per_proc=per, record=record, max_chunk_steps=max_chunk, unroll=args.unroll,
-            kernel=args.kernel,
-            constraint_a=() if setup.constraint is None else tuple(map(tuple, setup.constraint[0].tolist())),
-            constraint_b=() if setup.constraint is None else tuple(setup.constraint[1].tolist()),
-        )
+        solver_kw = _exchange_options(setup, args, betas, thermalization, record, max_chunk)
         if meta is not None:  # before any file of the run is touched
             _refuse_other_run(setup, args, meta, record, problem)
         if writes:
@@ -758,6 +754,20 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     if not writes:  # process 0 reports
         return EXIT_OK if result.success else EXIT_FAILED
     return _report_exchange(setup, result, writer, R, wall, post)
+
+
+def _exchange_options(setup: RunSetup, args: argparse.Namespace, betas: np.ndarray, thermalization: int,
+                      record: int, max_chunk: int | None) -> dict[str, Any]:
+    """The keyword arguments of :class:`multiwalk.Exchange` for this run."""
+    return dict(
+        betas=tuple(betas.tolist()), numsteps=setup.numsteps, numsteps_exchange=setup.numsteps_exchange,
+        numsteps_thermalization=thermalization, step_width=None if setup.step_list is None else tuple(setup.step_list),
+        mesh=setup.mesh, initial=() if setup.initial is None else tuple(map(tuple, setup.initial.tolist())),
+        nreplica_per_proc=setup.nreplica_per_proc, record=record, max_chunk_steps=max_chunk, unroll=args.unroll,
+        kernel=args.kernel,
+        constraint_a=() if setup.constraint is None else tuple(map(tuple, setup.constraint[0].tolist())),
+        constraint_b=() if setup.constraint is None else tuple(setup.constraint[1].tolist()),
+    )
 
 
 def _exchange_betas(setup: RunSetup, replicas: int) -> np.ndarray:
