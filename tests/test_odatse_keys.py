@@ -133,7 +133,7 @@ def test_limitation_and_dimension_rules(tmp_path):
     """A limitation is refused where the walkers ignore it; [algorithm] dimension different from the
     function's needs the mapping; an initial point breaking the limitation is refused."""
     no_map = KEYS.split("[runner.mapping]")[0] + "[runner.limitation]" + KEYS.split("[runner.limitation]")[1]
-    with pytest.raises(InputError, match=r"\[base\] dimension = 2 differs from \[algorithm\] dimension = 3"):
+    with pytest.raises(InputError, match=r"\[base\] dimension = 2 differs from the algorithm's dimension = 3"):
         build_setup(write_input(tmp_path, no_map))
     tempering = KEYS.replace('name = "exchange"', 'name = "tempering"').split("[algorithm.exchange]")[0] + "[solver]" + \
         KEYS.split("[solver]")[1]

@@ -376,8 +376,9 @@ def _function_dimension(path: Path, base: dict[str, Any], solver: dict[str, Any]
         return rows
     if given is not None and given != dimension:
         raise InputError(
-            f"{path}: {where} = {given} differs from [algorithm] dimension = {dimension}: the function receives the "
-            f"algorithm's {dimension} values unless [runner.mapping] A ({given} x {dimension}) maps them"
+            f"{path}: {where} = {given} differs from the algorithm's dimension = {dimension} ([algorithm] dimension, "
+            f"else [base]'s): the function receives the algorithm's {dimension} values unless [runner.mapping] A "
+            f"({given} x {dimension}) maps them"
         )
     return dimension
 
@@ -1095,6 +1096,8 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             setup = build_setup(args.input)
+        if setup.export_combined_files and not args.step_files:
+            setup.notes.append("export_combined_files: --no-step-files writes no step lines, so no combined.txt")
         for note in setup.notes if dist.is_writer() else ():
             print(f"note: {note}")
         if args.reset_rand and not (args.resume or args.cont):
