@@ -151,7 +151,7 @@ BAD_INPUTS = [
     ('function_name = "quartics"', 'function_name = "sphere"', "function_name = 'sphere' is not one of ODAT-SE"),
     ('name = "analytical"', 'name = "sim-trhepd-rheed"', "[solver] name = 'sim-trhepd-rheed'"),
     ('name = "analytical"', 'name = "python"', "[solver] function_name goes with name = \"analytical\""),
-    ("interval = 20", "interval = 20\n[runner.mapping]\nA = 1", "unknown key [runner] mapping"),
+    ("interval = 20", "interval = 20\n[runner.mapping]\nA = 1", "[runner.mapping] A must be a matrix"),
     ("[base]", "[other]\nx = 1\n[base]", "unknown section [other]"),
 ]
 

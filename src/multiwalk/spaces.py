@@ -23,6 +23,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,9 +43,11 @@ class Box:
     step: tuple[float, ...]
 
 
-def _lines(path: Path):
-    """``(line number, words)`` of the non-blank lines of ``path``, comments (``#``) removed;
-    a line that is not UTF-8 text (a binary file) is a ValueError naming the file and the line."""
+def _lines(path: Path, comments: str = "#", delimiter: str | None = None, skiprows: int = 0):
+    """``(line number, words)`` of the non-blank lines of ``path`` after its first ``skiprows``
+    lines, comments (from ``comments`` to the line's end) removed, words split at ``delimiter``
+    (None: any whitespace), as ``numpy.loadtxt`` reads them; a line that is not UTF-8 text (a
+    binary file) is a ValueError naming the file and the line."""
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -53,6 +56,8 @@ def _lines(path: Path):
         raise OSError(f"{path}: cannot be read: {err}") from err
     with fh:
         for number, raw in enumerate(fh, 1):
+            if number <= skiprows:
+                continue
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
@@ -60,7 +65,13 @@ def _lines(path: Path):
                     f"{path}, line {number}: not text (byte {raw[err.start]:#04x} at column {err.start + 1} is not "
                     "UTF-8): a mesh or neighbour-list file is text, one node per line"
                 ) from None
-            words = line.split("#", 1)[0].split()
+            line = line.split(comments, 1)[0]
+            if delimiter is None:
+                words = line.split()
+            elif line.strip():
+                words = [w.strip() for w in line.rstrip("\r\n").split(delimiter)]
+            else:
+                words = []
             if words:
                 yield number, words
 
@@ -114,19 +125,21 @@ class Mesh:
         return f"Mesh({self.n_nodes} nodes in {self.dimension}-D, up to {self.neighbors.shape[1]} neighbours, {self.source})"
 
     @classmethod
-    def from_files(cls, mesh_path: str | os.PathLike, neighbor_path: str | os.PathLike) -> Mesh:
-        """Read a mesh file and its neighbour-list file (errors name the file and the line)."""
-        coords = read_mesh(mesh_path)
+    def from_files(cls, mesh_path: str | os.PathLike, neighbor_path: str | os.PathLike, **mesh_format: Any) -> Mesh:
+        """Read a mesh file and its neighbour-list file (errors name the file and the line);
+        ``mesh_format``: :func:`read_mesh`'s ``comments``, ``delimiter``, ``skiprows``."""
+        coords = read_mesh(mesh_path, **mesh_format)
         nbrs = read_neighbor_list(neighbor_path, coords.shape[0])
         return cls(coords, nbrs, source=f"{neighbor_path}")
 
 
-def read_mesh(path: str | os.PathLike) -> np.ndarray:
-    """The coordinates ``(n_nodes, d)`` of a mesh file (index column dropped)."""
+def read_mesh(path: str | os.PathLike, comments: str = "#", delimiter: str | None = None, skiprows: int = 0) -> np.ndarray:
+    """The coordinates ``(n_nodes, d)`` of a mesh file (index column dropped); ``comments``,
+    ``delimiter`` and ``skiprows`` as ``numpy.loadtxt``'s (ODAT-SE's mesh keys of those names)."""
     path = Path(path)
     rows: list[list[float]] = []
     width = None
-    for number, words in _lines(path):
+    for number, words in _lines(path, comments, delimiter, skiprows):
         if len(words) < 2:
             raise ValueError(
                 f"{path}, line {number}: {len(words)} column; a mesh line is an index then the coordinates"

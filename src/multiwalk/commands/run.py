@@ -9,14 +9,18 @@ The input is ODAT-SE's TOML (``[base]``, ``[algorithm]``, ``[algorithm.param]``,
   output folders 0 .. P-1).  ``--distributed`` runs it over several processes (hosts) through
   ``jax.distributed``: P is then the number of processes, the replicas are split over every
   process's devices, and process 0 writes the files.
-* ``"minsearch"``: Nelder-Mead from ``initial_list`` (scipy), ``[algorithm.minimize]``.
+* ``"minsearch"``: ODAT-SE's Nelder-Mead (scipy), ``[algorithm.minimize]``, with its files
+  SimplexData.txt, History_FunctionCall.txt and res.txt (:mod:`multiwalk.commands.run_minsearch`).
 * ``"pattern"``, ``"lbfgs"``, ``"tempering"``: :class:`multiwalk.PatternSearch`,
   :class:`multiwalk.LBFGS`, :class:`multiwalk.ReplicaExchange` (cuda_mcmc's MCMC, which samples
   exp(-beta f / 2)), in the box min_list..max_list; the keys of ``[algorithm.<name>]`` are the
   solver's constructor arguments.  They write ``res.txt`` (``fx = ...`` and the coordinates).
 
 Every key is checked before anything runs: an unknown key, a wrong type or a missing required
-key is an error naming the key and the file.
+key is an error naming the key and the file.  ``[runner.mapping]`` (f evaluated at ``A x + b``),
+``[runner.limitation]`` (``co_a x + co_b > 0``), ``pbc_list``, ``export_combined_files``, the
+mesh file's ``comments``/``delimiter``/``skiprows``, ``[runner] ignore_error`` and
+``[algorithm] dimension`` have ODAT-SE's meanings (docs/odatse.md, "ODAT-SE's keys").
 """
 
 from __future__ import annotations
@@ -47,34 +51,39 @@ class InputError(ValueError):
 
 
 # ---------------------------------------------------------------------------- the schema
-_INT, _NUM, _STR, _BOOL, _NUMS, _STRS, _TABLE, _NUMS2 = (
+_INT, _NUM, _STR, _BOOL, _NUMS, _STRS, _TABLE, _NUMS2, _BOOLS, _MATRIX = (
     "an integer", "a number", "a string", "true or false", "a list of numbers", "a list of strings",
-    "a table", "a list of numbers or a list of such lists",
+    "a table", "a list of numbers or a list of such lists", "a list of true/false",
+    "a matrix (a list of rows of numbers, or text with one row of numbers per line)",
 )
 
 SCHEMA: dict[str, dict[str, str]] = {
     "base": {"dimension": _INT, "output_dir": _STR, "root_dir": _STR},
     "algorithm": {
-        "name": _STR, "seed": _INT, "seed_delta": _INT, "label_list": _STRS, "checkpoint": _BOOL,
+        "name": _STR, "dimension": _INT, "seed": _INT, "seed_delta": _INT, "label_list": _STRS, "checkpoint": _BOOL,
         "checkpoint_steps": _INT, "checkpoint_interval": _NUM, "checkpoint_file": _STR,
         "param": _TABLE, "exchange": _TABLE, "minimize": _TABLE, "pattern": _TABLE, "lbfgs": _TABLE,
         "tempering": _TABLE, "pamc": _TABLE, "colormap": _STR,  # [algorithm.pamc]: commands/run_pamc.py checks it
     },
     "algorithm.param": {
         "min_list": _NUMS, "max_list": _NUMS, "step_list": _NUMS, "unit_list": _NUMS, "initial_list": _NUMS2,
-        "mesh_path": _STR, "neighborlist_path": _STR, "radius": _NUM, "num_list": _NUMS,
+        "mesh_path": _STR, "neighborlist_path": _STR, "radius": _NUM, "num_list": _NUMS, "pbc_list": _BOOLS,
+        "comments": _STR, "delimiter": _STR, "skiprows": _INT,
     },
     "algorithm.exchange": {
         "numsteps": _INT, "numsteps_exchange": _INT, "numsteps_thermalization": _INT, "Tmin": _NUM, "Tmax": _NUM,
         "bmin": _NUM, "bmax": _NUM, "Tlogspace": _BOOL, "nreplica_per_proc": _INT, "separate_T": _BOOL,
+        "export_combined_files": _BOOL,
     },
     "algorithm.minimize": {
         "method": _STR, "initial_scale_list": _NUMS, "xatol": _NUM, "fatol": _NUM, "maxiter": _INT, "maxfev": _INT,
         "adaptive": _BOOL,
     },
     "solver": {"name": _STR, "function_name": _STR, "function": _STR, "dimension": _INT},
-    "runner": {"log": _TABLE},
+    "runner": {"log": _TABLE, "ignore_error": _BOOL, "mapping": _TABLE, "limitation": _TABLE},
     "runner.log": {"interval": _INT},
+    "runner.mapping": {"A": _MATRIX, "b": _MATRIX},
+    "runner.limitation": {"co_a": _MATRIX, "co_b": _MATRIX},
 }
 TOP = ("base", "algorithm", "solver", "runner")
 # [algorithm.pattern], [algorithm.lbfgs] and [algorithm.tempering] have no entry: their keys are a
@@ -99,6 +108,10 @@ def _type_ok(kind: str, v: Any) -> bool:
         return isinstance(v, dict)
     if kind == _NUMS2:
         return _type_ok(_NUMS, v) or (isinstance(v, list) and all(_type_ok(_NUMS, e) for e in v))
+    if kind == _BOOLS:
+        return isinstance(v, list) and all(isinstance(e, bool) for e in v)
+    if kind == _MATRIX:
+        return isinstance(v, str) or (isinstance(v, list) and all(_type_ok(_NUMS, e) for e in v))
     raise AssertionError(kind)
 
 
@@ -107,14 +120,14 @@ def _check_table(path: Path, name: str, table: dict[str, Any]) -> None:
     for key, value in table.items():
         full = f"[{name}] {key}"
         if key not in allowed:
-            hint = ""
-            if name == "runner":
-                hint = " (ODAT-SE's runner.mapping and runner.limitation are not supported by multiwalk run)"
-            raise InputError(
-                f"{path}: unknown key {full}; allowed in [{name}]: {', '.join(sorted(allowed))}{hint}"
-            )
+            raise InputError(f"{path}: unknown key {full}; allowed in [{name}]: {', '.join(sorted(allowed))}")
+        if allowed[key] == _INT and isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+            table[key] = value = int(value)  # ODAT-SE reads numsteps = 100.0 as 100
         if not _type_ok(allowed[key], value):
-            raise InputError(f"{path}: {full} must be {allowed[key]}, got {value!r}")
+            whole = " (a whole number: 100 or 100.0)" if allowed[key] == _INT and isinstance(value, float) else ""
+            if allowed[key] == _MATRIX and _type_ok(_NUMS, value):
+                whole = " (a column is written [[b1], [b2], ...], as in ODAT-SE)"
+            raise InputError(f"{path}: {full} must be {allowed[key]}{whole}, got {value!r}")
         sub = f"{name}.{key}"
         if allowed[key] == _TABLE and sub in SCHEMA:
             _check_table(path, sub, value)
@@ -192,6 +205,12 @@ class RunSetup:
     checkpoint_file: Path | None = None
     tables: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    periodic: np.ndarray | None = None  # (dimension,) bool: [algorithm.param] pbc_list
+    unit_list: np.ndarray | None = None  # (dimension,): minsearch evaluates f at x / unit_list (ODAT-SE's)
+    constraint: tuple[np.ndarray, np.ndarray] | None = None  # [runner.limitation] co_a (m, d), co_b (m,)
+    mapping: tuple[np.ndarray, np.ndarray] | None = None  # [runner.mapping] A (m, d), b (m,): f(A x + b)
+    ignore_error: bool = False  # [runner] ignore_error
+    export_combined_files: bool = False  # [algorithm.exchange]: trial and result lines in one combined.txt
 
 
 def _function(path: Path, solver: dict[str, Any], dimension: int, root_dir: Path) -> tuple[Any, str]:
@@ -297,9 +316,7 @@ def _base_setup(path: Path, data: dict[str, Any]) -> RunSetup:
     """The setup from [base], [algorithm]'s own keys and [solver]: dimension, folders, the
     algorithm, labels, seed and function; the algorithm's option tables."""
     base, alg, solver = data["base"], data["algorithm"], data["solver"]
-    dimension = _need(path, base, "base", "dimension")
-    if dimension < 1:
-        raise InputError(f"{path}: [base] dimension must be at least 1, got {dimension}")
+    dimension = _algorithm_dimension(path, base, alg)
     root_dir = Path(base.get("root_dir", ".")).expanduser().absolute()
     output_dir = root_dir / Path(base.get("output_dir", ".")).expanduser()
     name = _need(path, alg, "algorithm", "name")
@@ -313,18 +330,127 @@ def _base_setup(path: Path, data: dict[str, Any]) -> RunSetup:
         raise InputError(f"{path}: [algorithm] seed must be a non-negative integer, got {seed}")
     if "seed_delta" in alg and alg["seed_delta"] < 0:
         raise InputError(f"{path}: [algorithm] seed_delta must be non-negative, got {alg['seed_delta']}")
-    if "solver" in data and "dimension" in solver and solver["dimension"] != dimension:
-        raise InputError(f"{path}: [solver] dimension = {solver['dimension']} differs from [base] dimension = {dimension}")
-    fn, flabel = _function(path, solver, dimension, root_dir)
-    setup = RunSetup(path, name, dimension, list(labels), root_dir, output_dir, seed, fn, flabel)
+    runner = data.get("runner", {})
+    mapping = _read_mapping(path, runner.get("mapping"), dimension)
+    fn, flabel = _function(path, solver, _function_dimension(path, base, solver, dimension, mapping), root_dir)
+    if mapping is not None:
+        fn = _mapped(fn, *mapping)
+    setup = RunSetup(path, name, dimension, list(labels), root_dir, output_dir, seed, fn, flabel, mapping=mapping)
+    setup.ignore_error = runner.get("ignore_error", False)
+    setup.constraint = _read_limitation(path, runner.get("limitation"), dimension)
+    if setup.constraint is not None and name not in ("exchange", "minsearch"):
+        raise InputError(
+            f"{path}: [runner.limitation] is supported for exchange (a move outside it is rejected) and minsearch "
+            f"(f = inf outside it), not {name!r}, whose walkers start and move without it"
+        )
     for other in ("exchange", "minimize", "pattern", "lbfgs", "tempering"):
         wanted = {"exchange": "exchange", "minimize": "minsearch"}.get(other, other)
         if other in alg and wanted != name:
             raise InputError(f"{path}: [algorithm.{other}] is for name = {wanted!r}, but [algorithm] name = {name!r}")
     setup.tables = {k: dict(alg.get(k, {})) for k in ("pattern", "lbfgs", "tempering", "minimize")}
-    if "runner" in data:
+    if "log" in runner:
         setup.notes.append("[runner.log] is accepted but multiwalk writes no runner.log")
     return setup
+
+
+def _algorithm_dimension(path: Path, base: dict[str, Any], alg: dict[str, Any]) -> int:
+    """The number of parameters the algorithm searches: [algorithm] dimension, else [base]'s (ODAT-SE's rule)."""
+    where = "algorithm" if "dimension" in alg else "base"
+    dimension = alg.get("dimension", base.get("dimension"))
+    if dimension is None:
+        raise InputError(f"{path}: [base] dimension is required (or [algorithm] dimension)")
+    if dimension < 1:
+        raise InputError(f"{path}: [{where}] dimension must be at least 1, got {dimension}")
+    return dimension
+
+
+def _function_dimension(path: Path, base: dict[str, Any], solver: dict[str, Any], dimension: int,
+                        mapping: tuple[np.ndarray, np.ndarray] | None) -> int:
+    """The number of values the function takes: [solver] dimension, else [base]'s (ODAT-SE's rule), else
+    the algorithm's or the mapping's rows; InputError where they cannot agree."""
+    where = "[solver] dimension" if "dimension" in solver else "[base] dimension"
+    given = solver.get("dimension", base.get("dimension"))
+    if mapping is not None:
+        rows = mapping[0].shape[0]
+        if given is not None and given != rows:
+            raise InputError(f"{path}: [runner.mapping] A has {rows} rows but {where} = {given}: A x + b must give "
+                             "the function's values")
+        return rows
+    if given is not None and given != dimension:
+        raise InputError(
+            f"{path}: {where} = {given} differs from the algorithm's dimension = {dimension} ([algorithm] dimension, "
+            f"else [base]'s): the function receives the algorithm's {dimension} values unless [runner.mapping] A "
+            f"({given} x {dimension}) maps them"
+        )
+    return dimension
+
+
+def _matrix(path: Path, section: str, key: str, value: Any) -> np.ndarray:
+    """A 2-D matrix from ODAT-SE's two spellings: a list of rows, or text of rows (one per line)."""
+    if not value:  # ODAT-SE reads an empty matrix as "not given"
+        return np.zeros((0, 0))
+    if isinstance(value, str):
+        rows = []
+        for k, line in enumerate(ln for ln in value.splitlines() if ln.strip()):
+            try:
+                rows.append([float(w) for w in line.split()])
+            except ValueError:
+                raise InputError(f"{path}: [{section}] {key}: row {k} {line.strip()!r} is not numbers") from None
+        value = rows
+    if len({len(r) for r in value}) > 1:
+        raise InputError(f"{path}: [{section}] {key}: rows of different lengths {[len(r) for r in value]}")
+    m = np.asarray(value, dtype=np.float64).reshape(len(value), -1)
+    if not np.all(np.isfinite(m)):
+        raise InputError(f"{path}: [{section}] {key} must be finite, got {value}")
+    return m
+
+
+def _column(path: Path, section: str, key: str, value: Any, rows: int, of: str) -> np.ndarray:
+    """ODAT-SE's column vector (``[[1], [2]]`` or text of one number per line) of ``rows`` entries."""
+    m = _matrix(path, section, key, value)
+    if m.shape != (rows, 1):
+        raise InputError(f"{path}: [{section}] {key} must be a column of {rows} numbers (one per row of {of}), "
+                         f"written [[b1], [b2], ...], got shape {m.shape}")
+    return m[:, 0]
+
+
+def _read_mapping(path: Path, table: dict[str, Any] | None, dimension: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """[runner.mapping] (ODAT-SE's affine map): the function is evaluated at ``A x + b``; A (m, dimension)
+    (default the identity), b (m,) (default 0; needs A, as in ODAT-SE).  None: no table or an empty one."""
+    if not table:
+        return None
+    if "b" in table and "A" not in table:
+        raise InputError(f"{path}: [runner.mapping] b needs A (the map is A x + b)")
+    a = _matrix(path, "runner.mapping", "A", table["A"]) if "A" in table else np.zeros((0, 0))
+    a = np.eye(dimension) if a.size == 0 else a
+    if a.shape[1] != dimension:
+        raise InputError(f"{path}: [runner.mapping] A has {a.shape[1]} columns but [algorithm] dimension = {dimension}")
+    b = _column(path, "runner.mapping", "b", table["b"], a.shape[0], "A") if "b" in table else np.zeros(a.shape[0])
+    return a, b
+
+
+def _read_limitation(path: Path, table: dict[str, Any] | None, dimension: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """[runner.limitation] (ODAT-SE's linear inequalities): a point x is allowed when every row of
+    ``co_a x + co_b`` is > 0; co_a (m, dimension), co_b (m,), both or neither."""
+    if not table:
+        return None
+    if ("co_a" in table) != ("co_b" in table):
+        raise InputError(f"{path}: [runner.limitation] needs both co_a and co_b (allowed: co_a x + co_b > 0)")
+    a = _matrix(path, "runner.limitation", "co_a", table["co_a"])
+    if a.size == 0 and _matrix(path, "runner.limitation", "co_b", table["co_b"]).size == 0:
+        return None  # both empty: no limitation (ODAT-SE's reading)
+    if a.shape[1] != dimension:
+        raise InputError(f"{path}: [runner.limitation] co_a has {a.shape[1]} columns but [algorithm] dimension = {dimension}")
+    return a, _column(path, "runner.limitation", "co_b", table["co_b"], a.shape[0], "co_a")
+
+
+def _mapped(fn: Any, a: np.ndarray, b: np.ndarray) -> Any:
+    """``x -> fn(a @ x + b)`` (numpy or jax ``x``; a and b are rounded to x's dtype by jax's rules)."""
+
+    def mapped(x: Any) -> Any:
+        return fn(x @ a.T + b)
+
+    return mapped
 
 
 def _read_mesh_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
@@ -333,17 +459,21 @@ def _read_mesh_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None
 
     if setup.algorithm not in ("exchange", "pamc"):
         raise InputError(f"{path}: [algorithm.param] mesh_path (a discrete space) is only for name = \"exchange\" or \"pamc\"")
-    for key in ("min_list", "max_list", "step_list", "unit_list", "initial_list"):
+    for key in ("min_list", "max_list", "step_list", "unit_list", "initial_list", "pbc_list"):
         if key in param:
             raise InputError(f"{path}: [algorithm.param] {key} is for a continuous space; mesh_path makes it discrete")
+    if setup.constraint is not None:
+        raise InputError(f"{path}: [runner.limitation] is for a continuous space; on a mesh leave the nodes out instead")
     mesh_path = setup.root_dir / Path(param["mesh_path"]).expanduser()
-    coords = read_mesh(mesh_path)
+    mesh_format = _mesh_format(path, param)
+    coords = read_mesh(mesh_path, **mesh_format)
     if coords.shape[1] != setup.dimension:
         raise InputError(f"{mesh_path}: {coords.shape[1]} coordinates per point but [base] dimension = {setup.dimension}")
     if "neighborlist_path" in param:
         if "radius" in param:
             raise InputError(f"{path}: [algorithm.param] give neighborlist_path or radius, not both")
-        setup.mesh = Mesh.from_files(mesh_path, setup.root_dir / Path(param["neighborlist_path"]).expanduser())
+        setup.mesh = Mesh.from_files(mesh_path, setup.root_dir / Path(param["neighborlist_path"]).expanduser(),
+                                     **mesh_format)
     else:
         if "radius" not in param:
             raise InputError(f"{path}: [algorithm.param] neighborlist_path (or radius) is required with mesh_path")
@@ -352,11 +482,25 @@ def _read_mesh_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None
         setup.mesh = Mesh(coords, build_neighbor_list(coords, float(param["radius"])), source=f"{mesh_path} (radius)")
 
 
+def _mesh_format(path: Path, param: dict[str, Any]) -> dict[str, Any]:
+    """[algorithm.param] comments, delimiter, skiprows: how the mesh file is read (numpy.loadtxt's
+    meanings, ODAT-SE's defaults "#", whitespace, 0)."""
+    out = {"comments": param.get("comments", "#"), "delimiter": param.get("delimiter"), "skiprows": param.get("skiprows", 0)}
+    for key in ("comments", "delimiter"):
+        if out[key] == "":
+            raise InputError(f"{path}: [algorithm.param] {key} must not be empty (leave it out for the default)")
+    if out["delimiter"] is not None and out["delimiter"] in out["comments"]:
+        raise InputError(f"{path}: [algorithm.param] delimiter = {out['delimiter']!r} is also the comment mark")
+    if out["skiprows"] < 0:
+        raise InputError(f"{path}: [algorithm.param] skiprows must be 0 or more, got {out['skiprows']}")
+    return out
+
+
 def _read_box_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
     """A continuous space: the box (min_list, max_list), step_list (or the obsolete unit_list)
     and initial_list, into setup."""
     name, dimension = setup.algorithm, setup.dimension
-    for key in ("neighborlist_path", "radius"):
+    for key in ("neighborlist_path", "radius", "comments", "delimiter", "skiprows"):
         if key in param:
             raise InputError(f"{path}: [algorithm.param] {key} needs mesh_path (a discrete space)")
     setup.lower = _vector(path, param, "min_list", dimension)
@@ -371,7 +515,8 @@ def _read_box_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
         )
     step = _vector(path, param, "step_list", dimension, positive=True)
     unit = _vector(path, param, "unit_list", dimension, positive=True)
-    if step is None and unit is not None:
+    setup.unit_list = unit
+    if step is None and unit is not None and name != "minsearch":  # minsearch: ODAT-SE's unit_list, not a step
         # stacklevel 3: the warning points at the caller of build_setup
         warnings.warn(f"{path}: [algorithm.param] unit_list is obsolete; use step_list", DeprecationWarning, stacklevel=3)
         setup.notes.append("unit_list is obsolete: use step_list (read as step_list, as ODAT-SE does)")
@@ -390,6 +535,40 @@ def _read_box_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
         setup.initial = init
         if name != "lbfgs":  # L-BFGS is unconstrained: its box only draws starts
             _check_initial_in_box(path, param["initial_list"], setup, upper_inside=name == "minsearch")
+        _check_initial_allowed(path, param["initial_list"], setup)
+    _read_pbc_list(path, param, setup)
+
+
+def _check_initial_allowed(path: Path, given: Any, setup: RunSetup) -> None:
+    """InputError unless every point of initial_list satisfies [runner.limitation]."""
+    if setup.constraint is None:
+        return
+    a, b = setup.constraint
+    bad = np.flatnonzero(~np.all(setup.initial @ a.T + b > 0, axis=1))
+    if bad.size:
+        k = int(bad[0])
+        where = f"initial_list[{k}]" if np.ndim(given) == 2 else "initial_list"
+        point = f"{where} = {setup.initial[k].tolist()}"
+        raise InputError(f"{path}: [algorithm.param] {point} violates [runner.limitation] (co_a x + co_b > 0 fails): "
+                         "start where the constraints hold")
+
+
+def _read_pbc_list(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
+    """[algorithm.param] pbc_list: the periodic coordinates (a move wraps into [min, max)), for
+    exchange and tempering, whose moves wrap; a note for minsearch, which does not read it (as ODAT-SE's)."""
+    if "pbc_list" not in param:
+        return
+    pbc = np.asarray(param["pbc_list"], dtype=bool)
+    if pbc.shape != (setup.dimension,):
+        raise InputError(f"{path}: [algorithm.param] pbc_list has {pbc.size} entries but [algorithm] dimension = "
+                         f"{setup.dimension}")
+    if setup.algorithm == "minsearch":
+        setup.notes.append("[algorithm.param] pbc_list is not used by minsearch (Nelder-Mead does not wrap; "
+                           "ODAT-SE's minsearch does not read it either)")
+    elif setup.algorithm not in ("exchange", "tempering"):
+        raise InputError(f"{path}: [algorithm.param] pbc_list is for exchange and tempering (their moves wrap into "
+                         f"[min, max)); {setup.algorithm} does not wrap: leave pbc_list out")
+    setup.periodic = pbc
 
 
 def _read_exchange_options(path: Path, alg: dict[str, Any], setup: RunSetup) -> None:
@@ -410,6 +589,7 @@ def _read_exchange_options(path: Path, alg: dict[str, Any], setup: RunSetup) -> 
         raise InputError(f"{path}: [algorithm.exchange] numsteps_thermalization must be >= 0")
     setup.nreplica_per_proc = ex.get("nreplica_per_proc", 1)
     setup.separate_T = ex.get("separate_T", True)
+    setup.export_combined_files = ex.get("export_combined_files", False)
     setup.as_beta = "bmin" in ex or "bmax" in ex
     pair = {k: ex.get(k) for k in ("Tmin", "Tmax", "bmin", "bmax")}
     try:
@@ -505,7 +685,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     import jax
 
     from .. import distributed as dist
-    from ..io.odatse import write_best_result, write_fx
+    from ..io.odatse import combine_step_files, write_best_result, write_fx
     from ..problem import Problem
     from ..solve import solve
     from ..solvers.exchange import Exchange, ReplicaOrderWriter
@@ -528,17 +708,12 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
 
     with jax.enable_x64(args.dtype == "float64"):
         if setup.mesh is None:
-            problem = Problem(objective=setup.function, lower=setup.lower, upper=setup.upper, names=setup.labels)
+            problem = Problem(objective=setup.function, lower=setup.lower, upper=setup.upper, names=setup.labels,
+                              periodic=setup.periodic)
         else:
             problem = Problem(objective=setup.function, names=setup.labels)
         writer = None
-        solver_kw = dict(
-            betas=tuple(betas.tolist()), numsteps=setup.numsteps, numsteps_exchange=setup.numsteps_exchange,
-            numsteps_thermalization=thermalization, step_width=None if setup.step_list is None else tuple(setup.step_list),
-            mesh=setup.mesh, initial=() if setup.initial is None else tuple(map(tuple, setup.initial.tolist())),
-            nreplica_per_proc=per, record=record, max_chunk_steps=max_chunk, unroll=args.unroll,
-            kernel=args.kernel,
-        )
+        solver_kw = _exchange_options(setup, args, betas, thermalization, record, max_chunk)
         if meta is not None:  # before any file of the run is touched
             _refuse_other_run(setup, args, meta, record, problem)
         if writes:
@@ -573,12 +748,29 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
             write_best_result(setup.output_dir / "best_result.txt", R, per, result.best_replica, result.best_step,
                               result.fun, result.x, setup.labels)
             write_fx(setup.output_dir / "fx.txt", result.statistics)
+            if writer is not None and setup.export_combined_files and result.steps == setup.numsteps:
+                for p in range(nprocs):  # the run is whole: ODAT-SE's one combined.txt per process
+                    combine_step_files(setup.output_dir / str(p), per)
         post = time.perf_counter() - t1
     if writes and os.environ.get("MULTIWALK_PROFILE"):
         _write_profile(Path(os.environ["MULTIWALK_PROFILE"]), result.stats, post, writer)
     if not writes:  # process 0 reports
         return EXIT_OK if result.success else EXIT_FAILED
     return _report_exchange(setup, result, writer, R, wall, post)
+
+
+def _exchange_options(setup: RunSetup, args: argparse.Namespace, betas: np.ndarray, thermalization: int,
+                      record: int, max_chunk: int | None) -> dict[str, Any]:
+    """The keyword arguments of :class:`multiwalk.Exchange` for this run."""
+    return dict(
+        betas=tuple(betas.tolist()), numsteps=setup.numsteps, numsteps_exchange=setup.numsteps_exchange,
+        numsteps_thermalization=thermalization, step_width=None if setup.step_list is None else tuple(setup.step_list),
+        mesh=setup.mesh, initial=() if setup.initial is None else tuple(map(tuple, setup.initial.tolist())),
+        nreplica_per_proc=setup.nreplica_per_proc, record=record, max_chunk_steps=max_chunk, unroll=args.unroll,
+        kernel=args.kernel,
+        constraint_a=() if setup.constraint is None else tuple(map(tuple, setup.constraint[0].tolist())),
+        constraint_b=() if setup.constraint is None else tuple(setup.constraint[1].tolist()),
+    )
 
 
 def _exchange_betas(setup: RunSetup, replicas: int) -> np.ndarray:
@@ -629,6 +821,12 @@ def _check_resume_mode(setup: RunSetup, meta: dict[str, Any] | None, mode: str) 
         raise InputError(
             f"{setup.input_path}: [algorithm.exchange] numsteps = {setup.numsteps} but {ckpt} has {done + 1} steps "
             "done: --cont needs a larger numsteps"
+        )
+    combined = setup.output_dir / "0" / "combined.txt"
+    if mode == "cont" and combined.exists() and not combined.with_name("trial.txt").exists():
+        raise InputError(
+            f"{combined}: the finished run merged its trial.txt and result.txt into it (export_combined_files), so "
+            "--cont cannot extend them; start a new run with the larger numsteps"
         )
     if mode == "cont" and done < saved["numsteps"] - 1:
         raise InputError(f"{ckpt}: that run stopped before its end (step {done + 1} of {saved['numsteps']}): use --resume")
@@ -699,7 +897,8 @@ def _step_writer(setup: RunSetup, args: argparse.Namespace, betas: np.ndarray, n
         state0 = SimpleNamespace(**checkpoint_replica_rows(saved_leaves))  # state is by temperature
     return StepWriter(
         setup.output_dir, setup.labels, betas, setup.as_beta, nprocs, setup.nreplica_per_proc,
-        coordinates=None if setup.mesh is None else setup.mesh.coordinates, separate_T=setup.separate_T,
+        coordinates=None if setup.mesh is None else setup.mesh.coordinates,
+        separate_T=setup.separate_T and not setup.export_combined_files,  # ODAT-SE writes no result_T then
         resume_step=None if meta is None else int(meta["done"][0]) + 1, state=state0,
         threads=args.write_threads, processes=processes,
     )
@@ -765,46 +964,12 @@ def _write_profile(path: Path, stats: dict[str, Any], post: float, writer: Any) 
 # ---------------------------------------------------------------------------- the other algorithms
 def _write_res(setup: RunSetup, fx: float, x: np.ndarray, extra: dict[str, Any]) -> None:
     from .. import distributed as dist
-    from ..io.odatse import number
+    from ..io.odatse import write_res
 
     if not dist.is_writer():
         return
     setup.output_dir.mkdir(parents=True, exist_ok=True)
-    lines = [f"fx = {number(fx)}"] + [f"{k} = {number(v)}" for k, v in zip(setup.labels, np.asarray(x).tolist())]
-    lines += [f"{k} = {v}" for k, v in extra.items()]
-    (setup.output_dir / "res.txt").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
-
-def run_minsearch(setup: RunSetup, args: argparse.Namespace) -> int:
-    import jax
-    import scipy.optimize
-
-    opts = setup.tables["minimize"]
-    method = opts.pop("method", "Nelder-Mead")
-    if method != "Nelder-Mead":
-        raise InputError(f"{setup.input_path}: [algorithm.minimize] method = {method!r}; multiwalk runs Nelder-Mead")
-    scale = np.asarray(opts.pop("initial_scale_list", [0.25] * setup.dimension), dtype=np.float64)
-    if scale.shape != (setup.dimension,):
-        raise InputError(f"{setup.input_path}: [algorithm.minimize] initial_scale_list needs {setup.dimension} numbers")
-    rng = np.random.default_rng(setup.seed)
-    if setup.initial is not None:
-        x0 = setup.initial[0]
-    else:
-        x0 = setup.lower + (setup.upper - setup.lower) * rng.random(setup.dimension)
-    with jax.enable_x64(True):
-        f = jax.jit(setup.function)
-        lo, hi = setup.lower, setup.upper
-
-        def objective(x: np.ndarray) -> float:
-            if np.any(x < lo) or np.any(x > hi):  # ODAT-SE's minsearch: outside the box is +inf
-                return math.inf
-            return float(f(np.asarray(x)))
-
-        simplex = np.vstack([x0, x0 + np.diag(scale)])
-        res = scipy.optimize.minimize(objective, x0, method="Nelder-Mead", options={"initial_simplex": simplex, **opts})
-    _write_res(setup, res.fun, res.x, {"iterations": res.nit, "function_evaluations": res.nfev})
-    return EXIT_OK if res.success else EXIT_FAILED
+    print("\n".join(write_res(setup.output_dir / "res.txt", fx, x, setup.labels, extra)))
 
 
 def run_multiwalk_solver(setup: RunSetup, args: argparse.Namespace) -> int:
@@ -825,7 +990,8 @@ def run_multiwalk_solver(setup: RunSetup, args: argparse.Namespace) -> int:
         # L-BFGS is unconstrained, so its box only draws starts where initial_list gives none
         box_only_draws = setup.algorithm == "lbfgs" and setup.initial is not None
         problem = Problem(objective=setup.function, lower=None if box_only_draws else setup.lower,
-                          upper=None if box_only_draws else setup.upper, names=setup.labels, x0=setup.initial)
+                          upper=None if box_only_draws else setup.upper, names=setup.labels, x0=setup.initial,
+                          periodic=setup.periodic)  # pbc_list: tempering only (the others refuse it)
         result = solve(problem, solver, seed=setup.seed or 0, progress=args.progress, time_limit=args.time_limit)
     _write_res(setup, result.fun, result.x, {"message": result.message})
     return EXIT_OK if result.success else EXIT_FAILED
@@ -945,6 +1111,8 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             setup = build_setup(args.input)
+        if setup.export_combined_files and not args.step_files:
+            setup.notes.append("export_combined_files: --no-step-files writes no step lines, so no combined.txt")
         for note in setup.notes if dist.is_writer() else ():
             print(f"note: {note}")
         if args.reset_rand and not (args.resume or args.cont):
@@ -960,7 +1128,9 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if setup.algorithm == "exchange":
             return run_exchange(setup, args)
         if setup.algorithm == "minsearch":
-            return run_minsearch(setup, args)
+            from .run_minsearch import run_minsearch
+
+            return run_minsearch(setup, args.dtype)
         return run_multiwalk_solver(setup, args)
     except (InputError, FileNotFoundError) as err:
         print(f"{parser.prog}: error: {err}", file=sys.stderr)

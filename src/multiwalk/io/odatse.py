@@ -12,6 +12,11 @@
 ``<output_dir>/fx.txt``
     six commented header lines, then per temperature (hottest first): 1/T, mean f, its
     standard error, the number of temperatures, log(Z/Z0), acceptance.
+``<output_dir>/<rank>/combined.txt``
+    ``export_combined_files``: trial.txt's and result.txt's lines in one file, each tagged with
+    its file's name (:func:`combine_step_files`).
+``<output_dir>/0/SimplexData.txt``, ``History_FunctionCall.txt``, ``res.txt``
+    minsearch (Nelder-Mead): :func:`write_minsearch_files`.
 
 Numbers are spelled as Python's ``repr`` spells them (the shortest string that reads back to
 the same double), which is what ODAT-SE's ``str(numpy.float64)`` gives, byte for byte.  The
@@ -38,7 +43,7 @@ if TYPE_CHECKING:  # polars is imported where used: runs without step files neve
 
 __all__ = [
     "StepWriter", "number_column", "number_strings", "write_best_result", "write_fx", "truncate_from_step",
-    "read_result_T", "number",
+    "read_result_T", "number", "combine_step_files", "write_minsearch_files", "write_res",
 ]
 
 
@@ -585,3 +590,64 @@ def write_fx(path: Path, statistics: dict[str, np.ndarray]) -> None:
             f"{beta.size} {number(acc_logz)} {number(statistics['acceptance'][t])}"
         )
     Path(path).write_text("\n".join(rows) + "\n")
+
+
+def combine_step_files(proc_dir: Path, per: int) -> Path:
+    """ODAT-SE's ``export_combined_files``: ``proc_dir/trial.txt`` and ``result.txt`` merged into
+    ``proc_dir/combined.txt`` in the order ODAT-SE writes them (both headers, then per step the
+    ``per`` trial lines and the ``per`` result lines), each line tagged ``<trial.txt> `` or
+    ``<result.txt> ``; the two files are removed.  Streams: memory holds one step's lines."""
+    from itertools import islice
+
+    proc_dir = Path(proc_dir)
+    names = ("trial.txt", "result.txt")
+    combined = proc_dir / "combined.txt"
+    partial = proc_dir / "combined.txt.partial"  # renamed when whole: a crash leaves no half file under the name
+    with open(proc_dir / names[0], "rb") as trial, open(proc_dir / names[1], "rb") as result, open(partial, "wb") as out:
+        sources = ((b"<trial.txt> ", trial), (b"<result.txt> ", result))
+        for tag, fh in sources:
+            out.write(tag + fh.readline())
+        while True:
+            blocks = [list(islice(fh, per)) for _, fh in sources]
+            if not blocks[0] and not blocks[1]:
+                break
+            if len(blocks[0]) != len(blocks[1]):
+                raise ValueError(f"{proc_dir}: trial.txt and result.txt end at different steps; not combined")
+            for (tag, _), lines in zip(sources, blocks):
+                out.write(b"".join(tag + line for line in lines))
+    os.replace(partial, combined)
+    for name in names:
+        (proc_dir / name).unlink()
+    return combined
+
+
+def _plain(v: Any) -> str:
+    """``str(v)`` of a number as ODAT-SE's minsearch writes it (``str`` of a numpy float64 or int)."""
+    return str(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else number(v)
+
+
+def write_minsearch_files(proc_dir: Path, labels: list[str], simplex: list[list[float]],
+                          calls: list[list[float]], fx: float, x: np.ndarray, iterations: int, evaluations: int) -> None:
+    """ODAT-SE's minsearch files in ``proc_dir`` (``<output_dir>/0``):
+
+    ``SimplexData.txt``: ``#step <labels> R-factor``, then per Nelder-Mead iteration (0: the start)
+    its index, the best vertex and its f; ``History_FunctionCall.txt``: ``#No <labels>``, then per
+    evaluation inside the box its number, the point evaluated and f; ``res.txt``: ``fx = ...``,
+    ``<label> = ...``, ``iterations = ...``, ``function_evaluations = ...``."""
+    proc_dir = Path(proc_dir)
+    proc_dir.mkdir(parents=True, exist_ok=True)
+    rows = [f"#step {' '.join(labels)} R-factor"] + [
+        f"{i} " + " ".join(map(_plain, v)) for i, v in enumerate(simplex)]
+    (proc_dir / "SimplexData.txt").write_text("\n".join(rows) + "\n")
+    rows = [f"#No {' '.join(labels)}"] + [" ".join(map(_plain, v)) for v in calls]
+    (proc_dir / "History_FunctionCall.txt").write_text("\n".join(rows) + "\n")
+    write_res(proc_dir / "res.txt", fx, x, labels, {"iterations": iterations, "function_evaluations": evaluations})
+
+
+def write_res(path: Path, fx: float, x: np.ndarray, labels: list[str], extra: dict[str, Any] | None = None) -> list[str]:
+    """ODAT-SE's ``res.txt``: ``fx = ...``, ``<label> = ...`` per coordinate, then ``extra``'s
+    ``key = value`` lines; returns the lines."""
+    lines = [f"fx = {number(fx)}"] + [f"{k} = {number(v)}" for k, v in zip(labels, np.asarray(x).tolist())]
+    lines += [f"{k} = {v}" for k, v in (extra or {}).items()]
+    Path(path).write_text("\n".join(lines) + "\n")
+    return lines

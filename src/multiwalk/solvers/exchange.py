@@ -72,6 +72,7 @@ from .base import Phase, RunPlan, Solver, end_status, value_at_point
 
 __all__ = ["Exchange", "ExchangeResult", "ExchangeState", "replica_order", "temperature_ladder"]
 
+START_DRAWS = 1000  # uniform draws of a start point in the box, at most, until it satisfies the constraints
 _ATOL, _RTOL = 1e-8, 1e-5  # numpy.allclose's defaults: ODAT-SE's test of "the point changed"
 
 
@@ -278,6 +279,14 @@ class Exchange(Solver):
         continuous space, no per-step records, ``f`` scalarisable; interpret mode off GPUs);
         ``"auto"``: that on a GPU where it applies, else XLA.  ``result.stats["kernel"]`` says
         which ran and why.
+    constraint_a, constraint_b : linear inequality constraints ``constraint_a @ x + constraint_b > 0``
+        (every row strictly; ODAT-SE's ``[runner.limitation]`` ``co_a`` ``(m, d)`` and ``co_b``
+        ``(m,)``): a move to a point violating one is rejected like a move out of the box, and the
+        random start points are redrawn (up to ``START_DRAWS`` times) until they satisfy them.
+        Continuous space only; empty: no constraint.
+
+    A periodic parameter of the problem (``Problem(periodic=...)``, ODAT-SE's ``pbc_list``) is
+    wrapped into ``[lower, upper)`` after each Gaussian step instead of leaving the box.
     kernel_block, kernel_warps : Pallas launch tuning, replicas per program (a power of two) and
         warps per program.
     """
@@ -296,6 +305,8 @@ class Exchange(Solver):
     kernel: str = "auto"
     kernel_block: int | None = None
     kernel_warps: int | None = None
+    constraint_a: tuple[tuple[float, ...], ...] = ()
+    constraint_b: tuple[float, ...] = ()
 
     # how, not what: a resume may change them
     resumable_options = ("numsteps", "max_chunk_steps", "unroll", "kernel", "kernel_block", "kernel_warps")
@@ -335,6 +346,39 @@ class Exchange(Solver):
         if init.size and len(init) > per:
             raise ValueError(f"initial has {len(init)} points but there are only {per} replicas per process")
         object.__setattr__(self, "initial", tuple(tuple(float(v) for v in row) for row in init))
+        self._check_constraints()
+
+    def _check_constraints(self) -> None:
+        """constraint_a ``(m, d)`` and constraint_b ``(m,)``: both or neither, finite, shapes agreeing."""
+        a, b = self.constraint_a, self.constraint_b
+        if not len(a) and not len(b):
+            object.__setattr__(self, "constraint_a", ())
+            object.__setattr__(self, "constraint_b", ())
+            return
+        try:
+            a_arr, b_arr = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"constraint_a must be rows of numbers and constraint_b numbers, got {a!r}, {b!r}") from err
+        if a_arr.ndim != 2 or b_arr.shape != (a_arr.shape[0],):
+            raise ValueError(
+                f"constraint_a must be a matrix (m, d) and constraint_b m numbers, got shapes {a_arr.shape} and "
+                f"{b_arr.shape}: give both (constraint_a @ x + constraint_b > 0) or neither"
+            )
+        if not (np.all(np.isfinite(a_arr)) and np.all(np.isfinite(b_arr))):
+            raise ValueError(f"constraint_a and constraint_b must be finite, got {a!r}, {b!r}")
+        if self.mesh is not None:
+            raise ValueError("constraint_a/constraint_b are for a continuous space; on a mesh leave out the nodes instead")
+        object.__setattr__(self, "constraint_a", tuple(tuple(float(v) for v in row) for row in a_arr))
+        object.__setattr__(self, "constraint_b", hashable_vector(b_arr))
+
+    def feasible(self, x: Any) -> Any:
+        """True where the points ``x`` ``(..., d)`` satisfy every constraint (numpy or jax in, same out)."""
+        if not self.constraint_a:
+            return np.ones(np.shape(x)[:-1], bool) if isinstance(x, np.ndarray) else jnp.ones(x.shape[:-1], bool)
+        xp = np if isinstance(x, np.ndarray) else jnp
+        a = xp.asarray(np.asarray(self.constraint_a), dtype=x.dtype)
+        b = xp.asarray(np.asarray(self.constraint_b), dtype=x.dtype)
+        return xp.all(x @ a.T + b > 0, axis=-1)
 
     # ----------------------------------------------------------------- set-up
     @property
@@ -382,6 +426,14 @@ class Exchange(Solver):
             raise ValueError("initial points are for a continuous space: on a mesh the replicas start at random nodes")
         if self.initial:
             _check_initial_in_box(np.asarray(self.initial), problem)
+        if self.constraint_a and len(self.constraint_a[0]) != problem.n:
+            raise ValueError(f"constraint_a has {len(self.constraint_a[0])} columns but the problem has {problem.n} parameters")
+        if self.initial and self.constraint_a:
+            bad = np.flatnonzero(~self.feasible(np.asarray(self.initial)))
+            if bad.size:
+                raise ValueError(f"initial[{bad[0]}] = {list(self.initial[bad[0]])} violates constraint_a @ x + constraint_b > 0")
+        if self.mesh is not None and problem.periodic.any():
+            raise ValueError("periodic parameters are for a continuous space; a mesh's neighbour list says what is near")
 
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("exchange", self.numsteps - 1)]
@@ -434,6 +486,8 @@ class Exchange(Solver):
         out["step_width"] = None if self.step_width is None else list(self.step_width)
         out["initial"] = [list(r) for r in self.initial]
         out["mesh"] = None if self.mesh is None else self.mesh.digest()
+        out["constraint_a"] = [list(r) for r in self.constraint_a]
+        out["constraint_b"] = list(self.constraint_b)
         return out
 
     def init(self, problem: Problem, key: jax.Array) -> ExchangeState:
@@ -443,6 +497,8 @@ class Exchange(Solver):
         node = jnp.zeros(R, jnp.int32)
         if self.mesh is None:
             x = uniform_in_box(k_init, (R, d), problem.lower, problem.upper, dt, width_in_float64=False)
+            if self.constraint_a:
+                x = self._feasible_starts(problem, k_init, x)
             if self.initial:
                 per = self.nreplica_per_proc or R
                 init = np.asarray(self.initial)
@@ -454,6 +510,8 @@ class Exchange(Solver):
             node = jax.random.randint(k_init, (R,), 0, self.mesh.n_nodes, jnp.int32)
             x = jnp.asarray(self.mesh.coordinates, dt)[node]
         fun, bad = evaluate_walkers(problem.chi2_full, x)  # NaN or -inf: worse than anything
+        if self.constraint_a:  # a start left outside the constraints (START_DRAWS) is not a sample
+            fun = jnp.where(self.feasible(x), fun, jnp.inf)
         i32 = jnp.int32
         T = R
         first = jnp.asarray(self.thermalization == 0)
@@ -486,6 +544,23 @@ class Exchange(Solver):
         if B:
             state = self._record(state, 0, x, node, fun, jnp.ones(R, bool))
         return state
+
+    def _feasible_starts(self, problem: Problem, k_init: jax.Array, x: jax.Array) -> jax.Array:
+        """The start points ``x`` (R, d), each redrawn uniformly in the box until it satisfies the
+        constraints, at most ``START_DRAWS - 1`` times (as ODAT-SE draws them); a replica still
+        outside then starts there with f = inf and takes the first allowed move."""
+
+        def redraw(carry: tuple) -> tuple:
+            j, x = carry
+            new = uniform_in_box(jax.random.fold_in(k_init, j), x.shape, problem.lower, problem.upper, x.dtype,
+                                 width_in_float64=False)
+            return j + 1, jnp.where(self.feasible(x)[:, None], x, new)
+
+        def more(carry: tuple) -> jax.Array:
+            j, x = carry
+            return (j < START_DRAWS) & ~jnp.all(self.feasible(x))
+
+        return jax.lax.while_loop(more, redraw, (jnp.asarray(1, jnp.int32), x))[1]
 
     def _record(self, st: ExchangeState, s: Any, x, node, fun, accepted) -> ExchangeState:
         """Step ``s``'s trials into slot ``s % record``: two row updates (one per buffer), as
@@ -714,7 +789,8 @@ class Exchange(Solver):
 
     def kernel_plan(self, problem: Problem) -> exchange_kernel.ExchangePlan:
         """Which form (Pallas kernel or XLA) runs the Metropolis steps on ``problem`` here, and why."""
-        return exchange_kernel.plan(problem, self.kernel, discrete=self.mesh is not None, record=self.record)
+        return exchange_kernel.plan(problem, self.kernel, discrete=self.mesh is not None, record=self.record,
+                                    constrained=bool(self.constraint_a))
 
     def _kernel_chunk(
         self, problem: Problem, kplan: exchange_kernel.ExchangePlan, state: ExchangeState, n: jax.Array
@@ -823,7 +899,11 @@ class Exchange(Solver):
         if self.mesh is None:
             lo, hi = jnp.asarray(problem.lower, dt), jnp.asarray(problem.upper, dt)
             proposal = st.x + move * jnp.asarray(self.step_width, dt)
-            inside = jnp.all((proposal >= lo) & (proposal < hi), axis=1)
+            if problem.periodic.any():  # ODAT-SE's pbc_list: wrapped into [lower, upper)
+                wrapped = lo + jnp.mod(proposal - lo, hi - lo)
+                wrapped = jnp.where(wrapped >= hi, lo, wrapped)  # rounding can land on upper
+                proposal = jnp.where(jnp.asarray(problem.periodic), wrapped, proposal)
+            inside = jnp.all((proposal >= lo) & (proposal < hi), axis=1) & self.feasible(proposal)
             node_new = st.node
             log_weight = jnp.zeros(R, dt)
         else:

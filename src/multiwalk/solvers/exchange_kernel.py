@@ -51,7 +51,7 @@ MAX_OPS = 20_000  # graph operations per step (the step loop's body is one evalu
 ExchangePlan = KernelPlan  # which form runs the Metropolis steps, and why (the plan every kernel module makes)
 
 
-def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> KernelPlan:
+def plan(problem: Problem, kernel: str, *, discrete: bool, record: int, constrained: bool = False) -> KernelPlan:
     """Decide how ``Exchange(kernel=kernel)`` runs ``problem`` (traces ``f``, compiles nothing).
 
     ``"xla"``: the XLA form.  ``"auto"``: the kernel on a GPU for a continuous space without
@@ -67,6 +67,8 @@ def plan(problem: Problem, kernel: str, *, discrete: bool, record: int) -> Kerne
             return "a discrete (mesh) space runs in the XLA form"
         if record:
             return "the per-step records of the step files (record > 0) are written by the XLA form"
+        if constrained or problem.periodic.any():
+            return "linear constraints and periodic parameters (limitation, pbc_list) run in the XLA form"
         if problem.n > MAX_FREE:
             return f"{problem.n} coordinates, more than the kernel's {MAX_FREE}"
         return None
