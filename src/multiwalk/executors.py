@@ -161,6 +161,9 @@ class Engine:
             return spec.get_executor(), False
         if spec == "processes":
             context = multiprocessing.get_context("forkserver")
+            # the fork server imports multiwalk (and jax, whose threads it never starts) once, so a
+            # worker, or a pool started again after a crash, is a fork of it ready to run
+            context.set_forkserver_preload(["multiwalk.host_objective"])
             return cf.ProcessPoolExecutor(self.workers, mp_context=context, initializer=_ignore_ctrl_c), True
         if spec == "mpi":
             if _COMM_EXECUTOR:  # a plain mpiexec launch: mpi_comm_executor made it on rank 0

@@ -179,6 +179,15 @@ class HostObjective:
             raise self.failure
         return values.reshape(X.shape[:-1]).astype(self.dtype)
 
+    def evaluate_bits(self, words: Any) -> np.ndarray:
+        """:meth:`evaluate` of points given as uint32 words (``(..., n, 2)`` for float64, ``(..., n)`` for
+        float32), its values returned so (``(..., 2)`` or ``(...)``), for :class:`OnHost`."""
+        words = np.ascontiguousarray(words, dtype=np.uint32)
+        pair = self.dtype.itemsize == 8
+        X = words.view(self.dtype).reshape(words.shape[:-1] if pair else words.shape)
+        values = np.ascontiguousarray(self.evaluate(X).reshape(-1)).view(np.uint32)
+        return values.reshape(X.shape[:-1] + ((2,) if pair else ()))
+
     def _paragraph(self, error: tuple[int, str], rows: np.ndarray, m: int) -> str:
         row, what = error
         if self.vectorized:
@@ -252,8 +261,15 @@ class OnHost:
     def __call__(self, x: Any) -> Any:
         import jax
 
-        shape = jax.ShapeDtypeStruct(x.shape[:-1], self.host.dtype)
-        return jax.pure_callback(self.host.evaluate, shape, x, vmap_method="expand_dims")
+        # The points and the values cross as their bits in uint32 words (float64: two a number):
+        # where the thread that runs a callback has 64-bit mode off (jax.enable_x64 is a per-thread
+        # setting, and XLA runs callbacks on threads of its own), JAX hands it float32 points and
+        # turns its float64 values into float32; integers it leaves alone.
+        dtype = self.host.dtype
+        words = jax.lax.bitcast_convert_type(x.astype(dtype), np.uint32)
+        shape = jax.ShapeDtypeStruct(x.shape[:-1] + words.shape[x.ndim:], np.uint32)
+        bits = jax.pure_callback(self.host.evaluate_bits, shape, words, vmap_method="expand_dims")
+        return jax.lax.bitcast_convert_type(bits, dtype)
 
 
 def plain_error(problem: Any, err: BaseException) -> BaseException | None:
