@@ -209,6 +209,7 @@ class HostObjective:
                 return values, [(int(index[i]), e) for i, e in errors]
             except BrokenProcessPool as err:
                 if attempt == MAX_RESTARTS or not self.engine.restart():
+                    self.engine.shutdown()  # a later run starts a fresh pool
                     raise WorkerCrashError(
                         f"a worker process of the {self.engine.name} executor died while evaluating {self.name} "
                         f"at replicas {int(index[0])} .. {int(index[-1])} ({_describe(err)}); the pool was started "
