@@ -9,6 +9,7 @@ solver's loop is compiled once for them: the compiled callback reads the engine 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import host_objective_cases as cases
 import jax
 import numpy as np
 import pytest
+from odatse_inputs import run_cli
 
 import multiwalk as mw
 from multiwalk import host_objective
@@ -174,3 +176,52 @@ def test_bad_options_are_refused_before_anything_runs(x64):
                          executor="serial")
     with pytest.raises(TypeError, match="needs gradients"):
         mw.solve(problem, mw.LBFGS(starts=2), seed=0)
+
+
+CLI_INPUT = """
+[base]
+dimension = 2
+output_dir = "output"
+[solver]
+name = "python"
+function = "sim.py:diverges_right_of_two"
+[algorithm]
+name = "exchange"
+seed = 3
+[algorithm.param]
+min_list = [-3.0, -3.0]
+max_list = [3.0, 3.0]
+step_list = [0.7, 0.7]
+[algorithm.exchange]
+Tmin = 0.3
+Tmax = 10.0
+numsteps = 16
+numsteps_exchange = 4
+nreplica_per_proc = 4
+"""
+
+CLI_FUNCTION = """
+import numpy as np
+
+def diverges_right_of_two(x):
+    if x[0] > 2.0:
+        raise RuntimeError("the simulation diverged")
+    return float(np.sum((np.asarray(x) - 1.0) ** 2))
+"""
+
+
+def test_multiwalk_run_with_a_numpy_solver(tmp_path, capsys):
+    (tmp_path / "sim.py").write_text(CLI_FUNCTION)
+    (tmp_path / "input.toml").write_text(CLI_INPUT)
+    (tmp_path / "ignore.toml").write_text(CLI_INPUT + "[runner]\nignore_error = true\n")
+    with jax.enable_x64(False):  # multiwalk run sets the precision itself
+        failed = run_cli(tmp_path, "input.toml", "--executor", "serial")
+        err = capsys.readouterr()
+        ran = run_cli(tmp_path, "ignore.toml", "--executor", "serial")
+        out = capsys.readouterr().out
+    assert failed == 1 and "Traceback" not in err.err
+    assert "is not a jax.numpy function" in err.out  # [solver] backend found out, and said
+    assert re.search(r"error: the objective diverges_right_of_two\(x\) raised RuntimeError: the simulation diverged "
+                     r"at replica \d of 4, x = \[2\.", err.err)
+    assert ran == 0 and "ignore_error: " in out and "evaluations raised and were rejected moves" in out
+    assert (tmp_path / "output" / "fx.txt").exists()
