@@ -225,3 +225,20 @@ def test_multiwalk_run_with_a_numpy_solver(tmp_path, capsys):
                      r"at replica \d of 4, x = \[2\.", err.err)
     assert ran == 0 and "ignore_error: " in out and "evaluations raised and were rejected moves" in out
     assert (tmp_path / "output" / "fx.txt").exists()
+
+
+def test_a_vectorized_objective_gives_the_rows_values(x64):
+    calls = []
+
+    def batch(X):
+        calls.append(X.shape)
+        return np.array([cases.shifted_sphere(x) for x in X])
+
+    problem = mw.Problem(objective=batch, lower=cases.LOWER, upper=cases.UPPER, backend="python", vectorized=True,
+                         executor="serial")
+    X = np.array([[[0.5, 1.5], [2.0, -1.0], [9.0, 0.0]], [[1.0, 1.0], [-3.0, 3.0], [0.0, 0.0]]])
+    values = problem.host_objective.evaluate(X)
+    expected = [[cases.shifted_sphere(x) for x in row] for row in X]
+    expected[0][2] = np.inf  # outside the box: not sent out
+    np.testing.assert_array_equal(values, expected)  # exact: the same function on the same float64 rows
+    assert calls[-1] == (5, 2)  # one call with the five points inside the box

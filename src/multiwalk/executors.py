@@ -30,7 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EXECUTORS", "Engine", "check_executor", "default_workers", "launched_under_mpi", "mpi_comm_executor"]
+__all__ = ["EXECUTORS", "Engine", "check_executor", "default_workers", "launched_rank", "launched_under_mpi",
+           "mpi_comm_executor"]
 
 EXECUTORS = ("processes", "mpi", "dask", "serial")
 
@@ -67,6 +68,16 @@ def launched_under_mpi() -> bool:
         except ValueError:
             continue
     return False
+
+
+def launched_rank() -> int:
+    """This process's rank as the MPI launcher's environment gives it (0 when not launched so)."""
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK"):
+        try:
+            return int(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return 0
 
 
 def _is_dask_client(value: Any) -> bool:

@@ -1016,7 +1016,9 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             setup = build_setup(args.input)
-        for note in setup.notes if dist.is_writer() else ():
+        from ..executors import launched_rank
+
+        for note in setup.notes if dist.is_writer() and launched_rank() == 0 else ():  # once under mpiexec
             print(f"note: {note}")
         if args.reset_rand and not (args.resume or args.cont):
             raise InputError("--reset-rand goes with --resume or --cont")
