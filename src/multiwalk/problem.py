@@ -299,6 +299,30 @@ def _checked_data(
     return checked, np.array(s, dtype=dtype), ang
 
 
+def _checked_host_options(backend: Any, vectorized: Any, executor: Any, workers: Any, ignore_error: Any,
+                          model: Any, value_and_grad: Any) -> dict[str, Any] | None:
+    """The options of a non-JAX objective (``backend="python"``), checked, or None for ``"jax"``."""
+    if backend not in ("jax", "python"):
+        raise ValueError(f"backend={backend!r}; allowed: 'jax' (a jax.numpy objective, compiled) or 'python' "
+                         "(plain Python/NumPy, called outside the compiled solver)")
+    for name, value in (("vectorized", vectorized), ("ignore_error", ignore_error)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r}")
+    if backend == "jax":
+        given = [name for name, value, default in (("vectorized", vectorized, False), ("executor", executor, None),
+                                                  ("workers", workers, None), ("ignore_error", ignore_error, False))
+                 if value is not default]
+        if given:
+            raise ValueError(f"{given[0]}= goes with backend='python' (a non-JAX objective); a jax objective is compiled")
+        return None
+    if model is not None or value_and_grad is not None:
+        raise TypeError("backend='python' takes objective=f only (not model= or value_and_grad=): return chi2 from f")
+    from .executors import check_executor
+
+    check_executor(executor, workers)
+    return {"vectorized": vectorized, "executor": executor, "workers": workers, "ignore_error": ignore_error}
+
+
 class Problem:
     """A problem for ONE point ``x`` of ``n`` parameters; solvers batch it over walkers.
 
@@ -324,6 +348,20 @@ class Problem:
         or together with ``objective``.
     dtype : ``"float32"`` or ``"float64"``; default: float64 when ``jax_enable_x64`` is on,
         else float32.  float64 needs ``jax.config.update("jax_enable_x64", True)``.
+    backend : ``"jax"`` (default: ``objective`` is traced and compiled into the solver) or
+        ``"python"``: ``objective`` is plain Python/NumPy (a simulator, an external program),
+        called outside the compiled solver on a batch of points at a time
+        (:mod:`multiwalk.host_objective`); gradient solvers (L-BFGS) then do not apply.
+    vectorized : with ``backend="python"``: ``objective(X)`` takes ``X`` of shape ``(m, n)`` and
+        returns ``(m,)`` (default False: ``objective(x) -> float``, one point a call).
+    executor : with ``backend="python"``, where the points are evaluated
+        (:mod:`multiwalk.executors`): ``"processes"`` (default; ``"mpi"`` under ``mpiexec``),
+        ``"mpi"``, ``"dask"``, ``"serial"``, a ``concurrent.futures.Executor`` or a Dask ``Client``.
+    workers : with ``backend="python"``: the processes of ``"processes"`` / ``"dask"`` (default:
+        the CPUs).  The same seed gives the same result for every executor and worker count.
+    ignore_error : with ``backend="python"``: a point whose evaluation raises is a rejected move
+        (its value NaN), counted in ``stats["host_objective"]["errors"]``, instead of stopping
+        the run with :class:`~multiwalk.host_objective.ObjectiveError` (ODAT-SE's ``ignore_error``).
     """
 
     def __init__(
@@ -343,9 +381,15 @@ class Problem:
         names: Sequence[str] | None = None,
         value_and_grad: Callable | None = None,
         dtype: Any = None,
+        backend: str = "jax",
+        vectorized: bool = False,
+        executor: Any = None,
+        workers: int | None = None,
+        ignore_error: bool = False,
     ) -> None:
         # every argument is checked here, in this order, before the one trace of the function
         fn = _user_function(objective, model, value_and_grad, data, sigma, angular_data)
+        host_options = _checked_host_options(backend, vectorized, executor, workers, ignore_error, model, value_and_grad)
         self._user_vg = value_and_grad
         self.dtype = _resolve_dtype(dtype)
         self.args = args
@@ -361,6 +405,7 @@ class Problem:
         self.data, self.sigma, self.angular_data = (
             _checked_data(data, sigma, angular_data, self.dtype) if self.is_model else (None, None, None)
         )
+        self.host_objective = None if host_options is None else self._host_objective(host_options)
         self._check_function()
 
     # ------------------------------------------------------------------ validators (before any trace)
@@ -458,6 +503,30 @@ class Problem:
             which = [self.names[i] for i in np.flatnonzero(mask)]
             raise ValueError(f"periodic parameters {which} need lower and upper: the period is upper - lower")
         return mask
+
+    def _host_objective(self, options: dict[str, Any]) -> Any:
+        """``backend="python"``: the :class:`~multiwalk.host_objective.HostObjective` of the user's
+        function, called once here at the probe point (a function that fails or returns no number
+        is found before anything compiles); the solvers then trace its ``pure_callback``."""
+        from .executors import Engine
+        from .host_objective import HostObjective, evaluate_rows
+
+        engine = Engine(options["executor"], options["workers"])
+        host = HostObjective(
+            self._user_fn, n=self.n, dtype=self.dtype, args=self.args, takes_args=self._takes_args,
+            vectorized=options["vectorized"], ignore_error=options["ignore_error"], engine=engine,
+            lower=self.lower, upper=self.upper,
+        )
+        probe = self._probe_point().astype(np.float64)
+        _, errors = evaluate_rows(host.spec, probe[None, :], 0)
+        if errors and not options["ignore_error"]:
+            raise ValueError(
+                f"objective (backend='python') at x = {probe.tolist()} (the box's centre, or x0) failed: "
+                f"{errors[0][1]}. It must return one number for ONE point x of shape ({self.n},)"
+                + (" (vectorized: X of shape (m, n) -> (m,))" if options["vectorized"] else "")
+            )
+        self._user_fn, self._takes_args = host.traceable(), False  # args travel with the function
+        return host
 
     # ------------------------------------------------------------------ helpers
     def _index(self, what: str, key: int | str) -> int:
@@ -588,6 +657,11 @@ class Problem:
         Uses the user's ``value_and_grad`` when given (its gradient restricted to the free
         parameters), else ``jax.value_and_grad``; both in the problem's dtype.
         """
+        if self.host_objective is not None:
+            raise TypeError(
+                "this solver needs gradients, which an objective with backend='python' does not have: use "
+                "PatternSearch, ReplicaExchange or Exchange, or write the objective in jax.numpy"
+            )
         if self._user_vg is None:
             f, g = jax.value_and_grad(self.chi2_free)(theta)
             return f, g

@@ -79,7 +79,8 @@ SCHEMA: dict[str, dict[str, str]] = {
         "method": _STR, "initial_scale_list": _NUMS, "xatol": _NUM, "fatol": _NUM, "maxiter": _INT, "maxfev": _INT,
         "adaptive": _BOOL,
     },
-    "solver": {"name": _STR, "function_name": _STR, "function": _STR, "dimension": _INT},
+    "solver": {"name": _STR, "function_name": _STR, "function": _STR, "dimension": _INT, "backend": _STR,
+               "vectorized": _BOOL},
     "runner": {"log": _TABLE, "ignore_error": _BOOL, "mapping": _TABLE, "limitation": _TABLE},
     "runner.log": {"interval": _INT},
     "runner.mapping": {"A": _MATRIX, "b": _MATRIX},
@@ -211,6 +212,7 @@ class RunSetup:
     mapping: tuple[np.ndarray, np.ndarray] | None = None  # [runner.mapping] A (m, d), b (m,): f(A x + b)
     ignore_error: bool = False  # [runner] ignore_error
     export_combined_files: bool = False  # [algorithm.exchange]: trial and result lines in one combined.txt
+    host: dict[str, bool] | None = None  # a non-JAX objective: {"vectorized": ..., "ignore_error": ...}
 
 
 def _function(path: Path, solver: dict[str, Any], dimension: int, root_dir: Path) -> tuple[Any, str]:
@@ -343,6 +345,7 @@ def _base_setup(path: Path, data: dict[str, Any]) -> RunSetup:
             f"{path}: [runner.limitation] is supported for exchange (a move outside it is rejected) and minsearch "
             f"(f = inf outside it), not {name!r}, whose walkers start and move without it"
         )
+    _read_backend(path, data, setup)
     for other in ("exchange", "minimize", "pattern", "lbfgs", "tempering"):
         wanted = {"exchange": "exchange", "minimize": "minsearch"}.get(other, other)
         if other in alg and wanted != name:
@@ -451,6 +454,38 @@ def _mapped(fn: Any, a: np.ndarray, b: np.ndarray) -> Any:
         return fn(x @ a.T + b)
 
     return mapped
+
+
+def _read_backend(path: Path, data: dict[str, Any], setup: RunSetup) -> None:
+    """How ``[solver] name = "python"``'s function runs: compiled (``backend = "jax"``, or not given and
+    the function traces with jax) or called as Python outside the compiled solver (``backend =
+    "python"``, or not given and it does not trace), with ``vectorized`` and ``[runner] ignore_error``."""
+    solver, runner = data["solver"], data.get("runner", {})
+    backend = solver.get("backend")
+    if backend not in (None, "jax", "python"):
+        raise InputError(f'{path}: [solver] backend = {backend!r}; allowed: "jax" (compiled) or "python" '
+                         "(plain Python/NumPy, called outside the compiled solver)")
+    if backend is not None and solver["name"] != "python":
+        raise InputError(f'{path}: [solver] backend goes with name = "python"')
+    if backend is None and solver["name"] == "python" and not solver.get("vectorized"):
+        import jax
+
+        try:
+            jax.eval_shape(setup.function, jax.ShapeDtypeStruct((setup.dimension,), np.float32))
+            backend = "jax"
+        except Exception as err:  # noqa: BLE001 - any failure to trace: the function is not JAX
+            backend = "python"
+            setup.notes.append(f"{setup.function_label} is not a jax.numpy function ({type(err).__name__}): it is "
+                               "called as Python outside the compiled solver ([solver] backend = \"python\")")
+    if solver.get("vectorized") and backend != "python" and solver["name"] == "python":
+        backend = "python"  # a vectorized function is a Python one: f(X) of a whole batch
+    elif "vectorized" in solver and backend != "python":
+        raise InputError(f'{path}: [solver] vectorized goes with name = "python" and backend = "python"')
+    if backend == "python":
+        setup.host = {"vectorized": solver.get("vectorized", False), "ignore_error": runner.get("ignore_error", False)}
+    elif runner.get("ignore_error"):
+        setup.notes.append("[runner] ignore_error applies to Python objectives; a jax objective's NaN or inf is "
+                           "already a rejected move")
 
 
 def _read_mesh_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
@@ -707,11 +742,12 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     thermalization = _thermalization(setup, meta)
 
     with jax.enable_x64(args.dtype == "float64"):
+        host = _host_keywords(setup, args)
         if setup.mesh is None:
             problem = Problem(objective=setup.function, lower=setup.lower, upper=setup.upper, names=setup.labels,
-                              periodic=setup.periodic)
+                              periodic=setup.periodic, **host)
         else:
-            problem = Problem(objective=setup.function, names=setup.labels)
+            problem = Problem(objective=setup.function, names=setup.labels, **host)
         writer = None
         solver_kw = _exchange_options(setup, args, betas, thermalization, record, max_chunk)
         if meta is not None:  # before any file of the run is touched
@@ -936,6 +972,7 @@ def _report_exchange(setup: RunSetup, result: Any, writer: Any, replicas: int, w
               f"({who}{ring}); the run waited {writer.seconds:.3f} s for them")
     if "devices_note" in st:
         print(f"note: {st['devices_note']}")
+    _report_host(st)
     print(f"output in {setup.output_dir}; checkpoint {setup.checkpoint_file}")
     if result.status == Status.INTERRUPTED:
         print("interrupted: continue with --resume", file=sys.stderr)
@@ -959,6 +996,27 @@ def _write_profile(path: Path, stats: dict[str, Any], post: float, writer: Any) 
         path.write_text(json.dumps(data, default=float))
     except OSError as err:  # the run's files are complete: say so and go on
         print(f"MULTIWALK_PROFILE: could not write {path}: {err}", file=sys.stderr)
+
+
+def _host_keywords(setup: RunSetup, args: argparse.Namespace) -> dict[str, Any]:
+    """Problem's keywords for a non-JAX objective (``--executor``, ``--workers``, ``[solver] vectorized``,
+    ``[runner] ignore_error``); none for a JAX one."""
+    if setup.host is None:
+        return {}
+    return {"backend": "python", "executor": args.executor, "workers": args.workers, **setup.host}
+
+
+def _report_host(stats: dict[str, Any]) -> None:
+    """What the non-JAX objective's evaluation did: the executor, the evaluations, the errors ignored."""
+    host = stats.get("host_objective")
+    if host is None:
+        return
+    print(f"objective evaluated outside the solver: {host['points']} points in {host['batches']} batches, executor "
+          f"{host['executor']} ({host['workers']} worker{'s' if host['workers'] > 1 else ''}), {host['seconds']:.3f} s"
+          + (f", the pool restarted {host['restarts']} times" if host["restarts"] else ""))
+    if host["errors"]:
+        print(f"ignore_error: {host['errors']} evaluations raised and were rejected moves; the first: "
+              f"{host['first_error']}")
 
 
 # ---------------------------------------------------------------------------- the other algorithms
@@ -991,9 +1049,11 @@ def run_multiwalk_solver(setup: RunSetup, args: argparse.Namespace) -> int:
         box_only_draws = setup.algorithm == "lbfgs" and setup.initial is not None
         problem = Problem(objective=setup.function, lower=None if box_only_draws else setup.lower,
                           upper=None if box_only_draws else setup.upper, names=setup.labels, x0=setup.initial,
-                          periodic=setup.periodic)  # pbc_list: tempering only (the others refuse it)
+                          periodic=setup.periodic,  # pbc_list: tempering only (the others refuse it)
+                          **_host_keywords(setup, args))
         result = solve(problem, solver, seed=setup.seed or 0, progress=args.progress, time_limit=args.time_limit)
     _write_res(setup, result.fun, result.x, {"message": result.message})
+    _report_host(result.stats)
     return EXIT_OK if result.success else EXIT_FAILED
 
 
@@ -1078,14 +1138,43 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--kernel", choices=["auto", "xla", "pallas"], default="auto",
                    help="exchange: how the Monte Carlo steps run: auto (default: one Pallas kernel per block of steps "
                         "between exchanges on a GPU, for a continuous space with --no-step-files), xla, or pallas")
+    host = p.add_argument_group(
+        "a Python objective ([solver] name = \"python\" that is not jax.numpy, or backend = \"python\")",
+        "The batch of points of each step is spread over worker processes (or MPI ranks, or a Dask cluster); "
+        "the same seed gives the same result for any executor and worker count.",
+    )
+    host.add_argument("--workers", type=int, default=None, metavar="N",
+                      help="processes that evaluate the objective (default: the CPUs)")
+    host.add_argument("--executor", choices=["processes", "mpi", "dask", "serial"], default=None,
+                      help="where: processes on this machine (default), mpi (the default under mpiexec: the other "
+                           "ranks evaluate), dask (a Dask cluster: DASK_SCHEDULER_ADDRESS, else a local one), serial")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this much run time")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     p.set_defaults(handler=_handle, command_parser=p)
 
 
+def _run_minsearch(setup: RunSetup, args: argparse.Namespace) -> int:
+    from .run_minsearch import run_minsearch
+
+    return run_minsearch(setup, args.dtype)
+
+
+def _run_algorithm(setup: RunSetup, args: argparse.Namespace) -> int:
+    """Run the set-up's algorithm.  Under a plain ``mpiexec -n N`` with a Python objective, rank 0
+    runs it and the other ranks evaluate the objective (:func:`multiwalk.executors.mpi_comm_executor`)."""
+    from ..executors import launched_under_mpi, mpi_comm_executor
+
+    run = {"exchange": run_exchange, "minsearch": _run_minsearch}.get(setup.algorithm, run_multiwalk_solver)
+    if setup.host is None or args.executor not in (None, "mpi") or not launched_under_mpi():
+        return run(setup, args)
+    with mpi_comm_executor() as runs_here:
+        return run(setup, args) if runs_here else EXIT_OK
+
+
 def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .. import distributed as dist  # imports jax, which starts no device yet
+    from ..host_objective import ObjectiveError, WorkerCrashError
 
     try:
         if args.nprocs is not None and args.nprocs < 1:
@@ -1108,12 +1197,16 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             raise InputError(f"--write-chunks must be at least 1, got {args.write_chunks}")
         if args.time_limit is not None and not args.time_limit > 0:
             raise InputError(f"--time-limit must be positive, got {args.time_limit}")
+        if args.workers is not None and args.workers < 1:
+            raise InputError(f"--workers must be at least 1, got {args.workers}")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             setup = build_setup(args.input)
         if setup.export_combined_files and not args.step_files:
             setup.notes.append("export_combined_files: --no-step-files writes no step lines, so no combined.txt")
-        for note in setup.notes if dist.is_writer() else ():
+        from ..executors import launched_rank
+
+        for note in setup.notes if dist.is_writer() and launched_rank() == 0 else ():  # once under mpiexec
             print(f"note: {note}")
         if args.reset_rand and not (args.resume or args.cont):
             raise InputError("--reset-rand goes with --resume or --cont")
@@ -1125,13 +1218,12 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             raise InputError("--nprocs is for algorithm exchange")
         if setup.algorithm == "minsearch" and args.distributed:
             raise InputError("--distributed is for algorithms exchange, pattern, lbfgs and tempering (minsearch is serial)")
-        if setup.algorithm == "exchange":
-            return run_exchange(setup, args)
-        if setup.algorithm == "minsearch":
-            from .run_minsearch import run_minsearch
-
-            return run_minsearch(setup, args.dtype)
-        return run_multiwalk_solver(setup, args)
+        if setup.host is None and (args.workers is not None or args.executor is not None):
+            raise InputError("--workers and --executor are for a Python objective ([solver] backend = \"python\")")
+        return _run_algorithm(setup, args)
+    except (ObjectiveError, WorkerCrashError) as err:  # the user's objective failed: one paragraph
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
+        return EXIT_FAILED
     except (InputError, FileNotFoundError) as err:
         print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return EXIT_USAGE

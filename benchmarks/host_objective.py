@@ -1,0 +1,147 @@
+"""Wall time of a non-JAX objective of 10 ms a point (``time.sleep``, or ``--busy``: a busy loop of
+that length) with W worker processes against serial, and against ``mpiexec -np W`` ODAT-SE on the
+same problem when odatse is installed (skipped otherwise).
+
+    python benchmarks/host_objective.py --workers 1 2 4 8 16 --out host_objective.json
+
+Replica exchange (``mw.Exchange``) of ``--replicas`` replicas for ``--steps`` steps: one batch of
+``replicas`` points a step.  Prints a markdown table; writes JSON to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import multiwalk as mw
+
+jax.config.update("jax_enable_x64", True)
+SECONDS_PER_POINT = 0.010
+
+
+def slow_sphere(x: np.ndarray) -> float:
+    """sum(x^2) after 10 ms of sleep (or of busy work when MULTIWALK_BENCH_BUSY is set)."""
+    if os.environ.get("MULTIWALK_BENCH_BUSY"):
+        end = time.perf_counter() + SECONDS_PER_POINT
+        while time.perf_counter() < end:
+            pass
+    else:
+        time.sleep(SECONDS_PER_POINT)
+    return float(np.sum(np.asarray(x) ** 2))
+
+
+def ours(executor: str, workers: int | None, replicas: int, steps: int) -> dict:
+    problem = mw.Problem(objective=slow_sphere, lower=[-5.0] * 3, upper=[5.0] * 3, backend="python",
+                         executor=executor, workers=workers)
+    solver = mw.Exchange(betas=tuple(np.geomspace(10, 0.1, replicas).tolist()), numsteps=steps,
+                         numsteps_exchange=5, step_width=(0.2,) * 3)
+    problem.host_objective.engine.executor().submit(int, 0).result() if executor != "serial" else None  # start workers
+    t0 = time.perf_counter()
+    result = mw.solve(problem, solver, seed=0)
+    wall = time.perf_counter() - t0
+    problem.host_objective.engine.shutdown()
+    host = result.stats["host_objective"]
+    return {"executor": executor, "workers": host["workers"], "wall_s": wall, "run_s": result.stats["run_seconds"],
+            "points": host["points"], "fun": float(result.fun)}
+
+
+PEER = textwrap.dedent('''
+    import sys, time, numpy as np, odatse, odatse.algorithm.exchange, odatse.solver.function
+    def slow_sphere(x):
+        time.sleep(0.010)
+        return float(np.sum(np.asarray(x) ** 2))
+    info = odatse.Info.from_file(sys.argv[1])
+    solver = odatse.solver.function.Solver(info)
+    solver.set_function(slow_sphere)
+    runner = odatse.Runner(solver, info)
+    odatse.algorithm.exchange.Algorithm(info, runner).main()
+''')
+
+
+def peer(workers: int, replicas: int, steps: int, folder: Path) -> dict | None:
+    """``mpiexec -np W`` odatse's exchange on the same problem (replicas / W per process), or None."""
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None or replicas % workers:
+        return None
+    # the package, not benchmarks/odatse.py beside this script: asked of a Python started in the folder
+    probe = subprocess.run([sys.executable, "-c", "import odatse.algorithm.exchange"], cwd=folder, capture_output=True)
+    if probe.returncode:
+        return None
+    (folder / "peer.py").write_text(PEER)
+    (folder / "input.toml").write_text(textwrap.dedent(f'''
+        [base]
+        dimension = 3
+        output_dir = "out{workers}"
+        [solver]
+        name = "function"
+        [algorithm]
+        name = "exchange"
+        seed = 0
+        [algorithm.param]
+        min_list = [-5.0, -5.0, -5.0]
+        max_list = [5.0, 5.0, 5.0]
+        step_list = [0.2, 0.2, 0.2]
+        [algorithm.exchange]
+        Tmin = 0.1
+        Tmax = 10.0
+        numsteps = {steps}
+        numsteps_exchange = 5
+        nreplica_per_proc = {replicas // workers}
+    '''))
+    t0 = time.perf_counter()
+    subprocess.run([mpiexec, "-np", str(workers), sys.executable, "peer.py", "input.toml"], cwd=folder, check=True,
+                   capture_output=True)
+    return {"workers": workers, "wall_s": time.perf_counter() - t0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--replicas", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--busy", action="store_true", help="a busy loop of 10 ms instead of time.sleep")
+    parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    args = parser.parse_args()
+    if args.busy:
+        os.environ["MULTIWALK_BENCH_BUSY"] = "1"  # before the worker processes start
+    serial = ours("serial", None, args.replicas, args.steps)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for w in args.workers:
+            row = ours("processes", w, args.replicas, args.steps)
+            row["speedup"] = serial["run_s"] / row["run_s"]
+            row["peer"] = peer(w, args.replicas, args.steps, Path(tmp))
+            rows.append(row)
+    floor = args.replicas * args.steps * SECONDS_PER_POINT
+    print(f"# non-JAX objective, {SECONDS_PER_POINT * 1e3:.0f} ms a point ({'busy loop' if args.busy else 'time.sleep'}), "
+          f"{args.replicas} replicas x {args.steps} steps; {platform.node()}, {os.cpu_count()} CPUs, "
+          f"{datetime.date.today()}\n")
+    print(f"serial: {serial['run_s']:.2f} s of run ({floor:.2f} s of objective at most)\n")
+    print("| W | run (s) | speed-up vs serial | >= 0.8 W | odatse mpiexec -np W, whole process (s) |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in rows:
+        p = r["peer"]
+        enough = "yes" if r["speedup"] >= 0.8 * r["workers"] else "no"
+        print(f"| {r['workers']} | {r['run_s']:.2f} | {r['speedup']:.2f} | {enough} "
+              f"| {'odatse not installed' if p is None else format(p['wall_s'], '.2f')} |")
+    if args.out is not None:
+        args.out.write_text(json.dumps({"serial": serial, "rows": rows, "busy": args.busy, "replicas": args.replicas,
+                                        "steps": args.steps, "cpus": os.cpu_count(), "date": str(datetime.date.today())},
+                                       indent=1))
+
+
+if __name__ == "__main__":
+    main()

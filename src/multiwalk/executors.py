@@ -1,0 +1,234 @@
+"""Where a non-JAX objective's points are evaluated: one ``concurrent.futures.Executor``.
+
+``executor=`` of :class:`multiwalk.Problem` (``backend="python"``) and ``multiwalk run --executor``:
+
+* ``"processes"`` (the default): a :class:`concurrent.futures.ProcessPoolExecutor` of ``workers``
+  processes on this machine (default: the CPUs this process may use), started by ``forkserver``
+  (JAX's threads do not survive a fork), each ignoring Ctrl-C so the driver ends the run cleanly;
+* ``"mpi"``: :mod:`mpi4py.futures`, the default when launched under ``mpiexec`` with several ranks:
+  ``mpiexec -n N python -m mpi4py.futures ...`` gives an :class:`~mpi4py.futures.MPIPoolExecutor`
+  over ranks 1 .. N-1; a plain ``mpiexec -n N multiwalk run`` (ODAT-SE's way) an
+  :class:`~mpi4py.futures.MPICommExecutor` on ``COMM_WORLD`` (rank 0 runs, the others evaluate);
+* ``"dask"``: a Dask distributed ``Client`` (``Client()`` reads ``DASK_SCHEDULER_ADDRESS``, else
+  starts a local cluster of ``workers`` processes), its ``client.get_executor()``;
+* ``"serial"``: in this process, one point after another;
+* an ``Executor`` instance (used as it is, never shut down here) or a Dask ``Client``.
+
+No scheduling of our own: the batch is cut into one contiguous piece per worker and handed to the
+executor; the values come back in the batch's order, so every executor gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["EXECUTORS", "Engine", "check_executor", "default_workers", "launched_rank", "launched_under_mpi",
+           "mpi_comm_executor"]
+
+EXECUTORS = ("processes", "mpi", "dask", "serial")
+
+# environment variables that MPI launchers set in every rank: the world size
+_MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
+
+# the MPICommExecutor of a plain ``mpiexec -n N multiwalk run`` (see mpi_comm_executor), on rank 0
+_COMM_EXECUTOR: list[cf.Executor] = []
+
+
+def default_workers() -> int:
+    """The CPUs this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def mpi_futures_pool_launched() -> bool:
+    """Whether this program runs under ``python -m mpi4py.futures`` (its ranks > 0 a shared pool)."""
+    core = sys.modules.get("mpi4py.futures._core")
+    return core is not None and getattr(core, "SharedPool", None) is not None
+
+
+def launched_under_mpi() -> bool:
+    """Whether an MPI launcher started this process with other ranks (the launchers' environment
+    variables say so; MPI itself is not started to find out) or ``python -m mpi4py.futures`` did."""
+    if mpi_futures_pool_launched():
+        return True
+    for name in _MPI_SIZE_VARIABLES:
+        try:
+            if int(os.environ.get(name, "1")) > 1:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def launched_rank() -> int:
+    """This process's rank as the MPI launcher's environment gives it (0 when not launched so)."""
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK"):
+        try:
+            return int(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return 0
+
+
+def _is_dask_client(value: Any) -> bool:
+    return type(value).__name__ == "Client" and type(value).__module__.startswith("distributed")
+
+
+def check_executor(executor: Any, workers: Any) -> None:
+    """ValueError/TypeError naming ``executor`` or ``workers`` when they are not usable (nothing started)."""
+    if executor is not None and not isinstance(executor, (str, cf.Executor)) and not _is_dask_client(executor):
+        raise TypeError(
+            f"executor must be one of {', '.join(map(repr, EXECUTORS))}, a concurrent.futures.Executor or a "
+            f"dask.distributed.Client, got {type(executor).__name__}"
+        )
+    if isinstance(executor, str) and executor not in EXECUTORS:
+        raise ValueError(f"executor={executor!r}; allowed: {', '.join(map(repr, EXECUTORS))}, an Executor or a Dask Client")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be a positive integer (processes that evaluate the objective), got {workers!r}")
+    if workers is not None and executor is not None and not isinstance(executor, str):
+        raise ValueError("workers= goes with executor='processes', 'mpi' or 'dask'; an executor instance has its own")
+    if executor == "mpi":
+        _need("mpi4py", "mpi")
+    if executor == "dask" or _is_dask_client(executor):
+        _need("distributed", "dask")
+
+
+def _need(module: str, extra: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ImportError(f"executor={extra!r} needs {module}: pip install \"multiwalk[{extra}]\"")
+
+
+def _ignore_ctrl_c() -> None:
+    """A worker process's initializer: Ctrl-C reaches the whole process group, but only the driver
+    acts on it (it ends the run after the current chunk); a worker killed by it would break the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@dataclass
+class Engine:
+    """The executor one non-JAX objective uses, made on first use (``executor()``), and restarted
+    when a worker process died (``restart()``, ``restarts`` counted).  ``name`` and ``workers`` say
+    what it is, for the messages and ``stats["host_objective"]``."""
+
+    spec: Any = None  # what the user gave: None, a name of EXECUTORS, an Executor or a Dask Client
+    requested_workers: int | None = None
+    name: str = ""
+    workers: int = 1
+    restarts: int = 0
+    _executor: cf.Executor | None = field(default=None, repr=False)
+    _owned: bool = field(default=False, repr=False)  # made here: shut down and restarted here
+
+    def __post_init__(self) -> None:
+        check_executor(self.spec, self.requested_workers)
+        spec = self.spec
+        if spec is None:
+            spec = "mpi" if launched_under_mpi() else "processes"
+        if isinstance(spec, str):
+            self.name = spec
+        else:
+            self.name = "dask" if _is_dask_client(spec) else type(spec).__name__
+        self.workers = 1 if self.name == "serial" else (self.requested_workers or self._known_workers())
+
+    def _known_workers(self) -> int:
+        """The pieces a batch is cut into: the workers of the pool when known, else the CPUs."""
+        if self.name == "mpi":
+            import importlib
+
+            size = int(importlib.import_module("mpi4py.MPI").COMM_WORLD.Get_size())
+            return max(size - 1, 1)  # rank 0 runs the solver; the others evaluate
+        if _is_dask_client(self.spec):
+            return max(len(self.spec.scheduler_info().get("workers", {})), 1)
+        if isinstance(self.spec, cf.ProcessPoolExecutor):
+            return int(getattr(self.spec, "_max_workers", default_workers()))
+        return default_workers()
+
+    @property
+    def serial(self) -> bool:
+        return self.name == "serial"
+
+    def executor(self) -> cf.Executor:
+        """The executor, made now if it is not yet (processes start on first use)."""
+        if self._executor is None:
+            self._executor, self._owned = self._make()
+        return self._executor
+
+    def _make(self) -> tuple[cf.Executor, bool]:
+        spec = self.spec if self.spec is not None else self.name
+        if isinstance(spec, cf.Executor):
+            return spec, False
+        if _is_dask_client(spec):
+            return spec.get_executor(), False
+        if spec == "processes":
+            context = multiprocessing.get_context("forkserver")
+            # the fork server imports multiwalk (and jax, whose threads it never starts) once, so a
+            # worker, or a pool started again after a crash, is a fork of it ready to run
+            context.set_forkserver_preload(["multiwalk.host_objective"])
+            return cf.ProcessPoolExecutor(self.workers, mp_context=context, initializer=_ignore_ctrl_c), True
+        if spec == "mpi":
+            if _COMM_EXECUTOR:  # a plain mpiexec launch: mpi_comm_executor made it on rank 0
+                return _COMM_EXECUTOR[-1], False
+            from mpi4py.futures import MPIPoolExecutor
+
+            return MPIPoolExecutor(max_workers=self.workers), True
+        if spec == "dask":
+            from distributed import Client
+
+            # Client() connects to DASK_SCHEDULER_ADDRESS when set, else starts a local cluster
+            client = Client(n_workers=self.workers, threads_per_worker=1) if not os.environ.get(
+                "DASK_SCHEDULER_ADDRESS") else Client()
+            self.spec = client
+            return client.get_executor(), True
+        raise AssertionError(spec)  # check_executor refused anything else
+
+    def restart(self) -> bool:
+        """After a worker died: a fresh pool of processes (True), or False when this executor is not
+        ours to restart (then the crash is reported)."""
+        if not (self._owned and self.name == "processes"):
+            return False
+        self.shutdown()
+        self.restarts += 1
+        return True
+
+    def shutdown(self) -> None:
+        """Stop the processes this engine started (an executor given by the user is left alone)."""
+        if self._executor is not None and self._owned:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            if self.name == "dask" and _is_dask_client(self.spec):
+                self.spec.close()
+        self._executor = None
+
+
+@contextmanager
+def mpi_comm_executor() -> Iterator[bool]:
+    """For a plain ``mpiexec -n N multiwalk run`` (every rank runs the program, as ODAT-SE's users
+    launch it): rank 0 gets an :class:`~mpi4py.futures.MPICommExecutor` on ``COMM_WORLD`` and runs
+    the body (yields True); the other ranks evaluate its batches until it is done (yields False:
+    skip the body).  Nothing happens (True) when not so launched."""
+    if mpi_futures_pool_launched() or not launched_under_mpi():
+        yield True
+        return
+    _need("mpi4py", "mpi")
+    from mpi4py import MPI
+    from mpi4py.futures import MPICommExecutor
+
+    with MPICommExecutor(MPI.COMM_WORLD, root=0) as executor:
+        if executor is None:  # a worker rank: it has served every batch
+            yield False
+            return
+        _COMM_EXECUTOR.append(executor)
+        try:
+            yield True
+        finally:
+            _COMM_EXECUTOR.remove(executor)

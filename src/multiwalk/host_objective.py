@@ -1,0 +1,289 @@
+"""Objectives that are not JAX: a Python/NumPy ``f(x) -> float`` (or a vectorised ``f(X) -> (m,)``),
+evaluated outside the compiled solver, its batch spread over an executor (:mod:`multiwalk.executors`).
+
+``Problem(objective=f, backend="python", ...)`` makes a :class:`HostObjective`.  The solvers stay
+compiled: the problem's one-point function is :meth:`HostObjective.traceable`, a
+``jax.pure_callback`` with ``vmap_method="expand_dims"``, so a solver that ``vmap``s it over its
+walkers makes ONE callback per evaluation with the whole batch ``(..., n)``.  On the host the batch
+is cut into one contiguous piece per worker; each worker evaluates its rows in order; the values
+come back in the batch's order.  The numbers are the same for every executor and worker count.
+
+Points outside the box (when the problem has one) are not sent out: their value is +inf, what
+every solver does with a point outside its prior's support.
+
+Failures: an exception in ``f`` stops the run with :class:`ObjectiveError`, one paragraph naming
+the replica (the row of the batch), its ``x`` and the exception; with ``ignore_error=True``
+(ODAT-SE's ``[runner] ignore_error``) the point's value is NaN instead, which every solver treats
+as a rejected move, and it is counted (``stats["host_objective"]["errors"]``).  A worker process
+that dies (killed, out of memory, ``os._exit``) breaks the pool: it is started again and the batch
+evaluated again, up to ``MAX_RESTARTS`` times in a row, then :class:`WorkerCrashError`.  Either
+error leaves the run's last checkpoint as it was (the driver writes none of a failed chunk).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+import numpy as np
+
+from .executors import Engine
+
+__all__ = ["HostObjective", "ObjectiveError", "WorkerCrashError", "MAX_RESTARTS", "plain_error", "add_stats"]
+
+MAX_RESTARTS = 2  # fresh process pools for one batch before a crash is reported
+
+
+class ObjectiveError(RuntimeError):
+    """The user's (non-JAX) objective raised: the message names the replica, x and the exception."""
+
+
+class WorkerCrashError(RuntimeError):
+    """A worker process died while evaluating a batch, and restarting the pool did not help."""
+
+
+class _QuietCallbackErrors(logging.Filter):
+    """JAX logs a traceback for every exception raised in a callback; ours carry their own
+    one-paragraph message, which the driver raises in place of the runtime error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, (ObjectiveError, WorkerCrashError))
+
+
+logging.getLogger("jax._src.callback").addFilter(_QuietCallbackErrors())
+
+
+# ---------------------------------------------------------------------------- in a worker
+_LOADED: dict[str, tuple[Any, ...]] = {}  # a worker's functions, by the digest of their payload
+
+
+def _load(payload: bytes) -> tuple[Any, ...]:
+    """``(function, args, takes_args, vectorized, ignore_error)`` from its cloudpickle payload,
+    unpickled once per worker process."""
+    key = hashlib.sha1(payload).hexdigest()
+    loaded = _LOADED.get(key)
+    if loaded is None:
+        import cloudpickle
+
+        loaded = _LOADED[key] = cloudpickle.loads(payload)
+    return loaded
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err).strip().replace("\n", " ")
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def evaluate_rows(spec: tuple[Any, ...], X: np.ndarray, first: int) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """The objective at each row of ``X`` (m, n) (float64), rows ``first .. first+m-1`` of the batch:
+    ``(values (m,), [(row, exception), ...])``.  A row that raised is NaN with ``ignore_error``;
+    without, evaluation stops at the first one (the rest NaN, the error listed)."""
+    fn, args, takes_args, vectorized, ignore_error = spec
+    values = np.full(len(X), math.nan)
+    errors: list[tuple[int, str]] = []
+    if vectorized:
+        try:
+            out = np.asarray(fn(X, args) if takes_args else fn(X), dtype=np.float64)
+            if out.shape != (len(X),):
+                raise ValueError(f"a vectorized objective must return shape ({len(X)},) for X of shape {X.shape}, "
+                                 f"got shape {out.shape}")
+            values[:] = out
+        except Exception as err:  # noqa: BLE001 - the user's function: reported with its rows
+            errors.append((first, _describe(err)))
+        return values, errors
+    for i, x in enumerate(X):
+        try:
+            out = np.asarray(fn(x, args) if takes_args else fn(x), dtype=np.float64)
+            if out.shape not in ((), (1,)):
+                raise ValueError(f"the objective must return one number, got an array of shape {out.shape}")
+            values[i] = out.reshape(())
+        except Exception as err:  # noqa: BLE001 - the user's function: reported with its row
+            errors.append((first + i, _describe(err)))
+            if not ignore_error:
+                break
+    return values, errors
+
+
+def _evaluate_piece(payload: bytes, X: np.ndarray, first: int) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """A worker's task: :func:`evaluate_rows` with the function unpickled from ``payload``."""
+    return evaluate_rows(_load(payload), X, first)
+
+
+# ---------------------------------------------------------------------------- in the driver
+class HostObjective:
+    """A non-JAX objective of one point ``x`` (n,) -> float (or, ``vectorized``, ``X`` (m, n) -> (m,)),
+    evaluated in batches on ``engine``'s workers.  ``counts``: batches, points evaluated, errors
+    (points that raised, turned into NaN by ``ignore_error``), seconds spent waiting for values."""
+
+    def __init__(self, function: Callable, *, n: int, dtype: Any, args: Any, takes_args: bool,
+                 vectorized: bool, ignore_error: bool, engine: Engine,
+                 lower: np.ndarray | None, upper: np.ndarray | None) -> None:
+        self.function = function
+        self.n, self.dtype = n, np.dtype(dtype)
+        self.spec = (function, args, takes_args, vectorized, ignore_error)
+        self.vectorized, self.ignore_error, self.engine = vectorized, ignore_error, engine
+        self.lower, self.upper = lower, upper
+        self.counts = {"batches": 0, "points": 0, "errors": 0, "seconds": 0.0}
+        self.first_error: str | None = None  # the first point that raised (with ignore_error)
+        self.failure: Exception | None = None  # what stopped the last run, raised by the driver
+        self._payload: bytes | None = None
+
+    @property
+    def name(self) -> str:
+        return getattr(self.function, "__qualname__", type(self.function).__name__)
+
+    def payload(self) -> bytes:
+        """The function and how to call it, pickled once (cloudpickle: a function of a script, a
+        lambda or one read from a file by ``multiwalk run`` travels by value)."""
+        if self._payload is None:
+            import cloudpickle
+
+            self._payload = cloudpickle.dumps(self.spec)
+        return self._payload
+
+    def traceable(self) -> OnHost:
+        """The one-point function the solvers trace (:class:`OnHost`)."""
+        return OnHost(self.function, self)
+
+    def evaluate(self, X: Any) -> np.ndarray:
+        """The values at the points ``X`` (..., n) -> (...), in the problem's dtype.  Raises
+        :class:`ObjectiveError` or :class:`WorkerCrashError` (kept in ``failure`` for the driver)."""
+        t0 = time.perf_counter()
+        X = np.asarray(X, dtype=np.float64)
+        rows = X.reshape(-1, self.n)
+        values = np.full(len(rows), math.inf)
+        inside = np.ones(len(rows), dtype=bool)
+        if self.lower is not None:
+            inside = np.all((rows >= self.lower) & (rows <= self.upper), axis=1)
+        todo = np.flatnonzero(inside)
+        try:
+            values[todo], errors = self._evaluate(rows[todo], todo)
+        except (ObjectiveError, WorkerCrashError) as err:
+            self.failure = err
+            raise
+        self.counts["batches"] += 1
+        self.counts["points"] += len(todo)
+        self.counts["errors"] += len(errors)
+        self.counts["seconds"] += time.perf_counter() - t0
+        if errors and self.first_error is None:
+            self.first_error = self._paragraph(errors[0], rows, len(rows))
+        if errors and not self.ignore_error:
+            self.failure = ObjectiveError(self._paragraph(errors[0], rows, len(rows)) + (
+                " To treat such points as rejected moves, set ignore_error=True ([runner] ignore_error = true)."))
+            raise self.failure
+        return values.reshape(X.shape[:-1]).astype(self.dtype)
+
+    def evaluate_bits(self, words: Any) -> np.ndarray:
+        """:meth:`evaluate` of points given as uint32 words (``(..., n, 2)`` for float64, ``(..., n)`` for
+        float32), its values returned so (``(..., 2)`` or ``(...)``), for :class:`OnHost`."""
+        words = np.ascontiguousarray(words, dtype=np.uint32)
+        pair = self.dtype.itemsize == 8
+        X = words.view(self.dtype).reshape(words.shape[:-1] if pair else words.shape)
+        values = np.ascontiguousarray(self.evaluate(X).reshape(-1)).view(np.uint32)
+        return values.reshape(X.shape[:-1] + ((2,) if pair else ()))
+
+    def _paragraph(self, error: tuple[int, str], rows: np.ndarray, m: int) -> str:
+        row, what = error
+        if self.vectorized:
+            return (f"the vectorized objective {self.name}(X) raised {what} on rows {row} .. of the batch of {m} "
+                    f"(X[0] = {rows[row].tolist()}).")
+        return f"the objective {self.name}(x) raised {what} at replica {row} of {m}, x = {rows[row].tolist()}."
+
+    def _evaluate(self, X: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, list[tuple[int, str]]]:
+        """``(values, errors)`` of the rows ``X`` (rows ``index`` of the batch): here when serial,
+        else one contiguous piece per worker; the pool is started again when a worker died."""
+        if len(X) == 0:
+            return np.empty(0), []
+        if self.engine.serial:
+            values, errors = evaluate_rows(self.spec, X, 0)
+            return values, [(int(index[i]), e) for i, e in errors]
+        for attempt in range(MAX_RESTARTS + 1):
+            try:
+                values, errors = self._in_pieces(X)
+                return values, [(int(index[i]), e) for i, e in errors]
+            except BrokenProcessPool as err:
+                if attempt == MAX_RESTARTS or not self.engine.restart():
+                    self.engine.shutdown()  # a later run starts a fresh pool
+                    raise WorkerCrashError(
+                        f"a worker process of the {self.engine.name} executor died while evaluating {self.name} "
+                        f"at replicas {int(index[0])} .. {int(index[-1])} ({_describe(err)}); the pool was started "
+                        f"again {self.engine.restarts} times. The run stops; its last checkpoint is kept "
+                        "(continue with --resume, or solve(resume=...))."
+                    ) from None
+        raise AssertionError("unreachable")
+
+    def _in_pieces(self, X: np.ndarray) -> tuple[np.ndarray, list[tuple[int, str]]]:
+        """One contiguous piece of rows per worker (sizes differing by at most one), submitted to the
+        executor; the values put back in order, the errors in order of rows."""
+        executor = self.engine.executor()
+        pieces = np.array_split(np.arange(len(X)), min(self.engine.workers, len(X)))
+        payload = self.payload()
+        futures = [executor.submit(_evaluate_piece, payload, X[p], int(p[0])) for p in pieces]
+        values = np.empty(len(X))
+        errors: list[tuple[int, str]] = []
+        for p, future in zip(pieces, futures):
+            v, e = future.result()
+            values[p] = v
+            errors += e
+        return values, errors
+
+    def stats(self) -> dict[str, Any]:
+        """What ``stats["host_objective"]`` reports of the last run."""
+        out: dict[str, Any] = {"executor": self.engine.name, "workers": self.engine.workers, **self.counts,
+                               "restarts": self.engine.restarts}
+        if self.first_error is not None:
+            out["first_error"] = self.first_error
+        return out
+
+    def reset(self) -> None:
+        """Counters and failure of a new run."""
+        self.counts = dict.fromkeys(self.counts, 0)
+        self.counts["seconds"] = 0.0
+        self.first_error = self.failure = None
+
+
+class OnHost:
+    """The one-point function of a non-JAX objective as the solvers trace it: a ``pure_callback`` to
+    :meth:`HostObjective.evaluate`, in the problem's dtype; under ``vmap`` (``vmap_method=
+    "expand_dims"``) it receives the whole batch at once.  A callable object holding the user's
+    ``function``, so a checkpoint's identity of the problem is that function's
+    (:mod:`multiwalk.identity` digests what a callable object holds; the executor counts for nothing)."""
+
+    def __init__(self, function: Callable, host: HostObjective) -> None:
+        self.function = function
+        self.host = host
+
+    def __call__(self, x: Any) -> Any:
+        import jax
+
+        # The points and the values cross as their bits in uint32 words (float64: two a number):
+        # where the thread that runs a callback has 64-bit mode off (jax.enable_x64 is a per-thread
+        # setting, and XLA runs callbacks on threads of its own), JAX hands it float32 points and
+        # turns its float64 values into float32; integers it leaves alone.
+        dtype = self.host.dtype
+        words = jax.lax.bitcast_convert_type(x.astype(dtype), np.uint32)
+        shape = jax.ShapeDtypeStruct(x.shape[:-1] + words.shape[x.ndim:], np.uint32)
+        bits = jax.pure_callback(self.host.evaluate_bits, shape, words, vmap_method="expand_dims")
+        return jax.lax.bitcast_convert_type(bits, dtype)
+
+
+def plain_error(problem: Any, err: BaseException) -> BaseException | None:
+    """The one-paragraph error of a non-JAX objective that failed inside a compiled run (JAX raises
+    a runtime error holding a traceback), or None when ``err`` is something else."""
+    host = getattr(problem, "host_objective", None)
+    if host is None or host.failure is None:
+        return None
+    return host.failure
+
+
+def add_stats(problem: Any, stats: dict[str, Any]) -> None:
+    """``stats["host_objective"]`` of a run of a non-JAX objective; nothing for a JAX one."""
+    host = getattr(problem, "host_objective", None)
+    if host is not None:
+        stats["host_objective"] = host.stats()

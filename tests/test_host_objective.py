@@ -1,0 +1,244 @@
+"""Non-JAX objectives (``Problem(backend="python")``): the same seed gives the same numbers serially,
+on 2 worker processes, on a real 2-rank MPI run and on a real Dask LocalCluster; a failing objective
+is one paragraph; ignore_error counts; a dying worker is restarted, or reported with the checkpoint kept.
+
+One Problem object serves the executor comparisons (its engine swapped between runs), so the
+solver's loop is compiled once for them: the compiled callback reads the engine when it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import host_objective_cases as cases
+import jax
+import numpy as np
+import pytest
+from odatse_inputs import run_cli
+
+import multiwalk as mw
+from multiwalk import host_objective
+from multiwalk.executors import Engine
+from multiwalk.host_objective import ObjectiveError, WorkerCrashError
+
+HERE = Path(__file__).parent
+SEED = 5
+# where crash_when_marked looks for its marks, fixed before any worker process starts
+CRASH_DIR = Path(os.environ.setdefault("MULTIWALK_TEST_CRASH_DIR", tempfile.mkdtemp(prefix="multiwalk-crash-")))
+
+
+@pytest.fixture(scope="module")
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.fixture(scope="module")
+def problem(x64):
+    return mw.Problem(objective=cases.crash_when_marked, lower=cases.LOWER, upper=cases.UPPER, backend="python",
+                      executor="serial")
+
+
+@pytest.fixture(scope="module")
+def serial(problem):
+    """The reference: every point evaluated in this process, one after another."""
+    problem.host_objective.engine = Engine("serial")
+    return mw.solve(problem, cases.solver(), seed=SEED)
+
+
+def _same(result, reference) -> None:
+    # exact: every executor evaluates the same float64 points with the same function, in the
+    # batch's order, so the run is the same number for number
+    np.testing.assert_array_equal(np.asarray(result.replica_fx), np.asarray(reference.replica_fx))
+    np.testing.assert_array_equal(np.asarray(result.x), np.asarray(reference.x))
+
+
+def test_serial_run_finds_the_minimum_and_counts(serial):
+    # the minimum of sum((x-1)^2) + 0.1 sin(x0) is near (0.95, 1); 24 steps of 4 replicas get within 0.5
+    assert serial.fun < 0.5 and np.all(np.abs(np.asarray(serial.x) - 1.0) < 0.8)
+    stats = serial.stats["host_objective"]
+    assert stats["executor"] == "serial" and stats["errors"] == 0
+    # one batch per Monte Carlo step (24: the start and 23 moves) and one for result.fun: never one per point
+    assert stats["batches"] == cases.STEPS + 1
+    assert 0 < stats["points"] <= 4 * (cases.STEPS + 1)
+
+
+def test_two_worker_processes_give_the_same_result(problem, serial):
+    # a worker that dies once (os._exit in the objective) is replaced and the batch evaluated again
+    marker = CRASH_DIR / "once"
+    marker.touch()
+    problem.host_objective.engine = engine = Engine("processes", 2)
+    try:
+        result = mw.solve(problem, cases.solver(), seed=SEED)
+    finally:
+        engine.shutdown()
+    _same(result, serial)
+    assert result.stats["host_objective"]["workers"] == 2
+    assert result.stats["host_objective"]["restarts"] == 1 and not marker.exists()
+
+
+def test_dask_local_cluster_gives_the_same_result(problem, serial):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        problem.host_objective.engine = Engine(client)
+        result = mw.solve(problem, cases.solver(), seed=SEED)
+    _same(result, serial)
+    assert result.stats["host_objective"]["executor"] == "dask" and result.stats["host_objective"]["workers"] == 2
+
+
+def test_two_rank_mpi_run_gives_the_same_result(serial, tmp_path):
+    pytest.importorskip("mpi4py")
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    out = tmp_path / "mpi.npz"
+    run = subprocess.run(
+        [mpiexec, "-n", "2", sys.executable, "-m", "mpi4py.futures", str(HERE / "host_objective_mpi.py"), str(out)],
+        capture_output=True, text=True, timeout=240, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    saved = np.load(out)
+    assert str(saved["name"]) == "mpi" and int(saved["workers"]) == 1  # rank 0 runs, rank 1 evaluates
+    np.testing.assert_array_equal(saved["replica_fx"], np.asarray(serial.replica_fx))
+    np.testing.assert_array_equal(saved["x"], np.asarray(serial.x))
+
+
+def _raises_right_of_two(x: np.ndarray) -> float:
+    if x[0] > 2.0:
+        _raises_right_of_two.raised += 1  # type: ignore[attr-defined]
+        raise RuntimeError("the simulation diverged")
+    return cases.shifted_sphere(x)
+
+
+def test_a_failing_objective_is_one_paragraph(x64):
+    _raises_right_of_two.raised = 0  # type: ignore[attr-defined]
+    problem = mw.Problem(objective=_raises_right_of_two, lower=cases.LOWER, upper=cases.UPPER, backend="python",
+                         executor="serial")
+    with pytest.raises(ObjectiveError) as err:
+        mw.solve(problem, cases.solver(), seed=SEED)
+    text = str(err.value)
+    assert "\n" not in text and "Traceback" not in text
+    assert "_raises_right_of_two(x) raised RuntimeError: the simulation diverged at replica " in text
+    x = [float(v) for v in text.split("x = [")[1].split("]")[0].split(",")]
+    assert x[0] > 2.0 and "ignore_error" in text
+
+
+def test_ignore_error_rejects_and_counts(x64):
+    _raises_right_of_two.raised = 0  # type: ignore[attr-defined]
+    problem = mw.Problem(objective=_raises_right_of_two, lower=cases.LOWER, upper=cases.UPPER, backend="python",
+                         executor="serial", ignore_error=True)
+    result = mw.solve(problem, cases.solver(), seed=SEED)
+    stats = result.stats["host_objective"]
+    assert stats["errors"] == _raises_right_of_two.raised > 0  # every raise counted, in this process (serial)
+    assert "RuntimeError: the simulation diverged" in stats["first_error"]
+    assert np.isfinite(result.fun) and result.x[0] <= 2.0  # a point that raised is never taken
+    assert result.stats["nonfinite"] >= stats["errors"]  # ... and the sampler counted it as rejected
+
+
+def test_a_worker_that_keeps_dying_is_reported_and_the_checkpoint_resumes(problem, serial, tmp_path, monkeypatch):
+    marker, ckpt = CRASH_DIR / "always", tmp_path / "run.npz"
+    monkeypatch.setattr(host_objective, "MAX_RESTARTS", 0)  # report the first crash (a restart is tested above)
+    chunks = []
+
+    def crash_after_two_chunks(info):
+        chunks.append(info["done"])
+        if len(chunks) == 2:
+            marker.touch()  # from now on every worker that evaluates dies
+
+    problem.host_objective.engine = engine = Engine("processes", 2)
+    try:
+        with pytest.raises(WorkerCrashError, match="worker process of the processes executor died .* last checkpoint"):
+            mw.solve(problem, cases.solver(), seed=SEED, checkpoint=ckpt, checkpoint_every=0.0, chunk_seconds=1e-4,
+                     callback=crash_after_two_chunks)
+        marker.unlink()
+        resumed = mw.solve(problem, cases.solver(), seed=SEED, resume=ckpt)
+    finally:
+        engine.shutdown()
+    _same(resumed, serial)
+
+
+def test_bad_options_are_refused_before_anything_runs(x64):
+    with pytest.raises(ValueError, match="workers= goes with backend='python'"):
+        mw.Problem(objective=cases.shifted_sphere, lower=cases.LOWER, upper=cases.UPPER, workers=2)
+    with pytest.raises(ValueError, match="executor='threads'"):
+        mw.Problem(objective=cases.shifted_sphere, lower=cases.LOWER, upper=cases.UPPER, backend="python",
+                   executor="threads")
+    with pytest.raises(ValueError, match=r"objective \(backend='python'\) at x = \[0.0, 0.0\] .* failed: ValueError"):
+        mw.Problem(objective=lambda x: "not a number", lower=cases.LOWER, upper=cases.UPPER, backend="python")
+    problem = mw.Problem(objective=cases.shifted_sphere, lower=cases.LOWER, upper=cases.UPPER, backend="python",
+                         executor="serial")
+    with pytest.raises(TypeError, match="needs gradients"):
+        mw.solve(problem, mw.LBFGS(starts=2), seed=0)
+
+
+CLI_INPUT = """
+[base]
+dimension = 2
+output_dir = "output"
+[solver]
+name = "python"
+function = "sim.py:diverges_right_of_two"
+[algorithm]
+name = "exchange"
+seed = 3
+[algorithm.param]
+min_list = [-3.0, -3.0]
+max_list = [3.0, 3.0]
+step_list = [0.7, 0.7]
+[algorithm.exchange]
+Tmin = 0.3
+Tmax = 10.0
+numsteps = 16
+numsteps_exchange = 4
+nreplica_per_proc = 4
+"""
+
+CLI_FUNCTION = """
+import numpy as np
+
+def diverges_right_of_two(x):
+    if x[0] > 2.0:
+        raise RuntimeError("the simulation diverged")
+    return float(np.sum((np.asarray(x) - 1.0) ** 2))
+"""
+
+
+def test_multiwalk_run_with_a_numpy_solver(tmp_path, capsys):
+    (tmp_path / "sim.py").write_text(CLI_FUNCTION)
+    (tmp_path / "input.toml").write_text(CLI_INPUT)
+    (tmp_path / "ignore.toml").write_text(CLI_INPUT + "[runner]\nignore_error = true\n")
+    with jax.enable_x64(False):  # multiwalk run sets the precision itself
+        failed = run_cli(tmp_path, "input.toml", "--executor", "serial")
+        err = capsys.readouterr()
+        ran = run_cli(tmp_path, "ignore.toml", "--executor", "serial")
+        out = capsys.readouterr().out
+    assert failed == 1 and "Traceback" not in err.err
+    assert "is not a jax.numpy function" in err.out  # [solver] backend found out, and said
+    assert re.search(r"error: the objective diverges_right_of_two\(x\) raised RuntimeError: the simulation diverged "
+                     r"at replica \d of 4, x = \[2\.", err.err)
+    assert ran == 0 and "ignore_error: " in out and "evaluations raised and were rejected moves" in out
+    assert (tmp_path / "output" / "fx.txt").exists()
+
+
+def test_a_vectorized_objective_gives_the_rows_values(x64):
+    calls = []
+
+    def batch(X):
+        calls.append(X.shape)
+        return np.array([cases.shifted_sphere(x) for x in X])
+
+    problem = mw.Problem(objective=batch, lower=cases.LOWER, upper=cases.UPPER, backend="python", vectorized=True,
+                         executor="serial")
+    X = np.array([[[0.5, 1.5], [2.0, -1.0], [9.0, 0.0]], [[1.0, 1.0], [-3.0, 3.0], [0.0, 0.0]]])
+    values = problem.host_objective.evaluate(X)
+    expected = [[cases.shifted_sphere(x) for x in row] for row in X]
+    expected[0][2] = np.inf  # outside the box: not sent out
+    np.testing.assert_array_equal(values, expected)  # exact: the same function on the same float64 rows
+    assert calls[-1] == (5, 2)  # one call with the five points inside the box
