@@ -568,8 +568,8 @@ def _read_box_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
                 f"got {param['initial_list']}"
             )
         setup.initial = init
-        if name != "lbfgs":  # L-BFGS is unconstrained: its box only draws starts
-            _check_initial_in_box(path, param["initial_list"], setup, upper_inside=name == "minsearch")
+        if setup.lower is not None and setup.upper is not None:  # lbfgs may run without a box (L-BFGS-B with one)
+            _check_initial_in_box(path, param["initial_list"], setup, upper_inside=name in ("minsearch", "lbfgs"))
         _check_initial_allowed(path, param["initial_list"], setup)
     _read_pbc_list(path, param, setup)
 
@@ -1045,10 +1045,9 @@ def run_multiwalk_solver(setup: RunSetup, args: argparse.Namespace) -> int:
         except ValueError as err:
             raise InputError(f"{setup.input_path}: [algorithm.{setup.algorithm}] {err}") from None
         # initial_list starts the walkers (pattern), the sequences (tempering) or the problems (lbfgs);
-        # L-BFGS is unconstrained, so its box only draws starts where initial_list gives none
-        box_only_draws = setup.algorithm == "lbfgs" and setup.initial is not None
-        problem = Problem(objective=setup.function, lower=None if box_only_draws else setup.lower,
-                          upper=None if box_only_draws else setup.upper, names=setup.labels, x0=setup.initial,
+        # lbfgs with min_list/max_list is L-BFGS-B in that box (its starts drawn there without initial_list)
+        problem = Problem(objective=setup.function, lower=setup.lower, upper=setup.upper, names=setup.labels,
+                          x0=setup.initial,
                           periodic=setup.periodic,  # pbc_list: tempering only (the others refuse it)
                           **_host_keywords(setup, args))
         result = solve(problem, solver, seed=setup.seed or 0, progress=args.progress, time_limit=args.time_limit)
