@@ -107,6 +107,53 @@ def peer(workers: int, replicas: int, steps: int, folder: Path) -> dict | None:
     return {"workers": workers, "wall_s": time.perf_counter() - t0}
 
 
+SLOW_MODULE = textwrap.dedent('''
+    import time
+    import numpy as np
+    def slow_sphere(x):
+        time.sleep(0.010)
+        return float(np.sum(np.asarray(x) ** 2))
+''')
+
+
+def ours_command(workers: int, replicas: int, steps: int, folder: Path) -> dict:
+    """``multiwalk run input.toml --workers W``, the whole process (start, imports, compiling, files),
+    on the input the peer runs, the objective a plain NumPy file ([solver] name = "python")."""
+    run_dir = folder / f"ours{workers}"
+    run_dir.mkdir()
+    (run_dir / "slow.py").write_text(SLOW_MODULE)
+    (run_dir / "input.toml").write_text(textwrap.dedent(f'''
+        [base]
+        dimension = 3
+        output_dir = "out"
+        [solver]
+        name = "python"
+        function = "slow.py:slow_sphere"
+        backend = "python"
+        [algorithm]
+        name = "exchange"
+        seed = 0
+        [algorithm.param]
+        min_list = [-5.0, -5.0, -5.0]
+        max_list = [5.0, 5.0, 5.0]
+        step_list = [0.2, 0.2, 0.2]
+        [algorithm.exchange]
+        Tmin = 0.1
+        Tmax = 10.0
+        numsteps = {steps}
+        numsteps_exchange = 5
+        nreplica_per_proc = {replicas}
+    '''))
+    command = [sys.executable, "-m", "multiwalk", "run", "input.toml", "--workers", str(workers)]
+    try:
+        import polars  # noqa: F401  (the step files' writer)
+    except ImportError:
+        command.append("--no-step-files")  # no polars here: the per-step files are not written
+    t0 = time.perf_counter()
+    subprocess.run(command, cwd=run_dir, check=True, capture_output=True)
+    return {"workers": workers, "wall_s": time.perf_counter() - t0, "step_files": "--no-step-files" not in command}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16])
@@ -123,6 +170,7 @@ def main() -> None:
         for w in args.workers:
             row = ours("processes", w, args.replicas, args.steps)
             row["speedup"] = serial["run_s"] / row["run_s"]
+            row["command"] = ours_command(w, args.replicas, args.steps, Path(tmp))
             row["peer"] = peer(w, args.replicas, args.steps, Path(tmp))
             rows.append(row)
     floor = args.replicas * args.steps * SECONDS_PER_POINT
@@ -130,13 +178,16 @@ def main() -> None:
           f"{args.replicas} replicas x {args.steps} steps; {platform.node()}, {os.cpu_count()} CPUs, "
           f"{datetime.date.today()}\n")
     print(f"serial: {serial['run_s']:.2f} s of run ({floor:.2f} s of objective at most)\n")
-    print("| W | run (s) | speed-up vs serial | >= 0.8 W | odatse mpiexec -np W, whole process (s) |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| W | run (s) | speed-up vs serial | >= 0.8 W | `multiwalk run --workers W`, whole process (s) "
+          "| odatse mpiexec -np W, whole process (s) | odatse / ours |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        p = r["peer"]
+        p, c = r["peer"], r["command"]
         enough = "yes" if r["speedup"] >= 0.8 * r["workers"] else "no"
-        print(f"| {r['workers']} | {r['run_s']:.2f} | {r['speedup']:.2f} | {enough} "
-              f"| {'odatse not installed' if p is None else format(p['wall_s'], '.2f')} |")
+        files = "" if c["step_files"] else " (no step files)"
+        ratio = "" if p is None else f"{p['wall_s'] / c['wall_s']:.2f}"
+        print(f"| {r['workers']} | {r['run_s']:.2f} | {r['speedup']:.2f} | {enough} | {c['wall_s']:.2f}{files} "
+              f"| {'odatse not installed' if p is None else format(p['wall_s'], '.2f')} | {ratio} |")
     if args.out is not None:
         args.out.write_text(json.dumps({"serial": serial, "rows": rows, "busy": args.busy, "replicas": args.replicas,
                                         "steps": args.steps, "cpus": os.cpu_count(), "date": str(datetime.date.today())},
