@@ -110,3 +110,5 @@ def test_box_options_refused_where_they_do_not_apply():
     boxed = mw.Problem(objective=lambda x: jnp.sum(x**2), x0=np.ones(2), lower=[-2, -2], upper=[2, 2])
     with pytest.raises(ValueError, match=r"diag \(a user H0\) is for problems without a box"):
         mw.solve(boxed, mw.LBFGS(diag=np.ones(2)))
+    with pytest.raises(ValueError, match=r"eps=1e-08 is the test of problems without a box .* give pgtol= instead"):
+        mw.solve(boxed, mw.LBFGS(eps=1e-8))

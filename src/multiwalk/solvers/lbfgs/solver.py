@@ -318,13 +318,17 @@ class LBFGS(Solver):
             )
 
     def _check_box(self, problem: Problem) -> None:
-        """L-BFGS-B's options against the problem: ``pgtol`` needs a box, a box takes no ``diag``."""
+        """L-BFGS-B's options against the problem: ``pgtol`` needs a box, a box takes no ``diag`` and
+        no ``eps`` other than the default (its test is ``pgtol``'s there)."""
         if self.pgtol is not None and not self.bounded(problem):
             raise ValueError(f"pgtol={self.pgtol} is the test of a problem with a box (max |proj g| <= pgtol); this "
                              "problem has none: give Problem(lower=, upper=), or use eps for the unbounded test")
         if self.diag is not None and self.bounded(problem):
             raise ValueError("diag (a user H0) is for problems without a box: L-BFGS-B's model uses theta I; "
                              "drop diag=, or drop lower=/upper= from the Problem")
+        if self.eps != LBFGS.__dataclass_fields__["eps"].default and self.bounded(problem):
+            raise ValueError(f"eps={self.eps} is the test of problems without a box (||g|| < eps * max(1, ||x||)); "
+                             "with a box L-BFGS-B stops on max |proj g| <= pgtol: give pgtol= instead of eps=")
 
     def _check_diag(self, problem: Problem) -> None:
         if isinstance(self.diag, np.ndarray) and self.diag.shape != (problem.n_free,):
