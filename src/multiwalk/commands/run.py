@@ -258,7 +258,7 @@ def _vector(path: Path, param: dict, key: str, dimension: int, positive: bool = 
 
 def _check_initial_in_box(path: Path, given: Any, setup: RunSetup, upper_inside: bool) -> None:
     """InputError unless every point of initial_list lies in the box: ``min <= x < max`` for the
-    exchange (whose moves keep ``x < max``, ODAT-SE's rule), ``min <= x <= max`` for minsearch.
+    exchange (whose moves keep ``x < max``, ODAT-SE's rule), ``min <= x <= max`` for minsearch and lbfgs.
     A start outside would stay there (every move from it is rejected, or f is inf there)."""
     init, lo, hi = setup.initial, setup.lower, setup.upper
     inside = (init >= lo) & ((init <= hi) if upper_inside else (init < hi))
@@ -388,8 +388,8 @@ def _read_box_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
                 f"got {param['initial_list']}"
             )
         setup.initial = init
-        if name != "lbfgs":  # L-BFGS is unconstrained: its box only draws starts
-            _check_initial_in_box(path, param["initial_list"], setup, upper_inside=name == "minsearch")
+        if setup.lower is not None and setup.upper is not None:  # lbfgs may run without a box
+            _check_initial_in_box(path, param["initial_list"], setup, upper_inside=name in ("minsearch", "lbfgs"))
 
 
 def _read_exchange_options(path: Path, alg: dict[str, Any], setup: RunSetup) -> None:
@@ -821,11 +821,10 @@ def run_multiwalk_solver(setup: RunSetup, args: argparse.Namespace) -> int:
             raise InputError(f"{setup.input_path}: [algorithm.{setup.algorithm}]: {err}") from None
         except ValueError as err:
             raise InputError(f"{setup.input_path}: [algorithm.{setup.algorithm}] {err}") from None
-        # initial_list starts the walkers (pattern), the sequences (tempering) or the problems (lbfgs);
-        # L-BFGS is unconstrained, so its box only draws starts where initial_list gives none
-        box_only_draws = setup.algorithm == "lbfgs" and setup.initial is not None
-        problem = Problem(objective=setup.function, lower=None if box_only_draws else setup.lower,
-                          upper=None if box_only_draws else setup.upper, names=setup.labels, x0=setup.initial)
+        # initial_list starts the walkers (pattern), the sequences (tempering) or the problems (lbfgs,
+        # which honours the box: L-BFGS-B)
+        problem = Problem(objective=setup.function, lower=setup.lower, upper=setup.upper, names=setup.labels,
+                          x0=setup.initial)
         result = solve(problem, solver, seed=setup.seed or 0, progress=args.progress, time_limit=args.time_limit)
     _write_res(setup, result.fun, result.x, {"message": result.message})
     return EXIT_OK if result.success else EXIT_FAILED
