@@ -146,9 +146,9 @@ class PopulationAnnealing(Solver):
             raise ValueError(f"betas must be ascending (annealing from high to low temperature), got {self.betas}")
         object.__setattr__(self, "betas", hashable_vector(b) if b.size > 1 else (float(b.reshape(-1)[0]),))
         steps = np.asarray(self.numsteps_for_T).reshape(-1)
-        if steps.size != len(self.betas) or not all(isinstance(int(s), int) and s >= 1 for s in steps):
+        if steps.size != len(self.betas) or not all(float(s) == int(s) and s >= 1 for s in steps):
             raise ValueError(
-                f"numsteps_for_T must give at least 1 step at each of the {len(self.betas)} temperatures, "
+                f"numsteps_for_T must give a whole number of steps, at least 1, at each of the {len(self.betas)} temperatures, "
                 f"got {self.numsteps_for_T!r}: raise numsteps or lower Tnum"
             )
         object.__setattr__(self, "numsteps_for_T", tuple(int(s) for s in steps))
