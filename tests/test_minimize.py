@@ -127,6 +127,7 @@ def test_pattern_search_with_bounds():
         ({"method": "pattern"}, "give bounds="),
         ({"bounds": [(0, 1)] * 4}, "bounds must be 5 (min, max) pairs"),
         ({"jac": "2-point"}, "jac must be None, True"),
+        ({"bounds": [(0, None)] + [(None, None)] * 4}, "bounds[0] = (0.0, inf): multiwalk's box needs both bounds"),
         ({"tol": 1e-8}, "tol=1e-08 sets scipy's gtol (max |g| <= tol), which multiwalk's L-BFGS has only with bounds"),
         ({"options": {"gtol": 1e-8}}, "gtol (scipy: stop when max |projected gradient| <= gtol) is supported with bounds only"),
     ],

@@ -93,7 +93,8 @@ def _refuse_unsupported(hess: Any, hessp: Any, constraints: Any) -> None:
 
 def _bounds(bounds: Any, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
     """scipy's ``bounds`` (a ``Bounds`` or a sequence of ``(min, max)`` pairs, None for no bound)
-    as ``(lower, upper)`` vectors of n, infinite where unbounded; ``(None, None)`` without bounds."""
+    as ``(lower, upper)`` vectors of n; ``(None, None)`` when no coordinate is bounded.  A box that
+    bounds some coordinates and not others is refused: a Problem's box is finite."""
     if bounds is None:
         return None, None
     if hasattr(bounds, "lb") and hasattr(bounds, "ub"):  # scipy.optimize.Bounds
@@ -107,6 +108,12 @@ def _bounds(bounds: Any, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
         upper = np.array([np.inf if hi is None else hi for _, hi in pairs], float)
     if np.all(np.isneginf(lower)) and np.all(np.isposinf(upper)):
         return None, None
+    open_sided = np.flatnonzero(~(np.isfinite(lower) & np.isfinite(upper)))
+    if open_sided.size:
+        i = int(open_sided[0])
+        raise ValueError(f"bounds[{i}] = ({lower[i]}, {upper[i]}): multiwalk's box needs both bounds of every "
+                         "coordinate once one is bounded; give finite (min, max) pairs (a wide one where scipy "
+                         "would take None), or no bounds at all")
     return lower, upper
 
 
