@@ -401,8 +401,8 @@ class LBFGS(Solver):
         n, K, m = problem.n_free, self.n_starts(problem), self.m
         need = state_bytes(n, m, K, np.dtype(problem.dtype).itemsize, self.max_iterations,
                             isinstance(self.diag, np.ndarray), self.onepass_plan(problem).use)
-        if self.bounded(problem):  # the box in h0 (2, n); the Cauchy point's sort and sums are temporaries
-            need += 2 * n * np.dtype(problem.dtype).itemsize
+        if self.bounded(problem):  # h0 is the box (2, n), not (); the Cauchy point's sort and sums are temporaries
+            need += (2 * n - 1) * np.dtype(problem.dtype).itemsize
         starts = f", or fewer starts ({K})" if K > 1 else ""
         return need, (f"lower m={m} (each start keeps 2m+3 vectors of n={n} values and two m x m matrices){starts}, "
                       f"or split the run over more devices (solve(devices=...))")
