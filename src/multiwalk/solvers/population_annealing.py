@@ -201,7 +201,7 @@ class PopulationAnnealing(Solver):
         item, d, N, B, T = np.dtype(problem.dtype).itemsize, problem.n, self.n_replicas, self.record, self.n_temperatures
         per_walker = (d + 2) * item + 8
         per_record = (3 + 2 * d) * item + 4
-        need = N * per_walker + B * N * per_record + 5 * T * item + (d + 4) * item + 40
+        need = N * per_walker + B * N * per_record + 5 * T * item + (d + 2) * item + 40  # + logz, best_fun, best_x; ints, key
         return need, f"fewer walkers (n_replicas={N}), or a lower record={B} (each step keeps {per_record} bytes per walker)"
 
     def options(self) -> dict[str, Any]:
