@@ -13,7 +13,7 @@ from scipy.optimize import rosen, rosen_der
 
 import multiwalk as mw
 
-jax.config.update("jax_enable_x64", True)
+pytestmark = pytest.mark.usefixtures("float64")  # for this module only (conftest.py)
 
 X0 = np.array([1.3, 0.7, 0.8, 1.9, 1.2])
 
@@ -27,7 +27,7 @@ def rosenbrock_scaled(x, scale):
 
 
 @pytest.fixture(scope="module")
-def lbfgsb():
+def lbfgsb(float64):
     return mw.minimize(rosenbrock, X0, method="L-BFGS-B", options={"maxcor": 10})
 
 
