@@ -3,10 +3,12 @@ mesh, the output files of ``multiwalk run``, a resumed run, ColorMap.txt against
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from odatse_inputs import output_files, run_cli
@@ -75,6 +77,16 @@ def test_schedule_and_bad_options():
     for bad in ((1, 0), (1.5, 2)):  # none at a temperature; a fraction of a step
         with pytest.raises(ValueError, match="at least 1, at each of the 2 temperatures"):
             mw.PopulationAnnealing(betas=(0.5, 1.0), numsteps_for_T=bad, n_replicas=4, step_width=(0.1,))
+
+
+def test_max_chunk_steps_bounds_the_chunks():
+    problem = mw.Problem(objective=lambda x: jnp.sum(x**2), lower=[-1.0], upper=[1.0])
+    solver = mw.PopulationAnnealing(betas=(0.5, 1.0), numsteps_for_T=(4, 4), n_replicas=4, step_width=(0.1,),
+                                    max_chunk_steps=3)
+    assert solver.plan(problem, 1, None).max_chunk == 3
+    assert dataclasses.replace(solver, record=3).plan(problem, 1, None).max_chunk == 2  # the ring's bound, lower
+    result = mw.solve(problem, solver, seed=0, progress=False)
+    assert result.stats["chunks"] >= 3  # 8 steps in chunks of at most 3 (``multiwalk run``'s checkpoint_steps)
 
 
 PAMC_INPUT = """

@@ -130,6 +130,8 @@ class PopulationAnnealing(Solver):
         ``resampling_interval < 1``), the weights then carry the whole annealing.
     record : keep the trials and results of the last ``record`` steps in the state for the
         step-file writer (0: none; at least 2 otherwise).
+    max_chunk_steps : at most this many steps per driver chunk (a checkpoint may follow each:
+        ODAT-SE's ``checkpoint_steps``); None: no limit.  Results never depend on it.
     """
 
     betas: tuple[float, ...]
@@ -139,6 +141,9 @@ class PopulationAnnealing(Solver):
     mesh: Mesh | None = None
     resampling_interval: int | None = 1
     record: int = 0
+    max_chunk_steps: int | None = None
+
+    resumable_options = ("max_chunk_steps",)  # how, not what
 
     def __post_init__(self) -> None:
         b = check_vector_option("betas", self.betas, non_negative=True)
@@ -155,6 +160,7 @@ class PopulationAnnealing(Solver):
         check_int_option("n_replicas", self.n_replicas, 1)
         check_int_option("resampling_interval", self.resampling_interval, 1, none_ok=True)
         check_int_option("record", self.record, 0)
+        check_int_option("max_chunk_steps", self.max_chunk_steps, 1, none_ok=True)
         if self.record == 1:
             raise ValueError("record must be 0 (no per-step records) or at least 2")
         if self.mesh is not None and not isinstance(self.mesh, Mesh):
@@ -194,8 +200,10 @@ class PopulationAnnealing(Solver):
         return [Phase("annealing", int(sum(self.numsteps_for_T)))]
 
     def plan(self, problem: Problem, devices: int, time_limit: float | None) -> RunPlan:
-        """Chunks of at most ``record - 1`` steps, so the step files read each step from the ring."""
-        return RunPlan(devices=devices, max_chunk=self.record - 1 if self.record else None)
+        """Chunks of at most ``record - 1`` steps, so the step files read each step from the ring,
+        and at most ``max_chunk_steps``."""
+        limits = [n for n in (self.record - 1 if self.record else None, self.max_chunk_steps) if n]
+        return RunPlan(devices=devices, max_chunk=min(limits) if limits else None)
 
     def state_memory(self, problem: Problem) -> tuple[int, str]:
         item, d, N, B, T = np.dtype(problem.dtype).itemsize, problem.n, self.n_replicas, self.record, self.n_temperatures
