@@ -3,10 +3,12 @@ mesh, the output files of ``multiwalk run``, a resumed run, ColorMap.txt against
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from odatse_inputs import output_files, run_cli
@@ -72,8 +74,19 @@ def test_schedule_and_bad_options():
         annealing_schedule(numsteps=10, numsteps_annealing=2, Tnum=3)
     with pytest.raises(ValueError, match="betas must be ascending"):
         mw.PopulationAnnealing(betas=(1.0, 0.5), numsteps_for_T=(1, 1), n_replicas=4, step_width=(0.1,))
-    with pytest.raises(ValueError, match="at least 1 step at each of the 2 temperatures"):
-        mw.PopulationAnnealing(betas=(0.5, 1.0), numsteps_for_T=(1, 0), n_replicas=4, step_width=(0.1,))
+    for bad in ((1, 0), (1.5, 2)):  # none at a temperature; a fraction of a step
+        with pytest.raises(ValueError, match="at least 1, at each of the 2 temperatures"):
+            mw.PopulationAnnealing(betas=(0.5, 1.0), numsteps_for_T=bad, n_replicas=4, step_width=(0.1,))
+
+
+def test_max_chunk_steps_bounds_the_chunks():
+    problem = mw.Problem(objective=lambda x: jnp.sum(x**2), lower=[-1.0], upper=[1.0])
+    solver = mw.PopulationAnnealing(betas=(0.5, 1.0), numsteps_for_T=(4, 4), n_replicas=4, step_width=(0.1,),
+                                    max_chunk_steps=3)
+    assert solver.plan(problem, 1, None).max_chunk == 3
+    assert dataclasses.replace(solver, record=3).plan(problem, 1, None).max_chunk == 2  # the ring's bound, lower
+    result = mw.solve(problem, solver, seed=0, progress=False)
+    assert result.stats["chunks"] >= 3  # 8 steps in chunks of at most 3 (``multiwalk run``'s checkpoint_steps)
 
 
 PAMC_INPUT = """
@@ -119,7 +132,15 @@ def test_pamc_files(tmp_path):
         assert t0[:, 0].min() == 0 and t0[:, 0].max() == 5  # step 0 (the start) belongs to the first temperature
         assert (out / p / "trial.txt").exists() and (out / p / "trial_T1.txt").exists()
     best = dict(line.split(" = ") for line in (out / "best_result.txt").read_text().splitlines())
-    assert best["nprocs"] == "2" and float(best["fx"]) == pytest.approx(float(best["fx"]))
+    assert best["nprocs"] == "2"
+    # best_result.txt names a line of result.txt (rank = folder, step, walker in it) and no line of
+    # any folder is lower; rel 1e-12: its fx is f evaluated again at x, by another compiled program
+    rows = np.loadtxt(out / best["rank"] / "result.txt", ndmin=2)
+    line = rows[(rows[:, 0] == int(best["step"])) & (rows[:, 1] == int(best["walker"]))]
+    assert line.shape[0] == 1 and float(best["fx"]) == pytest.approx(line[0, 3], rel=1e-12)
+    np.testing.assert_allclose([float(best["x1"]), float(best["x2"])], line[0, 4:6], rtol=0, atol=0)
+    lowest = min(np.loadtxt(out / p / "result.txt", ndmin=2)[:, 3].min() for p in ("0", "1"))
+    assert float(best["fx"]) == pytest.approx(lowest, rel=1e-12)
 
 
 def test_resume_gives_the_same_files(tmp_path):

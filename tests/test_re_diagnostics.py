@@ -94,6 +94,15 @@ def test_short_or_unmixed_runs_warn(result):
     assert "a: r_hat" not in str(record[0].message)  # a is untouched and converged
 
 
+def test_a_nan_ess_warns():
+    import pandas as pd
+
+    # a tail ESS that ArviZ could not compute (NaN) fails the test even beside a large bulk ESS
+    table = pd.DataFrame({"r_hat": [1.0], "ess_bulk": [500.0], "ess_tail": [np.nan]}, index=["a"])
+    with pytest.warns(diagnostics.ConvergenceWarning, match=r"a: ess_bulk=500, ess_tail=nan"):
+        diagnostics.warn_unconverged(table, niter=400, nseq=4)
+
+
 def test_to_arviz_groups_and_shapes(result):
     idata = result.to_arviz()
     assert set(idata.groups()) == {"posterior", "sample_stats", "constant_data"}

@@ -17,6 +17,7 @@ its usage error.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -193,9 +194,9 @@ def run_pamc(setup: Any, args: Any, opts: dict[str, Any], seed: int) -> int:
     record = 0
     if args.step_files:  # steps kept on the device between writes: about 4e6 numbers, 16 .. 1024 steps
         record = int(min(1024, max(16, 4_000_000 // (nprocs * per * (2 * setup.dimension + 4)))))
-        if setup.checkpoint and setup.checkpoint_steps:  # chunks of at most checkpoint_steps, a checkpoint after each
-            record = min(record, setup.checkpoint_steps + 1)
     solver, as_beta = pamc_solver(setup, opts, nprocs, record)
+    if setup.checkpoint and setup.checkpoint_steps:  # chunks of at most checkpoint_steps, a checkpoint after each
+        solver = dataclasses.replace(solver, max_chunk_steps=setup.checkpoint_steps)
     ckpt = setup.checkpoint_file
     resume_step = None
     if args.resume:

@@ -442,8 +442,8 @@ class Mcgpu_Sgra(Mcgpu):  # noqa: N801 (the seed's class name)
     ecph : 1-sigma closure-phase errors (rad): one number or one per closure phase; required
         with ``use_cphs``.  ``std2r[nvis:]`` may be changed before :meth:`burnin_and_search`
         (model_obsfit.py does), which then fits with the new weights.
-    npass, cpix, wlam, chan, wei : accepted as the seed's; ``cpix`` is computed (ignored when given
-        with ``cphs``, which then need ``uvcp``).
+    npass, cpix, wlam, chan, wei : accepted as the seed's; ``cpix`` is computed (a given one is not
+        used, with a warning: closure phases of one's own are ``cphs`` with ``uvcp``).
 
     Attributes as the seed's: ``ulam, vlam, amp, phase, eamp, ecph, fsig, tsec, blin, base, cphs,
     cpix`` ((ncph, 3) rows of each triangle's baselines), ``nvis, ncph, ndat, dat, std2r, cpExt``.
@@ -465,6 +465,9 @@ class Mcgpu_Sgra(Mcgpu):  # noqa: N801 (the seed's class name)
         npar = sgra.n_params(imodel)
         if pdescr is not None and np.size(pdescr) != npar:
             raise ValueError(f"pdescr has {np.size(pdescr)} entries but imodel={imodel} is the {npar}-parameter model")
+        if cpix is not None:
+            warnings.warn("cpix is not used: the closure triangles are computed from the data (self.cpix); give "
+                          "cphs= with uvcp= for closure phases of your own", stacklevel=2)
         data = self._read(uvfile, ulam, vlam, amp, phase, eamp, tsec, blin, wlam, chan, wei)
         nvis = data.amp.size
         self.eamp = sgra.sigma_per_datum("eamp", eamp, nvis, data.fsig)

@@ -230,14 +230,17 @@ class ReplicaExchange(Solver):
 
     def state_memory(self, problem: Problem) -> tuple[int, str]:
         """The state's bytes: per chain (nseq x nbeta) ``n_free`` values of x and step, four int32
-        counters per parameter and ``nadj`` int8 outcomes per parameter; the samples (niter, nseq, n_free)."""
+        counters per parameter and ``nadj`` int8 outcomes per parameter, its chi2, two int32 and the
+        int8 round-trip phase; the samples (niter, nseq, n_free); the ladder (nbeta,) and the round
+        trips (nseq,)."""
         item = np.dtype(problem.dtype).itemsize
         chains, nf = self.nseq * self.nbeta, problem.n_free
-        per_chain = nf * (2 * item + 4 * 4 + self.nadj) + 2 * item + 2 * 4 + 1
+        per_chain = nf * (2 * item + 4 * 4 + self.nadj) + item + 2 * 4 + 1
         samples = self.niter * self.nseq * (nf + 1) * item
         pairs = self.nseq * max(self.nbeta - 1, 1) * 2 * 4
         best = self.nseq * (nf + 1) * item
-        need = chains * per_chain + samples + pairs + best + 12  # + the key and the counter
+        ladder = self.nbeta * item + self.nseq * 4
+        need = chains * per_chain + samples + pairs + best + ladder + 12  # + the key and the counter
         return need, (f"lower nseq={self.nseq}, nbeta={self.nbeta} or nadj={self.nadj} (each chain keeps "
                       f"{nf} x (nadj + ~{2 * item + 16}) bytes), or niter={self.niter} (the samples are "
                       f"niter x nseq x n_free values)")

@@ -318,13 +318,17 @@ class LBFGS(Solver):
             )
 
     def _check_box(self, problem: Problem) -> None:
-        """L-BFGS-B's options against the problem: ``pgtol`` needs a box, a box takes no ``diag``."""
+        """L-BFGS-B's options against the problem: ``pgtol`` needs a box, a box takes no ``diag`` and
+        no ``eps`` other than the default (its test is ``pgtol``'s there)."""
         if self.pgtol is not None and not self.bounded(problem):
             raise ValueError(f"pgtol={self.pgtol} is the test of a problem with a box (max |proj g| <= pgtol); this "
                              "problem has none: give Problem(lower=, upper=), or use eps for the unbounded test")
         if self.diag is not None and self.bounded(problem):
             raise ValueError("diag (a user H0) is for problems without a box: L-BFGS-B's model uses theta I; "
                              "drop diag=, or drop lower=/upper= from the Problem")
+        if self.eps != LBFGS.__dataclass_fields__["eps"].default and self.bounded(problem):
+            raise ValueError(f"eps={self.eps} is the test of problems without a box (||g|| < eps * max(1, ||x||)); "
+                             "with a box L-BFGS-B stops on max |proj g| <= pgtol: give pgtol= instead of eps=")
 
     def _check_diag(self, problem: Problem) -> None:
         if isinstance(self.diag, np.ndarray) and self.diag.shape != (problem.n_free,):
@@ -397,8 +401,8 @@ class LBFGS(Solver):
         n, K, m = problem.n_free, self.n_starts(problem), self.m
         need = state_bytes(n, m, K, np.dtype(problem.dtype).itemsize, self.max_iterations,
                             isinstance(self.diag, np.ndarray), self.onepass_plan(problem).use)
-        if self.bounded(problem):  # the box in h0 (2, n); the Cauchy point's sort and sums are temporaries
-            need += 2 * n * np.dtype(problem.dtype).itemsize
+        if self.bounded(problem):  # h0 is the box (2, n), not (); the Cauchy point's sort and sums are temporaries
+            need += (2 * n - 1) * np.dtype(problem.dtype).itemsize
         starts = f", or fewer starts ({K})" if K > 1 else ""
         return need, (f"lower m={m} (each start keeps 2m+3 vectors of n={n} values and two m x m matrices){starts}, "
                       f"or split the run over more devices (solve(devices=...))")
