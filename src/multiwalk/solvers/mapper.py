@@ -182,7 +182,7 @@ class Mapper(Solver):
         return MapperState(points=1, funs=1, iteration=None, best_fun=None, best_index=None, n_nonfinite=None)
 
     def batch_option(self, problem: Problem) -> str:
-        return f"batch_size (now {self.per_batch})"
+        return "batch_size"
 
     def summary(self, problem: Problem, state: MapperState) -> dict[str, jax.Array]:
         return {"best": state.best_fun, "points": jnp.minimum(state.iteration * self.per_batch, self.n_points)}
