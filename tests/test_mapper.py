@@ -129,3 +129,18 @@ def test_run_writes_odatse_colormap_byte_for_byte(tmp_path):
     tail = ["#Minimum point : " + " ".join(f"{v:8f}" for v in points[best]), f"#R-factor : {f[best]:8f}", f"#see Log{best}"]
     assert (tmp_path / "output" / "ColorMap.txt").read_text() == "\n".join(rows) + "\n"
     assert (tmp_path / "output" / "0" / "ColorMap.txt").read_text() == "\n".join(["#x1 x2 fval", *rows, *tail]) + "\n"
+
+
+def test_run_resumes_from_its_checkpoint_and_refuses_nprocs(tmp_path, capsys):
+    (tmp_path / "input.toml").write_text(MAPPER_INPUT)
+    assert run_cli(tmp_path, "input.toml") == 0
+    first = (tmp_path / "output" / "0" / "ColorMap.txt").read_bytes()
+    assert (tmp_path / "output" / "0" / "checkpoint.npz").exists()  # [algorithm] checkpoint's default: on
+    assert run_cli(tmp_path, "input.toml", "--resume") == 0  # the finished map, read back
+    assert (tmp_path / "output" / "0" / "ColorMap.txt").read_bytes() == first
+    (tmp_path / "input.toml").write_text(MAPPER_INPUT.replace("himmelblau", "ackley"))
+    capsys.readouterr()
+    assert run_cli(tmp_path, "input.toml", "--resume") == 2  # the checkpoint is read: another problem's
+    assert "checkpoint.npz was written for another problem" in capsys.readouterr().err
+    assert run_cli(tmp_path, "input.toml", "--nprocs", "2") == 2
+    assert "--nprocs is not used by the mapper" in capsys.readouterr().err

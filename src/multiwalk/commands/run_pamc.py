@@ -8,7 +8,8 @@
   its error, replicas, log(Z/Z0), acceptance), ``pr.txt`` (participation ratios) and
   ``best_result.txt``.  ``--resume`` continues a run from its checkpoint.
 * ``mapper``: every point of a mesh (``mesh_path``, or the grid ``min_list``/``max_list``/
-  ``num_list``) evaluated in batches; writes ``ColorMap.txt`` (``[algorithm] colormap``).
+  ``num_list``) evaluated in batches by :class:`multiwalk.Mapper`; writes ``ColorMap.txt``
+  (``[algorithm] colormap``); checkpoints and ``--resume`` as for pamc.
 
 Nothing here imports :mod:`multiwalk.commands.run`: it hands this module the checked set-up and
 its options, and turns the ValueErrors raised here (each naming the input file and key) into
@@ -342,18 +343,28 @@ def checked_problem(setup: Any, **box: Any) -> Any:
 
 
 def run_mapper(setup: Any, args: Any, param: dict[str, Any], colormap: str) -> int:
-    """Evaluate every mesh point with :class:`multiwalk.Mapper` and write ODAT-SE's ColorMap.txt."""
+    """Evaluate every mesh point with :class:`multiwalk.Mapper` and write ODAT-SE's ColorMap.txt;
+    checkpoints as [algorithm] asks (``checkpoint_steps``: after every chunk of batches), ``--resume``."""
     import jax
 
     from ..result import Status
     from ..solve import solve
     from ..solvers.mapper import Mapper
 
+    if args.nprocs not in (None, 1):
+        raise ValueError(f"--nprocs is not used by the mapper: every point is evaluated at once, the files are "
+                         f"those of one process; remove --nprocs {args.nprocs}")
     points = mapper_points(setup.input_path, param, setup.dimension, setup.root_dir)
+    ckpt = setup.checkpoint_file
+    if args.resume and not ckpt.exists():
+        raise ValueError(f"{ckpt}: no checkpoint to resume from (run without --resume first)")
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
     with jax.enable_x64(args.dtype == "float64"):
         problem = checked_problem(setup)
         t0 = time.perf_counter()
-        result = solve(problem, Mapper(points=points), progress=args.progress, time_limit=args.time_limit)
+        result = solve(problem, Mapper(points=points), progress=args.progress, time_limit=args.time_limit,
+                       checkpoint=ckpt if setup.checkpoint else None, resume=ckpt if args.resume else None,
+                       checkpoint_every=0.0 if setup.checkpoint_steps else setup.checkpoint_interval or 0.0)
         wall = time.perf_counter() - t0
     out = write_colormap(setup.output_dir, colormap, setup.labels, result)
     best = result.best_index
