@@ -1,5 +1,5 @@
-"""Population annealing (ODAT-SE's pamc) and the mapper: statistics against exact sums on a
-mesh, the output files of ``multiwalk run``, a resumed run, ColorMap.txt against the mesh."""
+"""Population annealing (ODAT-SE's pamc): statistics against exact sums on a mesh, the output
+files of ``multiwalk run`` (weight.txt included), a resumed run, a NumPy objective refused."""
 
 from __future__ import annotations
 
@@ -110,6 +110,7 @@ Tmax = 100.0
 Tnum = 3
 numsteps_annealing = 5
 nreplica_per_proc = 4
+resampling_interval = 2
 """
 
 
@@ -131,6 +132,7 @@ def test_pamc_files(tmp_path):
         t0 = np.loadtxt(out / p / "result_T0.txt", ndmin=2)
         assert t0[:, 0].min() == 0 and t0[:, 0].max() == 5  # step 0 (the start) belongs to the first temperature
         assert (out / p / "trial.txt").exists() and (out / p / "trial_T1.txt").exists()
+        check_weights(out / p, rows_at_ends=[np.loadtxt(out / p / f"result_T{t}.txt", ndmin=2) for t in range(3)])
     best = dict(line.split(" = ") for line in (out / "best_result.txt").read_text().splitlines())
     assert best["nprocs"] == "2"
     # best_result.txt names a line of result.txt (rank = folder, step, walker in it) and no line of
@@ -168,30 +170,54 @@ def test_resume_gives_the_same_files(tmp_path):
     assert output_files(cut) == output_files(whole)
 
 
-MAPPER_INPUT = """
-[base]
-dimension = 2
-output_dir = "output"
-[solver]
-name = "analytical"
-function_name = "himmelblau"
-[algorithm]
-name = "mapper"
-[algorithm.param]
-min_list = [-6.0, -5.0]
-max_list = [6.0, 5.0]
-num_list = [4, 3]
+def check_weights(folder, rows_at_ends):
+    """weight.txt as ODAT-SE writes it: at the last step of each temperature (5, 10, 15) every
+    walker's ``Tindex beta walker idnum fx log_weight x1 x2``, fx and x those of result.txt; the
+    log weights carried from the previous temperature (resampling every 2: reset after T1)."""
+    assert (folder / "weight.txt").read_text().splitlines()[0] == "# Tindex beta walker idnum fx log_weight x1 x2"
+    w = np.loadtxt(folder / "weight.txt", ndmin=2)
+    assert w.shape == (12, 8) and w[:, 0].tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    np.testing.assert_allclose(w[:, 1], np.repeat([0.01, 0.1, 1.0], 4), rtol=1e-12)  # beta, though the input gave T
+    assert w[:, 2].tolist() == [0, 1, 2, 3] * 3 and np.all(w[:, 3] == 0)
+    ends = np.concatenate([rows[rows[:, 0] == last] for rows, last in zip(rows_at_ends, (5, 10, 15))])
+    np.testing.assert_array_equal(w[:, [4, 6, 7]], ends[:, [3, 4, 5]])  # fx, x1, x2: the same digits
+    # log w at T1 = -(beta1 - beta0) * fx at the end of T0 (no resampling between them); 0 elsewhere
+    np.testing.assert_allclose(w[4:8, 5], -(0.1 - 0.01) * w[:4, 4], rtol=1e-12)
+    assert np.all(w[:4, 5] == 0) and np.all(w[8:, 5] == 0)
+
+
+NUMPY_OBJECTIVE = """
+import numpy as np
+
+
+def f(x):
+    return float(np.sum(np.asarray(x) ** 2))
 """
 
 
-def test_mapper_colormap(tmp_path):
-    (tmp_path / "input.toml").write_text(MAPPER_INPUT)
-    assert run_cli(tmp_path, "input.toml") == 0
-    rows = np.loadtxt(tmp_path / "output" / "ColorMap.txt", ndmin=2)
-    x1, x2 = np.meshgrid(np.linspace(-6, 6, 4), np.linspace(-5, 5, 3), indexing="xy")
-    np.testing.assert_allclose(rows[:, :2], np.stack([x1.ravel(), x2.ravel()], 1), atol=5e-7)  # %8f: 6 decimals
-    himmelblau = (rows[:, 0] ** 2 + rows[:, 1] - 11) ** 2 + (rows[:, 0] + rows[:, 1] ** 2 - 7) ** 2
-    np.testing.assert_allclose(rows[:, 2], himmelblau, atol=5e-7, rtol=1e-9)
-    text = (tmp_path / "output" / "0" / "ColorMap.txt").read_text()
-    best = int(np.argmin(himmelblau))
-    assert text.startswith("#x1 x2 fval\n") and f"#see Log{best}\n" in text
+@pytest.mark.parametrize("algorithm", ["pamc", "mapper"])
+def test_numpy_objective_is_refused_in_one_paragraph(tmp_path, capsys, algorithm):
+    """A NumPy function cannot be traced: exit 2 and one line naming the file, the function and
+    what is needed, before anything compiles (not a traceback)."""
+    (tmp_path / "obj.py").write_text(NUMPY_OBJECTIVE)
+    text = PAMC_INPUT.replace('name = "analytical"\nfunction_name = "himmelblau"', 'name = "python"\nfunction = "obj.py:f"')
+    if algorithm == "mapper":
+        text = text.replace('"pamc"', '"mapper"').replace("step_list = [0.5, 0.5]", "num_list = [3, 3]")
+        text = text[: text.index("[algorithm.pamc]")]
+    (tmp_path / "input.toml").write_text(text)
+    assert run_cli(tmp_path, "input.toml") == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert err.startswith("multiwalk run: error: input.toml: [solver] function 'obj.py:f': ")
+    assert f"{algorithm} compiles the objective into its loop, so it must be a jax.numpy function of ONE point" in err
+
+
+def test_truncate_weights_keeps_the_finished_temperatures(tmp_path):
+    path = tmp_path / "weight.txt"
+    whole = ("# Tindex beta walker idnum fx log_weight x1\n"
+             "0 0.01 0 0 1.5 0.0 2.0\n0 0.01 1 0 2.5 0.0 3.0\n1 0.1 0 0 1.0 -0.1 2.0\n")
+    path.write_text(whole + "2 1.0 0 0 1.0 0.0 2.")  # a line cut short by a crash
+    run_pamc.truncate_weights(path, 5)
+    assert path.read_text() == whole
+    run_pamc.truncate_weights(path, 1)
+    assert path.read_text() == "".join(whole.splitlines(keepends=True)[:3])
