@@ -257,7 +257,7 @@ def run_pamc(setup: Any, args: Any, opts: dict[str, Any], seed: int) -> int:
                               opts.get("separate_T", True), resume_step)
     with jax.enable_x64(args.dtype == "float64"):
         box = {} if setup.mesh is not None else {"lower": setup.lower, "upper": setup.upper}
-        problem = checked_problem(setup, **box)
+        problem = checked_problem(setup, args, **box)
         t0 = time.perf_counter()
         result = solve(problem, solver, seed=seed, progress=args.progress, time_limit=args.time_limit,
                        checkpoint=ckpt if setup.checkpoint else None, resume=ckpt if args.resume else None,
@@ -328,13 +328,17 @@ def write_colormap(output_dir: Path, colormap: str, labels: list[str], result: A
     return out
 
 
-def checked_problem(setup: Any, **box: Any) -> Any:
-    """The run's :class:`multiwalk.Problem`; a function that jax cannot trace (NumPy calls, ``float(x)``)
-    is a ValueError naming the input file and ``[solver]``, in one paragraph, before anything compiles."""
+def checked_problem(setup: Any, args: Any, **box: Any) -> Any:
+    """The run's :class:`multiwalk.Problem`: a Python objective (``setup.host``: ``[solver] backend =
+    "python"``, or a function jax cannot trace) is evaluated outside the compiled loop on ``--workers``
+    / ``--executor``; a JAX one that fails to trace is a ValueError naming the input file and
+    ``[solver]``, in one paragraph, before anything compiles."""
     from ..problem import Problem
 
+    host = {} if setup.host is None else {"backend": "python", "executor": args.executor, "workers": args.workers,
+                                          **setup.host}
     try:
-        return Problem(objective=setup.function, names=setup.labels, **box)
+        return Problem(objective=setup.function, names=setup.labels, **box, **host)
     except TypeError as err:
         first = str(err).splitlines()[0]
         raise ValueError(
@@ -361,7 +365,7 @@ def run_mapper(setup: Any, args: Any, param: dict[str, Any], colormap: str) -> i
         raise ValueError(f"{ckpt}: no checkpoint to resume from (run without --resume first)")
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     with jax.enable_x64(args.dtype == "float64"):
-        problem = checked_problem(setup)
+        problem = checked_problem(setup, args)
         t0 = time.perf_counter()
         result = solve(problem, Mapper(points=points), progress=args.progress, time_limit=args.time_limit,
                        checkpoint=ckpt if setup.checkpoint else None, resume=ckpt if args.resume else None,
