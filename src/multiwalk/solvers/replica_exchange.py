@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..evidence import Evidence
+from ..evidence import evidence as _evidence
 from ..polish import Roots, polish
 from ..polish import default_root_tol as _default_root_tol
 from ..problem import Problem
@@ -625,6 +627,22 @@ class ReplicaExchangeResult(Result):
         cells = np.floor((pts - self.lower) / (self.upper - self.lower) * 64).astype(np.int64)
         _, first = np.unique(cells, axis=0, return_index=True)  # first = the lowest chi2 of each cell
         return pts[np.sort(first)[:max_candidates]]
+
+    def evidence(self, method: str = "thermodynamic", warn: bool = True) -> Evidence:
+        """The log evidence ``log Z`` (eq. 9 of the cuda_mcmc document) from ``fun_trace_all`` over the
+        ladder ``betas``: ``method="thermodynamic"`` (thermodynamic integration) or
+        ``"stepping-stones"``, with an error bar from the nseq independent sequences (see
+        :mod:`multiwalk.evidence`).  The likelihood is ``exp(-chi2 / 2)`` for an objective and eq. 7's
+        normalised Gaussian for model / data / sigma; the prior is normalised over the box, so two
+        models' ``log_z`` difference is the log Bayes factor.  Warns (``warn``) when the ladder is
+        too coarse for the estimate."""
+        return _evidence(self.fun_trace_all, self.betas, self.log_likelihood_constant, method=method, warn=warn,
+                         stacklevel=3)
+
+    @property
+    def log_evidence(self) -> float:
+        """``evidence().log_z``: the thermodynamic-integration log evidence (nats)."""
+        return self.evidence().log_z
 
     def marginals(self, bins: int = 50) -> list[tuple[np.ndarray, np.ndarray]]:
         """Histogram ``(counts, edges)`` of every free parameter's samples, over its bounds."""
