@@ -310,10 +310,8 @@ class Mcgpu:
         dt = jnp.result_type(float)
         args = (jnp.asarray(coor_a, dt), jnp.asarray(icoor_a), jnp.asarray(d, dt), jnp.asarray(idat_a))
         self.problem = _problem(_model, args, d, s2r, pd, pt, lo, hi, angular_data)
-        self.solver = ReplicaExchange(
-            nbeta=nbeta, nseq=nseq, nburn=nburn, niter=niter, beta1=beta1, betan=betan, betas=betas, nadj=nadj,
-            record_temperatures=True,  # the seed's pout and tout hold every temperature
-        )
+        self.solver = ReplicaExchange(nbeta=nbeta, nseq=nseq, nburn=nburn, niter=niter, beta1=beta1, betan=betan,
+                                      betas=betas, nadj=nadj, record_temperatures=True)  # pout, tout: every temperature
 
         # --- the seed's attributes ---------------------------------------------------------
         self.model = model
