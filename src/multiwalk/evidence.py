@@ -46,8 +46,9 @@ MIN_OVERLAP = 0.3
 # Below this fraction of a stone's samples as the effective number of its importance weights
 # ((sum w)^2 / sum w^2), the stone's estimate rests on a handful of samples.
 MIN_WEIGHT_ESS = 0.05
-# The hottest temperature is close enough to the prior when beta_h^2 Var(log L) (the first-order
-# error of taking its <log L> as the prior's) stays below this, in nats.
+# The hottest temperature is close enough to the prior when beta_h^2 Var(log L) / 2 (the first-order
+# error of taking <log L> on [0, beta_h] as the hottest's: d<log L>/d beta = Var(log L)) stays below
+# this, in nats.
 MAX_PRIOR_GAP = 0.05
 
 
@@ -175,11 +176,11 @@ def _ladder_warnings(loglike: np.ndarray, betas: np.ndarray, overlap: np.ndarray
             f"the ladder's discretisation error of thermodynamic integration, ~{discretisation:.3f} nats, "
             f"exceeds the statistical error {error:.3f}: raise nbeta (or use method='stepping-stones')"
         )
-    gap = float(np.max(betas[:, -1] ** 2 * loglike[:, :, -1].var(axis=0)))
+    gap = float(np.max(0.5 * betas[:, -1] ** 2 * loglike[:, :, -1].var(axis=0)))
     if gap > MAX_PRIOR_GAP:
         out.append(
             f"the hottest temperature (beta {betas[0, -1]:.3g}) is not close to the prior "
-            f"(beta_h^2 Var(log L) = {gap:.3g} nats): lower betan"
+            f"(beta_h^2 Var(log L) / 2 = {gap:.3g} nats): lower betan"
         )
     return out
 
