@@ -108,6 +108,8 @@ def _value(value: Any, depth: int = 0) -> tuple[str, str]:
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.dtype)):
         text = repr(value)
         return (text if len(text) <= 80 else text[:77] + "..."), _digest(text.encode())
+    if isinstance(value, types.ModuleType):  # a closure over jax.numpy: jnp.shape and jnp.dtype are no array's
+        return f"module {value.__name__}", _digest(b"module", value.__name__.encode())
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return _array(value)
     if callable(value):
