@@ -32,6 +32,7 @@ from .problem import Problem
 __all__ = [
     "cached_jit", "fingerprint", "full_fingerprint", "one_fingerprint_per_call", "problem_arrays", "with_arrays",
     "loop", "keep_loop", "compiled_loops", "clear_loops", "small_key", "kept", "keep", "kept_for", "holds", "clear",
+    "user_functions",
 ]
 
 _LOOPS: dict[tuple, Any] = {}
@@ -76,6 +77,12 @@ def fingerprint(problem: Any, as_arguments: bool = False) -> str:
         else:
             h.update(repr(sorted(value.items()) if isinstance(value, dict) else value).encode())
     return h.hexdigest()
+
+
+def user_functions(problem: Any) -> tuple[Any, ...]:
+    """The user's functions a compiled program of ``problem`` calls, held by identity in cache keys
+    (the fingerprint skips functions): the objective or model, value_and_grad, log_prior."""
+    return problem._user_fn, problem._user_vg, getattr(problem, "_log_prior", None)
 
 
 def full_fingerprint(problem: Any) -> str:
@@ -277,7 +284,7 @@ def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any],
         return of_problem(with_arrays(problem, arrays, static))(*args)
 
     def key_of(*parts: Any) -> tuple:
-        return ("functions", problem._user_fn, problem._user_vg, fingerprint(problem, True),
+        return ("functions", *user_functions(problem), fingerprint(problem, True),
                 _x0_digest(problem) if reads_x0 else None, solver, name, str(jax.config.jax_default_device), *parts)
 
     def call(*args: Any) -> Any:

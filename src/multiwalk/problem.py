@@ -7,6 +7,10 @@ Two ways to state a problem:
 * ``Problem(model=g, data=y, sigma=s, ...)`` with ``g(x, args) -> array like y``:
   ``chi2 = sum(|(g(x) - y) / s|^2)``, residuals marked in ``angular_data`` wrapped to [-pi, pi).
 
+A sampler's prior is uniform in the box unless ``log_prior=p`` is given: ``p(x) -> scalar``,
+the log prior density of ONE full point, applied untempered (target ``exp(-beta * chi2 / 2) *
+exp(p(x))``) and never folded into chi2.
+
 Everything is validated here, at construction, before anything is compiled.  Solvers see the
 problem through a few pure functions on the *free* parameters (the ones not in ``fixed``).
 """
@@ -348,6 +352,12 @@ class Problem:
         or together with ``objective``.
     dtype : ``"float32"`` or ``"float64"``; default: float64 when ``jax_enable_x64`` is on,
         else float32.  float64 needs ``jax.config.update("jax_enable_x64", True)``.
+    log_prior : ``p(x) -> scalar``, the log prior density of ONE full point ``x`` (n,) in
+        ``jax.numpy``, for the samplers (``ReplicaExchange``); default None, the uniform prior on
+        the box.  It is applied untempered (at inverse temperature ``beta`` the target is
+        ``L(x)**beta * exp(p(x))`` inside the box), need not be normalised (the prior is ``exp(p)``
+        restricted to the box and normalised over it), and ``-inf`` marks where it is zero.
+        Solvers that do not sample refuse a problem with a prior rather than ignore it.
     backend : ``"jax"`` (default: ``objective`` is traced and compiled into the solver) or
         ``"python"``: ``objective`` is plain Python/NumPy (a simulator, an external program),
         called outside the compiled solver on a batch of points at a time
@@ -381,6 +391,7 @@ class Problem:
         names: Sequence[str] | None = None,
         value_and_grad: Callable | None = None,
         dtype: Any = None,
+        log_prior: Callable | None = None,
         backend: str = "jax",
         vectorized: bool = False,
         executor: Any = None,
@@ -407,6 +418,7 @@ class Problem:
         )
         self.host_objective = None if host_options is None else self._host_objective(host_options)
         self._check_function()
+        self._log_prior = self._checked_log_prior(log_prior)
 
     # ------------------------------------------------------------------ validators (before any trace)
     def _checked_bounds(self, lower: Any, upper: Any) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -593,6 +605,29 @@ class Problem:
         if self._user_vg is not None:
             self._check_value_and_grad(probe)
 
+    def _checked_log_prior(self, log_prior: Callable | None) -> Callable | None:
+        """``log_prior`` after one abstract trace: a function of ONE full point returning a real
+        scalar; it needs a box (the prior is restricted to it)."""
+        if log_prior is None:
+            return None
+        if not callable(log_prior):
+            raise TypeError(f"log_prior must be a function p(x) -> scalar (the log prior density), got {log_prior!r}")
+        if self.lower is None:
+            raise ValueError("log_prior needs lower= and upper=: the samplers restrict the prior to the box")
+        try:
+            out = jax.eval_shape(log_prior, jax.ShapeDtypeStruct((self.n,), self.dtype))
+        except Exception as err:  # the user's function failed to trace: say which and why
+            raise TypeError(
+                f"calling log_prior(x) with x of shape ({self.n},) failed: {type(err).__name__}: {err}. "
+                "It must take ONE full point and be written in jax.numpy"
+            ) from err
+        if getattr(out, "shape", None) != () or not jnp.issubdtype(out.dtype, jnp.floating):
+            raise ValueError(
+                f"log_prior must return a real floating-point scalar for ONE point x of shape ({self.n},), "
+                f"got {getattr(out, 'shape', type(out).__name__)} of dtype {getattr(out, 'dtype', None)}"
+            )
+        return log_prior
+
     def _check_value_and_grad(self, probe: jax.ShapeDtypeStruct) -> None:
         try:
             out = jax.eval_shape(self._call_vg, probe)
@@ -645,6 +680,28 @@ class Problem:
     def chi2_free(self, theta: jax.Array) -> jax.Array:
         """chi2 of ONE point given by its free parameters ``(n_free,)``."""
         return self.chi2_full(self.expand(theta))
+
+    @property
+    def log_prior(self) -> Callable | None:
+        """The user's log prior density of one full point, or None (uniform on the box)."""
+        return self._log_prior
+
+    def log_prior_free(self, theta: jax.Array) -> jax.Array:
+        """The log prior density of ONE point given by its free parameters ``(n_free,)``; 0 for
+        the default uniform prior (its constant, -log of the box's volume, cancels in every ratio)."""
+        if self._log_prior is None:
+            return jnp.zeros((), self.dtype)
+        return jnp.asarray(self._log_prior(self.expand(theta))).astype(self.dtype)
+
+    def log_likelihood_constant(self) -> float:
+        """``log L - (-chi2 / 2)``: 0 for ``objective=f`` (the likelihood is ``exp(-f / 2)``);
+        for ``model=`` / ``data`` / ``sigma`` the normalisation of the Gaussian likelihood (eq. 7 of
+        the cuda_mcmc document), ``-1/2 sum log(2 pi sigma^2)`` over real data and
+        ``-sum log(2 pi sigma^2)`` over complex data (a real and an imaginary part, each of sigma)."""
+        if not self.is_model:
+            return 0.0
+        per_datum = np.log(2 * np.pi * np.asarray(self.sigma, np.float64) ** 2)
+        return float(-(1.0 if np.iscomplexobj(self.data) else 0.5) * np.sum(per_datum))
 
     @property
     def has_value_and_grad(self) -> bool:

@@ -57,6 +57,11 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
         )
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
         raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    if getattr(problem, "log_prior", None) is not None and not solver.samples_log_prior:
+        raise ValueError(
+            f"the problem has a log_prior, which {type(solver).__name__} would ignore: it does not sample a "
+            "posterior. Use mw.ReplicaExchange, or fold the prior into the objective (add -2 * log_prior to chi2)"
+        )
     if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise ValueError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
     if not (isinstance(chunk_seconds, (int, float)) and chunk_seconds > 0):
@@ -116,7 +121,7 @@ def _compiled_chunk_runner(
     if arrays is None:  # compiled for this very problem object
         key = (id(problem), *common)
     else:  # any problem with these functions and this fingerprint can use it
-        key = ("functions", problem._user_fn, problem._user_vg, *common)
+        key = ("functions", *compile_cache.user_functions(problem), *common)
     compiled = compile_cache.loop(key)
     if compiled is None:
         runner = _chunk_runner(problem, solver, phase, static, plan)
