@@ -114,7 +114,9 @@ def test_to_arviz_groups_and_shapes(result):
     assert stats["acceptance"].dims == ("chain", "beta", "parameter")
     assert stats["acceptance"].shape == (4, 4, 2) and stats["exchange_rate"].shape == (4, 3)
     assert np.array_equal(stats["beta"].values, result.betas)
-    assert "chi2_all" not in stats  # a result without the per-temperature record
+    # every temperature's chi2 and the round trips, which every run records
+    assert np.array_equal(stats["chi2_all"].values, np.transpose(result.fun_trace_all, (1, 0, 2)))
+    assert np.array_equal(stats["round_trips"].values, result.round_trips)
     assert float(idata.constant_data["c"]) == 0.5
     clash = dataclasses.replace(result, names=["chain", "b", "c"])
     with pytest.raises(ValueError, match="'chain' clashes with ArviZ's dimension"):
