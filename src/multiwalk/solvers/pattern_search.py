@@ -232,7 +232,7 @@ class PatternSearch(Solver):
     def init(self, problem: Problem, key: jax.Array) -> PatternSearchState:
         x = self._uniform(problem, jax.random.fold_in(key, 0))
         if problem.x0 is not None:  # the user's starting points: walkers 0 .. K-1 of the first round
-            starts = np.atleast_2d(problem.x0)[:, problem.free_index]
+            starts = jnp.atleast_2d(problem.x0)[:, problem.free_index]  # traced: x0 is an argument of the start
             x = x.at[: len(starts)].set(jnp.asarray(starts, problem.dtype))
         fun, bad = evaluate_walkers(problem.chi2_free, x)
         best_x, best_fun = _best_walker(x, fun)
