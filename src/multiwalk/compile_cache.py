@@ -31,8 +31,8 @@ from .problem import Problem
 
 __all__ = [
     "cached_jit", "fingerprint", "full_fingerprint", "arguments_fingerprint", "one_fingerprint_per_call",
-    "problem_arrays", "with_arrays", "loop", "keep_loop", "step_seconds", "note_step_seconds", "forget_step_seconds", "compiled_loops",
-    "clear_loops", "small_key", "kept", "keep", "kept_for", "holds", "clear",
+    "problem_arrays", "with_arrays", "loop", "keep_loop", "step_seconds", "note_step_seconds",
+    "forget_step_seconds", "compiled_loops", "clear_loops", "small_key", "kept", "keep", "kept_for", "holds", "clear",
 ]
 
 _LOOPS: dict[tuple, Any] = {}
