@@ -354,9 +354,6 @@ class InterruptAfter:
 def interrupted(problem, workdir):
     ck = workdir / "interrupted.npz"
     cb = InterruptAfter(3)
-    # chunks from one iteration up (no timing kept from the runs before, which would make the
-    # sampling phase one chunk): the third sampling chunk ends before NITER
-    compile_cache.forget_step_seconds()
     try:
         res = mw.solve(problem, solver(), seed=0, progress=False, callback=cb, checkpoint=ck)
     except KeyboardInterrupt:  # must not end the test session if solve() lets it through
@@ -398,7 +395,6 @@ def test_sigterm_stops_like_ctrl_c_and_keeps_the_checkpoint(problem, workdir, fu
     previous = signal.signal(signal.SIGTERM, test_handler)
     ck = workdir / "terminated.npz"
     cb = TerminateAfter(3)
-    compile_cache.forget_step_seconds()  # chunks from one iteration up, as in `interrupted`
     try:
         res = mw.solve(problem, solver(), seed=0, progress=False, callback=cb, checkpoint=ck)
     finally:

@@ -31,8 +31,8 @@ from .problem import Problem
 
 __all__ = [
     "cached_jit", "fingerprint", "full_fingerprint", "arguments_fingerprint", "one_fingerprint_per_call",
-    "problem_arrays", "with_arrays", "loop", "keep_loop", "step_seconds", "note_step_seconds",
-    "forget_step_seconds", "compiled_loops", "clear_loops", "small_key", "kept", "keep", "kept_for", "holds", "clear",
+    "problem_arrays", "with_arrays", "loop", "keep_loop", "step_seconds", "note_step_seconds", "compiled_loops",
+    "clear_loops", "small_key", "kept", "keep", "kept_for", "holds", "clear",
 ]
 
 _LOOPS: dict[tuple, Any] = {}
@@ -210,12 +210,6 @@ def note_step_seconds(key: tuple, seconds: float) -> None:
     """Remember the loop's time per iteration (:func:`step_seconds`), while the loop is kept."""
     if key in _LOOPS:
         _STEP_SECONDS[key] = seconds
-
-
-def forget_step_seconds() -> None:
-    """Forget the loops' timings (not the loops): the next solve() starts each phase with a chunk
-    of one iteration, as when its loop has not run before."""
-    _STEP_SECONDS.clear()
 
 
 def compiled_loops() -> list[Any]:

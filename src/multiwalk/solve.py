@@ -409,13 +409,17 @@ def _next_chunk_length(run: _Run, n: int, n_run: int, per_step: float) -> int:
 
 
 def _first_chunk_length(run: _Run, loop_key: tuple) -> int:
-    """Iterations of a phase's first chunk: about ``chunk_seconds`` of work at the time per
-    iteration this compiled loop took in its last chunk of an earlier call (so a short run is
-    one dispatch), or one iteration, which times a step, when it has not run before."""
+    """Iterations of a phase's first chunk: about half ``chunk_seconds`` of work at the longest
+    time per iteration this compiled loop took in an earlier call (so a short run is one
+    dispatch; half and the longest: the machine's load may have changed since), or one
+    iteration, which times a step, when it has not run before.  With a ``callback`` (which may
+    stop the run after any chunk) chunks start at one iteration."""
     per_step = compile_cache.step_seconds(loop_key)
     n = 1
-    if per_step is not None:
-        target = run.chunk_seconds if run.time_limit is None else min(run.chunk_seconds, run.time_limit - run.t_run)
+    if per_step is not None and run.callback is None:
+        target = 0.5 * run.chunk_seconds
+        if run.time_limit is not None:
+            target = min(target, run.time_limit - run.t_run)
         n = max(1, min(int(max(target, 0.0) / max(per_step, 1e-9)), 1 << 30, run.plan.max_chunk or 1 << 30))
     # under jax.distributed every process runs process 0's chunks (the timings kept may differ)
     return int(dist.broadcast(np.int32(n)))
@@ -428,6 +432,7 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog
     timing in an earlier call (:func:`_first_chunk_length`), else one iteration: it times a step."""
     remaining = run.phases[run.phase_index].length - run.done[run.phase_index]
     n_next = _first_chunk_length(run, loop_key)
+    slowest = 0.0  # the longest time per iteration of this call's chunks, kept for the next call
     converged = False
     while remaining > 0 and not converged:
         if run.time_limit is not None and run.t_run >= run.time_limit:
@@ -438,7 +443,8 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog
         remaining -= n_run
         converged = n_run < n
         per_step = max(dt / max(n_run, 1), 1e-9)
-        compile_cache.note_step_seconds(loop_key, per_step)
+        slowest = max(slowest, per_step)
+        compile_cache.note_step_seconds(loop_key, slowest)
         n_next = _next_chunk_length(run, n, n_run, per_step)
         if ctrl_c.pressed:
             run.status = Status.INTERRUPTED
@@ -543,7 +549,9 @@ def solve(
         run, except the ones in ``solver.resumable_options`` (e.g. ``niter``), which may grow;
         the problem must be the one it was written for (:mod:`multiwalk.identity`).
     callback : called after each chunk with a dict (phase, iteration, elapsed, summary);
-        raising KeyboardInterrupt from it stops the run like Ctrl-C.
+        raising KeyboardInterrupt from it stops the run like Ctrl-C.  With a callback every
+        phase starts with a chunk of one iteration; without one, a phase whose compiled loop ran
+        in an earlier call starts with about ``chunk_seconds`` of work (a short run is one chunk).
     chunk_seconds : target wall time of one jitted chunk (progress and clock granularity).
     devices : where the run goes.  ``None`` (default): split the solver's batch axis (sequences,
         walkers, replicas, starts; a single L-BFGS problem's vectors) over all devices when it
