@@ -310,7 +310,9 @@ class Problem:
         broadcastable to ``data``; complex data and models are allowed.
     lower, upper : the box (the uniform prior of the samplers), shape ``(n,)`` or scalars.
     x0 : a starting point, shape ``(n,)``, or ``K`` of them, shape ``(K, n)`` (local solvers
-        such as L-BFGS run one independent problem per row).
+        such as L-BFGS run one independent problem per row).  A floating jax array stays on
+        its device (checked there; a solve never copies it to the host); anything else is
+        kept as a float64 NumPy array.
     fixed : ``{index or name: value}`` parameters held constant and not sampled.
     periodic : indices or names (or a boolean mask) of parameters wrapped into
         ``[lower, upper)`` instead of rejected when a step leaves the box (angles).
