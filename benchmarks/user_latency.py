@@ -117,7 +117,7 @@ def lbfgs_row(n_full: float, gradient: str, device_x0: bool, peer: str) -> Calla
         out = solve_row(lambda: (mw.Problem(objective=cute.extended_rosenbrock, value_and_grad=vg, x0=x0,
                                             dtype="float64"), mw.LBFGS(m=bench.M, eps=bench.EPS)), warm)
         r = out["result"]
-        out["note"] = f"{r.iterations} it, {r.nfev} evaluations, {r.status.name}"
+        out["note"] = f"n = {n:.0e}, {r.iterations} it, {r.nfev} evaluations, {r.status.name}"
         if warm:
             return out
         out["floor"] = bench.floor_seconds(n, 8, r.iterations, r.nfev, bandwidth())
@@ -209,7 +209,8 @@ def deconv_row(kind: str) -> Callable[[bool, bool], dict[str, Any]]:
             solver = mw.deconv.Clean(gain=0.1, max_iterations=iterations)
         out = solve_row(lambda: (mw.deconv.Deconvolution(dirty, psf), solver), warm)
         label = "second" if "second" in out else "first"
-        its = sum(out["result"].stats["iterations"].values())
+        its = out["result"].stats["iterations"]
+        its = sum(its.values()) if isinstance(its, dict) else int(its)
         out["note"] = f"{n}^2, {its} iterations: {1e6 * out[label] / max(its, 1):.0f} us/it wall"
         if not warm and kind == "cd":  # the issue's floor: 12 N^2 bytes an iteration at the copy bandwidth
             out["floor"] = 12 * n * n * its / bandwidth()
@@ -272,11 +273,32 @@ def multiwalk_run_row(quick: bool, warm: bool) -> dict[str, Any]:
                                "second": _command(["run", "input.toml", "--no-progress"], ours)}
         out["note"] = f"{replicas} replicas x {steps} steps, himmelblau, step files written"
         if bench.odatse_available():
-            peer = bench.run_odatse(bench.prepared(Path(tmp) / "odatse", replicas, steps, steps // 10))
-            out.update(peer=peer["wall"], peer_name="ODAT-SE (whole process)")
+            out.update(_odatse_peer(bench.prepared(Path(tmp) / "odatse", replicas, steps, steps // 10), bench))
         else:
             out["peer_name"] = "ODAT-SE not installed: skipped"
     return out
+
+
+ODATSE = """import sys, odatse, odatse._main as m
+print("ODATSE_VERSION", getattr(odatse, "__version__", "?"))
+if hasattr(m, "cli"):
+    m.cli(["input.toml"])
+else:  # the releases whose entry point reads sys.argv
+    sys.argv = ["odatse", "input.toml"]
+    m.main()
+"""
+
+
+def _odatse_peer(folder: Path, bench: Any) -> dict[str, Any]:
+    """ODAT-SE's command on the same input in a new process: its whole wall clock."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", ODATSE], cwd=folder, capture_output=True, text=True,
+                          env=bench.odatse_env())
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        return {"peer_name": f"ODAT-SE failed: {proc.stderr.strip().splitlines()[-1][:200] if proc.stderr else '?'}"}
+    version = next((ln.split()[1] for ln in proc.stdout.splitlines() if ln.startswith("ODATSE_VERSION")), "?")
+    return {"peer": wall, "peer_name": f"ODAT-SE {version} (whole process)"}
 
 
 def demo_row(quick: bool, warm: bool) -> dict[str, Any]:
