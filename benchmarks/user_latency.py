@@ -418,6 +418,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def write(args: argparse.Namespace, rows: list[RowSpec], results: dict[str, Any], date: str) -> str:
+    """The table of the rows measured so far, written to ``--out`` (JSON and Markdown); returned."""
+    done = [spec for spec in rows if spec.name in results]
+    lines = [HEAD, "|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---|"]
+    lines += [table_line(spec, results[spec.name], date.split(" ")[0]) for spec in done]
+    md = "\n".join(lines) + "\n"
+    report = {"date": date, "quick": args.quick, "python": sys.version.split()[0],
+              "rows": {spec.name: {"what": spec.what, "goal": spec.goal, **results[spec.name]} for spec in done}}
+    out = Path(args.out)
+    path = out if out.suffix == ".json" else out / "user_latency.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1, default=str))
+    path.with_suffix(".md").write_text(md)
+    return md
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     common.select_platform("auto")  # the checkout's src/ first (for this process and, by PYTHONPATH, the rows')
@@ -437,22 +453,11 @@ def main(argv: list[str] | None = None) -> int:
             if "error" not in r and not spec.whole_process:
                 r["warm"] = run_child(spec.name, args.quick, True, args.row_timeout, env)
             results[spec.name] = r
+            write(args, rows, results, date)  # after every row: a run cut short keeps what it measured
             print(f"[{time.perf_counter() - t_start:7.1f} s] {spec.name}: {time.perf_counter() - t0:.1f} s"
                   + (f", error: {r['error']}" if "error" in r else ""), file=sys.stderr, flush=True)
-    lines = [HEAD, "|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---|"]
-    lines += [table_line(spec, results[spec.name], date.split(" ")[0]) for spec in rows]
-    md = "\n".join(lines) + "\n"
-    print(md)
-    import jax
-
-    report = {"date": date, "quick": args.quick, "jax": jax.__version__, "python": sys.version.split()[0],
-              "rows": {spec.name: {"what": spec.what, "goal": spec.goal, **results[spec.name]} for spec in rows}}
-    out = Path(args.out)
-    path = out if out.suffix == ".json" else out / "user_latency.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1, default=str))
-    path.with_suffix(".md").write_text(md)
-    print(f"wrote {path} and {path.with_suffix('.md')}", file=sys.stderr)
+    print(write(args, rows, results, date))
+    print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 
