@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import compile_cache
 from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem
 from ..result import Result, Status
@@ -188,8 +189,14 @@ class PatternSearch(Solver):
                 )
 
     def kernel_plan(self, problem: Problem) -> pattern_search_kernel.KernelPlan:
-        """Which form (Pallas kernel or XLA) runs an iteration on ``problem`` here, and why."""
-        return pattern_search_kernel.plan(problem, self.kernel)
+        """Which form (Pallas kernel or XLA) runs an iteration on ``problem`` here, and why; made
+        once per problem (it traces the objective: ~10 ms, asked for several times a solve)."""
+        key = compile_cache.small_key(problem, self, "kernel plan")
+        kplan = compile_cache.kept(key)
+        if kplan is None:
+            kplan = pattern_search_kernel.plan(problem, self.kernel)
+            compile_cache.keep(problem, key, kplan)
+        return kplan
 
     def plan(self, problem: Problem, devices: int, time_limit: float | None) -> RunPlan:
         """The kernel form; the data as constants for the Pallas form (its kernel is generated from

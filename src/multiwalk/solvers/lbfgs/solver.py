@@ -540,7 +540,9 @@ class LBFGS(Solver):
         kh = state.history.f.shape[1]
         hist = {k: np.asarray(v) for k, v in state.history._asdict().items()}
         hist_len = np.minimum(st.iteration[:kh], self.max_iterations) + 1
-        xs = np.asarray(problem.expand(st.x))
+        # with nothing fixed x is already whole: expand would send it to the device and back (at
+        # n = 1e7 on an H100, ~130 ms of a 300 ms call)
+        xs = np.asarray(problem.expand(st.x)) if problem.fixed else st.x
         stats = dict(stats)
         stats.update(evaluations=int(st.nfev.sum()), starts=K, converged=int(sum(s.success for s in statuses)),
                      nonfinite=int(st.nonfinite.sum()))
