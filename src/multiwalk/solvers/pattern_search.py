@@ -191,6 +191,9 @@ class PatternSearch(Solver):
     def kernel_plan(self, problem: Problem) -> pattern_search_kernel.KernelPlan:
         """Which form (Pallas kernel or XLA) runs an iteration on ``problem`` here, and why; made
         once per problem (it traces the objective: ~10 ms, asked for several times a solve)."""
+        arrays = (problem.data, problem.sigma, problem.args, problem.x0)
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays)):
+            return pattern_search_kernel.plan(problem, self.kernel)  # a traced copy, inside compiled code
         key = compile_cache.small_key(problem, self, "kernel plan")
         kplan = compile_cache.kept(key)
         if kplan is None:
