@@ -338,7 +338,9 @@ class Problem:
         broadcastable to ``data``; complex data and models are allowed.
     lower, upper : the box (the uniform prior of the samplers), shape ``(n,)`` or scalars.
     x0 : a starting point, shape ``(n,)``, or ``K`` of them, shape ``(K, n)`` (local solvers
-        such as L-BFGS run one independent problem per row).
+        such as L-BFGS run one independent problem per row).  A floating jax array stays on
+        its device (checked there; a solve never copies it to the host); anything else is
+        kept as a float64 NumPy array.
     fixed : ``{index or name: value}`` parameters held constant and not sampled.
     periodic : indices or names (or a boolean mask) of parameters wrapped into
         ``[lower, upper)`` instead of rejected when a step leaves the box (angles).
@@ -450,6 +452,10 @@ class Problem:
         Needs ``self.lower`` / ``self.upper``."""
         if x0 is None:
             return None
+        if isinstance(x0, jax.Array) and not isinstance(x0, jax.core.Tracer) and x0.ndim in (1, 2) \
+                and x0.shape[-1] == self.n and jnp.issubdtype(x0.dtype, jnp.floating) \
+                and self._device_x0_is_valid(x0):
+            return x0  # on the device it stays: a solve sends it to its start, never to the host
         x0 = _as_starts(x0, self.n, self._n_source)
         if not np.all(np.isfinite(x0)):
             bad = np.argwhere(~np.isfinite(x0))[0]
@@ -464,6 +470,14 @@ class Problem:
                     "start inside the box"
                 )
         return x0
+
+    def _device_x0_is_valid(self, x0: jax.Array) -> bool:
+        """Whether a device-array ``x0`` is finite and inside the box, tested where it lies (one
+        boolean read back); when not, the host path below finds and names the first bad entry."""
+        ok = jnp.all(jnp.isfinite(x0))
+        if self.lower is not None:
+            ok = ok & jnp.all((x0 >= self.lower) & (x0 <= self.upper))
+        return bool(ok)
 
     def _checked_fixed(self, fixed: Mapping[int | str, float] | None) -> tuple[dict[int, float], np.ndarray]:
         """``({index: value}, free_index)``: each fixed value finite and inside the box; at least
@@ -514,6 +528,7 @@ class Problem:
         if mask.any() and self.lower is None:
             which = [self.names[i] for i in np.flatnonzero(mask)]
             raise ValueError(f"periodic parameters {which} need lower and upper: the period is upper - lower")
+        mask.setflags(write=False)  # the problem's own copy, read-only: digested once, not in every solve()
         return mask
 
     def _host_objective(self, options: dict[str, Any]) -> Any:
@@ -559,7 +574,7 @@ class Problem:
         return self._user_vg(x, self.args) if self._takes_args else self._user_vg(x)
 
     def _probe_point(self) -> np.ndarray:
-        if self.x0 is not None:
+        if isinstance(self.x0, np.ndarray):  # (a device-array x0 is not read: only the fixed entries count)
             x = (self.x0[0] if self.x0.ndim == 2 else self.x0).copy()
         elif self.lower is not None:
             x = 0.5 * (self.lower + self.upper)

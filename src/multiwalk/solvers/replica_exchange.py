@@ -209,7 +209,7 @@ class ReplicaExchange(Solver):
         nf, ns, nb = problem.n_free, self.nseq, self.nbeta
         x = uniform_in_box(jax.random.fold_in(key, INIT_STREAM), (ns, nb, nf), lo, hi, dt, width_in_float64=False)
         if problem.x0 is not None:  # the user's starting points: every temperature of sequences 0 .. K-1
-            starts = jnp.asarray(np.atleast_2d(problem.x0)[:, problem.free_index], dt)
+            starts = jnp.asarray(jnp.atleast_2d(problem.x0)[:, problem.free_index], dt)  # x0: an argument of the start
             x = x.at[: len(starts)].set(jnp.broadcast_to(starts[:, None, :], (len(starts), nb, nf)))
         fun, bad = evaluate_walkers(problem.chi2_free, x)
         i32 = jnp.int32

@@ -421,8 +421,12 @@ class LBFGS(Solver):
             lo, hi, _ = problem.free_bounds()
             return uniform_in_box(key, (self.starts, problem.n_free), lo, hi, dt, width_in_float64=True)
         x0 = problem.x0 if problem.x0.ndim == 2 else problem.x0[None]
+        if problem.fixed:  # else every parameter is free: no copy (~0.2 s at n = 1e7)
+            x0 = x0[:, problem.free_index]
+        if isinstance(x0, jax.Array):  # a device array stays where it is (cast there when needed)
+            return x0.astype(jnp.dtype(dt))
         # numpy, not a device array: the driver sends it where the state goes (split for huge n)
-        return np.asarray(x0[:, problem.free_index], dtype=jnp.dtype(dt))
+        return np.asarray(x0, dtype=jnp.dtype(dt))
 
     def initial_state_fn(
         self, problem: Problem, shardings: Any = None, plan: RunPlan | None = None
@@ -633,7 +637,9 @@ class LBFGS(Solver):
         kh = state.history.f.shape[1]
         hist = {k: np.asarray(v) for k, v in state.history._asdict().items()}
         hist_len = np.minimum(st.iteration[:kh], self.max_iterations) + 1
-        xs = np.asarray(problem.expand(st.x))
+        # with nothing fixed x is already whole: expand would send it to the device and back (at
+        # n = 1e7 on an H100, ~130 ms of a 300 ms call)
+        xs = np.asarray(problem.expand(st.x)) if problem.fixed else st.x
         stats = dict(stats)
         stats.update(evaluations=int(st.nfev.sum()), starts=K, converged=int(sum(s.success for s in statuses)),
                      nonfinite=int(st.nonfinite.sum()))
