@@ -282,7 +282,8 @@ def kept_for(problem: Any) -> list[tuple[str, Any]]:
 def kept_shared() -> list[str]:
     """The names of the small functions kept for any problem of the same functions (:func:`shared_jit`),
     oldest first, one per executable."""
-    return [key[6] for key in _SMALL if key[0] == "functions"]
+    # the keys of shared_jit: ("functions", objective, value_and_grad, log_prior, arguments, reads_x0, solver, name, ...)
+    return [key[7] for key in _SMALL if key[0] == "functions"]
 
 
 def _arg_key(x: Any) -> Any:
