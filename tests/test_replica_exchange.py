@@ -317,6 +317,19 @@ def test_fixed_parameter_stays_fixed(fixed_result):
         assert abs(sd - 0.5) < 0.05, (i, sd)  # pooled sd, 8000 samples: ~0.01 error
 
 
+def test_records_stay_on_the_device_until_read(fixed_result):
+    # the result brings its large records to the host when first read, once (the fixture's
+    # samples were read above or are read here: either way the field then holds NumPy)
+    r = fixed_result
+    stored = object.__getattribute__(r, "accept_history")
+    assert isinstance(stored, (jax.Array, np.ndarray))
+    first = r.accept_history
+    assert isinstance(first, np.ndarray) and r.accept_history is first
+    assert first.shape == (100, 2, 1, 16) and first.dtype == np.int8  # (nadj, n_free, nbeta, nseq)
+    assert isinstance(r.fun_trace_all, np.ndarray) and r.fun_trace_all.shape == (500, 16, 1)
+    np.testing.assert_array_equal(r.fun_trace_all[..., 0], r.fun_trace)
+
+
 # ----------------------------------------------------------------------------- 7/8. non-finite objective
 NAN_HALF, INF_REGION = 0, 1
 NONFINITE_OPTS = dict(nbeta=16, nseq=8, nburn=200, niter=300, betan=1e-2)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import IO, Any, NamedTuple
 
 import jax
@@ -486,14 +487,23 @@ class ReplicaExchange(Solver):
         i = int(np.argmin(best_fun))
         return np.asarray(problem.expand(state.best_x[i])), float(best_fun[i])
 
-    def _all_samples(self, problem: Problem, st: ReplicaExchangeState, n_rec: int) -> np.ndarray | None:
-        """Every temperature's recorded points as full vectors (n_rec, nseq, nbeta, n), or None
-        without ``record_temperatures``."""
-        if not self.record_temperatures:
-            return None
-        if n_rec == 0:
-            return np.zeros((0, self.nseq, self.nbeta, problem.n), problem.dtype)
-        return np.asarray(problem.expand(st.samples_all[:n_rec]))
+    def _records(self, problem: Problem, state: ReplicaExchangeState, n_rec: int) -> dict[str, Any]:
+        """The result's records of the ``n_rec`` sampling iterations as device arrays (the result
+        brings each to the host when first read): ``samples`` (full vectors), ``fun_trace``,
+        ``fun_trace_all``, with ``record_temperatures`` ``samples_all`` and ``label_trace`` (else
+        None), and ``accept_history`` (the seed's n_hist layout)."""
+        def full(points: jax.Array) -> jax.Array:  # free parameters -> full vectors, on the device
+            return problem.expand(points) if n_rec else jnp.zeros(points.shape[:-1] + (problem.n,), problem.dtype)
+
+        keep_all = self.record_temperatures
+        return {
+            "samples": full(state.samples[:n_rec]),
+            "fun_trace": state.fun_trace[:n_rec],
+            "fun_trace_all": state.fun_trace_all[:n_rec],
+            "samples_all": full(state.samples_all[:n_rec]) if keep_all else None,
+            "label_trace": state.label_trace[:n_rec] if keep_all else None,
+            "accept_history": jnp.roll(jnp.transpose(jnp.asarray(state.history), (3, 2, 1, 0)), 1, axis=0),
+        }
 
     def summary(self, problem: Problem, state: ReplicaExchangeState) -> dict[str, jax.Array]:
         trials = jnp.sum(state.n_trials)
@@ -506,12 +516,11 @@ class ReplicaExchange(Solver):
     def result(
         self, problem: Problem, state: ReplicaExchangeState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> ReplicaExchangeResult:
-        st = jax.tree_util.tree_map(np.asarray, state)
+        # One transfer of the small leaves; the records (samples, every temperature's chi2, the
+        # burn-in outcomes) stay on the device until the result's user reads them (_LAZY_RECORDS):
+        # at a million chains they are hundreds of MB that most callers never look at.
+        st = SimpleNamespace(**jax.device_get({name: getattr(state, name) for name in _HOST_LEAVES}))
         n_rec = done[1]
-        samples_free = st.samples[:n_rec]
-        samples = np.asarray(problem.expand(samples_free)) if samples_free.size else np.zeros(
-            (0, self.nseq, problem.n), problem.dtype
-        )
         i_best = int(np.argmin(st.best_fun))
         x_best = np.asarray(problem.expand(st.best_x[i_best]))
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -533,12 +542,7 @@ class ReplicaExchange(Solver):
             status=status,
             message=message,
             stats=stats,
-            samples=samples,
-            fun_trace=st.fun_trace[:n_rec],
-            fun_trace_all=st.fun_trace_all[:n_rec],
-            samples_all=self._all_samples(problem, st, n_rec),
-            label_trace=st.label_trace[:n_rec] if self.record_temperatures else None,
-            accept_history=np.roll(np.transpose(st.history, (3, 2, 1, 0)), 1, axis=0),
+            **self._records(problem, state, n_rec),
             log_likelihood_constant=problem.log_likelihood_constant(),
             acceptance=np.transpose(acceptance, (2, 1, 0)),
             exchange_rate=exch.T if self.nbeta > 1 else np.zeros((0, self.nseq)),
@@ -556,6 +560,13 @@ class ReplicaExchange(Solver):
             options=self.options(),
             problem=problem,
         )
+
+
+# the state's leaves the result reads on the host at once (the records stay on the device: _records)
+_HOST_LEAVES = ("best_x", "best_fun", "n_trials", "n_accepted", "n_swap_tries", "n_swaps", "n_nonfinite", "step",
+                "betas", "round_trips", "label")
+# the result's fields that may hold a device array until first read
+_LAZY_RECORDS = frozenset({"samples", "fun_trace", "fun_trace_all", "samples_all", "label_trace", "accept_history"})
 
 
 @dataclass(repr=False, kw_only=True)
@@ -616,6 +627,14 @@ class ReplicaExchangeResult(Result):
     options: dict[str, Any]
     # the function roots() polishes with; None in a result built without it (roots() then explains)
     problem: Problem | None = field(default=None, repr=False, metadata=NOT_SAVED)
+
+    def __getattribute__(self, name: str) -> Any:
+        """The records are built on the device and come to the host (NumPy) when first read."""
+        value = object.__getattribute__(self, name)
+        if name in _LAZY_RECORDS and isinstance(value, jax.Array):
+            value = np.asarray(value)
+            object.__setattr__(self, name, value)
+        return value
 
     @property
     def chi2(self) -> np.ndarray:
