@@ -598,6 +598,7 @@ def solve(
     host = getattr(problem, "host_objective", None)  # a non-JAX objective: its counts are this run's
     if host is not None:
         host.reset()
+        host.start()  # the worker processes come up while the solver compiles
     try:
         run = _start(problem, solver, plan, int(seed), devices, time_limit, checkpoint, resume, callback,
                      chunk_seconds, checkpoint_every, writer)
