@@ -45,8 +45,10 @@ MAX_RESTARTS = 2  # fresh process pools for one batch before a crash is reported
 # Metropolis tests, exchanges of a few hundred replicas) takes microseconds next to the objective's
 # milliseconds a point, and its executables are never found in JAX's persistent cache (the callback
 # is part of them, with an identity of this process), so each process compiles them: compiled fast
-# rather than well.  Exchange's loop on a 2-core CPU: 4.9 s -> 0.9 s, the numbers the same bit for
-# bit.  Not level 0: there LLVM leaves llvm.fmuladd unfused and the last bits of a run change.
+# rather than well.  Exchange's loop on a 2-core CPU: 4.9 s -> 0.9 s, its output files the same bit
+# for bit.  Not level 0 (0.6 s): there the last bits of the points change (a fused multiply-add
+# at one level, two roundings at the other, presumably): a run's numbers would differ from those
+# of XLA's default options.
 CHEAP_CPU_OPTIONS = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
 
 
