@@ -286,7 +286,8 @@ def main() -> int:
         ("ps", "PatternSearch (xla)", "n_walkers", walkers, ackley,
          lambda b: mw.PatternSearch(n_walkers=b, iterations=20, rounds=1, kernel="xla")),
         ("lbfgs", f"LBFGS multi-start, n={starts_n}", "starts", starts, rosen,
-         lambda b: mw.LBFGS(starts=b, max_iterations=20, eps=0.0)),
+         # the box (for the drawn starts) makes it L-BFGS-B; pgtol=0: every start runs all 20 iterations
+         lambda b: mw.LBFGS(starts=b, max_iterations=20, pgtol=0.0)),
         ("exchange", "Exchange (xla)", "replicas", replicas, plane, exchange),
     ]
     rows: list[dict[str, Any]] = []

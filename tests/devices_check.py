@@ -92,6 +92,13 @@ def main() -> dict:
     out["ex_swaps"] = int(np.nansum(a.exchange_rate > 0))  # exchanges did happen
     out["ex_devices"] = b.stats["devices"]
 
+    # Mapper: 21 points of a mesh in batches of 8, each batch split over 4 devices (the last padded)
+    mapper = mw.Mapper(points=np.random.default_rng(6).uniform(-5.0, 5.0, (21, 3)), batch_size=8)
+    a, b = (mw.solve(box, mapper, progress=False, devices=k) for k in (1, 4))
+    out["map_ulps"] = worst({"funs": (b.funs, a.funs), "fun": (b.fun, a.fun)})
+    out["map_best_same"] = a.best_index == b.best_index
+    out["map_devices"] = b.stats["devices"]
+
     # multi-start L-BFGS: 8 starts
     rosen4 = mw.Problem(objective=rosenbrock, lower=-2.0 * np.ones(4), upper=2.0 * np.ones(4))
     lb = mw.LBFGS(starts=8, max_iterations=60)

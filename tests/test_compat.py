@@ -63,6 +63,8 @@ def test_same_samples_as_modern_api(runs):
     # pout_4d[:, 0] is samples (niter, nseq, nptot) -> (nprm, nseq, niter), free parameters only
     expected = np.transpose(modern.samples[:, :, free], (2, 1, 0))
     np.testing.assert_array_equal(mc.pout_4d[:, 0], expected)
+    # the other temperatures: samples_all of the run, free parameters, (nprm, nbeta, nseq, niter)
+    np.testing.assert_array_equal(mc.pout_4d, np.transpose(mc.result.samples_all[..., free], (3, 2, 1, 0)))
     # the seed's flattening: sequence-major, then iteration
     np.testing.assert_array_equal(mc.pout, mc.pout_4d[:, 0, :, :].reshape(mc.nprm, mc.nseq * mc.niter))
     np.testing.assert_array_equal(mc.pout[:, 1 * mc.niter + 4], modern.samples[4, 1, free])
@@ -85,7 +87,11 @@ def test_attribute_shapes(runs):
     assert (mc.nptot, mc.nprm, mc.ndat) == (4, nprm, 3)
     assert mc.pout.shape == (nprm, ns * ni)
     assert mc.chi2.shape == (ns * ni,)
-    assert mc.pout_4d.shape == (nprm, 1, ns, ni)
+    assert mc.pout_4d.shape == (nprm, nb, ns, ni)  # every temperature, as the seed's
+    assert mc.tout.shape == (nb, ns, ni) and mc.n_hist.shape == (SIZES.get("nadj", 100), nprm, nb, ns)
+    np.testing.assert_array_equal(mc.tout[:, :, -1], mc.tcur)  # tcur after the last iteration
+    assert np.all(np.sort(mc.tout, axis=0) == np.arange(nb)[:, None, None])
+    assert set(np.unique(mc.n_hist)) <= {0, 1}
     assert mc.chi2_2d.shape == (ns, ni)
     for name in ("n_acpt", "n_cnt", "pstp"):
         assert getattr(mc, name).shape == (nprm, nb, ns), name

@@ -100,6 +100,8 @@ def test_amplitudes_only_and_bad_arguments(sgra, uvfile):
         Mcgpu_Sgra(uvfile=str(uvfile), ulam=sgra.ulam, ecph=1.0, **common)
     with pytest.raises(ValueError, match=r"cphs given from outside need uvcp"):
         Mcgpu_Sgra(uvfile=str(uvfile), cphs=[0.1, 0.2], ecph=1.0, **common)
+    with pytest.warns(UserWarning, match=r"cpix is not used: the closure triangles are computed"):
+        Mcgpu_Sgra(uvfile=str(uvfile), use_cphs=False, eamp=0.01, cpix=np.zeros((1, 3), int), **common)
 
 
 def test_phase_error_table():

@@ -92,6 +92,11 @@ def test_exchange_with_swaps_across_devices(report):
     assert _within(report["ex_ulps"]), report["ex_ulps"]
 
 
+def test_mapper_batches_split_over_4_devices(report):
+    assert report["map_devices"] == 4 and report["map_best_same"]
+    assert _within(report["map_ulps"]), report["map_ulps"]  # every point's value, and the best's
+
+
 def test_multistart_lbfgs_up_to_rounding(report):
     assert report["lbm_devices"] == 4
     # start and first iteration (no stored pairs yet): the same evaluations, another compilation

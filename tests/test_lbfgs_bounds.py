@@ -17,7 +17,7 @@ import scipy.optimize
 import multiwalk as mw
 from multiwalk.functions import cute
 
-jax.config.update("jax_enable_x64", True)
+pytestmark = pytest.mark.usefixtures("float64")  # for this module only (conftest.py)
 
 PGTOL = 1e-8  # reachable in float64 on these problems before f stops decreasing at its rounding
 SCIPY_LIKE = dict(line_search="dcsrch", ftol=1e-3, xtol=0.1, stpmin=0.0, pgtol=PGTOL, max_iterations=500)
@@ -53,7 +53,7 @@ def quadratic(n: int, seed: int):
 
 
 @pytest.fixture(scope="module")
-def quad():
+def quad(float64):
     n, K = 12, 4
     f, x_star = quadratic(n, seed=0)
     lo, hi = -np.ones(n), np.ones(n)
@@ -110,3 +110,5 @@ def test_box_options_refused_where_they_do_not_apply():
     boxed = mw.Problem(objective=lambda x: jnp.sum(x**2), x0=np.ones(2), lower=[-2, -2], upper=[2, 2])
     with pytest.raises(ValueError, match=r"diag \(a user H0\) is for problems without a box"):
         mw.solve(boxed, mw.LBFGS(diag=np.ones(2)))
+    with pytest.raises(ValueError, match=r"eps=1e-08 is the test of problems without a box .* give pgtol= instead"):
+        mw.solve(boxed, mw.LBFGS(eps=1e-8))

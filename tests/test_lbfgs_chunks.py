@@ -84,8 +84,8 @@ def test_solver_runs_chunked_pass_a():
                          x0=x0)
 
     class Chunked(mw.LBFGS):
-        def _config(self, dtype, plan=None):  # noqa: ANN001, ANN202
-            return dataclasses.replace(super()._config(dtype, plan), a_block=256, a_chunks=3)
+        def _config(self, dtype, plan=None, box=False):  # noqa: ANN001, ANN202
+            return dataclasses.replace(super()._config(dtype, plan, box), a_block=256, a_chunks=3)
 
     base = mw.solve(problem, mw.LBFGS(kernel="pallas"), progress=False)
     chunked = mw.solve(problem, Chunked(kernel="pallas"), progress=False)

@@ -1,6 +1,7 @@
 """mw.minimize against scipy.optimize.minimize, per-iteration callbacks, and L-BFGS's seed options
 (GTOL's floor, iprint[2]).  One objective and one size throughout, so the compiled loop is shared."""
 
+import re
 import warnings
 
 import jax
@@ -12,7 +13,7 @@ from scipy.optimize import rosen, rosen_der
 
 import multiwalk as mw
 
-jax.config.update("jax_enable_x64", True)
+pytestmark = pytest.mark.usefixtures("float64")  # for this module only (conftest.py)
 
 X0 = np.array([1.3, 0.7, 0.8, 1.9, 1.2])
 
@@ -26,7 +27,7 @@ def rosenbrock_scaled(x, scale):
 
 
 @pytest.fixture(scope="module")
-def lbfgsb():
+def lbfgsb(float64):
     return mw.minimize(rosenbrock, X0, method="L-BFGS-B", options={"maxcor": 10})
 
 
@@ -100,6 +101,14 @@ def test_callback_sees_every_iteration_and_can_stop():
     np.testing.assert_array_equal(xs[-1], second.x)
 
 
+def test_gtol_and_tol_with_bounds_are_the_projected_gradient_test():
+    boxed = mw.minimize(rosenbrock, X0, bounds=[(-2.0, 2.0)] * 5, options={"maxcor": 10, "gtol": 1e-9})
+    # the optimum (1, ..., 1) is inside the box, so proj g = g there: scipy's gtol test on jac itself
+    assert boxed.success and np.max(np.abs(boxed.jac)) <= 1e-9 and boxed.result.gnorm <= 1e-9
+    by_tol = mw.minimize(rosenbrock, X0, bounds=[(-2.0, 2.0)] * 5, tol=1e-9, options={"maxcor": 10})
+    assert by_tol.nit == boxed.nit and "tol=1e-09 is used as gtol (pgtol) only" in by_tol.message
+
+
 def test_pattern_search_with_bounds():
     res = mw.minimize(rosenbrock, X0, method="pattern", bounds=[(-2, 2)] * 5,
                       options={"n_walkers": 64, "maxiter": 200})
@@ -118,10 +127,13 @@ def test_pattern_search_with_bounds():
         ({"method": "pattern"}, "give bounds="),
         ({"bounds": [(0, 1)] * 4}, "bounds must be 5 (min, max) pairs"),
         ({"jac": "2-point"}, "jac must be None, True"),
+        ({"bounds": [(0, None)] + [(None, None)] * 4}, "bounds[0] = (0.0, inf): multiwalk's box needs both bounds"),
+        ({"tol": 1e-8}, "tol=1e-08 sets scipy's gtol (max |g| <= tol), which multiwalk's L-BFGS has only with bounds"),
+        ({"options": {"gtol": 1e-8}}, "gtol (scipy: stop when max |projected gradient| <= gtol) is supported with bounds only"),
     ],
 )
 def test_bad_input_is_an_error_before_compiling(kwargs, message):
-    with pytest.raises((ValueError, TypeError), match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises((ValueError, TypeError), match=re.escape(message)):
         mw.minimize(rosenbrock, X0, **kwargs)
 
 

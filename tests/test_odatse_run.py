@@ -601,6 +601,34 @@ def test_minsearch_and_pattern(tmp_path):
     assert float(res["fx"]) == 0.0
 
 
+LBFGS_IN_A_BOX = """
+[base]
+dimension = 2
+output_dir = "output"
+[solver]
+name = "analytical"
+function_name = "himmelblau"
+[algorithm]
+name = "lbfgs"
+[algorithm.param]
+min_list = [0.0, 0.0]
+max_list = [2.0, 2.0]
+initial_list = [1.0, 1.0]
+"""
+
+
+def test_lbfgs_honours_the_box_with_initial_list(tmp_path, capsys):
+    write_input(tmp_path, LBFGS_IN_A_BOX)
+    assert run_cli(tmp_path, "input.toml") == 0
+    res = dict(ln.split(" = ") for ln in (tmp_path / "output" / "res.txt").read_text().splitlines())
+    # Himmelblau's zeros are all outside [0, 2]^2; its lowest point in the box is the corner (2, 2),
+    # f = 26, where L-BFGS-B puts both coordinates exactly on their bounds
+    assert (float(res["x1"]), float(res["x2"]), float(res["fx"])) == (2.0, 2.0, 26.0)
+    write_input(tmp_path, LBFGS_IN_A_BOX.replace("initial_list = [1.0, 1.0]", "initial_list = [3.0, 1.0]"))
+    assert run_cli(tmp_path, "input.toml") == 2
+    assert "initial_list = [3.0, 1.0] is outside the box: x1 = 3.0 is not in [0.0, 2.0]" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------- fast writing, unroll
 def test_step_file_numbers_are_spelled_as_repr():
     """polars' spelling of the step files' numbers (with repr for the values polars spells

@@ -125,6 +125,8 @@ def test_asktell_refuses_a_state_beyond_any_machine():
         (mw.Problem(objective=sphere, **BOX), mw.ReplicaExchange(nseq=3, nbeta=4, nadj=5, niter=6)),
         (mw.Problem(objective=sphere, **BOX), mw.PatternSearch(n_walkers=5)),
         (mw.Problem(objective=sphere, **BOX), exchange(record=4)),
+        (mw.Problem(objective=sphere, **BOX),
+         mw.PopulationAnnealing(betas=(0.0, 1.0), numsteps_for_T=(2, 2), n_replicas=5, step_width=(0.1, 0.1), record=4)),
     ],
 )
 def test_the_state_estimate_is_the_state_init_makes(problem, solver):

@@ -1,12 +1,14 @@
-"""Population annealing (ODAT-SE's pamc) and the mapper: statistics against exact sums on a
-mesh, the output files of ``multiwalk run``, a resumed run, ColorMap.txt against the mesh."""
+"""Population annealing (ODAT-SE's pamc): statistics against exact sums on a mesh, the output
+files of ``multiwalk run`` (weight.txt included), a resumed run, a NumPy objective refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from odatse_inputs import output_files, run_cli
@@ -72,8 +74,19 @@ def test_schedule_and_bad_options():
         annealing_schedule(numsteps=10, numsteps_annealing=2, Tnum=3)
     with pytest.raises(ValueError, match="betas must be ascending"):
         mw.PopulationAnnealing(betas=(1.0, 0.5), numsteps_for_T=(1, 1), n_replicas=4, step_width=(0.1,))
-    with pytest.raises(ValueError, match="at least 1 step at each of the 2 temperatures"):
-        mw.PopulationAnnealing(betas=(0.5, 1.0), numsteps_for_T=(1, 0), n_replicas=4, step_width=(0.1,))
+    for bad in ((1, 0), (1.5, 2)):  # none at a temperature; a fraction of a step
+        with pytest.raises(ValueError, match="at least 1, at each of the 2 temperatures"):
+            mw.PopulationAnnealing(betas=(0.5, 1.0), numsteps_for_T=bad, n_replicas=4, step_width=(0.1,))
+
+
+def test_max_chunk_steps_bounds_the_chunks():
+    problem = mw.Problem(objective=lambda x: jnp.sum(x**2), lower=[-1.0], upper=[1.0])
+    solver = mw.PopulationAnnealing(betas=(0.5, 1.0), numsteps_for_T=(4, 4), n_replicas=4, step_width=(0.1,),
+                                    max_chunk_steps=3)
+    assert solver.plan(problem, 1, None).max_chunk == 3
+    assert dataclasses.replace(solver, record=3).plan(problem, 1, None).max_chunk == 2  # the ring's bound, lower
+    result = mw.solve(problem, solver, seed=0, progress=False)
+    assert result.stats["chunks"] >= 3  # 8 steps in chunks of at most 3 (``multiwalk run``'s checkpoint_steps)
 
 
 PAMC_INPUT = """
@@ -97,6 +110,7 @@ Tmax = 100.0
 Tnum = 3
 numsteps_annealing = 5
 nreplica_per_proc = 4
+resampling_interval = 2
 """
 
 
@@ -118,8 +132,17 @@ def test_pamc_files(tmp_path):
         t0 = np.loadtxt(out / p / "result_T0.txt", ndmin=2)
         assert t0[:, 0].min() == 0 and t0[:, 0].max() == 5  # step 0 (the start) belongs to the first temperature
         assert (out / p / "trial.txt").exists() and (out / p / "trial_T1.txt").exists()
+        check_weights(out / p, rows_at_ends=[np.loadtxt(out / p / f"result_T{t}.txt", ndmin=2) for t in range(3)])
     best = dict(line.split(" = ") for line in (out / "best_result.txt").read_text().splitlines())
-    assert best["nprocs"] == "2" and float(best["fx"]) == pytest.approx(float(best["fx"]))
+    assert best["nprocs"] == "2"
+    # best_result.txt names a line of result.txt (rank = folder, step, walker in it) and no line of
+    # any folder is lower; rel 1e-12: its fx is f evaluated again at x, by another compiled program
+    rows = np.loadtxt(out / best["rank"] / "result.txt", ndmin=2)
+    line = rows[(rows[:, 0] == int(best["step"])) & (rows[:, 1] == int(best["walker"]))]
+    assert line.shape[0] == 1 and float(best["fx"]) == pytest.approx(line[0, 3], rel=1e-12)
+    np.testing.assert_allclose([float(best["x1"]), float(best["x2"])], line[0, 4:6], rtol=0, atol=0)
+    lowest = min(np.loadtxt(out / p / "result.txt", ndmin=2)[:, 3].min() for p in ("0", "1"))
+    assert float(best["fx"]) == pytest.approx(lowest, rel=1e-12)
 
 
 def test_resume_gives_the_same_files(tmp_path):
@@ -147,30 +170,61 @@ def test_resume_gives_the_same_files(tmp_path):
     assert output_files(cut) == output_files(whole)
 
 
-MAPPER_INPUT = """
-[base]
-dimension = 2
-output_dir = "output"
-[solver]
-name = "analytical"
-function_name = "himmelblau"
-[algorithm]
-name = "mapper"
-[algorithm.param]
-min_list = [-6.0, -5.0]
-max_list = [6.0, 5.0]
-num_list = [4, 3]
+def check_weights(folder, rows_at_ends):
+    """weight.txt as ODAT-SE writes it: at the last step of each temperature (5, 10, 15) every
+    walker's ``Tindex beta walker idnum fx log_weight x1 x2``, fx and x those of result.txt; the
+    log weights carried from the previous temperature (resampling every 2: reset after T1)."""
+    assert (folder / "weight.txt").read_text().splitlines()[0] == "# Tindex beta walker idnum fx log_weight x1 x2"
+    w = np.loadtxt(folder / "weight.txt", ndmin=2)
+    assert w.shape == (12, 8) and w[:, 0].tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    np.testing.assert_allclose(w[:, 1], np.repeat([0.01, 0.1, 1.0], 4), rtol=1e-12)  # beta, though the input gave T
+    assert w[:, 2].tolist() == [0, 1, 2, 3] * 3 and np.all(w[:, 3] == 0)
+    ends = np.concatenate([rows[rows[:, 0] == last] for rows, last in zip(rows_at_ends, (5, 10, 15))])
+    np.testing.assert_array_equal(w[:, [4, 6, 7]], ends[:, [3, 4, 5]])  # fx, x1, x2: the same digits
+    # log w at T1 = -(beta1 - beta0) * fx at the end of T0 (no resampling between them); 0 elsewhere
+    np.testing.assert_allclose(w[4:8, 5], -(0.1 - 0.01) * w[:4, 4], rtol=1e-12)
+    assert np.all(w[:4, 5] == 0) and np.all(w[8:, 5] == 0)
+
+
+NUMPY_OBJECTIVE = """
+import numpy as np
+
+
+def f(x):
+    return float(np.sum(np.asarray(x) ** 2))
 """
 
 
-def test_mapper_colormap(tmp_path):
-    (tmp_path / "input.toml").write_text(MAPPER_INPUT)
-    assert run_cli(tmp_path, "input.toml") == 0
-    rows = np.loadtxt(tmp_path / "output" / "ColorMap.txt", ndmin=2)
-    x1, x2 = np.meshgrid(np.linspace(-6, 6, 4), np.linspace(-5, 5, 3), indexing="xy")
-    np.testing.assert_allclose(rows[:, :2], np.stack([x1.ravel(), x2.ravel()], 1), atol=5e-7)  # %8f: 6 decimals
-    himmelblau = (rows[:, 0] ** 2 + rows[:, 1] - 11) ** 2 + (rows[:, 0] + rows[:, 1] ** 2 - 7) ** 2
-    np.testing.assert_allclose(rows[:, 2], himmelblau, atol=5e-7, rtol=1e-9)
-    text = (tmp_path / "output" / "0" / "ColorMap.txt").read_text()
-    best = int(np.argmin(himmelblau))
-    assert text.startswith("#x1 x2 fval\n") and f"#see Log{best}\n" in text
+@pytest.mark.parametrize("algorithm", ["pamc", "mapper"])
+def test_numpy_objective_runs_outside_the_loop(tmp_path, capsys, algorithm):
+    """A NumPy function is evaluated outside the compiled loop (one batch a step, here on one
+    worker): the same numbers as the jax.numpy form of the same function, the same seed."""
+    (tmp_path / "obj.py").write_text(NUMPY_OBJECTIVE)
+    (tmp_path / "objj.py").write_text("import jax.numpy as jnp\n\n\ndef f(x):\n    return jnp.sum(x ** 2)\n")
+    outputs = {}
+    for module in ("obj", "objj"):
+        text = PAMC_INPUT.replace('name = "analytical"\nfunction_name = "himmelblau"',
+                                  f'name = "python"\nfunction = "{module}.py:f"').replace('"output"', f'"out_{module}"')
+        if algorithm == "mapper":
+            text = text.replace('"pamc"', '"mapper"').replace("step_list = [0.5, 0.5]", "num_list = [3, 3]")
+            text = text[: text.index("[algorithm.pamc]")]
+        (tmp_path / f"{module}.toml").write_text(text)
+        extra = ("--executor", "serial") if module == "obj" else ()
+        assert run_cli(tmp_path, f"{module}.toml", *extra) == 0
+        name = "ColorMap.txt" if algorithm == "mapper" else "fx.txt"
+        outputs[module] = (tmp_path / f"out_{module}" / name).read_text()
+    assert "not a jax.numpy function" in capsys.readouterr().out  # the note that says how it runs
+    # sums of two squares in float64: NumPy and XLA give the same values, so the runs' decisions
+    # and files agree exactly
+    assert outputs["obj"] == outputs["objj"]
+
+
+def test_truncate_weights_keeps_the_finished_temperatures(tmp_path):
+    path = tmp_path / "weight.txt"
+    whole = ("# Tindex beta walker idnum fx log_weight x1\n"
+             "0 0.01 0 0 1.5 0.0 2.0\n0 0.01 1 0 2.5 0.0 3.0\n1 0.1 0 0 1.0 -0.1 2.0\n")
+    path.write_text(whole + "2 1.0 0 0 1.0 0.0 2.")  # a line cut short by a crash
+    run_pamc.truncate_weights(path, 5)
+    assert path.read_text() == whole
+    run_pamc.truncate_weights(path, 1)
+    assert path.read_text() == "".join(whole.splitlines(keepends=True)[:3])

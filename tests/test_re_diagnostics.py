@@ -94,6 +94,15 @@ def test_short_or_unmixed_runs_warn(result):
     assert "a: r_hat" not in str(record[0].message)  # a is untouched and converged
 
 
+def test_a_nan_ess_warns():
+    import pandas as pd
+
+    # a tail ESS that ArviZ could not compute (NaN) fails the test even beside a large bulk ESS
+    table = pd.DataFrame({"r_hat": [1.0], "ess_bulk": [500.0], "ess_tail": [np.nan]}, index=["a"])
+    with pytest.warns(diagnostics.ConvergenceWarning, match=r"a: ess_bulk=500, ess_tail=nan"):
+        diagnostics.warn_unconverged(table, niter=400, nseq=4)
+
+
 def test_to_arviz_groups_and_shapes(result):
     idata = result.to_arviz()
     assert set(idata.groups()) == {"posterior", "sample_stats", "constant_data"}
@@ -105,7 +114,9 @@ def test_to_arviz_groups_and_shapes(result):
     assert stats["acceptance"].dims == ("chain", "beta", "parameter")
     assert stats["acceptance"].shape == (4, 4, 2) and stats["exchange_rate"].shape == (4, 3)
     assert np.array_equal(stats["beta"].values, result.betas)
-    assert "chi2_all" not in stats  # a result without the per-temperature record
+    # every temperature's chi2 and the round trips, which every run records
+    assert np.array_equal(stats["chi2_all"].values, np.transpose(result.fun_trace_all, (1, 0, 2)))
+    assert np.array_equal(stats["round_trips"].values, result.round_trips)
     assert float(idata.constant_data["c"]) == 0.5
     clash = dataclasses.replace(result, names=["chain", "b", "c"])
     with pytest.raises(ValueError, match="'chain' clashes with ArviZ's dimension"):

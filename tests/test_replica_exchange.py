@@ -399,9 +399,11 @@ def test_save_roundtrip(fixed_result, tmp_path):
     path = tmp_path / "re.npz"
     r.save(str(path))
     with np.load(path, allow_pickle=False) as npz:
-        # every field but the problem, written by Result.save from the dataclass fields
-        assert set(npz.files) == {f.name for f in dataclasses.fields(r)} - {"problem"}
-        arrays = ("x", "samples", "fun_trace", "acceptance", "exchange_rate", "steps", "betas", "n_accepted", "n_trials",
+        # every field but the problem and those that are None (samples_all, label_trace without
+        # record_temperatures), written by Result.save from the dataclass fields
+        assert set(npz.files) == {f.name for f in dataclasses.fields(r) if getattr(r, f.name) is not None} - {"problem"}
+        arrays = ("x", "samples", "fun_trace", "fun_trace_all", "accept_history",
+                  "acceptance", "exchange_rate", "steps", "betas", "n_accepted", "n_trials",
                   "n_swaps", "labels", "free_index", "lower", "upper")
         for name in arrays:
             np.testing.assert_array_equal(npz[name], getattr(r, name), err_msg=name)

@@ -248,6 +248,15 @@ def test_problem_identity_tells_functions_apart_by_code_and_closure():
         "objective: test_solve.test_problem_identity_tells_functions_apart_by_code_and_closure.<locals>.scaled"
         ".<locals>.<lambda>, other code or closure than when it was written"]
     assert changes(ident(lambda x: (x**2).sum()), ident(lambda x: (x**3).sum()))  # other code, same name
+    # a closure over a module (jax.numpy imported inside a function): digested by its name, not as an
+    # array (jnp has attributes shape and dtype)
+    import jax.numpy as jnp_local
+
+    assert changes(ident(lambda x: jnp_local.sum(x**2)), ident(lambda x: jnp_local.sum(x**2))) == []
+    # and the log_prior, when given, is part of the identity
+    with_prior = problem_identity(mw.Problem(objective=scaled(2.0), lower=-np.ones(2), upper=np.ones(2),
+                                             log_prior=lambda x: -x.sum()))
+    assert [c.split(":")[0] for c in changes(ident(scaled(2.0)), with_prior)] == ["log_prior"]
 
 
 def _no_compiling(*args, **kwargs):

@@ -16,6 +16,7 @@ from .solve import solve
 from .solvers.base import Phase, RunPlan, Solver, Writer
 from .solvers.exchange import Exchange, ExchangeResult
 from .solvers.lbfgs import LBFGS, LBFGSResult, LBFGSStatus
+from .solvers.mapper import Mapper, MapperResult
 from .solvers.pattern_search import PatternSearch, PatternSearchResult
 from .solvers.population_annealing import PopulationAnnealing, PopulationAnnealingResult
 from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
@@ -46,6 +47,8 @@ __all__ = [
     "ExchangeResult",
     "PopulationAnnealing",
     "PopulationAnnealingResult",
+    "Mapper",
+    "MapperResult",
     "lbfgs",
     "deconv",
     "__version__",

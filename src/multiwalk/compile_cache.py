@@ -31,16 +31,19 @@ from .host_objective import compiler_options
 from .problem import Problem
 
 __all__ = [
-    "cached_jit", "fingerprint", "full_fingerprint", "one_fingerprint_per_call", "problem_arrays", "with_arrays",
-    "loop", "keep_loop", "compiled_loops", "clear_loops", "small_key", "kept", "keep", "kept_for", "holds", "clear",
+    "cached_jit", "fingerprint", "full_fingerprint", "arguments_fingerprint", "one_fingerprint_per_call",
+    "problem_arrays", "with_arrays", "loop", "keep_loop", "step_seconds", "note_step_seconds", "compiled_loops",
+    "clear_loops", "small_key", "kept", "keep", "kept_for", "holds", "clear", "user_functions",
 ]
 
 _LOOPS: dict[tuple, Any] = {}
 _LOOPS_MAX = 32
+# loop key -> seconds per iteration of its last chunk: the next solve() sizes its first chunk by it
+_STEP_SECONDS: dict[tuple, float] = {}
 _SMALL: dict[tuple, Any] = {}
 _SMALL_MAX = 64
 # While solve() runs: id(problem) -> its full fingerprint, digested once per call, not per use.
-_FINGERPRINTS: dict[int, str | None] = {}
+_FINGERPRINTS: dict[int, dict[bool, str]] = {}
 
 
 # ---------------------------------------------------------------------------- what a problem bakes in
@@ -49,9 +52,12 @@ def fingerprint(problem: Any, as_arguments: bool = False) -> str:
     a problem changed in place after construction is compiled anew rather than run stale.
 
     With ``as_arguments`` (data, sigma and args arrays are arguments of the loop) only their
-    shapes and dtypes count.  ``x0`` only enters through ``init`` (its shape counts); the user's
-    functions are not digested: the cache key holds them by identity.  Problems other than
-    :class:`Problem` (``multiwalk.deconv.Deconvolution``) say it themselves with ``fingerprint()``.
+    shapes and dtypes count.  ``x0`` only enters through ``init``, as an argument (its shape
+    counts); the user's functions are not digested: the cache key holds them by identity.
+    Read-only arrays the problem owns (its ``periodic`` mask) are digested once per object
+    (:func:`_bytes_digest`); bounds, and data, sigma and ``args`` compiled in, may be changed in
+    place and are read each time.  Problems other than :class:`Problem`
+    (``multiwalk.deconv.Deconvolution``) say it themselves with ``fingerprint()``.
     """
     if not isinstance(problem, Problem):
         return str(problem.fingerprint())
@@ -62,42 +68,87 @@ def fingerprint(problem: Any, as_arguments: bool = False) -> str:
             # names never enter compiled code; free_index follows from n and fixed (both digested),
             # and at n = 1e9 digesting its 8 GB took seconds in every solve()
             continue
-        if name == "x0" or (as_arguments and name in ("data", "sigma")):
+        if name == "x0":  # read by the start only, as an argument (whose key has its dtype): the shape
+            h.update(repr(None if value is None else np.shape(value)).encode())
+        elif as_arguments and name in ("data", "sigma"):
             h.update(repr(None if value is None else (np.shape(value), str(np.asarray(value).dtype))).encode())
         elif name == "args":
             for leaf in jax.tree_util.tree_leaves(value):
                 if hasattr(leaf, "shape"):
                     h.update(repr((np.shape(leaf), str(leaf.dtype))).encode())
                     if not as_arguments:
-                        h.update(np.asarray(leaf).tobytes())
+                        h.update(_bytes_digest(leaf).encode())
                 else:
                     h.update(repr(leaf).encode())
         elif isinstance(value, np.ndarray):
-            h.update(repr((value.shape, str(value.dtype))).encode() + np.ascontiguousarray(value).tobytes())
+            h.update(repr((value.shape, str(value.dtype))).encode() + _bytes_digest(value).encode())
         else:
             h.update(repr(sorted(value.items()) if isinstance(value, dict) else value).encode())
     return h.hexdigest()
 
 
+def user_functions(problem: Any) -> tuple[Any, ...]:
+    """The user's functions a compiled program of ``problem`` calls, held by identity in cache keys
+    (the fingerprint skips functions): the objective or model, value_and_grad, log_prior."""
+    return problem._user_fn, problem._user_vg, getattr(problem, "_log_prior", None)
+
+
+# id(array) -> (weak reference, digest) of read-only arrays that own their memory: they cannot
+# change, so their bytes are read once (a periodic mask of n = 1e7 took ~19 ms per digest).
+_READ_ONLY_DIGESTS: dict[int, tuple[Any, str]] = {}
+
+
+def _bytes_digest(value: Any) -> str:
+    """A digest of an array's bytes; of a read-only NumPy array that owns its memory, or of a
+    (immutable) jax array, computed once per object and kept while the object lives."""
+    fixed = isinstance(value, jax.Array) or (
+        isinstance(value, np.ndarray) and not value.flags.writeable and value.flags.owndata)
+    if fixed:
+        kept = _READ_ONLY_DIGESTS.get(id(value))
+        if kept is not None and kept[0]() is value:
+            return kept[1]
+    digest = hashlib.blake2b(np.ascontiguousarray(np.asarray(value)).tobytes(), digest_size=16).hexdigest()
+    if fixed:
+        key = id(value)
+        try:
+            ref = weakref.ref(value, lambda _: _READ_ONLY_DIGESTS.pop(key, None))
+        except TypeError:  # an object without weak references: digested each time
+            return digest
+        _READ_ONLY_DIGESTS[key] = (ref, digest)
+    return digest
+
+
 def full_fingerprint(problem: Any) -> str:
     """``fingerprint(problem)``, digested once per solve() call (a large problem's bounds and
     data take a while to digest; see :func:`one_fingerprint_per_call`)."""
-    digest = _FINGERPRINTS.get(id(problem))
+    return _once_per_call(problem, False)
+
+
+def arguments_fingerprint(problem: Any) -> str:
+    """``fingerprint(problem, True)`` (data, sigma and ``args`` as arguments), digested once per
+    solve() call like :func:`full_fingerprint`: the loop of each phase and each small function
+    ask for it."""
+    return _once_per_call(problem, True)
+
+
+def _once_per_call(problem: Any, as_arguments: bool) -> str:
+    held = _FINGERPRINTS.get(id(problem))
+    digest = None if held is None else held.get(as_arguments)
     if digest is None:
-        digest = fingerprint(problem)
-        if id(problem) in _FINGERPRINTS:  # inside solve(problem, ...): keep it for the call
-            _FINGERPRINTS[id(problem)] = digest
+        digest = fingerprint(problem, as_arguments)
+        if held is not None:  # inside solve(problem, ...): keep it for the call
+            held[as_arguments] = digest
     return digest
 
 
 def one_fingerprint_per_call(run: Callable[..., Any]) -> Callable[..., Any]:
-    """``run(problem, solver, **options)`` with the problem's full fingerprint digested once in
+    """``run(problem, solver, **options)`` with the problem's fingerprints digested once in
     the call (on first use, see :func:`full_fingerprint`), not once for each small function
-    (see :func:`cached_jit`); nested calls on the same problem digest again."""
+    (see :func:`cached_jit`) and phase; nested calls on the same problem digest again."""
 
     @functools.wraps(run)
     def call(problem: Any, solver: Any, **options: Any) -> Any:
-        _FINGERPRINTS[id(problem)] = None
+        _FINGERPRINTS[id(problem)] = {}
         try:
             return run(problem, solver, **options)
         finally:
@@ -149,10 +200,23 @@ def keep_loop(key: tuple, compiled: Any, owner: Any = None) -> None:
     """Keep ``compiled`` under ``key`` (the oldest loop goes when 32 are kept).  ``owner``: the
     problem object whose id ``key`` starts with, its loops forgotten once it is garbage."""
     if len(_LOOPS) >= _LOOPS_MAX:
-        _LOOPS.pop(next(iter(_LOOPS)))
+        oldest = next(iter(_LOOPS))
+        _LOOPS.pop(oldest)
+        _STEP_SECONDS.pop(oldest, None)
     _LOOPS[key] = compiled
     if owner is not None:
         _forget_when_collected(owner)
+
+
+def step_seconds(key: tuple) -> float | None:
+    """Seconds per iteration of the last chunk the loop kept under ``key`` ran, or None."""
+    return _STEP_SECONDS.get(key)
+
+
+def note_step_seconds(key: tuple, seconds: float) -> None:
+    """Remember the loop's time per iteration (:func:`step_seconds`), while the loop is kept."""
+    if key in _LOOPS:
+        _STEP_SECONDS[key] = seconds
 
 
 def compiled_loops() -> list[Any]:
@@ -163,6 +227,7 @@ def compiled_loops() -> list[Any]:
 def clear_loops() -> None:
     """Forget the kept loops (not the small functions): the next solve() compiles its loops anew."""
     _LOOPS.clear()
+    _STEP_SECONDS.clear()
 
 
 # ---------------------------------------------------------------------------- the small functions
@@ -218,7 +283,8 @@ def kept_for(problem: Any) -> list[tuple[str, Any]]:
 def kept_shared() -> list[str]:
     """The names of the small functions kept for any problem of the same functions (:func:`shared_jit`),
     oldest first, one per executable."""
-    return [key[6] for key in _SMALL if key[0] == "functions"]
+    # the keys of shared_jit: ("functions", objective, value_and_grad, log_prior, arguments, reads_x0, solver, name, ...)
+    return [key[7] for key in _SMALL if key[0] == "functions"]
 
 
 def _arg_key(x: Any) -> Any:
@@ -260,13 +326,6 @@ def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_sharding
     return call
 
 
-def _x0_digest(problem: Any) -> str | None:
-    """A digest of ``problem.x0``'s values: a start reads them as constants (the fingerprint holds
-    only its shape, since the compiled loop never reads x0)."""
-    x0 = getattr(problem, "x0", None)
-    return None if x0 is None else hashlib.blake2b(np.ascontiguousarray(x0).tobytes(), digest_size=16).hexdigest()
-
-
 def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any], Callable],
                out_shardings: Any = None, reads_x0: bool = True) -> Callable:
     """:func:`cached_jit` of ``of_problem(problem)``, kept for every problem with the same functions,
@@ -276,23 +335,27 @@ def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any],
     compiled loop (:func:`problem_arrays`), so a new dataset of the same shapes (a fit repeated on
     another day's data, a new ``Problem`` of the same model) runs the kept start and one-point
     value instead of compiling them again.  ``of_problem`` must read the problem's arrays through
-    the problem it is given; ``x0`` is digested into the key (a start reads it as a constant)
-    unless ``reads_x0`` is False.
+    the problem it is given.  ``x0`` is an argument too (unless ``reads_x0`` is False): a start
+    reads it, and as a constant it would have to be digested, all its bytes, in every call.
     Problems without such arrays (other problem kinds) use :func:`cached_jit`."""
     arrays, static = problem_arrays(problem)
     if arrays is None:
         return cached_jit(problem, solver, name, of_problem(problem), out_shardings)
     options = _jit_options(problem, out_shardings)
+    x0 = problem.x0 if reads_x0 else None
 
-    def with_problem_arrays(arrays: Any, *args: Any) -> Any:
-        return of_problem(with_arrays(problem, arrays, static))(*args)
+    def with_problem_arrays(arrays: Any, x0: Any, *args: Any) -> Any:
+        copy = with_arrays(problem, arrays, static)
+        if reads_x0:
+            copy.x0 = x0
+        return of_problem(copy)(*args)
 
     def key_of(*parts: Any) -> tuple:
-        return ("functions", problem._user_fn, problem._user_vg, fingerprint(problem, True),
-                _x0_digest(problem) if reads_x0 else None, solver, name, str(jax.config.jax_default_device), *parts)
+        return ("functions", *user_functions(problem), arguments_fingerprint(problem), reads_x0,
+                solver, name, str(jax.config.jax_default_device), *parts)
 
     def call(*args: Any) -> Any:
-        return _kept_call(with_problem_arrays, options, (arrays, *args), key_of)
+        return _kept_call(with_problem_arrays, options, (arrays, x0, *args), key_of)
 
     return call
 
@@ -306,6 +369,7 @@ def holds(problem_id: int) -> bool:
 def clear() -> None:
     """Forget every kept executable: the next solve() compiles anew."""
     _LOOPS.clear()
+    _STEP_SECONDS.clear()
     _SMALL.clear()
 
 
@@ -314,6 +378,6 @@ def _forget_when_collected(problem: Any) -> None:
 
 
 def _forget(problem_id: int) -> None:
-    for cache in (_LOOPS, _SMALL):
+    for cache in (_LOOPS, _SMALL, _STEP_SECONDS):
         for key in [k for k in cache if k[0] == problem_id]:
             cache.pop(key, None)

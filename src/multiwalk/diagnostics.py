@@ -204,8 +204,7 @@ def warn_unconverged(table: Any, niter: int, nseq: int, stacklevel: int = 1) -> 
     for name, row in table.iterrows():
         if not (row["r_hat"] <= RHAT_LIMIT):  # NaN (too few draws) fails too
             bad.append(f"{name}: r_hat={row['r_hat']:.3f} > {RHAT_LIMIT}")
-        ess = min(row["ess_bulk"], row["ess_tail"])
-        if not (ess >= ESS_LIMIT):
+        if not (row["ess_bulk"] >= ESS_LIMIT and row["ess_tail"] >= ESS_LIMIT):  # a NaN in either fails too
             bad.append(f"{name}: ess_bulk={row['ess_bulk']:.0f}, ess_tail={row['ess_tail']:.0f} (< {ESS_LIMIT})")
     if bad:
         warnings.warn(

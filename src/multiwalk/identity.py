@@ -108,6 +108,8 @@ def _value(value: Any, depth: int = 0) -> tuple[str, str]:
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.dtype)):
         text = repr(value)
         return (text if len(text) <= 80 else text[:77] + "..."), _digest(text.encode())
+    if isinstance(value, types.ModuleType):  # a closure over jax.numpy: jnp.shape and jnp.dtype are no array's
+        return f"module {value.__name__}", _digest(b"module", value.__name__.encode())
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return _array(value)
     if callable(value):
@@ -136,9 +138,10 @@ def problem_identity(problem: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
     is_model = bool(getattr(problem, "is_model", False))
     for name, value in sorted(vars(problem).items()):
-        if name in _NOT_DIGESTED:
+        if name in _NOT_DIGESTED or (name == "_log_prior" and value is None):  # no prior: as before priors
             continue
-        label = {"_user_fn": "model" if is_model else "objective", "_user_vg": "value_and_grad"}.get(name, name)
+        label = {"_user_fn": "model" if is_model else "objective", "_user_vg": "value_and_grad",
+                 "_log_prior": "log_prior"}.get(name, name)
         if label in _STARTS and hasattr(value, "shape"):
             shape = tuple(np.shape(value))
             out[label] = [f"shape {shape}", _digest(b"start", repr(shape).encode())]

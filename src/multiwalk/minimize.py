@@ -93,7 +93,8 @@ def _refuse_unsupported(hess: Any, hessp: Any, constraints: Any) -> None:
 
 def _bounds(bounds: Any, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
     """scipy's ``bounds`` (a ``Bounds`` or a sequence of ``(min, max)`` pairs, None for no bound)
-    as ``(lower, upper)`` vectors of n, infinite where unbounded; ``(None, None)`` without bounds."""
+    as ``(lower, upper)`` vectors of n; ``(None, None)`` when no coordinate is bounded.  A box that
+    bounds some coordinates and not others is refused: a Problem's box is finite."""
     if bounds is None:
         return None, None
     if hasattr(bounds, "lb") and hasattr(bounds, "ub"):  # scipy.optimize.Bounds
@@ -107,6 +108,12 @@ def _bounds(bounds: Any, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
         upper = np.array([np.inf if hi is None else hi for _, hi in pairs], float)
     if np.all(np.isneginf(lower)) and np.all(np.isposinf(upper)):
         return None, None
+    open_sided = np.flatnonzero(~(np.isfinite(lower) & np.isfinite(upper)))
+    if open_sided.size:
+        i = int(open_sided[0])
+        raise ValueError(f"bounds[{i}] = ({lower[i]}, {upper[i]}): multiwalk's box needs both bounds of every "
+                         "coordinate once one is bounded; give finite (min, max) pairs (a wide one where scipy "
+                         "would take None), or no bounds at all")
     return lower, upper
 
 
@@ -138,9 +145,11 @@ def _solver(name: str, options: dict[str, Any], tol: float | None, problem: Prob
              for k in _FINITE_DIFFERENCE_OPTIONS if k in options]
     if METHODS[name] is LBFGS:
         kwargs = _lbfgs_options(options, tol, problem)
+        if tol is not None:  # scipy's tol sets ftol too, whose test has no counterpart here
+            notes.append(f"tol={tol!r} is used as gtol (pgtol) only: scipy's relative-reduction test (ftol) is not run")
     else:
         if tol is not None:
-            raise ValueError(f"tol={tol} has no meaning for method={name!r} (it runs a fixed budget): drop tol")
+            raise ValueError(f"tol={tol} has no meaning for method={name!r} (it runs a fixed number of iterations): drop tol")
         if problem.lower is None:
             raise ValueError(f"method={name!r} searches a box: give bounds=[(min, max), ...] for every parameter")
         kwargs = _renamed(options, {"maxiter": "iterations" if name == "pattern" else "niter"}, name)
@@ -163,10 +172,15 @@ def _renamed(options: dict[str, Any], names: dict[str, str], method: str) -> dic
 
 def _lbfgs_options(options: dict[str, Any], tol: float | None, problem: Problem) -> dict[str, Any]:
     """scipy L-BFGS-B's options as :class:`~multiwalk.LBFGS`'s (docs/lbfgs.md has the table)."""
+    bounded = problem.lower is not None
     if tol is not None:
+        if not bounded:
+            raise ValueError(f"tol={tol} sets scipy's gtol (max |g| <= tol), which multiwalk's L-BFGS has only with "
+                             "bounds (pgtol); without bounds give options={'eps': ...} (||g|| <= eps * max(1, ||x||))")
         options.setdefault("gtol", tol)
     disp, iprint = options.pop("disp", None), options.pop("iprint", None)
-    kwargs = _renamed(options, _LBFGS_NAMES, "L-BFGS-B")
+    # with bounds, scipy's gtol is L-BFGS-B's pgtol: the same test, max_i |proj g_i| <= gtol
+    kwargs = _renamed(options, {**_LBFGS_NAMES, "gtol": "pgtol"} if bounded else _LBFGS_NAMES, "L-BFGS-B")
     for scipy_name in ("gtol", "ftol", "maxfun"):
         if scipy_name in kwargs:
             raise ValueError(_SCIPY_MEANING[scipy_name])
@@ -179,8 +193,9 @@ def _lbfgs_options(options: dict[str, Any], tol: float | None, problem: Problem)
 
 
 _SCIPY_MEANING = {
-    "gtol": "option gtol (scipy: stop when max |projected gradient| <= gtol) is not yet supported by multiwalk's "
-            "L-BFGS; its test is ||g|| <= eps * max(1, ||x||): give options={'eps': ...}",
+    "gtol": "option gtol (scipy: stop when max |projected gradient| <= gtol) is supported with bounds only (it is "
+            "L-BFGS-B's pgtol); without bounds multiwalk's L-BFGS tests ||g|| <= eps * max(1, ||x||): give "
+            "options={'eps': ...}",
     "ftol": "option ftol (scipy: stop when the relative reduction of f is <= ftol) is not yet supported by "
             "multiwalk's L-BFGS, whose ftol is the line search's sufficient-decrease constant: drop it",
     "maxfun": "option maxfun (scipy: the most evaluations of f in the whole run) is not supported: use maxiter "

@@ -7,6 +7,10 @@ Two ways to state a problem:
 * ``Problem(model=g, data=y, sigma=s, ...)`` with ``g(x, args) -> array like y``:
   ``chi2 = sum(|(g(x) - y) / s|^2)``, residuals marked in ``angular_data`` wrapped to [-pi, pi).
 
+A sampler's prior is uniform in the box unless ``log_prior=p`` is given: ``p(x) -> scalar``,
+the log prior density of ONE full point, applied untempered (target ``exp(-beta * chi2 / 2) *
+exp(p(x))``) and never folded into chi2.
+
 Everything is validated here, at construction, before anything is compiled.  Solvers see the
 problem through a few pure functions on the *free* parameters (the ones not in ``fixed``).
 """
@@ -334,7 +338,9 @@ class Problem:
         broadcastable to ``data``; complex data and models are allowed.
     lower, upper : the box (the uniform prior of the samplers), shape ``(n,)`` or scalars.
     x0 : a starting point, shape ``(n,)``, or ``K`` of them, shape ``(K, n)`` (local solvers
-        such as L-BFGS run one independent problem per row).
+        such as L-BFGS run one independent problem per row).  A floating jax array stays on
+        its device (checked there; a solve never copies it to the host); anything else is
+        kept as a float64 NumPy array.
     fixed : ``{index or name: value}`` parameters held constant and not sampled.
     periodic : indices or names (or a boolean mask) of parameters wrapped into
         ``[lower, upper)`` instead of rejected when a step leaves the box (angles).
@@ -348,6 +354,12 @@ class Problem:
         or together with ``objective``.
     dtype : ``"float32"`` or ``"float64"``; default: float64 when ``jax_enable_x64`` is on,
         else float32.  float64 needs ``jax.config.update("jax_enable_x64", True)``.
+    log_prior : ``p(x) -> scalar``, the log prior density of ONE full point ``x`` (n,) in
+        ``jax.numpy``, for the samplers (``ReplicaExchange``); default None, the uniform prior on
+        the box.  It is applied untempered (at inverse temperature ``beta`` the target is
+        ``L(x)**beta * exp(p(x))`` inside the box), need not be normalised (the prior is ``exp(p)``
+        restricted to the box and normalised over it), and ``-inf`` marks where it is zero.
+        Solvers that do not sample refuse a problem with a prior rather than ignore it.
     backend : ``"jax"`` (default: ``objective`` is traced and compiled into the solver) or
         ``"python"``: ``objective`` is plain Python/NumPy (a simulator, an external program),
         called outside the compiled solver on a batch of points at a time
@@ -381,6 +393,7 @@ class Problem:
         names: Sequence[str] | None = None,
         value_and_grad: Callable | None = None,
         dtype: Any = None,
+        log_prior: Callable | None = None,
         backend: str = "jax",
         vectorized: bool = False,
         executor: Any = None,
@@ -407,6 +420,7 @@ class Problem:
         )
         self.host_objective = None if host_options is None else self._host_objective(host_options)
         self._check_function()
+        self._log_prior = self._checked_log_prior(log_prior)
 
     # ------------------------------------------------------------------ validators (before any trace)
     def _checked_bounds(self, lower: Any, upper: Any) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -438,6 +452,10 @@ class Problem:
         Needs ``self.lower`` / ``self.upper``."""
         if x0 is None:
             return None
+        if isinstance(x0, jax.Array) and not isinstance(x0, jax.core.Tracer) and x0.ndim in (1, 2) \
+                and x0.shape[-1] == self.n and jnp.issubdtype(x0.dtype, jnp.floating) \
+                and self._device_x0_is_valid(x0):
+            return x0  # on the device it stays: a solve sends it to its start, never to the host
         x0 = _as_starts(x0, self.n, self._n_source)
         if not np.all(np.isfinite(x0)):
             bad = np.argwhere(~np.isfinite(x0))[0]
@@ -452,6 +470,14 @@ class Problem:
                     "start inside the box"
                 )
         return x0
+
+    def _device_x0_is_valid(self, x0: jax.Array) -> bool:
+        """Whether a device-array ``x0`` is finite and inside the box, tested where it lies (one
+        boolean read back); when not, the host path below finds and names the first bad entry."""
+        ok = jnp.all(jnp.isfinite(x0))
+        if self.lower is not None:
+            ok = ok & jnp.all((x0 >= self.lower) & (x0 <= self.upper))
+        return bool(ok)
 
     def _checked_fixed(self, fixed: Mapping[int | str, float] | None) -> tuple[dict[int, float], np.ndarray]:
         """``({index: value}, free_index)``: each fixed value finite and inside the box; at least
@@ -502,6 +528,7 @@ class Problem:
         if mask.any() and self.lower is None:
             which = [self.names[i] for i in np.flatnonzero(mask)]
             raise ValueError(f"periodic parameters {which} need lower and upper: the period is upper - lower")
+        mask.setflags(write=False)  # the problem's own copy, read-only: digested once, not in every solve()
         return mask
 
     def _host_objective(self, options: dict[str, Any]) -> Any:
@@ -547,7 +574,7 @@ class Problem:
         return self._user_vg(x, self.args) if self._takes_args else self._user_vg(x)
 
     def _probe_point(self) -> np.ndarray:
-        if self.x0 is not None:
+        if isinstance(self.x0, np.ndarray):  # (a device-array x0 is not read: only the fixed entries count)
             x = (self.x0[0] if self.x0.ndim == 2 else self.x0).copy()
         elif self.lower is not None:
             x = 0.5 * (self.lower + self.upper)
@@ -592,6 +619,29 @@ class Problem:
                 raise TypeError("objective must return a real scalar, got a complex one")
         if self._user_vg is not None:
             self._check_value_and_grad(probe)
+
+    def _checked_log_prior(self, log_prior: Callable | None) -> Callable | None:
+        """``log_prior`` after one abstract trace: a function of ONE full point returning a real
+        scalar; it needs a box (the prior is restricted to it)."""
+        if log_prior is None:
+            return None
+        if not callable(log_prior):
+            raise TypeError(f"log_prior must be a function p(x) -> scalar (the log prior density), got {log_prior!r}")
+        if self.lower is None:
+            raise ValueError("log_prior needs lower= and upper=: the samplers restrict the prior to the box")
+        try:
+            out = jax.eval_shape(log_prior, jax.ShapeDtypeStruct((self.n,), self.dtype))
+        except Exception as err:  # the user's function failed to trace: say which and why
+            raise TypeError(
+                f"calling log_prior(x) with x of shape ({self.n},) failed: {type(err).__name__}: {err}. "
+                "It must take ONE full point and be written in jax.numpy"
+            ) from err
+        if getattr(out, "shape", None) != () or not jnp.issubdtype(out.dtype, jnp.floating):
+            raise ValueError(
+                f"log_prior must return a real floating-point scalar for ONE point x of shape ({self.n},), "
+                f"got {getattr(out, 'shape', type(out).__name__)} of dtype {getattr(out, 'dtype', None)}"
+            )
+        return log_prior
 
     def _check_value_and_grad(self, probe: jax.ShapeDtypeStruct) -> None:
         try:
@@ -645,6 +695,28 @@ class Problem:
     def chi2_free(self, theta: jax.Array) -> jax.Array:
         """chi2 of ONE point given by its free parameters ``(n_free,)``."""
         return self.chi2_full(self.expand(theta))
+
+    @property
+    def log_prior(self) -> Callable | None:
+        """The user's log prior density of one full point, or None (uniform on the box)."""
+        return self._log_prior
+
+    def log_prior_free(self, theta: jax.Array) -> jax.Array:
+        """The log prior density of ONE point given by its free parameters ``(n_free,)``; 0 for
+        the default uniform prior (its constant, -log of the box's volume, cancels in every ratio)."""
+        if self._log_prior is None:
+            return jnp.zeros((), self.dtype)
+        return jnp.asarray(self._log_prior(self.expand(theta))).astype(self.dtype)
+
+    def log_likelihood_constant(self) -> float:
+        """``log L - (-chi2 / 2)``: 0 for ``objective=f`` (the likelihood is ``exp(-f / 2)``);
+        for ``model=`` / ``data`` / ``sigma`` the normalisation of the Gaussian likelihood (eq. 7 of
+        the cuda_mcmc document), ``-1/2 sum log(2 pi sigma^2)`` over real data and
+        ``-sum log(2 pi sigma^2)`` over complex data (a real and an imaginary part, each of sigma)."""
+        if not self.is_model:
+            return 0.0
+        per_datum = np.log(2 * np.pi * np.asarray(self.sigma, np.float64) ** 2)
+        return float(-(1.0 if np.iscomplexobj(self.data) else 0.5) * np.sum(per_datum))
 
     @property
     def has_value_and_grad(self) -> bool:

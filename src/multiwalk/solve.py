@@ -57,6 +57,11 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
         )
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
         raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    if getattr(problem, "log_prior", None) is not None and not solver.samples_log_prior:
+        raise ValueError(
+            f"the problem has a log_prior, which {type(solver).__name__} would ignore: it does not sample a "
+            "posterior. Use mw.ReplicaExchange, or fold the prior into the objective (add -2 * log_prior to chi2)"
+        )
     if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise ValueError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
     if not (isinstance(chunk_seconds, (int, float)) and chunk_seconds > 0):
@@ -98,17 +103,19 @@ def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any, plan: R
 
 def _compiled_chunk_runner(
     problem: Problem, solver: Solver, phase: int, state: Any, placement: dist.Placement, plan: RunPlan
-) -> tuple[Any, Any]:
+) -> tuple[Any, Any, tuple]:
     """The compiled ``_chunk_runner`` for this problem, solver, phase, state layout, device
     placement and plan (the state's shardings are the loop's input and output shardings, so the
-    state stays split from chunk to chunk and is donated in place), and the problem's arrays to pass
-    it (:func:`~multiwalk.compile_cache.problem_arrays`; on every device when the state is split)."""
+    state stays split from chunk to chunk and is donated in place), the problem's arrays to pass
+    it (:func:`~multiwalk.compile_cache.problem_arrays`; on every device when the state is split),
+    and the key it is kept under (its timing from the last call is kept there too)."""
     arrays, static = compile_cache.problem_arrays(problem, plan.arrays_as_arguments)
     sharded = placement.sharded
     if sharded and arrays is not None:
         arrays = dist.place(arrays, placement.replicated)
     avals = tuple((tuple(np.shape(x)), str(x.dtype)) for x in jax.tree_util.tree_leaves(state))
-    fingerprint = compile_cache.fingerprint(problem, True) if arrays is not None else compile_cache.full_fingerprint(problem)
+    fingerprint = (compile_cache.arguments_fingerprint(problem) if arrays is not None
+                   else compile_cache.full_fingerprint(problem))
     common = (
         fingerprint, solver, phase, jax.tree_util.tree_structure(state), avals,
         placement.key() if sharded else (), tuple(sorted(plan.compiler_options)),
@@ -116,7 +123,7 @@ def _compiled_chunk_runner(
     if arrays is None:  # compiled for this very problem object
         key = (id(problem), *common)
     else:  # any problem with these functions and this fingerprint can use it
-        key = ("functions", problem._user_fn, problem._user_vg, *common)
+        key = ("functions", *compile_cache.user_functions(problem), *common)
     compiled = compile_cache.loop(key)
     if compiled is None:
         runner = _chunk_runner(problem, solver, phase, static, plan)
@@ -131,7 +138,7 @@ def _compiled_chunk_runner(
         compiled = _compile_lowered(lowered, dict(plan.compiler_options), type(solver).__name__)
         # a loop compiled for this very problem object is forgotten once that is garbage
         compile_cache.keep_loop(key, compiled, owner=problem if arrays is None else None)
-    return compiled, arrays
+    return compiled, arrays, key
 
 
 def _compile_lowered(lowered: Any, options: dict[str, Any], who: str) -> Any:
@@ -270,7 +277,7 @@ class _Run:
     placement: dist.Placement
     phases: list[Phase]
     seed: int
-    identity: dict[str, Any]  # the problem's, written into checkpoints
+    identity: dict[str, Any] | None  # the problem's, written into checkpoints (None: no checkpoint)
     checkpoint_path: Path | None
     checkpoint_every: float
     time_limit: float | None
@@ -320,7 +327,9 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     checked), the start made where the run goes (or the checkpoint put into its form), the writers."""
     phases = _phases(problem, solver, time_limit is not None and plan.until_time_limit)
     checkpoint_path = _checkpoint_path(checkpoint)
-    identity = problem_identity(problem)  # written into checkpoints: a resume of another problem is refused
+    # written into checkpoints (a resume of another problem is refused); only digested when one is
+    # written or read: a run without either reads none of the problem's arrays
+    identity = problem_identity(problem) if checkpoint_path is not None or resume is not None else None
     saved = None
     if resume is not None:  # read and checked before anything compiles
         saved = (*ckpt.read_resume(Path(resume), seed, identity), Path(resume))
@@ -337,8 +346,8 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
                 state, done, phase_index, _first_stats(placement))
 
 
-def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any]]:
-    """``{phase index: (compiled loop, problem arrays)}`` of every phase still to run, compiled with
+def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]:
+    """``{phase index: (compiled loop, problem arrays, its cache key)}`` of every phase still to run, compiled with
     the progress summary before the clock and the bar start: the chunk loop compiles nothing."""
     t0 = time.perf_counter()
     executables = {}
@@ -425,11 +434,31 @@ def _next_chunk_length(run: _Run, n: int, n_run: int, per_step: float) -> int:
     return max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30, run.plan.max_chunk or 1 << 30))
 
 
-def _run_phase(run: _Run, compiled: Any, arrays: Any, bar: prog.ProgressBar, ctrl_c: prog.CtrlC) -> None:
+def _first_chunk_length(run: _Run, loop_key: tuple) -> int:
+    """Iterations of a phase's first chunk: about half ``chunk_seconds`` of work at the longest
+    time per iteration this compiled loop took in an earlier call (so a short run is one
+    dispatch; half and the longest: the machine's load may have changed since), or one
+    iteration, which times a step, when it has not run before.  With a ``callback`` (which may
+    stop the run after any chunk) chunks start at one iteration."""
+    per_step = compile_cache.step_seconds(loop_key)
+    n = 1
+    if per_step is not None and run.callback is None:
+        target = 0.5 * run.chunk_seconds
+        if run.time_limit is not None:
+            target = min(target, run.time_limit - run.t_run)
+        n = max(1, min(int(max(target, 0.0) / max(per_step, 1e-9)), 1 << 30, run.plan.max_chunk or 1 << 30))
+    # under jax.distributed every process runs process 0's chunks (the timings kept may differ)
+    return int(dist.broadcast(np.int32(n)))
+
+
+def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog.ProgressBar,
+               ctrl_c: prog.CtrlC) -> None:
     """Chunks of the current phase until it is done or converged (``solver.done``), or until the
-    time limit or Ctrl-C (``run.status`` says which).  The first chunk is one iteration: it times a step."""
+    time limit or Ctrl-C (``run.status`` says which).  The first chunk is sized by the loop's
+    timing in an earlier call (:func:`_first_chunk_length`), else one iteration: it times a step."""
     remaining = run.phases[run.phase_index].length - run.done[run.phase_index]
-    n_next = 1
+    n_next = _first_chunk_length(run, loop_key)
+    slowest = 0.0  # the longest time per iteration of this call's chunks, kept for the next call
     converged = False
     while remaining > 0 and not converged:
         if run.time_limit is not None and run.t_run >= run.time_limit:
@@ -442,6 +471,8 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, bar: prog.ProgressBar, ctr
             return
         converged = n_run < n
         per_step = max(dt / max(n_run, 1), 1e-9)
+        slowest = max(slowest, per_step)
+        compile_cache.note_step_seconds(loop_key, slowest)
         n_next = _next_chunk_length(run, n, n_run, per_step)
         if ctrl_c.pressed:
             run.status = Status.INTERRUPTED
@@ -453,7 +484,7 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, bar: prog.ProgressBar, ctr
             return
 
 
-def _run_phases(run: _Run, executables: dict[int, tuple[Any, Any]], bar: prog.ProgressBar,
+def _run_phases(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], bar: prog.ProgressBar,
                 ctrl_c: prog.CtrlC) -> None:
     """The phases from the current one to the last, or until the time limit or Ctrl-C.  A failure
     (out of memory, a bug) keeps the last finished chunk's state on disk, and is raised."""
@@ -547,7 +578,9 @@ def solve(
         run, except the ones in ``solver.resumable_options`` (e.g. ``niter``), which may grow;
         the problem must be the one it was written for (:mod:`multiwalk.identity`).
     callback : called after each chunk with a dict (phase, iteration, elapsed, summary);
-        raising KeyboardInterrupt from it stops the run like Ctrl-C.
+        raising KeyboardInterrupt from it stops the run like Ctrl-C.  With a callback every
+        phase starts with a chunk of one iteration; without one, a phase whose compiled loop ran
+        in an earlier call starts with about ``chunk_seconds`` of work (a short run is one chunk).
     chunk_seconds : target wall time of one jitted chunk (progress and clock granularity).
     devices : where the run goes.  ``None`` (default): split the solver's batch axis (sequences,
         walkers, replicas, starts; a single L-BFGS problem's vectors) over all devices when it

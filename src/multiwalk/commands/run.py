@@ -279,7 +279,7 @@ def _vector(path: Path, param: dict, key: str, dimension: int, positive: bool = 
 
 def _check_initial_in_box(path: Path, given: Any, setup: RunSetup, upper_inside: bool) -> None:
     """InputError unless every point of initial_list lies in the box: ``min <= x < max`` for the
-    exchange (whose moves keep ``x < max``, ODAT-SE's rule), ``min <= x <= max`` for minsearch.
+    exchange (whose moves keep ``x < max``, ODAT-SE's rule), ``min <= x <= max`` for minsearch and lbfgs.
     A start outside would stay there (every move from it is rejected, or f is inf there)."""
     init, lo, hi = setup.initial, setup.lower, setup.upper
     inside = (init >= lo) & ((init <= hi) if upper_inside else (init < hi))

@@ -8,7 +8,8 @@
   its error, replicas, log(Z/Z0), acceptance), ``pr.txt`` (participation ratios) and
   ``best_result.txt``.  ``--resume`` continues a run from its checkpoint.
 * ``mapper``: every point of a mesh (``mesh_path``, or the grid ``min_list``/``max_list``/
-  ``num_list``) evaluated in batches; writes ``ColorMap.txt`` (``[algorithm] colormap``).
+  ``num_list``) evaluated in batches by :class:`multiwalk.Mapper`; writes ``ColorMap.txt``
+  (``[algorithm] colormap``); checkpoints and ``--resume`` as for pamc.
 
 Nothing here imports :mod:`multiwalk.commands.run`: it hands this module the checked set-up and
 its options, and turns the ValueErrors raised here (each naming the input file and key) into
@@ -17,6 +18,7 @@ its usage error.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,6 @@ PAMC_KEYS: dict[str, type | tuple[type, ...]] = {
     "bmin": (int, float), "bmax": (int, float), "Tlogspace": bool, "nreplica_per_proc": int,
     "resampling_interval": int, "fix_num_replicas": bool, "separate_T": bool, "export_combined_files": bool,
 }
-MAPPER_BATCH = 65536  # mesh points evaluated per compiled call: bounded memory, one compilation
 
 
 def read_pamc_options(path: Path, table: Any) -> dict[str, Any]:
@@ -100,6 +101,7 @@ class PamcStepFiles:
         betas = np.asarray(solver.betas)
         self.t_values = betas if as_beta else 1.0 / betas
         self.header = "# " + " ".join(["step", "walker", "beta" if as_beta else "T", "fx", *labels, "weight", "ancestor"])
+        self.weight_header = "# " + " ".join(["Tindex", "beta", "walker", "idnum", "fx", "log_weight", *labels])
         self.folders = [output_dir / str(p) for p in range(nprocs)]
         self.next_step = 0 if resume_step is None else resume_step
         self.seconds = 0.0
@@ -112,6 +114,10 @@ class PamcStepFiles:
                     from ..io.odatse import truncate_from_step
 
                     truncate_from_step(name, resume_step)
+            if resume_step is None:
+                (folder / "weight.txt").write_text(self.weight_header + "\n")
+            elif (folder / "weight.txt").exists():  # keep the temperatures that ended before resume_step
+                truncate_weights(folder / "weight.txt", int(np.sum(solver.last_steps() < resume_step)))
 
     def _names(self, folder: Path) -> list[Path]:
         split = [folder / f"{tag}_T{i}.txt" for tag in ("trial", "result") for i in range(len(self.t_values))]
@@ -154,6 +160,27 @@ class PamcStepFiles:
                 if self.separate_T:
                     for t in np.unique(t_of_row).tolist():
                         self._append(folder / f"{tag}_T{t}.txt", frame.filter(pl.Series(t_of_row == t)), self.header)
+            self._write_weights(folder, steps, values[:, rows], d)
+
+    def _write_weights(self, folder: Path, steps: np.ndarray, values: np.ndarray, d: int) -> None:
+        """ODAT-SE's weight.txt: at the last step of each temperature, every walker's
+        ``Tindex beta walker idnum fx log_weight x...`` (``beta`` whether the input gave T or beta;
+        ``idnum`` 0 with a fixed population; ``log_weight`` before it is carried to the next
+        temperature); ``values`` (S, per, 3 + 2d) are the records of ``steps`` (S,)."""
+        import polars as pl
+
+        from ..io.odatse import number_column
+
+        ends = np.flatnonzero(np.isin(steps, self.solver.last_steps()))
+        if not ends.size:
+            return
+        v = values[ends].reshape(-1, values.shape[-1])  # (E * per, 3 + 2d): f, logw and x of the result
+        tindex = np.repeat(self.solver.temperature_of_steps(steps[ends]), self.per)
+        cols = {"Tindex": tindex, "beta": number_column(np.asarray(self.solver.betas)[tindex]),
+                "walker": np.tile(np.arange(self.per), ends.size), "idnum": np.zeros(v.shape[0], np.int64),
+                "fx": number_column(v[:, 1]), "log_weight": number_column(v[:, 2])}
+        cols.update({f"x{k}": number_column(v[:, 3 + d + k]) for k in range(d)})
+        self._append(folder / "weight.txt", pl.DataFrame(cols))
 
     @staticmethod
     def _append(path: Path, frame: Any, header: str | None = None) -> None:
@@ -161,6 +188,25 @@ class PamcStepFiles:
             if header is not None and fh.tell() == 0:
                 fh.write((header + "\n").encode())
             frame.write_csv(fh, separator=" ", include_header=False, quote_style="never")
+
+
+def truncate_weights(path: Path, n_temperatures: int) -> None:
+    """Cut weight.txt just before its first line of ``Tindex >= n_temperatures``, or before a line
+    that is not whole (no line end, or no temperature index first): what a resumed run writes again."""
+    with open(path, "rb+") as fh:
+        offset = 0
+        for line in fh:
+            words = line.split(None, 1)
+            if not line.endswith(b"\n"):
+                break
+            if words and not words[0].startswith(b"#"):
+                try:
+                    if int(words[0]) >= n_temperatures:
+                        break
+                except ValueError:
+                    break
+            offset += len(line)
+        fh.truncate(offset)
 
 
 def write_pamc_files(output_dir: Path, statistics: dict[str, np.ndarray]) -> None:
@@ -185,7 +231,6 @@ def run_pamc(setup: Any, args: Any, opts: dict[str, Any], seed: int) -> int:
 
     from ..checkpoint import read_checkpoint
     from ..io.odatse import write_best_result
-    from ..problem import Problem
     from ..solve import solve
 
     nprocs = args.nprocs or 1
@@ -193,9 +238,9 @@ def run_pamc(setup: Any, args: Any, opts: dict[str, Any], seed: int) -> int:
     record = 0
     if args.step_files:  # steps kept on the device between writes: about 4e6 numbers, 16 .. 1024 steps
         record = int(min(1024, max(16, 4_000_000 // (nprocs * per * (2 * setup.dimension + 4)))))
-        if setup.checkpoint and setup.checkpoint_steps:  # chunks of at most checkpoint_steps, a checkpoint after each
-            record = min(record, setup.checkpoint_steps + 1)
     solver, as_beta = pamc_solver(setup, opts, nprocs, record)
+    if setup.checkpoint and setup.checkpoint_steps:  # chunks of at most checkpoint_steps, a checkpoint after each
+        solver = dataclasses.replace(solver, max_chunk_steps=setup.checkpoint_steps)
     ckpt = setup.checkpoint_file
     resume_step = None
     if args.resume:
@@ -212,7 +257,7 @@ def run_pamc(setup: Any, args: Any, opts: dict[str, Any], seed: int) -> int:
                               opts.get("separate_T", True), resume_step)
     with jax.enable_x64(args.dtype == "float64"):
         box = {} if setup.mesh is not None else {"lower": setup.lower, "upper": setup.upper}
-        problem = Problem(objective=setup.function, names=setup.labels, **box)
+        problem = checked_problem(setup, args, **box)
         t0 = time.perf_counter()
         result = solve(problem, solver, seed=seed, progress=args.progress, time_limit=args.time_limit,
                        checkpoint=ckpt if setup.checkpoint else None, resume=ckpt if args.resume else None,
@@ -244,8 +289,9 @@ def _report(setup: Any, result: Any, replicas: int, per: int, wall: float, files
 # ---------------------------------------------------------------------------- mapper
 def mapper_points(path: Path, param: dict[str, Any], dimension: int, root_dir: Path) -> np.ndarray:
     """The mapper's points (M, d): the mesh file's (``mesh_path``; its first column the index), or
-    ODAT-SE's grid from ``min_list``, ``max_list`` and ``num_list`` (the first coordinate varies
-    fastest, as ``numpy.meshgrid(..., indexing="xy")`` lays them out)."""
+    ODAT-SE's grid from ``min_list``, ``max_list`` and ``num_list``
+    (:func:`multiwalk.solvers.mapper.grid_points`: the first coordinate varies fastest)."""
+    from ..solvers.mapper import grid_points
     from ..spaces import read_mesh
 
     if "mesh_path" in param:
@@ -261,44 +307,76 @@ def mapper_points(path: Path, param: dict[str, Any], dimension: int, root_dir: P
     nums = param["num_list"]
     if not all(isinstance(n, int) and n >= 1 for n in nums):
         raise ValueError(f"{path}: [algorithm.param] num_list must be positive integers, got {nums}")
-    axes = [np.linspace(lo, hi, num=n) for lo, hi, n in zip(param["min_list"], param["max_list"], nums)]
-    return np.array(np.meshgrid(*axes, indexing="xy")).reshape(dimension, -1).T
+    return grid_points(param["min_list"], param["max_list"], nums)
 
 
-def evaluate_points(function: Any, points: np.ndarray, dtype: str = "float64") -> np.ndarray:
-    """f at every point (M, d), ``MAPPER_BATCH`` points per call of one jitted, vmapped program."""
-    import jax
-
-    with jax.enable_x64(dtype == "float64"):
-        f = jax.jit(jax.vmap(function))
-        out = np.empty(len(points))
-        for a in range(0, len(points), MAPPER_BATCH):
-            chunk = points[a:a + MAPPER_BATCH]
-            pad = MAPPER_BATCH - len(chunk) if len(points) > MAPPER_BATCH else 0  # every call of one shape
-            full = np.concatenate([chunk, np.repeat(chunk[-1:], pad, axis=0)]) if pad else chunk
-            out[a:a + len(chunk)] = np.asarray(f(full.astype(dtype)))[: len(chunk)]
+def write_colormap(output_dir: Path, colormap: str, labels: list[str], result: Any) -> Path:
+    """ODAT-SE's ColorMap.txt from a :class:`multiwalk.MapperResult`: ``x... fval`` as ``%8f`` for
+    each point evaluated, then in ``output_dir/0/`` the header and the minimum point, its value
+    and its index (ODAT-SE: each process's folder has its points with the header and the minimum;
+    the top folder's file has every point's line only).  Returns the top folder's file."""
+    points, fx, best = result.points[: result.n_evaluated], result.funs[: result.n_evaluated], result.best_index
+    lines = ["#" + " ".join(labels) + " fval"]
+    lines += [" ".join(f"{v:8f}" for v in (*x, f)) for x, f in zip(points.tolist(), fx.tolist())]
+    lines.append("#Minimum point : " + " ".join(f"{v:8f}" for v in result.points[best].tolist()))
+    lines.append(f"#R-factor : {float(result.funs[best]):8f}")
+    lines.append(f"#see Log{best:d}")
+    (output_dir / "0").mkdir(parents=True, exist_ok=True)
+    (output_dir / "0" / colormap).write_text("\n".join(lines) + "\n")
+    out = output_dir / colormap
+    out.write_text("\n".join(lines[1:1 + len(points)]) + "\n")
     return out
 
 
+def checked_problem(setup: Any, args: Any, **box: Any) -> Any:
+    """The run's :class:`multiwalk.Problem`: a Python objective (``setup.host``: ``[solver] backend =
+    "python"``, or a function jax cannot trace) is evaluated outside the compiled loop on ``--workers``
+    / ``--executor``; a JAX one that fails to trace is a ValueError naming the input file and
+    ``[solver]``, in one paragraph, before anything compiles."""
+    from ..problem import Problem
+
+    host = {} if setup.host is None else {"backend": "python", "executor": args.executor, "workers": args.workers,
+                                          **setup.host}
+    try:
+        return Problem(objective=setup.function, names=setup.labels, **box, **host)
+    except TypeError as err:
+        first = str(err).splitlines()[0]
+        raise ValueError(
+            f"{setup.input_path}: [solver] function {setup.function_label!r}: {setup.algorithm} compiles the objective into its "
+            f"loop, so it must be a jax.numpy function of ONE point; {first}"
+        ) from None
+
+
 def run_mapper(setup: Any, args: Any, param: dict[str, Any], colormap: str) -> int:
-    """Evaluate every mesh point and write ODAT-SE's ColorMap.txt (``x... fval`` as ``%8f``, then
-    the minimum point, its value and its index)."""
+    """Evaluate every mesh point with :class:`multiwalk.Mapper` and write ODAT-SE's ColorMap.txt;
+    checkpoints as [algorithm] asks (``checkpoint_steps``: after every chunk of batches), ``--resume``."""
+    import jax
+
+    from ..result import Status
+    from ..solve import solve
+    from ..solvers.mapper import Mapper
+
+    if args.nprocs not in (None, 1):
+        raise ValueError(f"--nprocs is not used by the mapper: every point is evaluated at once, the files are "
+                         f"those of one process; remove --nprocs {args.nprocs}")
     points = mapper_points(setup.input_path, param, setup.dimension, setup.root_dir)
-    t0 = time.perf_counter()
-    fx = evaluate_points(setup.function, points, args.dtype)
-    wall = time.perf_counter() - t0
-    lines = ["#" + " ".join(setup.labels) + " fval"]
-    lines += [" ".join(f"{v:8f}" for v in (*x, f)) for x, f in zip(points.tolist(), fx.tolist())]
-    best = int(np.argmin(np.where(np.isnan(fx), np.inf, fx)))
-    lines.append("#Minimum point : " + " ".join(f"{v:8f}" for v in points[best].tolist()))
-    lines.append(f"#R-factor : {fx[best]:8f}")
-    lines.append(f"#see Log{best:d}")
-    # ODAT-SE: each process's folder has its points with the header and the minimum; the top
-    # folder's file has every point's line only
-    (setup.output_dir / "0").mkdir(parents=True, exist_ok=True)
-    (setup.output_dir / "0" / colormap).write_text("\n".join(lines) + "\n")
-    out = setup.output_dir / colormap
-    out.write_text("\n".join(lines[1:1 + len(points)]) + "\n")
-    print(f"mapper: {len(points)} points evaluated in {wall:.3f} s; minimum fx = {float(fx[best])!r} "
-          f"at point {best}; wrote {out}")
-    return EXIT_OK
+    ckpt = setup.checkpoint_file
+    if args.resume and not ckpt.exists():
+        raise ValueError(f"{ckpt}: no checkpoint to resume from (run without --resume first)")
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    with jax.enable_x64(args.dtype == "float64"):
+        problem = checked_problem(setup, args)
+        t0 = time.perf_counter()
+        result = solve(problem, Mapper(points=points), progress=args.progress, time_limit=args.time_limit,
+                       checkpoint=ckpt if setup.checkpoint else None, resume=ckpt if args.resume else None,
+                       checkpoint_every=0.0 if setup.checkpoint_steps else setup.checkpoint_interval or 0.0)
+        wall = time.perf_counter() - t0
+    out = write_colormap(setup.output_dir, colormap, setup.labels, result)
+    best = result.best_index
+    print(f"mapper: {result.n_evaluated} points evaluated in {wall:.3f} s (compile {result.stats['compile_seconds']:.2f} s); "
+          f"minimum fx = {float(result.funs[best])!r} at point {best}; wrote {out}")
+    if result.status != Status.SUCCESS:
+        print(result.message)
+    if result.status == Status.INTERRUPTED:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if result.success else EXIT_FAILED

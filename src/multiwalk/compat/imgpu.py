@@ -24,8 +24,10 @@ Differences from the CUDA original, all deliberate:
   leaves ``[pmint, pmaxt)`` is wrapped back into it.  The seed wraps angles into [-pi, pi) with
   ``atan2`` and then rejects values outside the prior; the two agree for the usual
   ``pmint=-pi, pmaxt=pi`` (or any full 2*pi range).
-* Only the coldest chain is recorded, so ``pout_4d`` has shape ``[nprm, 1, nseq, niter]``: the
-  seed's ``pout_4d[:, 0, :, :]`` works unchanged, other temperatures are not stored.
+* Every temperature is recorded, as in the seed (``ReplicaExchange(record_temperatures=True)``):
+  ``pout_4d [nprm, nbeta, nseq, niter]`` and ``tout [nbeta, nseq, niter]`` take
+  ``niter * nseq * nbeta * (nprm + 1)`` values; the chi2 of every temperature is in
+  ``result.fun_trace_all``.
 * ``pmint`` / ``pmaxt`` of fixed parameters (``pdescr == 0``) are ignored, as in the seed.
 * ``reset_gpu()`` is a no-op: JAX manages device memory.
 """
@@ -242,8 +244,11 @@ class Mcgpu:
         seed's ``model()`` flags with return code 2 (angles); their residuals are wrapped to
         [-pi, pi) before squaring.
 
-    After :meth:`burnin_and_search`: ``pout [nprm, nseq*niter]``, ``chi2 [nseq*niter]``,
-    ``pout_4d [nprm, 1, nseq, niter]`` (coldest chain only), ``chi2_2d [nseq, niter]``,
+    After :meth:`burnin_and_search`: ``pout [nprm, nseq*niter]`` (the coldest chain), ``chi2 [nseq*niter]``,
+    ``pout_4d [nprm, nbeta, nseq, niter]`` (every temperature), ``chi2_2d [nseq, niter]``,
+    ``tout [nbeta, nseq, niter]`` (``tcur`` after each iteration: the replica at each temperature),
+    ``n_hist [nadj, nprm, nbeta, nseq]`` (the last ``nadj`` burn-in outcomes of each parameter, 1
+    accepted, in slot ``n_cnt % nadj`` of the seed's count from 1),
     ``n_acpt`` and ``n_cnt [nprm, nbeta, nseq]`` (accepted / tried moves in the main stage),
     ``n_exch [nbeta, nseq]`` (accepted exchanges of pair (k, k+1) in row k; last row zero),
     ``tcur [nbeta, nseq]`` (replica label at each temperature), ``pstp [nprm, nbeta, nseq]``
@@ -307,9 +312,8 @@ class Mcgpu:
         dt = jnp.result_type(float)
         args = (jnp.asarray(coor_a, dt), jnp.asarray(icoor_a), jnp.asarray(d, dt), jnp.asarray(idat_a))
         self.problem = _problem(_model, args, d, s2r, pd, pt, lo, hi, angular_data)
-        self.solver = ReplicaExchange(
-            nbeta=nbeta, nseq=nseq, nburn=nburn, niter=niter, beta1=beta1, betan=betan, betas=betas, nadj=nadj
-        )
+        self.solver = ReplicaExchange(nbeta=nbeta, nseq=nseq, nburn=nburn, niter=niter, beta1=beta1, betan=betan,
+                                      betas=betas, nadj=nadj, record_temperatures=True)  # pout, tout: every temperature
 
         # --- the seed's attributes ---------------------------------------------------------
         self.model = model
@@ -337,6 +341,8 @@ class Mcgpu:
         self.pout: np.ndarray | None = None
         self.chi2: np.ndarray | None = None
         self.pout_4d: np.ndarray | None = None
+        self.tout: np.ndarray | None = None
+        self.n_hist: np.ndarray | None = None
         self.chi2_2d: np.ndarray | None = None
         self.n_acpt: np.ndarray | None = None
         self.n_cnt: np.ndarray | None = None
@@ -378,9 +384,11 @@ class Mcgpu:
             chunk_seconds=chunk_seconds,
             checkpoint_every=checkpoint_every,
         )
-        # samples (niter, nseq, nptot) -> pout_4d (nprm, 1, nseq, niter), coldest chain only
-        free = np.asarray(res.samples)[:, :, self.ivar]
-        self.pout_4d = np.ascontiguousarray(np.transpose(free, (2, 1, 0))[:, None])
+        # samples_all (niter, nseq, nbeta, nptot) -> pout_4d (nprm, nbeta, nseq, niter), every temperature
+        free = np.asarray(res.samples_all)[..., self.ivar]
+        self.pout_4d = np.ascontiguousarray(np.transpose(free, (3, 2, 1, 0)))
+        self.tout = np.ascontiguousarray(np.transpose(res.label_trace, (2, 1, 0)))
+        self.n_hist = np.asarray(res.accept_history, np.int32)
         n_rec = self.pout_4d.shape[-1]
         self.pout = self.pout_4d[:, 0].reshape(self.nprm, self.nseq * n_rec)
         self.chi2_2d = np.ascontiguousarray(np.asarray(res.fun_trace).T)
@@ -442,8 +450,8 @@ class Mcgpu_Sgra(Mcgpu):  # noqa: N801 (the seed's class name)
     ecph : 1-sigma closure-phase errors (rad): one number or one per closure phase; required
         with ``use_cphs``.  ``std2r[nvis:]`` may be changed before :meth:`burnin_and_search`
         (model_obsfit.py does), which then fits with the new weights.
-    npass, cpix, wlam, chan, wei : accepted as the seed's; ``cpix`` is computed (ignored when given
-        with ``cphs``, which then need ``uvcp``).
+    npass, cpix, wlam, chan, wei : accepted as the seed's; ``cpix`` is computed (a given one is not
+        used, with a warning: closure phases of one's own are ``cphs`` with ``uvcp``).
 
     Attributes as the seed's: ``ulam, vlam, amp, phase, eamp, ecph, fsig, tsec, blin, base, cphs,
     cpix`` ((ncph, 3) rows of each triangle's baselines), ``nvis, ncph, ndat, dat, std2r, cpExt``.
@@ -465,6 +473,9 @@ class Mcgpu_Sgra(Mcgpu):  # noqa: N801 (the seed's class name)
         npar = sgra.n_params(imodel)
         if pdescr is not None and np.size(pdescr) != npar:
             raise ValueError(f"pdescr has {np.size(pdescr)} entries but imodel={imodel} is the {npar}-parameter model")
+        if cpix is not None:
+            warnings.warn("cpix is not used: the closure triangles are computed from the data (self.cpix); give "
+                          "cphs= with uvcp= for closure phases of your own", stacklevel=2)
         data = self._read(uvfile, ulam, vlam, amp, phase, eamp, tsec, blin, wlam, chan, wei)
         nvis = data.amp.size
         self.eamp = sgra.sigma_per_datum("eamp", eamp, nvis, data.fsig)

@@ -2,6 +2,7 @@
 
 from .base import Phase, RunPlan, Solver, Writer
 from .lbfgs import LBFGS, LBFGSResult, LBFGSStatus
+from .mapper import Mapper, MapperResult
 from .pattern_search import PatternSearch, PatternSearchResult
 from .population_annealing import PopulationAnnealing, PopulationAnnealingResult
 from .replica_exchange import ReplicaExchange, ReplicaExchangeResult
@@ -14,6 +15,8 @@ __all__ = [
     "LBFGS",
     "LBFGSResult",
     "LBFGSStatus",
+    "Mapper",
+    "MapperResult",
     "PatternSearch",
     "PatternSearchResult",
     "PopulationAnnealing",

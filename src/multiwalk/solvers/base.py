@@ -142,6 +142,10 @@ class Solver(abc.ABC):
     #: anything else and asks for a ``fingerprint()`` in place of Problem's digest.
     problem_type: type = Problem
 
+    #: whether the solver samples with the problem's ``log_prior`` (the driver refuses a problem
+    #: with a prior for a solver that would ignore it)
+    samples_log_prior: bool = False
+
     # ----------------------------------------------------------------- required
     def check(self, problem: Problem) -> None:
         """Raise ValueError/TypeError if this solver cannot run ``problem`` (before compiling)."""

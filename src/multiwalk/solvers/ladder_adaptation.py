@@ -42,12 +42,14 @@ def track_round_trips(trip_phase: jax.Array, label: jax.Array, round_trips: jax.
     replica at each temperature, coldest first; ``round_trips`` (nseq,) int32 trips completed,
     incremented only when ``count`` (the sampling phase; burn-in only moves the phases).
     """
-    rows = jnp.arange(label.shape[0])
-    hot, cold = label[:, -1], label[:, 0]
-    at_hot = trip_phase[rows, hot]
-    trip_phase = trip_phase.at[rows, hot].set(jnp.where(at_hot == GOING_HOT, GOING_COLD, at_hot).astype(trip_phase.dtype))
-    completed = trip_phase[rows, cold] == GOING_COLD
-    trip_phase = trip_phase.at[rows, cold].set(jnp.asarray(GOING_HOT, trip_phase.dtype))
+    # one-hot masks over the (few) replicas of a row, not indexed gathers and scatters: elementwise
+    # along the sequences, so a run split over devices by sequence moves nothing between them
+    replicas = jnp.arange(label.shape[1])
+    is_hot = replicas == label[:, -1:]  # (nseq, nbeta): the replica at the hottest temperature
+    is_cold = replicas == label[:, :1]  # the replica at the coldest
+    trip_phase = jnp.where(is_hot & (trip_phase == GOING_HOT), jnp.asarray(GOING_COLD, trip_phase.dtype), trip_phase)
+    completed = jnp.any(is_cold & (trip_phase == GOING_COLD), axis=1)
+    trip_phase = jnp.where(is_cold, jnp.asarray(GOING_HOT, trip_phase.dtype), trip_phase)
     if count:
         round_trips = round_trips + completed.astype(round_trips.dtype)
     return trip_phase, round_trips

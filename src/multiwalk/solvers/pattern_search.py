@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import compile_cache
 from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem
 from ..result import Result, Status
@@ -188,8 +189,17 @@ class PatternSearch(Solver):
                 )
 
     def kernel_plan(self, problem: Problem) -> pattern_search_kernel.KernelPlan:
-        """Which form (Pallas kernel or XLA) runs an iteration on ``problem`` here, and why."""
-        return pattern_search_kernel.plan(problem, self.kernel)
+        """Which form (Pallas kernel or XLA) runs an iteration on ``problem`` here, and why; made
+        once per problem (it traces the objective: ~10 ms, asked for several times a solve)."""
+        arrays = (problem.data, problem.sigma, problem.args, problem.x0)
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays)):
+            return pattern_search_kernel.plan(problem, self.kernel)  # a traced copy, inside compiled code
+        key = compile_cache.small_key(problem, self, "kernel plan")
+        kplan = compile_cache.kept(key)
+        if kplan is None:
+            kplan = pattern_search_kernel.plan(problem, self.kernel)
+            compile_cache.keep(problem, key, kplan)
+        return kplan
 
     def plan(self, problem: Problem, devices: int, time_limit: float | None) -> RunPlan:
         """The kernel form; the data as constants for the Pallas form (its kernel is generated from
@@ -232,7 +242,7 @@ class PatternSearch(Solver):
     def init(self, problem: Problem, key: jax.Array) -> PatternSearchState:
         x = self._uniform(problem, jax.random.fold_in(key, 0))
         if problem.x0 is not None:  # the user's starting points: walkers 0 .. K-1 of the first round
-            starts = np.atleast_2d(problem.x0)[:, problem.free_index]
+            starts = jnp.atleast_2d(problem.x0)[:, problem.free_index]  # traced: x0 is an argument of the start
             x = x.at[: len(starts)].set(jnp.asarray(starts, problem.dtype))
         fun, bad = evaluate_walkers(problem.chi2_free, x)
         best_x, best_fun = _best_walker(x, fun)

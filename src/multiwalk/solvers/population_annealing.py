@@ -130,6 +130,8 @@ class PopulationAnnealing(Solver):
         ``resampling_interval < 1``), the weights then carry the whole annealing.
     record : keep the trials and results of the last ``record`` steps in the state for the
         step-file writer (0: none; at least 2 otherwise).
+    max_chunk_steps : at most this many steps per driver chunk (a checkpoint may follow each:
+        ODAT-SE's ``checkpoint_steps``); None: no limit.  Results never depend on it.
     """
 
     betas: tuple[float, ...]
@@ -139,6 +141,9 @@ class PopulationAnnealing(Solver):
     mesh: Mesh | None = None
     resampling_interval: int | None = 1
     record: int = 0
+    max_chunk_steps: int | None = None
+
+    resumable_options = ("max_chunk_steps",)  # how, not what
 
     def __post_init__(self) -> None:
         b = check_vector_option("betas", self.betas, non_negative=True)
@@ -146,15 +151,16 @@ class PopulationAnnealing(Solver):
             raise ValueError(f"betas must be ascending (annealing from high to low temperature), got {self.betas}")
         object.__setattr__(self, "betas", hashable_vector(b) if b.size > 1 else (float(b.reshape(-1)[0]),))
         steps = np.asarray(self.numsteps_for_T).reshape(-1)
-        if steps.size != len(self.betas) or not all(isinstance(int(s), int) and s >= 1 for s in steps):
+        if steps.size != len(self.betas) or not all(float(s) == int(s) and s >= 1 for s in steps):
             raise ValueError(
-                f"numsteps_for_T must give at least 1 step at each of the {len(self.betas)} temperatures, "
+                f"numsteps_for_T must give a whole number of steps, at least 1, at each of the {len(self.betas)} temperatures, "
                 f"got {self.numsteps_for_T!r}: raise numsteps or lower Tnum"
             )
         object.__setattr__(self, "numsteps_for_T", tuple(int(s) for s in steps))
         check_int_option("n_replicas", self.n_replicas, 1)
         check_int_option("resampling_interval", self.resampling_interval, 1, none_ok=True)
         check_int_option("record", self.record, 0)
+        check_int_option("max_chunk_steps", self.max_chunk_steps, 1, none_ok=True)
         if self.record == 1:
             raise ValueError("record must be 0 (no per-step records) or at least 2")
         if self.mesh is not None and not isinstance(self.mesh, Mesh):
@@ -194,14 +200,16 @@ class PopulationAnnealing(Solver):
         return [Phase("annealing", int(sum(self.numsteps_for_T)))]
 
     def plan(self, problem: Problem, devices: int, time_limit: float | None) -> RunPlan:
-        """Chunks of at most ``record - 1`` steps, so the step files read each step from the ring."""
-        return RunPlan(devices=devices, max_chunk=self.record - 1 if self.record else None)
+        """Chunks of at most ``record - 1`` steps, so the step files read each step from the ring,
+        and at most ``max_chunk_steps``."""
+        limits = [n for n in (self.record - 1 if self.record else None, self.max_chunk_steps) if n]
+        return RunPlan(devices=devices, max_chunk=min(limits) if limits else None)
 
     def state_memory(self, problem: Problem) -> tuple[int, str]:
         item, d, N, B, T = np.dtype(problem.dtype).itemsize, problem.n, self.n_replicas, self.record, self.n_temperatures
         per_walker = (d + 2) * item + 8
         per_record = (3 + 2 * d) * item + 4
-        need = N * per_walker + B * N * per_record + 5 * T * item + (d + 4) * item + 40
+        need = N * per_walker + B * N * per_record + 5 * T * item + (d + 2) * item + 40  # + logz, best_fun, best_x; ints, key
         return need, f"fewer walkers (n_replicas={N}), or a lower record={B} (each step keeps {per_record} bytes per walker)"
 
     def options(self) -> dict[str, Any]:

@@ -6,13 +6,16 @@ iteration, for every chain at once:
 
 1. ``n_free`` times: pick a free parameter uniformly at random, add a Gaussian step of that
    parameter's current width, wrap it if periodic, reject it if it leaves the box, else accept
-   it with probability ``min(1, exp(-beta/2 * (chi2_new - chi2_old)))``.  A NaN or inf chi2 is
+   it with probability ``min(1, exp(-beta/2 * (chi2_new - chi2_old)) * prior_new / prior_old)``
+   (the problem's ``log_prior``, untempered; 1 for the default uniform prior).  A NaN or inf chi2 is
    a rejection (and is counted).  During burn-in each trial updates that parameter's step:
    divided by 1.01 when the acceptance over its last ``nadj`` trials is below 30 %, else
    multiplied by 1.01 (the rule of cuda_mcmc's code).
 2. ``nbeta`` exchange attempts per sequence between random adjacent temperatures ``k, k+1``,
    accepted with probability ``min(1, exp(-1/2 (beta_{k+1} - beta_k)(chi2_k - chi2_{k+1})))``.
-3. In the sampling phase, the coldest chain of each sequence is recorded.
+   The prior cancels in an exchange: both points stay, only their temperatures swap.
+3. In the sampling phase, the coldest chain of each sequence is recorded, the chi2 of every
+   temperature, and (``record_temperatures``) every temperature's point and replica label.
 
 Arrays in the state are laid out ``(nseq, nbeta, ...)``; results use the seed's layouts.
 """
@@ -28,6 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import diagnostics
+from ..evidence import Evidence
+from ..evidence import evidence as _evidence
 from ..polish import Roots, polish
 from ..polish import default_root_tol as _default_root_tol
 from ..problem import Problem
@@ -75,6 +80,10 @@ class ReplicaExchangeState(NamedTuple):
     betas: jax.Array  # (nbeta,) the ladder, coldest first; moves during burn-in with adapt_ladder
     trip_phase: jax.Array  # (nseq, nbeta) int8 per replica: where it is in a round trip (ladder_adaptation.py)
     round_trips: jax.Array  # (nseq,) int32 sampling-phase round trips coldest -> hottest -> coldest
+    fun_trace_all: jax.Array  # (niter, nseq, nbeta) objective of every temperature after each sampling iteration
+    samples_all: jax.Array  # (niter, nseq, nbeta, n_free) every temperature's point; (0, ...) unless record_temperatures
+    label_trace: jax.Array  # (niter, nseq, nbeta) int32 `label` after each iteration; (0, ...) unless record_temperatures
+    log_prior: jax.Array  # (nseq, nbeta) log prior density at x (0 without a log_prior)
 
 
 def _take(a: jax.Array, idx: jax.Array) -> jax.Array:
@@ -91,7 +100,9 @@ class ReplicaExchange(Solver):
     nbeta : temperatures per sequence (the seed's threads per block).
     nseq : independent sequences (the seed's blocks); chains = nbeta * nseq.
     nburn : burn-in iterations, during which the steps adapt; nothing is recorded.
-    niter : sampling iterations; each records the coldest chain of every sequence.
+    niter : sampling iterations; each records the coldest chain of every sequence and the chi2 of
+        every temperature (``fun_trace_all``: niter x nseq x nbeta values of the problem's dtype,
+        4 or 8 bytes each: 1.8 MB for niter=500, nseq=14, nbeta=32 in float64).
     beta1, betan : the coldest and the hottest inverse temperature (geometric ladder).
     betas : an explicit ladder of nbeta decreasing values in (0, 1] instead of beta1..betan.
     nadj : number of latest trials of a parameter whose acceptance rate steers its step.
@@ -106,6 +117,11 @@ class ReplicaExchange(Solver):
     adaptation_lag, adaptation_time : the rule's ``t0`` and ``nu`` (iterations): each burn-in
         iteration ``t`` moves the log temperature spacings by ``t0 / (t + t0) / nu`` times the
         difference of neighbouring swap rates (ptemcee's defaults, 10000 and 100).
+    record_temperatures : also record every temperature's point (``samples_all``, niter x nseq x
+        nbeta x n_free values: 18 MB for the defaults, n_free=10, float64) and replica label
+        (``label_trace``, int32) after each sampling iteration; the seed's ``pout`` and ``tout``.
+        Off by default: most uses (the posterior, the evidence) need only the coldest chain's
+        points and every temperature's chi2.
 
     The problem's ``x0`` (not in the seed), if given, starts every temperature of sequence ``k`` at
     ``x0[k]`` (``x0`` of shape ``(n,)``: sequence 0; ``(K, n)``: sequences 0 .. K-1, K <= nseq); the
@@ -125,7 +141,9 @@ class ReplicaExchange(Solver):
     adapt_ladder: bool = False
     adaptation_lag: int = 10000
     adaptation_time: float = 100.0
+    record_temperatures: bool = False
 
+    samples_log_prior = True  # the problem's log_prior enters the Metropolis ratio, untempered
     resumable_options = ("niter", "exchange_unroll")
 
     def __post_init__(self) -> None:
@@ -147,6 +165,7 @@ class ReplicaExchange(Solver):
             check_number_option("betan", self.betan, 0, beta1, low_open=True)
         check_int_option("exchange_unroll", self.exchange_unroll, 1, none_ok=True)
         check_number_option("step0", self.step0, 0, 1, low_open=True)
+        check_bool_option("record_temperatures", self.record_temperatures)
         self._check_adaptation()
 
     def _check_adaptation(self) -> None:
@@ -190,11 +209,12 @@ class ReplicaExchange(Solver):
         nf, ns, nb = problem.n_free, self.nseq, self.nbeta
         x = uniform_in_box(jax.random.fold_in(key, INIT_STREAM), (ns, nb, nf), lo, hi, dt, width_in_float64=False)
         if problem.x0 is not None:  # the user's starting points: every temperature of sequences 0 .. K-1
-            starts = jnp.asarray(np.atleast_2d(problem.x0)[:, problem.free_index], dt)
+            starts = jnp.asarray(jnp.atleast_2d(problem.x0)[:, problem.free_index], dt)  # x0: an argument of the start
             x = x.at[: len(starts)].set(jnp.broadcast_to(starts[:, None, :], (len(starts), nb, nf)))
         fun, bad = evaluate_walkers(problem.chi2_free, x)
         i32 = jnp.int32
         best = jnp.argmin(fun, axis=1)
+        n_all = self.niter if self.record_temperatures else 0
         return ReplicaExchangeState(
             key=key,
             iteration=jnp.asarray(0, i32),
@@ -217,30 +237,60 @@ class ReplicaExchange(Solver):
             betas=jnp.asarray(self.ladder(), dt),
             trip_phase=jnp.zeros((ns, nb), jnp.int8),
             round_trips=jnp.zeros((ns,), i32),
+            fun_trace_all=jnp.zeros((self.niter, ns, nb), dt),
+            samples_all=jnp.zeros((n_all, ns, nb, nf), dt),
+            label_trace=jnp.zeros((n_all, ns, nb), i32),
+            log_prior=self._log_prior(problem, x),
         )
+
+    def _with_prior(self, problem: Problem, st: ReplicaExchangeState, x_new: jax.Array, log_ratio: jax.Array,
+                    inside: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The Metropolis log ratio with the prior's, untempered: ``(log_ratio, inside, lp_new)``, each
+        (nseq, nbeta).  A proposal where the prior density is zero (-inf) or NaN is a rejection (not
+        counted as non-finite: the prior says so, not the objective); a chain that started where it is
+        zero accepts any proposal where it is not."""
+        lp_new = self._log_prior(problem, x_new)
+        log_ratio = log_ratio + jnp.where(jnp.isfinite(st.log_prior), lp_new - st.log_prior, jnp.inf)
+        return log_ratio, inside & jnp.isfinite(lp_new), lp_new
+
+    @staticmethod
+    def _log_prior(problem: Problem, x: jax.Array) -> jax.Array:
+        """The log prior density of points ``x`` (..., n_free): ``(...)``, zeros without a log_prior."""
+        if problem.log_prior is None:
+            return jnp.zeros(x.shape[:-1], problem.dtype)
+        flat = x.reshape(-1, x.shape[-1])
+        return jax.vmap(problem.log_prior_free)(flat).reshape(x.shape[:-1])
 
     def batch_axes(self, problem: Problem, state: ReplicaExchangeState) -> ReplicaExchangeState:
         """Sequences are independent: every ``(nseq, ...)`` array is split along ``nseq`` (axis 1
         of the recorded samples); exchanges stay within a sequence, so on one device."""
         axes = ReplicaExchangeState(*([0] * len(ReplicaExchangeState._fields)))
-        return axes._replace(key=None, iteration=None, samples=1, fun_trace=1, betas=None)
+        return axes._replace(key=None, iteration=None, samples=1, fun_trace=1, fun_trace_all=1, samples_all=1,
+                             label_trace=1, betas=None)
 
     def batch_option(self, problem: Problem) -> str:
         return "nseq"
 
     def state_memory(self, problem: Problem) -> tuple[int, str]:
         """The state's bytes: per chain (nseq x nbeta) ``n_free`` values of x and step, four int32
-        counters per parameter and ``nadj`` int8 outcomes per parameter; the samples (niter, nseq, n_free)."""
+        counters per parameter and ``nadj`` int8 outcomes per parameter, its chi2 and log prior, two
+        int32 and the int8 round-trip phase; the samples (niter, nseq, n_free), every temperature's
+        chi2 (niter, nseq, nbeta), with ``record_temperatures`` every temperature's point and label
+        (niter, nseq, nbeta, n_free + 1); the ladder (nbeta,) and the round trips (nseq,)."""
         item = np.dtype(problem.dtype).itemsize
         chains, nf = self.nseq * self.nbeta, problem.n_free
         per_chain = nf * (2 * item + 4 * 4 + self.nadj) + 2 * item + 2 * 4 + 1
-        samples = self.niter * self.nseq * (nf + 1) * item
+        samples = self.niter * self.nseq * (nf + 1 + self.nbeta) * item
+        if self.record_temperatures:
+            samples += self.niter * self.nseq * self.nbeta * (nf * item + 4)
         pairs = self.nseq * max(self.nbeta - 1, 1) * 2 * 4
         best = self.nseq * (nf + 1) * item
-        need = chains * per_chain + samples + pairs + best + 12  # + the key and the counter
+        ladder = self.nbeta * item + self.nseq * 4
+        need = chains * per_chain + samples + pairs + best + ladder + 12  # + the key and the counter
         return need, (f"lower nseq={self.nseq}, nbeta={self.nbeta} or nadj={self.nadj} (each chain keeps "
                       f"{nf} x (nadj + ~{2 * item + 16}) bytes), or niter={self.niter} (the samples are "
-                      f"niter x nseq x n_free values)")
+                      f"niter x nseq x n_free values, the chi2 record niter x nseq x nbeta"
+                      f"{', record_temperatures keeps niter x nseq x nbeta x n_free' if self.record_temperatures else ''})")
 
     # ----------------------------------------------------------------- one iteration
     def step(self, problem: Problem, state: ReplicaExchangeState, phase: int) -> ReplicaExchangeState:
@@ -263,8 +313,13 @@ class ReplicaExchange(Solver):
             inside = (proposal >= lo_s) & (proposal <= hi_s)
             x_new = jnp.where(onehot, proposal[..., None], st.x)
             fun_new, bad = evaluate_walkers(problem.chi2_free, x_new)
-            accept = inside & ~bad & (log_us[s] <= -0.5 * beta * (fun_new - st.fun))
+            log_ratio = -0.5 * beta * (fun_new - st.fun)
+            if problem.log_prior is not None:
+                log_ratio, inside, lp_new = self._with_prior(problem, st, x_new, log_ratio, inside)
+            accept = inside & ~bad & (log_us[s] <= log_ratio)
             acc_i = accept.astype(jnp.int32)
+            if problem.log_prior is not None:
+                st = st._replace(log_prior=jnp.where(accept, lp_new, st.log_prior))
             st = st._replace(
                 x=jnp.where(accept[..., None], x_new, st.x),
                 fun=jnp.where(accept, fun_new, st.fun),
@@ -335,12 +390,19 @@ class ReplicaExchange(Solver):
         )
 
     def _record_sample(self, state: ReplicaExchangeState) -> ReplicaExchangeState:
-        """Sampling phase: the coldest chain of each sequence into this iteration's row of ``samples``."""
+        """Sampling phase: the coldest chain of each sequence into this iteration's row of ``samples``,
+        every temperature's chi2 into ``fun_trace_all`` (and points and labels, ``record_temperatures``)."""
         row = state.iteration - self.nburn
-        return state._replace(
-            samples=jax.lax.dynamic_update_index_in_dim(state.samples, state.x[:, 0, :], row, 0),
-            fun_trace=jax.lax.dynamic_update_index_in_dim(state.fun_trace, state.fun[:, 0], row, 0),
+        put = jax.lax.dynamic_update_index_in_dim
+        state = state._replace(
+            samples=put(state.samples, state.x[:, 0, :], row, 0),
+            fun_trace=put(state.fun_trace, state.fun[:, 0], row, 0),
+            fun_trace_all=put(state.fun_trace_all, state.fun, row, 0),
         )
+        if self.record_temperatures:
+            state = state._replace(samples_all=put(state.samples_all, state.x, row, 0),
+                                   label_trace=put(state.label_trace, state.label, row, 0))
+        return state
 
     @staticmethod
     def _proposal(st: ReplicaExchangeState, j: jax.Array, normals: jax.Array, s: int, lo: jax.Array, hi: jax.Array,
@@ -411,6 +473,7 @@ class ReplicaExchange(Solver):
             x=jnp.take_along_axis(state.x, perm[..., None], axis=1),
             fun=fun,
             label=jnp.take_along_axis(state.label, perm, axis=1),
+            log_prior=jnp.take_along_axis(state.log_prior, perm, axis=1),
         )
         if record:
             state = state._replace(n_swap_tries=state.n_swap_tries + tries, n_swaps=state.n_swaps + swaps)
@@ -422,6 +485,15 @@ class ReplicaExchange(Solver):
         best_fun = np.asarray(state.best_fun)
         i = int(np.argmin(best_fun))
         return np.asarray(problem.expand(state.best_x[i])), float(best_fun[i])
+
+    def _all_samples(self, problem: Problem, st: ReplicaExchangeState, n_rec: int) -> np.ndarray | None:
+        """Every temperature's recorded points as full vectors (n_rec, nseq, nbeta, n), or None
+        without ``record_temperatures``."""
+        if not self.record_temperatures:
+            return None
+        if n_rec == 0:
+            return np.zeros((0, self.nseq, self.nbeta, problem.n), problem.dtype)
+        return np.asarray(problem.expand(st.samples_all[:n_rec]))
 
     def summary(self, problem: Problem, state: ReplicaExchangeState) -> dict[str, jax.Array]:
         trials = jnp.sum(state.n_trials)
@@ -463,6 +535,11 @@ class ReplicaExchange(Solver):
             stats=stats,
             samples=samples,
             fun_trace=st.fun_trace[:n_rec],
+            fun_trace_all=st.fun_trace_all[:n_rec],
+            samples_all=self._all_samples(problem, st, n_rec),
+            label_trace=st.label_trace[:n_rec] if self.record_temperatures else None,
+            accept_history=np.roll(np.transpose(st.history, (3, 2, 1, 0)), 1, axis=0),
+            log_likelihood_constant=problem.log_likelihood_constant(),
             acceptance=np.transpose(acceptance, (2, 1, 0)),
             exchange_rate=exch.T if self.nbeta > 1 else np.zeros((0, self.nseq)),
             steps=np.transpose(st.step, (2, 1, 0)),
@@ -489,6 +566,17 @@ class ReplicaExchangeResult(Result):
     ``samples`` (niter, nseq, n): the coldest chain of every sequence after each iteration
     (the seed's pout, full parameter vectors).  ``fun_trace`` (niter, nseq): their objective
     values (chi2); ``chi2`` is the same array, the seed's name.
+    ``fun_trace_all`` (niter, nseq, nbeta): the chi2 of every temperature, coldest first (its
+    column 0 is ``fun_trace``), always recorded: niter x nseq x nbeta values of the dtype (1.8 MB
+    for niter=500, nseq=14, nbeta=32, float64); :meth:`evidence` integrates it over the ladder.
+    ``samples_all`` (niter, nseq, nbeta, n) every temperature's point and ``label_trace`` (niter,
+    nseq, nbeta) which replica sat at each temperature (the seed's tout), both only with
+    ``ReplicaExchange(record_temperatures=True)`` (niter x nseq x nbeta x (n_free values + 4
+    bytes)), else None.
+    ``accept_history`` (nadj, n_free, nbeta, nseq) int8: the last ``nadj`` burn-in outcomes of
+    each parameter (1 accepted), slot ``n_cnt % nadj`` as in the seed's ``n_hist``.
+    ``log_likelihood_constant``: ``log L + chi2 / 2`` (0 for an objective; eq. 7's Gaussian
+    normalisation for model / data / sigma), which :meth:`evidence` adds.
     The chains (nseq x nbeta, per free parameter):
     ``acceptance`` (n_free, nbeta, nseq): sampling-phase acceptance per parameter (NaN: never tried),
     from ``n_accepted`` / ``n_trials`` (n_free, nbeta, nseq).
@@ -507,6 +595,11 @@ class ReplicaExchangeResult(Result):
 
     samples: np.ndarray
     fun_trace: np.ndarray
+    fun_trace_all: np.ndarray
+    samples_all: np.ndarray | None  # None unless ReplicaExchange(record_temperatures=True)
+    label_trace: np.ndarray | None  # None unless ReplicaExchange(record_temperatures=True)
+    accept_history: np.ndarray
+    log_likelihood_constant: float
     acceptance: np.ndarray
     exchange_rate: np.ndarray
     steps: np.ndarray
@@ -594,6 +687,22 @@ class ReplicaExchangeResult(Result):
         cells = np.floor((pts - self.lower) / (self.upper - self.lower) * 64).astype(np.int64)
         _, first = np.unique(cells, axis=0, return_index=True)  # first = the lowest chi2 of each cell
         return pts[np.sort(first)[:max_candidates]]
+
+    def evidence(self, method: str = "thermodynamic", warn: bool = True) -> Evidence:
+        """The log evidence ``log Z`` (eq. 9 of the cuda_mcmc document) from ``fun_trace_all`` over the
+        ladder ``betas``: ``method="thermodynamic"`` (thermodynamic integration) or
+        ``"stepping-stones"``, with an error bar from the nseq independent sequences (see
+        :mod:`multiwalk.evidence`).  The likelihood is ``exp(-chi2 / 2)`` for an objective and eq. 7's
+        normalised Gaussian for model / data / sigma; the prior is normalised over the box, so two
+        models' ``log_z`` difference is the log Bayes factor.  Warns (``warn``) when the ladder is
+        too coarse for the estimate."""
+        return _evidence(self.fun_trace_all, self.betas, self.log_likelihood_constant, method=method, warn=warn,
+                         stacklevel=3)
+
+    @property
+    def log_evidence(self) -> float:
+        """``evidence().log_z``: the thermodynamic-integration log evidence (nats)."""
+        return self.evidence().log_z
 
     def marginals(self, bins: int = 50) -> list[tuple[np.ndarray, np.ndarray]]:
         """Histogram ``(counts, edges)`` of every free parameter's samples, over its bounds."""

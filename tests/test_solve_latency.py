@@ -1,0 +1,102 @@
+"""What a solve() call costs on the host besides its loop: it must not grow with the size of x0
+or the data (no digest of their bytes, no copy of a device array to the host), and a short run
+whose loop was timed before is one chunk.  Behaviour is pinned, never speed."""
+
+from __future__ import annotations
+
+import hashlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src.array import ArrayImpl
+
+import multiwalk as mw
+
+
+def shifted_sphere(x):
+    return jnp.sum((x - 0.5) ** 2)
+
+
+class CountingBlake2b:
+    """hashlib.blake2b that adds up the bytes it is fed (every digest of multiwalk goes through it)."""
+
+    fed = 0
+
+    def __init__(self, data: bytes = b"", **options) -> None:
+        self._h = _BLAKE2B(**options)
+        self.update(data)
+
+    def update(self, data: bytes) -> None:
+        CountingBlake2b.fed += len(data)
+        self._h.update(data)
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+_BLAKE2B = hashlib.blake2b
+
+
+N = 1 << 14  # x0 of 64 KiB (float32 in the run): a digest of it would be seen
+
+
+def test_the_bytes_a_solve_digests_do_not_grow_with_x0(monkeypatch):
+    # The keys of the kept executables hold shapes, not values; the problem's read-only periodic
+    # mask is digested once per problem (the first call).  So a second call digests a few hundred
+    # bytes of reprs and code digests.  Tolerance: 4096 bytes, a quarter of the smallest array of
+    # size n here (the mask, n bytes; x0 is 8 n).
+    problem = mw.Problem(objective=shifted_sphere, x0=np.zeros(N))
+    solver = mw.LBFGS(m=3, eps=1e-4)
+    mw.solve(problem, solver, progress=False)  # compiles, and digests the read-only mask once
+    monkeypatch.setattr(hashlib, "blake2b", CountingBlake2b)
+    CountingBlake2b.fed = 0
+    result = mw.solve(problem, solver, progress=False)
+    monkeypatch.setattr(hashlib, "blake2b", _BLAKE2B)
+    assert 0 < CountingBlake2b.fed < 4096, CountingBlake2b.fed  # > 0: the counter does see the digests
+    assert result.success  # the run itself: x = 0.5 to L-BFGS's tolerance (eps 1e-4 on the gradient)
+    np.testing.assert_allclose(result.x, 0.5, atol=1e-3)
+
+
+def test_a_device_array_x0_is_never_copied_to_the_host(monkeypatch):
+    # A counting wrapper on the property every host copy of a jax array reads (np.asarray,
+    # tobytes, float(), printing): the solve sends x0 to its start on the device, nothing else.
+    x0 = jnp.zeros(N, jnp.float32)
+    problem = mw.Problem(objective=shifted_sphere, x0=x0)
+    assert problem.x0 is x0  # kept on the device, not converted at construction
+    read = []
+    value = ArrayImpl._value
+
+    def counting(self):
+        if self is x0:
+            read.append(1)
+        return value.fget(self)
+
+    monkeypatch.setattr(ArrayImpl, "_value", property(counting))
+    result = mw.solve(problem, mw.LBFGS(m=3, eps=1e-4), progress=False)
+    assert read == []
+    np.testing.assert_allclose(result.x, 0.5, atol=1e-3)  # as from the NumPy x0 above
+
+
+def test_a_device_array_x0_outside_the_box_or_not_finite_is_refused_by_index():
+    with pytest.raises(ValueError, match=r"x0\[1\]=nan is not finite"):
+        mw.Problem(objective=shifted_sphere, x0=jnp.array([0.0, jnp.nan, 0.0]))
+    with pytest.raises(ValueError, match=r"x0\[2\]=3.0 is outside its bounds \[-1.0, 1.0\]"):
+        mw.Problem(objective=shifted_sphere, x0=jnp.array([0.0, 0.0, 3.0]), lower=[-1.0] * 3, upper=[1.0] * 3)
+
+
+def test_a_short_pattern_search_whose_loop_ran_before_is_one_chunk():
+    # The first call times its loop (chunks of 1, 2, 4, ... iterations); the second sizes its first
+    # chunk from that timing, and 20 iterations of 64 walkers are far below chunk_seconds (1 s):
+    # one dispatch, one read-back.  Chunking never changes the result: bit for bit the same.
+    problem = mw.Problem(objective=shifted_sphere, lower=[-2.0] * 3, upper=[2.0] * 3)
+    solver = mw.PatternSearch(n_walkers=64, iterations=20)
+    first = mw.solve(problem, solver, seed=1, progress=False)
+    second = mw.solve(problem, solver, seed=1, progress=False)
+    assert first.stats["chunks"] > 1
+    assert second.stats["chunks"] == 1 and second.stats["iterations"] == {"search": 20}
+    # with a callback (which may stop the run after any chunk) chunks start at one iteration again
+    seen = []
+    third = mw.solve(problem, solver, seed=1, progress=False, callback=seen.append)
+    assert seen[0]["done"] == [1] and third.stats["chunks"] == len(seen) > 1
+    assert all(np.array_equal(first.x, r.x) and first.fun == r.fun for r in (second, third))
