@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from .host_objective import compiler_options
 from .problem import Problem
 
 __all__ = [
@@ -298,6 +299,16 @@ def _arg_key(x: Any) -> Any:
     raise TypeError(f"cached_jit: arguments must be arrays, got {type(x).__name__}")
 
 
+def _jit_options(problem: Any, out_shardings: Any) -> dict[str, Any]:
+    """``jax.jit``'s keywords for a small function of ``problem``: its ``out_shardings``, and the XLA
+    options of a non-JAX objective's programs (:func:`multiwalk.host_objective.compiler_options`)."""
+    options: dict[str, Any] = {} if out_shardings is None else {"out_shardings": out_shardings}
+    cheap = compiler_options(problem)
+    if cheap:
+        options["compiler_options"] = cheap
+    return options
+
+
 def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_shardings: Any = None) -> Callable:
     """``jax.jit(fun, out_shardings=...)`` whose executable is kept across solve() calls.
 
@@ -307,7 +318,7 @@ def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_sharding
     tracing and compiling again (~0.5 s on a CPU).  Called under a trace (``jax.eval_shape``,
     an outer ``jit``) it traces ``fun`` as ``jax.jit`` does.  ``name`` tells the functions of
     one solver apart."""
-    options = {} if out_shardings is None else {"out_shardings": out_shardings}
+    options = _jit_options(problem, out_shardings)
 
     def call(*args: Any) -> Any:
         return _kept_call(fun, options, args, lambda *parts: small_key(problem, solver, name, *parts), owner=problem)
@@ -330,7 +341,7 @@ def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any],
     arrays, static = problem_arrays(problem)
     if arrays is None:
         return cached_jit(problem, solver, name, of_problem(problem), out_shardings)
-    options = {} if out_shardings is None else {"out_shardings": out_shardings}
+    options = _jit_options(problem, out_shardings)
     x0 = problem.x0 if reads_x0 else None
 
     def with_problem_arrays(arrays: Any, x0: Any, *args: Any) -> Any:

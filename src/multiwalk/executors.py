@@ -23,12 +23,14 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
-import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+import _multiwalk_worker
 
 __all__ = ["EXECUTORS", "Engine", "check_executor", "default_workers", "launched_rank", "launched_under_mpi",
            "mpi_comm_executor"]
@@ -110,12 +112,6 @@ def _need(module: str, extra: str) -> None:
         raise ImportError(f"executor={extra!r} needs {module}: pip install \"multiwalk[{extra}]\"")
 
 
-def _ignore_ctrl_c() -> None:
-    """A worker process's initializer: Ctrl-C reaches the whole process group, but only the driver
-    acts on it (it ends the run after the current chunk); a worker killed by it would break the pool."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 @dataclass
 class Engine:
     """The executor one non-JAX objective uses, made on first use (``executor()``), and restarted
@@ -172,10 +168,11 @@ class Engine:
             return spec.get_executor(), False
         if spec == "processes":
             context = multiprocessing.get_context("forkserver")
-            # the fork server imports multiwalk (and jax, whose threads it never starts) once, so a
+            # the fork server imports the workers' module (NumPy and cloudpickle, not jax) once, so a
             # worker, or a pool started again after a crash, is a fork of it ready to run
-            context.set_forkserver_preload(["multiwalk.host_objective"])
-            return cf.ProcessPoolExecutor(self.workers, mp_context=context, initializer=_ignore_ctrl_c), True
+            context.set_forkserver_preload([_multiwalk_worker.__name__])
+            return cf.ProcessPoolExecutor(self.workers, mp_context=context,
+                                          initializer=_multiwalk_worker.ignore_ctrl_c), True
         if spec == "mpi":
             if _COMM_EXECUTOR:  # a plain mpiexec launch: mpi_comm_executor made it on rank 0
                 return _COMM_EXECUTOR[-1], False
@@ -191,6 +188,24 @@ class Engine:
             self.spec = client
             return client.get_executor(), True
         raise AssertionError(spec)  # check_executor refused anything else
+
+    def start(self) -> None:
+        """Start the worker processes now, in a background thread (``"processes"`` only; the other
+        executors start on first use), so they come up while the solver compiles: starting the fork
+        server and the workers takes ~0.5 s, which the first batch would otherwise wait for.  A
+        failure to start shows at the first batch, with its own message."""
+        if self.name != "processes" or self._executor is not None:
+            return
+        executor = self.executor()
+
+        def start_workers() -> None:
+            try:
+                for future in [executor.submit(_multiwalk_worker.ready) for _ in range(self.workers)]:
+                    future.result()
+            except Exception:  # noqa: BLE001 - a pool that cannot start is reported by the first batch
+                pass
+
+        threading.Thread(target=start_workers, name="multiwalk-start-workers", daemon=True).start()
 
     def restart(self) -> bool:
         """After a worker died: a fresh pool of processes (True), or False when this executor is not

@@ -22,7 +22,6 @@ error leaves the run's last checkpoint as it was (the driver writes none of a fa
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
@@ -32,11 +31,25 @@ from typing import Any
 
 import numpy as np
 
+from _multiwalk_worker import describe as _describe
+from _multiwalk_worker import evaluate_piece, evaluate_rows
+
 from .executors import Engine
 
-__all__ = ["HostObjective", "ObjectiveError", "WorkerCrashError", "MAX_RESTARTS", "plain_error", "add_stats"]
+__all__ = ["HostObjective", "ObjectiveError", "WorkerCrashError", "MAX_RESTARTS", "plain_error", "add_stats",
+           "compiler_options", "CHEAP_CPU_OPTIONS"]
 
 MAX_RESTARTS = 2  # fresh process pools for one batch before a crash is reported
+
+# XLA options for the compiled code around a non-JAX objective on a CPU.  Its arithmetic (proposals,
+# Metropolis tests, exchanges of a few hundred replicas) takes microseconds next to the objective's
+# milliseconds a point, and its executables are never found in JAX's persistent cache (the callback
+# is part of them, with an identity of this process), so each process compiles them: compiled fast
+# rather than well.  Exchange's loop on a 2-core CPU: 4.9 s -> 0.9 s, its output files the same bit
+# for bit.  Not level 0 (0.6 s): there the last bits of the points change (a fused multiply-add
+# at one level, two roundings at the other, presumably): a run's numbers would differ from those
+# of XLA's default options.
+CHEAP_CPU_OPTIONS = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
 
 
 class ObjectiveError(RuntimeError):
@@ -57,62 +70,6 @@ class _QuietCallbackErrors(logging.Filter):
 
 
 logging.getLogger("jax._src.callback").addFilter(_QuietCallbackErrors())
-
-
-# ---------------------------------------------------------------------------- in a worker
-_LOADED: dict[str, tuple[Any, ...]] = {}  # a worker's functions, by the digest of their payload
-
-
-def _load(payload: bytes) -> tuple[Any, ...]:
-    """``(function, args, takes_args, vectorized, ignore_error)`` from its cloudpickle payload,
-    unpickled once per worker process."""
-    key = hashlib.sha1(payload).hexdigest()
-    loaded = _LOADED.get(key)
-    if loaded is None:
-        import cloudpickle
-
-        loaded = _LOADED[key] = cloudpickle.loads(payload)
-    return loaded
-
-
-def _describe(err: BaseException) -> str:
-    text = str(err).strip().replace("\n", " ")
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-def evaluate_rows(spec: tuple[Any, ...], X: np.ndarray, first: int) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """The objective at each row of ``X`` (m, n) (float64), rows ``first .. first+m-1`` of the batch:
-    ``(values (m,), [(row, exception), ...])``.  A row that raised is NaN with ``ignore_error``;
-    without, evaluation stops at the first one (the rest NaN, the error listed)."""
-    fn, args, takes_args, vectorized, ignore_error = spec
-    values = np.full(len(X), math.nan)
-    errors: list[tuple[int, str]] = []
-    if vectorized:
-        try:
-            out = np.asarray(fn(X, args) if takes_args else fn(X), dtype=np.float64)
-            if out.shape != (len(X),):
-                raise ValueError(f"a vectorized objective must return shape ({len(X)},) for X of shape {X.shape}, "
-                                 f"got shape {out.shape}")
-            values[:] = out
-        except Exception as err:  # noqa: BLE001 - the user's function: reported with its rows
-            errors.append((first, _describe(err)))
-        return values, errors
-    for i, x in enumerate(X):
-        try:
-            out = np.asarray(fn(x, args) if takes_args else fn(x), dtype=np.float64)
-            if out.shape not in ((), (1,)):
-                raise ValueError(f"the objective must return one number, got an array of shape {out.shape}")
-            values[i] = out.reshape(())
-        except Exception as err:  # noqa: BLE001 - the user's function: reported with its row
-            errors.append((first + i, _describe(err)))
-            if not ignore_error:
-                break
-    return values, errors
-
-
-def _evaluate_piece(payload: bytes, X: np.ndarray, first: int) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """A worker's task: :func:`evaluate_rows` with the function unpickled from ``payload``."""
-    return evaluate_rows(_load(payload), X, first)
 
 
 # ---------------------------------------------------------------------------- in the driver
@@ -146,6 +103,10 @@ class HostObjective:
 
             self._payload = cloudpickle.dumps(self.spec)
         return self._payload
+
+    def start(self) -> None:
+        """Start the workers in the background (:meth:`multiwalk.executors.Engine.start`)."""
+        self.engine.start()
 
     def traceable(self) -> OnHost:
         """The one-point function the solvers trace (:class:`OnHost`)."""
@@ -224,7 +185,7 @@ class HostObjective:
         executor = self.engine.executor()
         pieces = np.array_split(np.arange(len(X)), min(self.engine.workers, len(X)))
         payload = self.payload()
-        futures = [executor.submit(_evaluate_piece, payload, X[p], int(p[0])) for p in pieces]
+        futures = [executor.submit(evaluate_piece, payload, X[p], int(p[0])) for p in pieces]
         values = np.empty(len(X))
         errors: list[tuple[int, str]] = []
         for p, future in zip(pieces, futures):
@@ -271,6 +232,16 @@ class OnHost:
         shape = jax.ShapeDtypeStruct(x.shape[:-1] + words.shape[x.ndim:], np.uint32)
         bits = jax.pure_callback(self.host.evaluate_bits, shape, words, vmap_method="expand_dims")
         return jax.lax.bitcast_convert_type(bits, dtype)
+
+
+def compiler_options(problem: Any) -> dict[str, Any]:
+    """The XLA options of every program compiled for a run of ``problem``: :data:`CHEAP_CPU_OPTIONS`
+    for a non-JAX objective on a CPU, none otherwise (a JAX objective's arithmetic is the run)."""
+    if getattr(problem, "host_objective", None) is None:
+        return {}
+    import jax
+
+    return dict(CHEAP_CPU_OPTIONS) if jax.default_backend() == "cpu" else {}
 
 
 def plain_error(problem: Any, err: BaseException) -> BaseException | None:

@@ -622,12 +622,16 @@ def solve(
                        iteration_callback)
     solver.check(problem)
     plan = solver.plan(problem, _requested_devices(devices), time_limit)
+    cheap = host_objective.compiler_options(problem)  # a non-JAX objective: its loop compiled fast
+    if cheap:  # the solver's own options win
+        plan = dataclasses.replace(plan, compiler_options=(*cheap.items(), *plan.compiler_options))
     if iteration_callback is not None:  # one iteration per chunk: the callback sees every iterate
         plan = dataclasses.replace(plan, max_chunk=1)
     check_state_fits(type(solver).__name__, solver.state_memory(problem), plan.devices)
     host = getattr(problem, "host_objective", None)  # a non-JAX objective: its counts are this run's
     if host is not None:
         host.reset()
+        host.start()  # the worker processes come up while the solver compiles
     try:
         run = _start(problem, solver, plan, int(seed), devices, time_limit, checkpoint, resume, callback,
                      chunk_seconds, checkpoint_every, writer)

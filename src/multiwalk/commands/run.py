@@ -748,6 +748,8 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                               periodic=setup.periodic, **host)
         else:
             problem = Problem(objective=setup.function, names=setup.labels, **host)
+        if problem.host_objective is not None:
+            problem.host_objective.start()  # the workers come up while the run is prepared and compiled
         writer = None
         solver_kw = _exchange_options(setup, args, betas, thermalization, record, max_chunk)
         if meta is not None:  # before any file of the run is touched
@@ -1006,6 +1008,23 @@ def _host_keywords(setup: RunSetup, args: argparse.Namespace) -> dict[str, Any]:
     return {"backend": "python", "executor": args.executor, "workers": args.workers, **setup.host}
 
 
+def _sampler_on_the_cpu(setup: RunSetup) -> None:
+    """A Python objective: the solver runs on the CPU, and no GPU is started.  Its points go to the
+    host at every step anyway, and its arithmetic is negligible next to the objective; starting a
+    GPU and compiling for it cost seconds.  ``JAX_PLATFORMS`` (JAX's own setting) chooses otherwise."""
+    if os.environ.get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORM_NAME"):
+        return
+    import jax
+    from jax._src import xla_bridge
+
+    if getattr(xla_bridge, "backends_are_initialized", lambda: False)():  # too late: a device was used
+        return
+    jax.config.update("jax_platforms", "cpu")
+    if importlib.util.find_spec("jax_plugins") is not None:  # a GPU plugin is installed
+        setup.notes.append("the solver runs on the CPU: the objective is Python, so every step's points go to "
+                           "the host anyway (JAX_PLATFORMS=cuda runs it on the GPU)")
+
+
 def _report_host(stats: dict[str, Any]) -> None:
     """What the non-JAX objective's evaluation did: the executor, the evaluations, the errors ignored."""
     host = stats.get("host_objective")
@@ -1201,6 +1220,8 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             setup = build_setup(args.input)
+        if setup.host is not None and not args.distributed:
+            _sampler_on_the_cpu(setup)
         if setup.export_combined_files and not args.step_files:
             setup.notes.append("export_combined_files: --no-step-files writes no step lines, so no combined.txt")
         from ..executors import launched_rank
