@@ -150,7 +150,9 @@ def ours_command(workers: int, replicas: int, steps: int, folder: Path) -> dict:
     except ImportError:
         command.append("--no-step-files")  # no polars here: the per-step files are not written
     t0 = time.perf_counter()
-    subprocess.run(command, cwd=run_dir, check=True, capture_output=True)
+    done = subprocess.run(command, cwd=run_dir, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return {"workers": workers, "wall_s": time.perf_counter() - t0, "step_files": "--no-step-files" not in command}
 
 
