@@ -22,6 +22,7 @@ error leaves the run's last checkpoint as it was (the driver writes none of a fa
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -241,7 +242,24 @@ def compiler_options(problem: Any) -> dict[str, Any]:
         return {}
     import jax
 
-    return dict(CHEAP_CPU_OPTIONS) if jax.default_backend() == "cpu" else {}
+    return _supported(tuple(CHEAP_CPU_OPTIONS.items())) if jax.default_backend() == "cpu" else {}
+
+
+@functools.cache
+def _supported(options: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """Those of ``options`` this XLA accepts as compile options (an option is dropped by a later
+    release: XLA 0.11 has no ``xla_cpu_use_fusion_emitters``), found by compiling a one-operation
+    program with each, once per process."""
+    import jax
+
+    kept = {}
+    for name, value in options:
+        try:
+            jax.jit(lambda v: v + 1).lower(np.float32(0)).compile(compiler_options={name: value})
+        except Exception:  # noqa: BLE001 - XLA's error for an unknown option (INVALID_ARGUMENT)
+            continue
+        kept[name] = value
+    return kept
 
 
 def plain_error(problem: Any, err: BaseException) -> BaseException | None:
