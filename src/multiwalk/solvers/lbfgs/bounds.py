@@ -18,7 +18,9 @@ Each iteration, from ``x`` with gradient ``g``:
    (:func:`trial_point_in_box` snaps the coordinates that reach a bound onto it).
 
 The run stops when ``max_i |proj g_i| <= pgtol`` at the accepted point (scipy's ``projgr``,
-from the exact gradient there).  As in scipy, a line search that fails, or a direction that is
+from the exact gradient there), ``SUCCESS``; else, with ``frel_tol`` set, when the relative
+reduction of f in the iteration is at most ``frel_tol`` (scipy's ``ftol`` test), ``SMALL_REDUCTION``.
+As in scipy, a line search that fails, or a direction that is
 not a descent direction, drops the stored pairs and tries again from the same point; with no
 pairs to drop, the run ends with the line search's status.  A pair is stored only where
 ``s'y > eps_machine * (-g's)``.
@@ -38,7 +40,7 @@ from .._common import worst_if_nonfinite
 from ..lbfgs_common import _INFO_TO_STATUS, _RUNNING, _chronological
 from ..more_thuente import LineSearchState, line_search_init
 from .evaluation import Evaluation, Evaluator
-from .iteration import Config, _store_pair, start
+from .iteration import Config, _store_pair, small_reduction, start
 from .state import LBFGSState
 
 __all__ = ["BoxModel", "box_evaluator", "cauchy_point", "finish_box", "max_step_in_box", "projected_gradient",
@@ -266,5 +268,6 @@ def finish_box(cfg: Config, st: LBFGSState, ls: LineSearchState, ev: Evaluation,
     new = _next_search(cfg, new, lo, hi, first=False)
     status = jnp.where(failed & (st.count == 0), jnp.asarray(_INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)], _RUNNING)
     status = jnp.where(ok & (pgnorm <= cfg.pgtol), Status.SUCCESS, status)
+    status = jnp.where(ok & (pgnorm > cfg.pgtol) & small_reduction(cfg, st.f, f), Status.SMALL_REDUCTION, status)
     new = new._replace(status=status.astype(jnp.int32))
     return jax.tree.map(lambda a, b: jnp.where(st.status == _RUNNING, a, b), new, st)
