@@ -11,8 +11,12 @@ Methods: ``"L-BFGS-B"`` and ``"lbfgs"`` (:class:`~multiwalk.LBFGS`), ``"pattern"
 (:class:`~multiwalk.PatternSearch`, needs ``bounds``), ``"replica-exchange"``
 (:class:`~multiwalk.ReplicaExchange`, needs ``bounds``; minimises ``fun`` as a chi2).
 ``options`` take scipy's names where scipy has the option (``maxiter``, ``maxcor``, ``maxls``,
-``disp``, ``iprint``) and the solver's own constructor names otherwise; docs/lbfgs.md has the
-table.  Nothing given is ignored: an option that does not apply is an error naming it.
+``gtol``, ``ftol``, ``disp``, ``iprint``) and the solver's own constructor names otherwise;
+docs/lbfgs.md has the table.  Nothing given is ignored: an option that does not apply is an
+error naming it.  L-BFGS stops as scipy's does: ``max |proj g| <= gtol`` (default 1e-5) is
+``SUCCESS``; the relative reduction of f ``<= ftol`` (default scipy's 2.2e-9) ends the run too,
+but as ``SMALL_REDUCTION`` (not a success) where the gradient test does not hold there.
+``bounds`` may leave a side open (``None`` or +-inf).
 """
 
 from __future__ import annotations
@@ -37,8 +41,11 @@ __all__ = ["minimize", "METHODS"]
 
 METHODS = {"l-bfgs-b": LBFGS, "lbfgs": LBFGS, "pattern": PatternSearch, "replica-exchange": ReplicaExchange}
 
-# scipy's option name -> the solver's (for L-BFGS)
-_LBFGS_NAMES = {"maxcor": "m", "maxiter": "max_iterations", "maxls": "maxfev"}
+# scipy's option name -> the solver's (for L-BFGS); scipy's gtol and ftol are stopping tests (LBFGS's
+# pgtol and frel_tol), not the line search's constants that LBFGS's own gtol and ftol are
+_LBFGS_NAMES = {"maxcor": "m", "maxiter": "max_iterations", "maxls": "maxfev", "gtol": "pgtol", "ftol": "frel_tol"}
+SCIPY_GTOL = 1e-5  # scipy L-BFGS-B's defaults: max |proj g| <= gtol ...
+SCIPY_FTOL = 1e7 * float(np.finfo(np.float64).eps)  # ... and (f_k - f_k+1) / max(|f_k|, |f_k+1|, 1) <= ftol (factr 1e7)
 # scipy's options that have no meaning with exact (automatic) gradients: accepted with a note, not ignored silently
 _FINITE_DIFFERENCE_OPTIONS = ("eps", "finite_diff_rel_step")
 
@@ -152,24 +159,30 @@ def _solver(name: str, options: dict[str, Any], tol: float | None, problem: Prob
 
 
 def _renamed(options: dict[str, Any], names: dict[str, str], method: str) -> dict[str, Any]:
-    out = {}
+    out, given = {}, {}
     for key, value in options.items():
         target = names.get(key, key)
         if target in out:
-            raise ValueError(f"options for method={method!r}: {key!r} and {target!r} name the same option; give one")
-        out[target] = value
+            raise ValueError(f"options for method={method!r}: {given[target]!r} and {key!r} name the same option; give one")
+        out[target], given[target] = value, key
     return out
 
 
 def _lbfgs_options(options: dict[str, Any], tol: float | None, problem: Problem) -> dict[str, Any]:
     """scipy L-BFGS-B's options as :class:`~multiwalk.LBFGS`'s (docs/lbfgs.md has the table)."""
-    if tol is not None:
+    if tol is not None:  # as scipy: tol sets both tests
         options.setdefault("gtol", tol)
+        options.setdefault("ftol", tol)
     disp, iprint = options.pop("disp", None), options.pop("iprint", None)
     kwargs = _renamed(options, _LBFGS_NAMES, "L-BFGS-B")
-    for scipy_name in ("gtol", "ftol", "maxfun"):
-        if scipy_name in kwargs:
-            raise ValueError(_SCIPY_MEANING[scipy_name])
+    if "maxfun" in kwargs:
+        raise ValueError(_SCIPY_MEANING["maxfun"])
+    # scipy's tests and only those: its defaults, and not LBFGS's ||g|| <= eps max(1, ||x||) (eps is
+    # scipy's finite-difference step, taken above).  The ftol test is scipy's default too, so a run
+    # stops where scipy's would; it ends SMALL_REDUCTION, not SUCCESS, unless the gtol test holds.
+    kwargs.setdefault("pgtol", SCIPY_GTOL)
+    kwargs.setdefault("frel_tol", SCIPY_FTOL)
+    kwargs["eps"] = 0.0
     if iprint is not None and int(iprint) > 0:
         kwargs.setdefault("print_every", int(iprint))
     elif disp:
@@ -179,10 +192,6 @@ def _lbfgs_options(options: dict[str, Any], tol: float | None, problem: Problem)
 
 
 _SCIPY_MEANING = {
-    "gtol": "option gtol (scipy: stop when max |projected gradient| <= gtol) is not yet supported by multiwalk's "
-            "L-BFGS; its test is ||g|| <= eps * max(1, ||x||): give options={'eps': ...}",
-    "ftol": "option ftol (scipy: stop when the relative reduction of f is <= ftol) is not yet supported by "
-            "multiwalk's L-BFGS, whose ftol is the line search's sufficient-decrease constant: drop it",
     "maxfun": "option maxfun (scipy: the most evaluations of f in the whole run) is not supported: use maxiter "
               "(iterations) and maxls (evaluations per line search)",
 }
