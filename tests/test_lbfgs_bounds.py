@@ -80,9 +80,10 @@ def test_quadratic_against_scipy(quad):
         s = scipy_lbfgsb(f, x0[k], lo, hi)
         assert s.status == 0 and "PROJECTED GRADIENT" in s.message  # the same reason as ours
         np.testing.assert_allclose(r.xs[k], s.x, rtol=0, atol=1e-8)
-        # comparable work: measured ratios of iterations 0.9-1.1 (the iterates agree to ~1e-12
-        # for the first iterations and drift by rounding after)
-        assert 0.5 <= r.iterations_per_start[k] / s.nit <= 2.0
+        # comparable work: iterations measured equal on every start (ours / scipy's: 10/10, 11/11,
+        # 12/12, 11/11; x86-64 CPU, scipy 1.17); the iterates agree to ~1e-12 at first and drift by
+        # rounding after, so a CPU that rounds otherwise may differ by an iteration or two
+        assert 0.8 <= r.iterations_per_start[k] / s.nit <= 1.25
 
 
 def test_asktell_in_the_box_equals_solve(quad):
@@ -122,7 +123,8 @@ def test_cute_with_active_bounds_against_scipy(name):
     assert s.status == 0 and "PROJECTED GRADIENT" in s.message
     assert np.any((r.x == lo) | (r.x == hi))  # bounds are active at the optimum
     np.testing.assert_allclose(r.x, s.x, rtol=0, atol=1e-8)  # float64: both at pgtol 1e-8
-    assert 0.5 <= r.iterations / s.nit <= 2.0
+    # iterations measured equal: Extended Rosenbrock 20/20, Extended Wood 6/6 (ours / scipy's)
+    assert 0.8 <= r.iterations / s.nit <= 1.25
 
 
 def test_box_options_refused_where_they_do_not_apply():
