@@ -132,6 +132,24 @@ def _breakpoints(x: jax.Array, g: jax.Array, lo: jax.Array, hi: jax.Array) -> tu
     return t, jnp.where(t > 0, -g, 0.0)
 
 
+def breakpoint_order(t: jax.Array) -> jax.Array:
+    """The permutation that sorts the breakpoints ``t`` (n,) (all >= 0 or inf), by ONE sort of 64-bit
+    keys: the bits of ``t`` (ordered as integers for t >= 0) with the lowest ``bits(n)`` replaced by
+    the index.  A sort of keys alone is ~10x faster than argsort's sort of (key, index) pairs on GPUs
+    (measured on an H100 at n = 1e7: 1.4 against 13.6 ms); breakpoints that agree in all but their
+    last ``bits(n)`` bits (relative 2^(bits(n) - 52): 4e-9 at n = 1e7, 1e-15 at n = 12) keep index
+    order, so segments that short may be taken in another order, as scipy's heap takes ties.
+    Without ``jax_enable_x64``: ``argsort``."""
+    n = t.shape[0]
+    bits = max(1, (n - 1).bit_length())
+    if not jax.config.jax_enable_x64:  # no 64-bit integers: the pairs' sort
+        return jnp.argsort(t)
+    keys = lax.bitcast_convert_type(t.astype(jnp.float64), jnp.uint64)
+    mask = jnp.uint64((1 << bits) - 1)
+    packed = (keys & ~mask) | lax.iota(jnp.uint64, n)
+    return (lax.sort(packed) & mask).astype(jnp.int32)
+
+
 def cauchy_point(x: jax.Array, g: jax.Array, lo: jax.Array, hi: jax.Array, model: BoxModel,
                  P: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(xc, fixed)``: the generalised Cauchy point (n,) and the coordinates at a bound there.
@@ -145,12 +163,12 @@ def cauchy_point(x: jax.Array, g: jax.Array, lo: jax.Array, hi: jax.Array, model
     breakpoint at a time; ``f2`` floored at ``eps f2_0`` as scipy 3.0 does).  The Cauchy point is
     in the first segment with ``f1 >= 0`` or ``-f1/f2`` shorter than the segment."""
     t, d = _breakpoints(x, g, lo, hi)
-    order = jnp.argsort(t)
+    order = breakpoint_order(t)
     ts, ds = t[order], d[order]
     Wd = (model.scale[:, None] * P[:, order]).T * ds[:, None]  # (n, 2m): W_k d_k in breakpoint order
     zero_row = jnp.zeros((1, Wd.shape[1]), Wd.dtype)
-    A = jnp.concatenate([jnp.cumsum(Wd[::-1], axis=0)[::-1], zero_row])  # (n+1, 2m) suffix sums
-    D2 = jnp.concatenate([jnp.cumsum((ds * ds)[::-1])[::-1], jnp.zeros(1, ds.dtype)])
+    A = jnp.concatenate([lax.cumsum(Wd, axis=0, reverse=True), zero_row])  # (n+1, 2m) suffix sums
+    D2 = jnp.concatenate([lax.cumsum(ds * ds, reverse=True), jnp.zeros(1, ds.dtype)])
     tW = jnp.where(jnp.isfinite(ts), ts, 0.0)[:, None] * Wd
     C = jnp.concatenate([zero_row, jnp.cumsum(tW, axis=0)])  # (n+1, 2m) prefix sums
     T = jnp.concatenate([jnp.zeros(1, ts.dtype), ts])  # segment starts
@@ -219,7 +237,11 @@ def _next_search(cfg: Config, st: LBFGSState, lo: jax.Array, hi: jax.Array, firs
     restart = (gd >= 0) & (st.count > 0)
     emptied = st._replace(count=jnp.where(restart, 0, st.count).astype(jnp.int32),
                           gamma=jnp.where(restart, 1.0, st.gamma).astype(st.gamma.dtype))
-    d, gd = lax.cond(restart, lambda: direction(emptied), lambda: (d, gd))
+    # Without pairs the model is I/2 (theta = 1): its Cauchy point is the projected step P[x - g]
+    # itself, so the restart's direction needs no second sort (under vmap, where a cond computes
+    # both branches, that doubled the cost of an iteration).
+    d_plain = jnp.clip(st.x - st.g, lo, hi) - st.x
+    d, gd = jnp.where(restart, d_plain, d), jnp.where(restart, st.g @ d_plain, gd)
     cap = jnp.ones((), st.x.dtype) if first else max_step_in_box(st.x, d, lo, hi, jnp.asarray(cfg.params.stpmax, st.x.dtype))
     params = cfg.params._replace(stpmax=cap, stpmin=jnp.minimum(cfg.params.stpmin, cap))
     return emptied._replace(d=d, ls=line_search_init(st.f, gd, 1.0, params))
