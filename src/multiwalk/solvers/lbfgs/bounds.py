@@ -8,7 +8,7 @@ Each iteration, from ``x`` with gradient ``g``:
    compact ``B = theta I - W M W'`` of the last ``m`` pairs (``W = [theta S, Y]``).  scipy walks the
    path's breakpoints one by one; here every segment's slope and curvature come at once from
    sums over the breakpoints sorted (:func:`cauchy_point`: a sort and two cumulative sums of
-   ``(n, 2m)`` values), so many starts and huge ``n`` run in lockstep;
+   ``(2m, n)`` values), so many starts and huge ``n`` run in lockstep;
 2. **subspace minimisation** of the model over the variables free at ``xc`` (the direct primal
    method, by Sherman-Morrison-Woodbury with ``2m x 2m`` algebra), projected into the box; where
    that projection makes the step an ascent direction, the step is backtracked to the box
@@ -165,19 +165,20 @@ def cauchy_point(x: jax.Array, g: jax.Array, lo: jax.Array, hi: jax.Array, model
     t, d = _breakpoints(x, g, lo, hi)
     order = breakpoint_order(t)
     ts, ds = t[order], d[order]
-    Wd = (model.scale[:, None] * P[:, order]).T * ds[:, None]  # (n, 2m): W_k d_k in breakpoint order
-    zero_row = jnp.zeros((1, Wd.shape[1]), Wd.dtype)
-    A = jnp.concatenate([lax.cumsum(Wd, axis=0, reverse=True), zero_row])  # (n+1, 2m) suffix sums
+    # (2m, n) like P, so no transpose: column k is W_k d_k, in breakpoint order
+    Wd = P[:, order] * (model.scale[:, None] * ds[None, :])
+    zero_col = jnp.zeros((Wd.shape[0], 1), Wd.dtype)
+    A = jnp.concatenate([lax.cumsum(Wd, axis=1, reverse=True), zero_col], axis=1)  # (2m, n+1) suffix sums
     D2 = jnp.concatenate([lax.cumsum(ds * ds, reverse=True), jnp.zeros(1, ds.dtype)])
-    tW = jnp.where(jnp.isfinite(ts), ts, 0.0)[:, None] * Wd
-    C = jnp.concatenate([zero_row, jnp.cumsum(tW, axis=0)])  # (n+1, 2m) prefix sums
+    tW = Wd * jnp.where(jnp.isfinite(ts), ts, 0.0)[None, :]
+    C = jnp.concatenate([zero_col, lax.cumsum(tW, axis=1)], axis=1)  # (2m, n+1) prefix sums
     T = jnp.concatenate([jnp.zeros(1, ts.dtype), ts])  # segment starts
     end = jnp.concatenate([ts, jnp.full(1, jnp.inf, ts.dtype)])
     reachable = jnp.isfinite(T)
     T0 = jnp.where(reachable, T, 0.0)
-    MA = A @ model.M.T
-    f1 = -D2 + model.theta * T0 * D2 - jnp.sum((C + T0[:, None] * A) * MA, axis=1)
-    f2 = model.theta * D2 - jnp.sum(A * MA, axis=1)
+    MA = model.M @ A
+    f1 = -D2 + model.theta * T0 * D2 - jnp.sum((C + T0[None, :] * A) * MA, axis=0)
+    f2 = model.theta * D2 - jnp.sum(A * MA, axis=0)
     f2 = jnp.maximum(f2, jnp.finfo(x.dtype).eps * f2[0])
     dtm = jnp.where(f1 >= 0, 0.0, -f1 / jnp.where(f2 > 0, f2, 1.0))
     stop = reachable & ((f1 >= 0) | (dtm < end - T0))
