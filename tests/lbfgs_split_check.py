@@ -1,5 +1,5 @@
 """One L-BFGS problem split along n over 1, 2 and 4 CPU devices with the fused Pallas passes
-(``LBFGS(kernel="pallas")``, interpret mode), for tests/test_lbfgs_split.py.
+(``LBFGS(kernel="pallas")``, interpret mode), and L-BFGS-B split on 4, for tests/test_lbfgs_split.py.
 
 Run by tests/multidevice_check.py (4 virtual CPU devices, float64); :func:`main` returns one dict
 (plain numbers, bools, strings).  Sizes are small: interpret mode runs the kernels' programs one
@@ -91,6 +91,26 @@ def main() -> dict:
     f_a, f_b = a.history["f"][:rows, 0], b.history["f"][:rows, 0]
     out["vg_f_hist_diff"] = float(np.max(np.abs(f_b - f_a)) / f_a[0])
     out["vg_x_maxdiff"] = float(np.max(np.abs(b.x - a.x)))
+    out.update(bounded())
     out["seconds"] = time.perf_counter() - t0
     return out
+
+
+def bounded() -> dict:
+    """L-BFGS-B (a box, the XLA form) on one problem split along n over 4 devices and on one."""
+    n = 64
+    weights = np.linspace(1.0, 4.0, n)
+    lo = np.full(n, -1.0)
+    hi = np.where(np.arange(n) % 2 == 0, 0.2, 1.0)  # below the unbounded minimum (~0.4): about half active
+    boxed = mw.Problem(objective=lambda x: coupled(x, weights), x0=np.clip(np.linspace(-1.0, 1.0, n), lo, hi),
+                       lower=lo, upper=hi)
+    solver = mw.LBFGS(m=3, max_iterations=60, pgtol=1e-7)
+    runs = {k: mw.solve(boxed, solver, progress=False, devices=k) for k in (1, 4)}
+    a, b = runs[1], runs[4]
+    rows = min(a.history_length[0], b.history_length[0])
+    f_a, f_b = a.history["f"][:rows, 0], b.history["f"][:rows, 0]
+    return {"box_devices": [a.stats["devices"], b.stats["devices"]], "box_status": [int(a.status), int(b.status)],
+            "box_iterations": [a.iterations, b.iterations], "box_nfev": [a.nfev, b.nfev],
+            "box_active": int(np.sum((a.x == lo) | (a.x == hi))), "box_inside": bool(np.all((b.x >= lo) & (b.x <= hi))),
+            "box_f_hist_diff": float(np.max(np.abs(f_b - f_a)) / f_a[0]), "box_x_maxdiff": float(np.max(np.abs(b.x - a.x)))}
 

@@ -2,7 +2,7 @@
 
 The runs happen in the session's multi-device subprocess (tests/lbfgs_split_check.py, run by
 tests/multidevice_check.py) with 4 virtual CPU devices and the kernels in Pallas' interpret mode:
-n = 192 on 1, 2 and 4 devices.
+n = 192 on 1, 2 and 4 devices; and L-BFGS-B (a box, the XLA form) at n = 64 on 1 and 4.
 Tolerances: the split run sums pass A's products per device and then across devices (psum), the
 one-device run per 128-column program then over programs: the same terms folded in another order,
 so f agrees to float64 rounding (eps 2.2e-16) and x to far below the convergence tolerance.
@@ -83,3 +83,18 @@ def test_a_value_and_grad_problem_is_not_gathered(report):
     # otherwise, measured 1.8e-14 at 384; 1e-12 still catches any real difference
     assert report["vg_f_hist_diff"] < 1e-12
     assert report["vg_x_maxdiff"] < 1e-8  # measured 0.0; both stop at ||g|| < 1e-7 max(1, ||x||)
+
+
+def test_bounded_split_run_equals_the_one_device_run(report):
+    """L-BFGS-B (the XLA form: the Cauchy point's sort runs on the split vectors) on n = 64 split over
+    4 devices, half the bounds active at the optimum."""
+    assert report["box_devices"] == [1, 4]
+    assert report["box_status"] == [int(mw.Status.SUCCESS)] * 2
+    a, b = report["box_iterations"]
+    assert a == b and a > 10  # decisions exact: the same iterations and evaluations
+    assert report["box_nfev"][0] == report["box_nfev"][1]
+    assert report["box_active"] == 32 and report["box_inside"]
+    # f per iteration relative to f at the start: the split sums fold 64 terms in another order
+    # (measured 2e-16, one ulp); 1e-12 still catches any real difference
+    assert report["box_f_hist_diff"] < 1e-12
+    assert report["box_x_maxdiff"] < 1e-8  # measured 0.0; both stop at max |proj g| <= 1e-7

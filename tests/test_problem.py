@@ -297,10 +297,11 @@ BAD = [
      ValueError, r"lower\[1\]=2\.0 is not below upper\[1\]=1\.0"),
     ("lower-equals-upper", {"objective": sphere, "lower": [1, 0, 0], "upper": [1, 1, 1]},
      ValueError, r"lower\[0\]=1\.0 is not below upper\[0\]=1\.0"),
-    ("lower-inf", {"objective": sphere, "lower": [0, -np.inf, 0], "upper": [1, 1, 1]},
-     ValueError, r"bounds of parameter 1 \(x1\) must be finite, got lower\[1\]=-inf, upper\[1\]=1\.0"),
+    # -inf in lower / +inf in upper is a side without a bound; +inf in lower, -inf in upper, NaN are errors
+    ("lower-plus-inf", {"objective": sphere, "lower": [0, np.inf, 0], "upper": [1, np.inf, 1]},
+     ValueError, r"bounds of parameter 1 \(x1\) must be numbers, got lower\[1\]=inf, upper\[1\]=inf: -inf in lower"),
     ("upper-nan", {"objective": sphere, "lower": [0, 0, 0], "upper": [1, 1, np.nan]},
-     ValueError, r"bounds of parameter 2 \(x2\) must be finite, got lower\[2\]=0\.0, upper\[2\]=nan"),
+     ValueError, r"bounds of parameter 2 \(x2\) must be numbers, got lower\[2\]=0\.0, upper\[2\]=nan"),
     ("only-lower", {"objective": sphere, "lower": LO},
      ValueError, r"lower is given but upper is not"),
     ("only-upper", {"objective": sphere, "upper": HI},
@@ -463,3 +464,22 @@ def test_validation_happens_before_any_evaluation():
 def test_repr_names_form_and_sizes():
     p = mw.Problem(objective=sphere, lower=LO, upper=HI, fixed={0: 1.0})
     assert re.fullmatch(r"Problem\(objective, n=3, free=2, with box\)", repr(p))
+
+
+@pytest.mark.parametrize(
+    ("solver", "who"),
+    [
+        (lambda: mw.PatternSearch(n_walkers=8, iterations=2), "PatternSearch"),
+        (lambda: mw.ReplicaExchange(nbeta=2, nseq=2, nburn=1, niter=1), "ReplicaExchange"),
+        (lambda: mw.Exchange(betas=(1.0, 0.5), numsteps=2, step_width=[0.1] * 3), "Exchange"),
+        (lambda: mw.PopulationAnnealing(betas=(0.5, 1.0), numsteps_for_T=(1, 1), n_replicas=4, step_width=(0.1,) * 3),
+         "PopulationAnnealing"),
+    ],
+)
+def test_a_box_with_an_open_side_is_refused_where_points_are_drawn_in_it(solver, who):
+    """A one-sided box is a Problem (L-BFGS-B takes it); the solvers that draw uniformly in the box refuse
+    it before compiling, naming the parameter."""
+    problem = mw.Problem(objective=sphere, lower=[0.0, -np.inf, 0.0], upper=[1.0, 1.0, np.inf])
+    with pytest.raises(ValueError, match=rf"{who} draws points uniformly in the box, but parameter 1 \(x1\) has "
+                                         r"lower\[1\]=-inf, upper\[1\]=1\.0"):
+        mw.solve(problem, solver(), progress=False)

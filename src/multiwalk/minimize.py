@@ -11,8 +11,12 @@ Methods: ``"L-BFGS-B"`` and ``"lbfgs"`` (:class:`~multiwalk.LBFGS`), ``"pattern"
 (:class:`~multiwalk.PatternSearch`, needs ``bounds``), ``"replica-exchange"``
 (:class:`~multiwalk.ReplicaExchange`, needs ``bounds``; minimises ``fun`` as a chi2).
 ``options`` take scipy's names where scipy has the option (``maxiter``, ``maxcor``, ``maxls``,
-``disp``, ``iprint``) and the solver's own constructor names otherwise; docs/lbfgs.md has the
-table.  Nothing given is ignored: an option that does not apply is an error naming it.
+``gtol``, ``ftol``, ``disp``, ``iprint``) and the solver's own constructor names otherwise;
+docs/lbfgs.md has the table.  Nothing given is ignored: an option that does not apply is an
+error naming it.  L-BFGS stops as scipy's does: ``max |proj g| <= gtol`` (default 1e-5) is
+``SUCCESS``; the relative reduction of f ``<= ftol`` (default scipy's 2.2e-9) ends the run too,
+but as ``SMALL_REDUCTION`` (not a success) where the gradient test does not hold there.
+``bounds`` may leave a side open (``None`` or +-inf).
 """
 
 from __future__ import annotations
@@ -37,8 +41,11 @@ __all__ = ["minimize", "METHODS"]
 
 METHODS = {"l-bfgs-b": LBFGS, "lbfgs": LBFGS, "pattern": PatternSearch, "replica-exchange": ReplicaExchange}
 
-# scipy's option name -> the solver's (for L-BFGS)
-_LBFGS_NAMES = {"maxcor": "m", "maxiter": "max_iterations", "maxls": "maxfev"}
+# scipy's option name -> the solver's (for L-BFGS); scipy's gtol and ftol are stopping tests (LBFGS's
+# pgtol and frel_tol), not the line search's constants that LBFGS's own gtol and ftol are
+_LBFGS_NAMES = {"maxcor": "m", "maxiter": "max_iterations", "maxls": "maxfev", "gtol": "pgtol", "ftol": "frel_tol"}
+SCIPY_GTOL = 1e-5  # scipy L-BFGS-B's defaults: max |proj g| <= gtol ...
+SCIPY_FTOL = 1e7 * float(np.finfo(np.float64).eps)  # ... and (f_k - f_k+1) / max(|f_k|, |f_k+1|, 1) <= ftol (factr 1e7)
 # scipy's options that have no meaning with exact (automatic) gradients: accepted with a note, not ignored silently
 _FINITE_DIFFERENCE_OPTIONS = ("eps", "finite_diff_rel_step")
 
@@ -93,8 +100,8 @@ def _refuse_unsupported(hess: Any, hessp: Any, constraints: Any) -> None:
 
 def _bounds(bounds: Any, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
     """scipy's ``bounds`` (a ``Bounds`` or a sequence of ``(min, max)`` pairs, None for no bound)
-    as ``(lower, upper)`` vectors of n; ``(None, None)`` when no coordinate is bounded.  A box that
-    bounds some coordinates and not others is refused: a Problem's box is finite."""
+    as ``(lower, upper)`` vectors of n, +-inf on the open sides (L-BFGS-B honours them; the box
+    solvers refuse them); ``(None, None)`` when no coordinate is bounded."""
     if bounds is None:
         return None, None
     if hasattr(bounds, "lb") and hasattr(bounds, "ub"):  # scipy.optimize.Bounds
@@ -108,12 +115,6 @@ def _bounds(bounds: Any, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
         upper = np.array([np.inf if hi is None else hi for _, hi in pairs], float)
     if np.all(np.isneginf(lower)) and np.all(np.isposinf(upper)):
         return None, None
-    open_sided = np.flatnonzero(~(np.isfinite(lower) & np.isfinite(upper)))
-    if open_sided.size:
-        i = int(open_sided[0])
-        raise ValueError(f"bounds[{i}] = ({lower[i]}, {upper[i]}): multiwalk's box needs both bounds of every "
-                         "coordinate once one is bounded; give finite (min, max) pairs (a wide one where scipy "
-                         "would take None), or no bounds at all")
     return lower, upper
 
 
@@ -161,29 +162,31 @@ def _solver(name: str, options: dict[str, Any], tol: float | None, problem: Prob
 
 
 def _renamed(options: dict[str, Any], names: dict[str, str], method: str) -> dict[str, Any]:
-    out = {}
+    out, given = {}, {}
     for key, value in options.items():
         target = names.get(key, key)
         if target in out:
-            raise ValueError(f"options for method={method!r}: {key!r} and {target!r} name the same option; give one")
-        out[target] = value
+            raise ValueError(f"options for method={method!r}: {given[target]!r} and {key!r} name the same option; give one")
+        out[target], given[target] = value, key
     return out
 
 
 def _lbfgs_options(options: dict[str, Any], tol: float | None, problem: Problem) -> dict[str, Any]:
     """scipy L-BFGS-B's options as :class:`~multiwalk.LBFGS`'s (docs/lbfgs.md has the table)."""
-    bounded = problem.lower is not None
-    if tol is not None:
-        if not bounded:
-            raise ValueError(f"tol={tol} sets scipy's gtol (max |g| <= tol), which multiwalk's L-BFGS has only with "
-                             "bounds (pgtol); without bounds give options={'eps': ...} (||g|| <= eps * max(1, ||x||))")
+    if tol is not None:  # as scipy: tol sets both tests
         options.setdefault("gtol", tol)
+        options.setdefault("ftol", tol)
     disp, iprint = options.pop("disp", None), options.pop("iprint", None)
-    # with bounds, scipy's gtol is L-BFGS-B's pgtol: the same test, max_i |proj g_i| <= gtol
-    kwargs = _renamed(options, {**_LBFGS_NAMES, "gtol": "pgtol"} if bounded else _LBFGS_NAMES, "L-BFGS-B")
-    for scipy_name in ("gtol", "ftol", "maxfun"):
-        if scipy_name in kwargs:
-            raise ValueError(_SCIPY_MEANING[scipy_name])
+    kwargs = _renamed(options, _LBFGS_NAMES, "L-BFGS-B")
+    if "maxfun" in kwargs:
+        raise ValueError(_SCIPY_MEANING["maxfun"])
+    # scipy's tests and only those: its defaults, and not LBFGS's ||g|| <= eps max(1, ||x||) (eps is
+    # scipy's finite-difference step, taken above).  The ftol test is scipy's default too, so a run
+    # stops where scipy's would; it ends SMALL_REDUCTION, not SUCCESS, unless the gtol test holds.
+    kwargs.setdefault("pgtol", SCIPY_GTOL)
+    kwargs.setdefault("frel_tol", SCIPY_FTOL)
+    if problem.lower is None:  # a box has only L-BFGS-B's pgtol test; without one, eps's test is turned off
+        kwargs["eps"] = 0.0
     if iprint is not None and int(iprint) > 0:
         kwargs.setdefault("print_every", int(iprint))
     elif disp:
@@ -193,11 +196,6 @@ def _lbfgs_options(options: dict[str, Any], tol: float | None, problem: Problem)
 
 
 _SCIPY_MEANING = {
-    "gtol": "option gtol (scipy: stop when max |projected gradient| <= gtol) is supported with bounds only (it is "
-            "L-BFGS-B's pgtol); without bounds multiwalk's L-BFGS tests ||g|| <= eps * max(1, ||x||): give "
-            "options={'eps': ...}",
-    "ftol": "option ftol (scipy: stop when the relative reduction of f is <= ftol) is not yet supported by "
-            "multiwalk's L-BFGS, whose ftol is the line search's sufficient-decrease constant: drop it",
     "maxfun": "option maxfun (scipy: the most evaluations of f in the whole run) is not supported: use maxiter "
               "(iterations) and maxls (evaluations per line search)",
 }

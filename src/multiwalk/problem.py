@@ -424,7 +424,8 @@ class Problem:
 
     # ------------------------------------------------------------------ validators (before any trace)
     def _checked_bounds(self, lower: Any, upper: Any) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """``(lower, upper)`` as ``(n,)`` float64 vectors (or both None): finite, lower < upper."""
+        """``(lower, upper)`` as ``(n,)`` float64 vectors (or both None): lower < upper, ``-inf`` in
+        lower / ``+inf`` in upper where a side has no bound (solvers that draw in the box refuse those)."""
         lower = None if lower is None else _as_vector("lower", lower, self.n, self._n_source)
         upper = None if upper is None else _as_vector("upper", upper, self.n, self._n_source)
         if (lower is None) != (upper is None):
@@ -432,13 +433,13 @@ class Problem:
             missing = "upper" if given == "lower" else "lower"
             raise ValueError(f"{given} is given but {missing} is not: give both bounds or neither")
         if lower is not None:
-            bad = ~(np.isfinite(lower) & np.isfinite(upper) & (lower < upper))
+            bad = ~((lower < upper) & (lower < np.inf) & (upper > -np.inf))  # NaN fails every comparison
             for i in np.flatnonzero(bad)[:1]:  # report the first bad pair (vectorised: n may be 1e7)
                 lo, hi = lower[i], upper[i]
-                if not (np.isfinite(lo) and np.isfinite(hi)):
+                if np.isnan(lo) or np.isnan(hi) or lo == np.inf or hi == -np.inf:
                     raise ValueError(
-                        f"bounds of parameter {i} ({self.names[i]}) must be finite, got "
-                        f"lower[{i}]={lo}, upper[{i}]={hi}: the samplers draw uniformly inside them"
+                        f"bounds of parameter {i} ({self.names[i]}) must be numbers, got lower[{i}]={lo}, "
+                        f"upper[{i}]={hi}: -inf in lower or +inf in upper marks a side without a bound"
                     )
                 if lo >= hi:
                     raise ValueError(
@@ -576,8 +577,9 @@ class Problem:
     def _probe_point(self) -> np.ndarray:
         if isinstance(self.x0, np.ndarray):  # (a device-array x0 is not read: only the fixed entries count)
             x = (self.x0[0] if self.x0.ndim == 2 else self.x0).copy()
-        elif self.lower is not None:
-            x = 0.5 * (self.lower + self.upper)
+        elif self.lower is not None:  # the box's middle; 0 clipped into it where a side is unbounded
+            x = np.where(np.isfinite(self.lower + self.upper), 0.5 * (self.lower + self.upper),
+                         np.clip(0.0, self.lower, self.upper))
         else:
             x = np.zeros(self.n)
         for i, v in self.fixed.items():

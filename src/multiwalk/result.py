@@ -86,6 +86,11 @@ class Status(enum.IntEnum):
     NONFINITE_START = 21, (  #: f or its gradient is NaN or inf at the starting point
         "f or its gradient is NaN or inf at the starting point; start where both are finite"
     )
+    #: the relative reduction of f in one iteration fell to {frel_tol} before the gradient test held
+    SMALL_REDUCTION = 22, (
+        "f decreased by a relative {frel_tol} or less in the last iteration, but the gradient test does not hold "
+        "at x: x may not be a minimum; lower frel_tol (minimize: ftol), or loosen pgtol / eps"
+    )
 
     @property
     def success(self) -> bool:

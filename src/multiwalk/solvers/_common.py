@@ -58,6 +58,19 @@ def uniform_in_box(
     return lo + width * u
 
 
+def check_finite_box(problem: Any, who: str, fix: str = "give finite lower= and upper=") -> None:
+    """A ``ValueError`` naming the first parameter whose bound is infinite: ``who`` draws points
+    uniformly in the box, which needs both sides of every parameter (``fix``: what to do)."""
+    if problem.lower is None:
+        return
+    idx = problem.free_index
+    bad = np.flatnonzero(~(np.isfinite(problem.lower[idx]) & np.isfinite(problem.upper[idx])))
+    if bad.size:
+        i = int(idx[bad[0]])
+        raise ValueError(f"{who} draws points uniformly in the box, but parameter {i} ({problem.names[i]}) has "
+                         f"lower[{i}]={problem.lower[i]}, upper[{i}]={problem.upper[i]}: {fix}")
+
+
 # ---------------------------------------------------------------------------- values and the best point
 def worst_if_nonfinite(f: Any) -> tuple[Any, Any]:
     """``(f with every NaN, +inf and -inf replaced by +inf, the mask of those replaced)``.

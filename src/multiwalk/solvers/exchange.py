@@ -60,6 +60,7 @@ from ..spaces import Mesh
 from . import exchange_kernel
 from ._common import (
     INIT_STREAM,
+    check_finite_box,
     check_int_option,
     check_vector_option,
     evaluate_walkers,
@@ -416,6 +417,7 @@ class Exchange(Solver):
         else:
             if problem.lower is None:
                 raise ValueError("Exchange in a continuous space needs a box: pass lower= and upper= (min_list, max_list)")
+            check_finite_box(problem, "Exchange", "give finite lower= and upper= (min_list, max_list)")
             if len(self.step_width) != problem.n:
                 raise ValueError(f"step_width has {len(self.step_width)} entries but the problem has {problem.n} parameters")
         if problem.fixed:

@@ -58,6 +58,7 @@ from . import pattern_search_kernel
 from ._common import (
     check_bool_option,
     check_choice_option,
+    check_finite_box,
     check_int_option,
     check_vector_option,
     evaluate_walkers,
@@ -168,6 +169,7 @@ class PatternSearch(Solver):
             raise ValueError(
                 "PatternSearch needs a box: pass lower= and upper= to Problem (walkers start uniform in it and never leave)"
             )
+        check_finite_box(problem, "PatternSearch")
         if problem.x0 is not None and problem.x0.ndim == 2 and len(problem.x0) > self.n_walkers:
             raise ValueError(
                 f"Problem x0 has {len(problem.x0)} starting points but PatternSearch has n_walkers={self.n_walkers}: "

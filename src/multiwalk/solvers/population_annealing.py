@@ -38,7 +38,15 @@ import numpy as np
 from ..problem import Problem
 from ..result import NOT_SAVED, Result, Status
 from ..spaces import Mesh
-from ._common import INIT_STREAM, check_int_option, check_vector_option, evaluate_walkers, hashable_vector, uniform_in_box
+from ._common import (
+    INIT_STREAM,
+    check_finite_box,
+    check_int_option,
+    check_vector_option,
+    evaluate_walkers,
+    hashable_vector,
+    uniform_in_box,
+)
 from .base import Phase, RunPlan, Solver, end_status, value_at_point
 
 __all__ = ["PopulationAnnealing", "PopulationAnnealingResult", "PopulationAnnealingState", "annealing_schedule"]
@@ -191,6 +199,7 @@ class PopulationAnnealing(Solver):
         else:
             if problem.lower is None:
                 raise ValueError("PopulationAnnealing in a continuous space needs a box: pass lower= and upper=")
+            check_finite_box(problem, "PopulationAnnealing")
             if len(self.step_width) != problem.n:
                 raise ValueError(f"step_width has {len(self.step_width)} entries but the problem has {problem.n} parameters")
         if problem.fixed:

@@ -41,6 +41,7 @@ from ..result import NOT_SAVED, Result, Status
 from ._common import (
     INIT_STREAM,
     check_bool_option,
+    check_finite_box,
     check_int_option,
     check_number_option,
     check_vector_option,
@@ -195,6 +196,7 @@ class ReplicaExchange(Solver):
                 "ReplicaExchange needs a box: pass lower= and upper= to Problem "
                 "(they are the uniform prior the chains start in and never leave)"
             )
+        check_finite_box(problem, "ReplicaExchange", "give finite lower= and upper= (the uniform prior)")
         if problem.x0 is not None and problem.x0.ndim == 2 and len(problem.x0) > self.nseq:
             raise ValueError(
                 f"Problem x0 has {len(problem.x0)} starting points but ReplicaExchange has nseq={self.nseq}: "

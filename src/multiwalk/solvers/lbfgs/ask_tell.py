@@ -1,7 +1,7 @@
 """L-BFGS by reverse communication (:class:`AskTell`): the caller evaluates ``f`` and ``g``
 wherever the iteration asks, for objectives that are not JAX.  The same pure functions as
-``mw.solve`` compute the iterates (:mod:`~multiwalk.solvers.lbfgs.iteration`), one evaluation
-at a time."""
+``mw.solve`` compute the iterates (:mod:`~multiwalk.solvers.lbfgs.iteration`, and
+:mod:`~multiwalk.solvers.lbfgs.bounds` with a box), one evaluation at a time."""
 
 from __future__ import annotations
 
@@ -11,17 +11,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...problem import _resolve_dtype
+from ...problem import Problem, _resolve_dtype
 from ...result import Status
 from .._common import check_state_fits
 from ..lbfgs_common import _RUNNING
 from ..more_thuente import LineSearchState, line_search_update
+from .bounds import finish_box, start_box, trial_point_in_box
 from .evaluation import Evaluation
-from .iteration import finish_xla, start, trial_point
+from .iteration import Config, finish_xla, start, trial_point
 from .solver import LBFGS
 from .state import LBFGSState, state_bytes
 
 __all__ = ["AskTell"]
+
+
+def _checked_box(n: int, x0: Any, lower: Any, upper: Any) -> np.ndarray | None:
+    """``[lower; upper]`` (2, n) float64, or None without a box: Problem's own checks of the box and
+    of ``x0`` inside it (its objective a constant: only the box and x0 are read)."""
+    if lower is None and upper is None:
+        return None
+    if np.shape(x0) != (n,):
+        raise ValueError(f"x0 must have shape ({n},), got {np.shape(x0)}")
+    box = Problem(objective=lambda x: jnp.zeros((), x.dtype), x0=x0, lower=lower, upper=upper)
+    return np.stack([box.lower, box.upper])
 
 
 class AskTell:
@@ -34,15 +46,19 @@ class AskTell:
     >>> opt.x, opt.f, opt.status          # 'done', or the name of an error status
 
     The first ``ask`` returns ``x0``.  The iterates are those of ``mw.solve(Problem(x0=x0), LBFGS(...))``
-    (the same functions compute them).  ``status`` is ``'evaluate'`` while an evaluation is wanted,
+    (the same functions compute them).  ``lower``, ``upper`` (n,) give a box (L-BFGS-B, as
+    ``Problem(lower=, upper=)``; +-inf where a side is unbounded): no point asked is outside it.
+    ``status`` is ``'evaluate'`` while an evaluation is wanted,
     ``'done'`` on convergence, else the lower-case name of a :class:`~multiwalk.Status` (for instance
     ``'line_search_maxfev'``, ``'max_steps'``); ``message`` says what to change.
     """
 
-    def __init__(self, n: int, m: int = 7, *, x0: Any, dtype: Any = None, **options: Any) -> None:
+    def __init__(self, n: int, m: int = 7, *, x0: Any, dtype: Any = None, lower: Any = None, upper: Any = None,
+                 **options: Any) -> None:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n must be a positive integer (the number of variables; seed istate=-3), got {n!r}")
         self.solver = LBFGS(m=m, **options)  # validates m and the options (istate=-3 for m)
+        self._box = _checked_box(n, x0, lower, upper)
         if self.solver.starts is not None or self.solver.print_every is not None:
             raise ValueError("AskTell runs one problem and prints nothing: starts and print_every do not apply")
         if self.solver.diag is not None and callable(self.solver.diag):
@@ -59,21 +75,32 @@ class AskTell:
         need = state_bytes(self.n, self.solver.m, 1, self.dtype.itemsize, 0, isinstance(self.solver.diag, np.ndarray), False)
         check_state_fits("AskTell", (need, f"lower m={self.solver.m} (the state keeps 2m+3 vectors of n={n} values "
                                            "and two m x m matrices) or n"))
-        cfg = self.solver._config(self.dtype)
-        self._h0 = (
-            jnp.asarray(self.solver.diag, self.dtype) if isinstance(self.solver.diag, np.ndarray) else jnp.zeros((), self.dtype)
-        )
-        self._start = jax.jit(lambda x, f, g, h0: start(cfg, x, f, g, h0))
-        self._trial = jax.jit(trial_point)
-        self._update = jax.jit(lambda ls, f, g, d: line_search_update(ls, f, g @ d)[0])
-        self._finish = jax.jit(
-            lambda st, ls, xt, ft, gt, h0: finish_xla(cfg, st, ls, Evaluation(xt, ft, gt, gt @ st.d), h0)
-        )
+        cfg = self.solver._config(self.dtype, box=self._box is not None)
+        if self._box is not None:
+            self.solver._check_box_options()
+            self._h0 = jnp.asarray(self._box, self.dtype)  # the box [lower; upper] (2, n), as mw.solve's state
+        elif isinstance(self.solver.diag, np.ndarray):
+            self._h0 = jnp.asarray(self.solver.diag, self.dtype)
+        else:
+            self._h0 = jnp.zeros((), self.dtype)
+        self._jit_pieces(cfg)
         self._x0 = jnp.asarray(x0, self.dtype)
         self._state: LBFGSState | None = None
         self._ls: LineSearchState | None = None
         self._xt: jax.Array | None = None
         self.status = "evaluate"
+
+    def _jit_pieces(self, cfg: Config) -> None:
+        """The start, the trial point, the line search's update and the end of an iteration, jitted:
+        L-BFGS-B's (:mod:`~multiwalk.solvers.lbfgs.bounds`) with a box, else L-BFGS's."""
+        begin, end = (start_box, finish_box) if cfg.box else (start, finish_xla)
+        self._start = jax.jit(lambda x, f, g, h0: begin(cfg, x, f, g, h0))
+        if cfg.box:
+            self._trial = jax.jit(lambda st, box: trial_point_in_box(st.x, st.d, st.ls.stp, box[0], box[1]))
+        else:
+            self._trial = jax.jit(lambda st, h0: trial_point(st))
+        self._update = jax.jit(lambda ls, f, g, d: line_search_update(ls, f, g @ d)[0])
+        self._finish = jax.jit(lambda st, ls, xt, ft, gt, h0: end(cfg, st, ls, Evaluation(xt, ft, gt, gt @ st.d), h0))
 
     @property
     def code(self) -> Status | None:
@@ -89,7 +116,7 @@ class AskTell:
         if self._state is None:
             self._xt = self._x0
         else:
-            self._xt = self._trial(self._state._replace(ls=self._ls))
+            self._xt = self._trial(self._state._replace(ls=self._ls), self._h0)
         return np.asarray(self._xt)
 
     def tell(self, f: Any, g: Any) -> str:

@@ -6,9 +6,9 @@ Each iteration, from ``x`` with gradient ``g``:
 1. the **generalised Cauchy point** ``xc``: the first local minimiser of the quadratic model
    ``m(z) = g'z + z'Bz/2`` along the projected steepest-descent path ``P[x - t g]``, with the
    compact ``B = theta I - W M W'`` of the last ``m`` pairs (``W = [theta S, Y]``).  scipy walks the
-   path's breakpoints one by one; here every segment's slope and curvature come at once from
-   sums over the breakpoints sorted (:func:`cauchy_point`: a sort and two cumulative sums of
-   ``(n, 2m)`` values), so many starts and huge ``n`` run in lockstep;
+   path's breakpoints one by one; here every segment's slope and curvature come from
+   sums over the breakpoints sorted (:func:`cauchy_point`: one sort, then cumulative sums over
+   chunks of the sorted breakpoints until the chunk holding the Cauchy point), so many starts and huge ``n`` run in lockstep;
 2. **subspace minimisation** of the model over the variables free at ``xc`` (the direct primal
    method, by Sherman-Morrison-Woodbury with ``2m x 2m`` algebra), projected into the box; where
    that projection makes the step an ascent direction, the step is backtracked to the box
@@ -18,7 +18,9 @@ Each iteration, from ``x`` with gradient ``g``:
    (:func:`trial_point_in_box` snaps the coordinates that reach a bound onto it).
 
 The run stops when ``max_i |proj g_i| <= pgtol`` at the accepted point (scipy's ``projgr``,
-from the exact gradient there).  As in scipy, a line search that fails, or a direction that is
+from the exact gradient there), ``SUCCESS``; else, with ``frel_tol`` set, when the relative
+reduction of f in the iteration is at most ``frel_tol`` (scipy's ``ftol`` test), ``SMALL_REDUCTION``.
+As in scipy, a line search that fails, or a direction that is
 not a descent direction, drops the stored pairs and tries again from the same point; with no
 pairs to drop, the run ends with the line search's status.  A pair is stored only where
 ``s'y > eps_machine * (-g's)``.
@@ -38,7 +40,7 @@ from .._common import worst_if_nonfinite
 from ..lbfgs_common import _INFO_TO_STATUS, _RUNNING, _chronological
 from ..more_thuente import LineSearchState, line_search_init
 from .evaluation import Evaluation, Evaluator
-from .iteration import Config, _store_pair, start
+from .iteration import Config, _store_pair, small_reduction, start
 from .state import LBFGSState
 
 __all__ = ["BoxModel", "box_evaluator", "cauchy_point", "finish_box", "max_step_in_box", "projected_gradient",
@@ -130,39 +132,103 @@ def _breakpoints(x: jax.Array, g: jax.Array, lo: jax.Array, hi: jax.Array) -> tu
     return t, jnp.where(t > 0, -g, 0.0)
 
 
+def breakpoint_order(t: jax.Array) -> jax.Array:
+    """The permutation that sorts the breakpoints ``t`` (n,) (all >= 0 or inf), by ONE sort of 64-bit
+    keys: the bits of ``t`` (ordered as integers for t >= 0) with the lowest ``bits(n)`` replaced by
+    the index.  A sort of keys alone is ~10x faster than argsort's sort of (key, index) pairs on GPUs
+    (measured on an H100 at n = 1e7: 1.4 against 13.6 ms); breakpoints that agree in all but their
+    last ``bits(n)`` bits (relative 2^(bits(n) - 52): 4e-9 at n = 1e7, 1e-15 at n = 12) keep index
+    order, so segments that short may be taken in another order, as scipy's heap takes ties.
+    Without ``jax_enable_x64``: ``argsort``."""
+    n = t.shape[0]
+    bits = max(1, (n - 1).bit_length())
+    if not jax.config.jax_enable_x64:  # no 64-bit integers: the pairs' sort
+        return jnp.argsort(t)
+    keys = lax.bitcast_convert_type(t.astype(jnp.float64), jnp.uint64)
+    mask = jnp.uint64((1 << bits) - 1)
+    packed = (keys & ~mask) | lax.iota(jnp.uint64, n)
+    return (lax.sort(packed) & mask).astype(jnp.int32)
+
+
+CAUCHY_CHUNKS = 32  # the sorted breakpoints are walked in at most this many chunks
+
+
+class _Walk(NamedTuple):
+    """The walk along the sorted breakpoints, one chunk at a time: the sums over the breakpoints passed."""
+
+    chunk: jax.Array  # () the next chunk
+    passed_Wd: jax.Array  # (2m,) sum of W_k d_k over the breakpoints passed
+    passed_tWd: jax.Array  # (2m,) sum of t_k W_k d_k over them
+    passed_d2: jax.Array  # () sum of d_k^2 over them
+    found: jax.Array  # () the Cauchy point's segment was found
+    tstar: jax.Array  # () the step to the Cauchy point along the path
+
+
+def _chunk_segments(walk: _Walk, ts: jax.Array, order: jax.Array, d: jax.Array, model: BoxModel, P: jax.Array,
+                    totals: tuple[jax.Array, jax.Array, jax.Array], size: int) -> _Walk:
+    """The segments of one chunk (``size`` of the n + 1, starting after breakpoint ``chunk * size - 1``):
+    their slopes ``f1`` and curvatures ``f2`` from the sums passed so far, and the first that stops."""
+    A_all, D2_all, f2_floor = totals
+    first = walk.chunk * size
+    idx = lax.dynamic_slice(order, (first,), (size,))
+    ends = lax.dynamic_slice(ts, (first,), (size,))  # segment j ends at breakpoint j
+    starts = jnp.concatenate([jnp.where(first > 0, ts[jnp.maximum(first - 1, 0)], 0.0)[None], ends[:-1]])
+    dk = jnp.where(jnp.isfinite(ends), d[idx], 0.0)  # padding and breakpoints at inf move nothing
+    Wd = P[:, idx] * (model.scale[:, None] * dk[None, :])  # (2m, size)
+    tWd = Wd * jnp.where(jnp.isfinite(ends), ends, 0.0)[None, :]
+    # sums over the breakpoints before each segment (exclusive), continuing the walk's
+    before_Wd = walk.passed_Wd[:, None] + jnp.cumsum(Wd, axis=1) - Wd
+    before_tWd = walk.passed_tWd[:, None] + jnp.cumsum(tWd, axis=1) - tWd
+    before_d2 = walk.passed_d2 + jnp.cumsum(dk * dk) - dk * dk
+    A, C, D2 = A_all[:, None] - before_Wd, before_tWd, D2_all - before_d2  # still moving / passed
+    reachable = jnp.isfinite(starts)
+    T0 = jnp.where(reachable, starts, 0.0)
+    MA = model.M @ A
+    f1 = -D2 + model.theta * T0 * D2 - jnp.sum((C + T0[None, :] * A) * MA, axis=0)
+    f2 = jnp.maximum(model.theta * D2 - jnp.sum(A * MA, axis=0), f2_floor)
+    dtm = jnp.where(f1 >= 0, 0.0, -f1 / jnp.where(f2 > 0, f2, 1.0))
+    stop = reachable & ((f1 >= 0) | (dtm < ends - T0))
+    j = jnp.argmax(stop)
+    here = jnp.any(stop)
+    return _Walk(walk.chunk + 1, walk.passed_Wd + jnp.sum(Wd, axis=1), walk.passed_tWd + jnp.sum(tWd, axis=1),
+                 walk.passed_d2 + jnp.sum(dk * dk), here,
+                 jnp.where(here, T0[j] + dtm[j], walk.tstar).astype(walk.tstar.dtype))
+
+
 def cauchy_point(x: jax.Array, g: jax.Array, lo: jax.Array, hi: jax.Array, model: BoxModel,
                  P: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(xc, fixed)``: the generalised Cauchy point (n,) and the coordinates at a bound there.
 
     Segment ``j`` of the path runs from the ``j``-th smallest breakpoint ``T_j`` (0 for j = 0) to
     the next; the coordinates whose breakpoints come later still move along ``d``.  With the
-    suffix sums ``D2_j = sum d_k^2`` and ``A_j = sum W_k d_k`` over them and the prefix sum
-    ``C_j = sum t_k W_k d_k`` over the others, ``W'z = C_j + T_j A_j`` at the segment's start and
-    the model's slope and curvature along it are ``f1 = -D2 + theta T D2 - (W'z)' M A`` and
-    ``f2 = theta D2 - A' M A`` (BLNZ eqs. 4.9-4.10, the same numbers scipy updates one
-    breakpoint at a time; ``f2`` floored at ``eps f2_0`` as scipy 3.0 does).  The Cauchy point is
-    in the first segment with ``f1 >= 0`` or ``-f1/f2`` shorter than the segment."""
+    sums ``D2_j = sum d_k^2`` and ``A_j = sum W_k d_k`` over them and ``C_j = sum t_k W_k d_k``
+    over the others, ``W'z = C_j + T_j A_j`` at the segment's start and the model's slope and
+    curvature along it are ``f1 = -D2 + theta T D2 - (W'z)' M A`` and ``f2 = theta D2 - A' M A``
+    (BLNZ eqs. 4.9-4.10; ``f2`` floored at ``eps f2_0`` as scipy 3.0 does).  The Cauchy point is
+    in the first segment with ``f1 >= 0`` or ``-f1/f2`` shorter than the segment.
+
+    As scipy, ``A_j`` and ``D2_j`` are the sums over all moving coordinates less those passed.
+    The breakpoints are sorted once; then the walk takes them a chunk (1/32 of n) at a time,
+    every segment of a chunk at once (cumulative sums over the chunk), and stops at the chunk
+    where the Cauchy point is: a path that stops early (the common case) costs a sort and a few
+    passes over n, not cumulative sums over all n breakpoints."""
     t, d = _breakpoints(x, g, lo, hi)
-    order = jnp.argsort(t)
-    ts, ds = t[order], d[order]
-    Wd = (model.scale[:, None] * P[:, order]).T * ds[:, None]  # (n, 2m): W_k d_k in breakpoint order
-    zero_row = jnp.zeros((1, Wd.shape[1]), Wd.dtype)
-    A = jnp.concatenate([jnp.cumsum(Wd[::-1], axis=0)[::-1], zero_row])  # (n+1, 2m) suffix sums
-    D2 = jnp.concatenate([jnp.cumsum((ds * ds)[::-1])[::-1], jnp.zeros(1, ds.dtype)])
-    tW = jnp.where(jnp.isfinite(ts), ts, 0.0)[:, None] * Wd
-    C = jnp.concatenate([zero_row, jnp.cumsum(tW, axis=0)])  # (n+1, 2m) prefix sums
-    T = jnp.concatenate([jnp.zeros(1, ts.dtype), ts])  # segment starts
-    end = jnp.concatenate([ts, jnp.full(1, jnp.inf, ts.dtype)])
-    reachable = jnp.isfinite(T)
-    T0 = jnp.where(reachable, T, 0.0)
-    MA = A @ model.M.T
-    f1 = -D2 + model.theta * T0 * D2 - jnp.sum((C + T0[:, None] * A) * MA, axis=1)
-    f2 = model.theta * D2 - jnp.sum(A * MA, axis=1)
-    f2 = jnp.maximum(f2, jnp.finfo(x.dtype).eps * f2[0])
-    dtm = jnp.where(f1 >= 0, 0.0, -f1 / jnp.where(f2 > 0, f2, 1.0))
-    stop = reachable & ((f1 >= 0) | (dtm < end - T0))
-    j = jnp.argmax(stop)
-    tstar = T0[j] + dtm[j]
+    n = t.shape[0]
+    size = max(1, -(-(n + 1) // CAUCHY_CHUNKS))
+    chunks = -(-(n + 1) // size)
+    order = breakpoint_order(t)
+    pad = chunks * size - n
+    ts = jnp.concatenate([t[order], jnp.full(pad, jnp.inf, t.dtype)])  # the last segment ends at inf
+    order = jnp.concatenate([order, jnp.zeros(pad, order.dtype)])
+    A_all, D2_all = _Wt_times(model, P, d), d @ d
+    f2_floor = jnp.finfo(x.dtype).eps * (model.theta * D2_all - A_all @ (model.M @ A_all))
+    zero = jnp.zeros_like(A_all)
+    walk = _Walk(jnp.zeros((), jnp.int32), zero, zero, jnp.zeros((), x.dtype), jnp.asarray(False),
+                 jnp.zeros((), x.dtype))
+    walk = lax.while_loop(
+        lambda w: ~w.found & (w.chunk < chunks),
+        lambda w: _chunk_segments(w, ts, order, d, model, P, (A_all, D2_all, f2_floor), size), walk)
+    tstar = walk.tstar
     fixed = t <= tstar
     xc = jnp.where(fixed & (d != 0), jnp.where(d < 0, lo, hi), jnp.clip(x + tstar * d, lo, hi))
     return xc, fixed
@@ -217,7 +283,11 @@ def _next_search(cfg: Config, st: LBFGSState, lo: jax.Array, hi: jax.Array, firs
     restart = (gd >= 0) & (st.count > 0)
     emptied = st._replace(count=jnp.where(restart, 0, st.count).astype(jnp.int32),
                           gamma=jnp.where(restart, 1.0, st.gamma).astype(st.gamma.dtype))
-    d, gd = lax.cond(restart, lambda: direction(emptied), lambda: (d, gd))
+    # Without pairs the model is I/2 (theta = 1): its Cauchy point is the projected step P[x - g]
+    # itself, so the restart's direction needs no second sort (under vmap, where a cond computes
+    # both branches, that doubled the cost of an iteration).
+    d_plain = jnp.clip(st.x - st.g, lo, hi) - st.x
+    d, gd = jnp.where(restart, d_plain, d), jnp.where(restart, st.g @ d_plain, gd)
     cap = jnp.ones((), st.x.dtype) if first else max_step_in_box(st.x, d, lo, hi, jnp.asarray(cfg.params.stpmax, st.x.dtype))
     params = cfg.params._replace(stpmax=cap, stpmin=jnp.minimum(cfg.params.stpmin, cap))
     return emptied._replace(d=d, ls=line_search_init(st.f, gd, 1.0, params))
@@ -266,5 +336,6 @@ def finish_box(cfg: Config, st: LBFGSState, ls: LineSearchState, ev: Evaluation,
     new = _next_search(cfg, new, lo, hi, first=False)
     status = jnp.where(failed & (st.count == 0), jnp.asarray(_INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)], _RUNNING)
     status = jnp.where(ok & (pgnorm <= cfg.pgtol), Status.SUCCESS, status)
+    status = jnp.where(ok & (pgnorm > cfg.pgtol) & small_reduction(cfg, st.f, f), Status.SMALL_REDUCTION, status)
     new = new._replace(status=status.astype(jnp.int32))
     return jax.tree.map(lambda a, b: jnp.where(st.status == _RUNNING, a, b), new, st)

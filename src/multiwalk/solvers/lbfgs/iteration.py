@@ -64,7 +64,10 @@ class Config:
     a_chunks: int = lbfgs_kernel.PASS_A_CHUNKS
     a_stages: int = lbfgs_kernel.PASS_A_STAGES
     box: bool = False  # the problem's box is honoured (L-BFGS-B, bounds.py); h0 is then [lower; upper] (2, n)
-    pgtol: float = 1e-5  # with a box: stop when max |proj g| <= pgtol
+    # stop when max |proj g| <= pgtol (with a box, always set), max |g| <= pgtol without one (None: off)
+    pgtol: float | None = None
+    # stop when (f_old - f_new) / max(|f_old|, |f_new|, 1) <= frel_tol (scipy's ftol; None: off)
+    frel_tol: float | None = None
 
     @property
     def compact(self) -> bool:
@@ -97,6 +100,20 @@ def _diag_now(cfg: Config, x: jax.Array, h0: jax.Array) -> jax.Array | None:
     return None
 
 
+def gradient_converged(cfg: Config, g: jax.Array, gnorm: jax.Array, xnorm: jax.Array) -> jax.Array:
+    """The gradient test without a box: ``||g|| <= eps max(1, ||x||)``, or ``max |g_i| <= pgtol``
+    where ``pgtol`` is set (one more pass over ``g``, only then)."""
+    ok = gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)
+    return ok if cfg.pgtol is None else ok | (jnp.max(jnp.abs(g)) <= cfg.pgtol)
+
+
+def small_reduction(cfg: Config, f_old: jax.Array, f_new: jax.Array) -> jax.Array:
+    """scipy's ``ftol`` test: ``(f_old - f_new) / max(|f_old|, |f_new|, 1) <= frel_tol`` (False when off)."""
+    if cfg.frel_tol is None:
+        return jnp.asarray(False)
+    return (f_old - f_new) <= cfg.frel_tol * jnp.maximum(jnp.maximum(jnp.abs(f_old), jnp.abs(f_new)), 1.0)
+
+
 def direction(cfg: Config, st: LBFGSState, h0: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(d, g'd, diag_ok)`` for the current state: compact form, or two-loop with the user's ``H0``."""
     diag = _diag_now(cfg, st.x, h0)
@@ -127,7 +144,7 @@ def start(cfg: Config, x: jax.Array, f: jax.Array, g: jax.Array, h0: jax.Array) 
     finite = st.nonfinite == 0
     status = jnp.where(~finite, Status.NONFINITE_START, _RUNNING)
     status = jnp.where((status == _RUNNING) & ~diag_ok, Status.DIAG_NOT_POSITIVE, status)
-    status = jnp.where((status == _RUNNING) & (gnorm <= cfg.eps * jnp.maximum(1.0, xnorm)), Status.SUCCESS, status)
+    status = jnp.where((status == _RUNNING) & gradient_converged(cfg, g, gnorm, xnorm), Status.SUCCESS, status)
     # lbfgs.f: STP1 = 1/||g|| for the first iteration (H0 g has unit length when H0 = I).
     stp0 = jnp.where(gnorm > 0, 1.0 / gnorm, 1.0).astype(dt)
     return st._replace(d=d, ls=line_search_init(f, gd, stp0, cfg.params), status=status.astype(jnp.int32))
@@ -304,10 +321,13 @@ def next_search(
     diag_ok: jax.Array,
 ) -> LBFGSState:
     """``new`` with the next direction ``d``, its line search (trial step 1), and the status: the
-    line search's ending, else converged when ``||g|| <= eps max(1, ||x||)``, else running."""
+    line search's ending, else converged by :func:`gradient_converged`, else ``SMALL_REDUCTION``
+    by :func:`small_reduction` (f from ``ls.finit``, the search's start), else running."""
     ok = ls.info == 1
     status = jnp.where(ok, _RUNNING, jnp.asarray(_INFO_TO_STATUS)[jnp.clip(ls.info, 0, 6)])
-    status = jnp.where(ok & (new.gnorm <= cfg.eps * jnp.maximum(1.0, new.xnorm)), Status.SUCCESS, status)
+    converged = gradient_converged(cfg, new.g, new.gnorm, new.xnorm)
+    status = jnp.where(ok & converged, Status.SUCCESS, status)
+    status = jnp.where(ok & ~converged & small_reduction(cfg, ls.finit, new.f), Status.SMALL_REDUCTION, status)
     status = jnp.where((status == _RUNNING) & ~diag_ok, Status.DIAG_NOT_POSITIVE, status)
     return new._replace(d=d, ls=line_search_init(ft, gd, 1.0, cfg.params), status=status.astype(jnp.int32))
 

@@ -27,6 +27,7 @@ from ...result import Status
 from .. import lbfgs_kernel, lbfgs_onepass
 from .._common import (
     check_choice_option,
+    check_finite_box,
     check_int_option,
     check_number_option,
     uniform_in_box,
@@ -50,6 +51,8 @@ __all__ = ["LBFGS", "IterationTable"]
 DEFAULT_PGTOL = 1e-5  # scipy's L-BFGS-B default
 BOX_REASON = ("a problem with a box runs L-BFGS-B in the XLA form (its Cauchy point and subspace step have no "
               "fused kernel)")
+TESTS_REASON = ("pgtol or frel_tol on a problem without a box runs the XLA form (the fused kernels have no pass for "
+                "max |g| or the relative reduction of f)")
 
 
 def _digest(arr: np.ndarray) -> str:
@@ -113,9 +116,14 @@ class LBFGS(Solver):
         ``jax.shard_map`` on every device's columns, its sums added by ``psum``.  ``"auto"`` takes
         it where it applies on GPUs in float64 (measured faster on one with the same iterations
         and evaluations; on several only when split over all of them; :func:`lbfgs_onepass.plan`).
-    pgtol : with a box (``Problem(lower=, upper=)``): stop when ``max_i |proj g_i| <= pgtol``, the
-        projected gradient of scipy's L-BFGS-B (default 1e-5, scipy's); ``eps``'s test is for
-        problems without a box, and a ``pgtol`` given for one is refused.
+    pgtol : stop when ``max_i |proj g_i| <= pgtol``, the projected gradient of scipy's L-BFGS-B.
+        With a box (``Problem(lower=, upper=)``) it is the test (default 1e-5, scipy's; ``eps`` is
+        not used).  Without a box: ``max_i |g_i| <= pgtol`` (no projection), beside ``eps``'s
+        test, the first met stopping the run (None, the default: off; ``eps=0`` leaves pgtol's alone).
+    frel_tol : stop when f decreased in one iteration by a relative ``(f_k - f_{k+1}) /
+        max(|f_k|, |f_{k+1}|, 1) <= frel_tol`` (scipy L-BFGS-B's ``ftol``; None, the default: off).
+        A run it stops ends ``SMALL_REDUCTION``, not ``SUCCESS``, unless the gradient test holds
+        at that point too (scipy calls both convergence).
     kernel_block, kernel_warps : Pallas launch tuning: columns per program (a power of two)
         and warps per program (None: the module's defaults).  With ``kernel="onepass"``: the
         columns of one block step of its kernel (``2 x`` rows of Rosenbrock's pairs) and its warps.
@@ -148,6 +156,7 @@ class LBFGS(Solver):
     kernel_block: int | None = None
     kernel_warps: int | None = None
     pgtol: float | None = None
+    frel_tol: float | None = None
     keep_pairs: bool = False
     print_vectors: int = 0
 
@@ -183,6 +192,7 @@ class LBFGS(Solver):
                              "(the seed's iprint[1]; 0 prints the first and last iteration)")
         object.__setattr__(self, "xtol", check_number_option("xtol", self.xtol, 0, none_ok=True))
         object.__setattr__(self, "pgtol", check_number_option("pgtol", self.pgtol, 0, none_ok=True))
+        object.__setattr__(self, "frel_tol", check_number_option("frel_tol", self.frel_tol, 0, none_ok=True))
         object.__setattr__(self, "stpmin", check_number_option("stpmin", self.stpmin, 0))
         object.__setattr__(self, "stpmax", check_number_option("stpmax", self.stpmax, 0, low_open=True))
         if not self.ftol < 1:
@@ -247,7 +257,7 @@ class LBFGS(Solver):
             a_block=self.kernel_block or lbfgs_kernel.PASS_A_BLOCK, a_warps=self.kernel_warps or lbfgs_kernel.PASS_A_WARPS,
             # a user's kernel_block is pass A's columns per program too (its docstring), so one chunk
             a_chunks=lbfgs_kernel.PASS_A_CHUNKS if self.kernel_block is None else 1, a_stages=lbfgs_kernel.PASS_A_STAGES,
-            box=box, pgtol=DEFAULT_PGTOL if self.pgtol is None else self.pgtol,
+            box=box, pgtol=DEFAULT_PGTOL if self.pgtol is None and box else self.pgtol, frel_tol=self.frel_tol,
         )
 
     @staticmethod
@@ -263,6 +273,8 @@ class LBFGS(Solver):
         them anyway)."""
         if self.bounded(problem):
             return KernelPlan(False, False, BOX_REASON)
+        if self.pgtol is not None or self.frel_tol is not None:
+            return KernelPlan(False, False, TESTS_REASON)
         kernel = "auto" if self.kernel == "onepass" else self.kernel  # the form onepass falls back to
         return lbfgs_kernel.plan(kernel, self.m, self.n_starts(problem), self.diag is not None, devices)
 
@@ -273,6 +285,8 @@ class LBFGS(Solver):
         ``requested``: how many it may be split over (None: every device), for ``kernel="auto"``."""
         if self.bounded(problem):
             return lbfgs_onepass.OnePassPlan(False, False, BOX_REASON)
+        if self.pgtol is not None or self.frel_tol is not None:
+            return lbfgs_onepass.OnePassPlan(False, False, TESTS_REASON)
         return lbfgs_onepass.plan(self.kernel, problem, self.n_starts(problem), self.diag is not None, devices, self.m,
                                   requested)
 
@@ -318,15 +332,19 @@ class LBFGS(Solver):
             )
 
     def _check_box(self, problem: Problem) -> None:
-        """L-BFGS-B's options against the problem: ``pgtol`` needs a box, a box takes no ``diag`` and
-        no ``eps`` other than the default (its test is ``pgtol``'s there)."""
-        if self.pgtol is not None and not self.bounded(problem):
-            raise ValueError(f"pgtol={self.pgtol} is the test of a problem with a box (max |proj g| <= pgtol); this "
-                             "problem has none: give Problem(lower=, upper=), or use eps for the unbounded test")
-        if self.diag is not None and self.bounded(problem):
+        """L-BFGS-B's options against a problem with a box; starts are drawn in a finite box only."""
+        if self.bounded(problem):
+            self._check_box_options()
+        if self.starts is not None and problem.lower is not None:
+            check_finite_box(problem, f"LBFGS(starts={self.starts})", "give x0 (n,) or (K, n) instead of starts")
+
+    def _check_box_options(self) -> None:
+        """A box takes no ``diag`` (L-BFGS-B's model is ``theta I``) and no ``eps`` other than the
+        default (its test is ``pgtol``'s there)."""
+        if self.diag is not None:
             raise ValueError("diag (a user H0) is for problems without a box: L-BFGS-B's model uses theta I; "
                              "drop diag=, or drop lower=/upper= from the Problem")
-        if self.eps != LBFGS.__dataclass_fields__["eps"].default and self.bounded(problem):
+        if self.eps != LBFGS.__dataclass_fields__["eps"].default:
             raise ValueError(f"eps={self.eps} is the test of problems without a box (||g|| < eps * max(1, ||x||)); "
                              "with a box L-BFGS-B stops on max |proj g| <= pgtol: give pgtol= instead of eps=")
 
@@ -605,18 +623,21 @@ class LBFGS(Solver):
         """One start's message: the status's own, with this solver's ``maxfev``, ``stpmin`` and
         ``stpmax``; L-BFGS words the general endings itself (the seed's success message, the
         convergence test that ``MAX_STEPS`` did not meet, ``x`` being the last iterate)."""
+        if bounded:
+            test, loosen = f"max|proj g| <= pgtol (pgtol={DEFAULT_PGTOL if self.pgtol is None else self.pgtol})", "pgtol"
+        else:
+            test, loosen = f"||g|| < eps*max(1,||x||) (eps={self.eps})", "eps"
+            if self.pgtol is not None:
+                test, loosen = f"{test} or max|g| <= pgtol (pgtol={self.pgtol})", "eps or pgtol"
         own_words = {
             Status.SUCCESS: "The minimization terminated without detecting errors.",
-            Status.MAX_STEPS: (
-                f"the iteration limit max_iterations={self.max_iterations} was reached before "
-                f"||g|| < eps*max(1,||x||) (eps={self.eps}): raise max_iterations, or loosen eps" if not bounded else
-                f"the iteration limit max_iterations={self.max_iterations} was reached before max|proj g| <= pgtol "
-                f"(pgtol={DEFAULT_PGTOL if self.pgtol is None else self.pgtol}): raise max_iterations, or loosen pgtol"
-            ),
+            Status.MAX_STEPS: (f"the iteration limit max_iterations={self.max_iterations} was reached before "
+                               f"{test}: raise max_iterations, or loosen {loosen}"),
             Status.TIME_LIMIT: "stopped at the time limit; x is the last iterate",
             Status.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); x is the last iterate",
         }
-        return status.describe(own_words, maxfev=self.maxfev, stpmin=self.stpmin, stpmax=self.stpmax)
+        return status.describe(own_words, maxfev=self.maxfev, stpmin=self.stpmin, stpmax=self.stpmax,
+                               frel_tol=self.frel_tol)
 
     def result(
         self, problem: Problem, state: LBFGSRun, done: list[int], status: Status, stats: dict[str, Any]
