@@ -118,7 +118,7 @@ def test_model_obsfit_flow_runs_end_to_end(uvfile, monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.setattr("matplotlib.pyplot.show", lambda *a, **k: None)
     sgra = runpy.run_path(str(ROOT / "examples" / "model_obsfit.py"))["main"](argv)
-    assert sgra.pout_4d.shape == (9, 1, 2, 20) and sgra.chi2.shape == (40,)
+    assert sgra.pout_4d.shape == (9, 4, 2, 20) and sgra.chi2.shape == (40,)  # every temperature, as the seed
     assert np.all(np.isfinite(sgra.chi2))
     # The closure errors the script set after construction were the ones fitted: the recorded chi2
     # of a sample is calcmodchi2's at that sample (float32 sampler vs float64 here: rtol 1e-4).

@@ -4,6 +4,7 @@ files of ``multiwalk run`` (weight.txt included), a resumed run, a NumPy objecti
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import signal
 
@@ -214,9 +215,13 @@ def test_numpy_objective_runs_outside_the_loop(tmp_path, capsys, algorithm):
         name = "ColorMap.txt" if algorithm == "mapper" else "fx.txt"
         outputs[module] = (tmp_path / f"out_{module}" / name).read_text()
     assert "not a jax.numpy function" in capsys.readouterr().out  # the note that says how it runs
-    # sums of two squares in float64: NumPy and XLA give the same values, so the runs' decisions
-    # and files agree exactly
-    assert outputs["obj"] == outputs["objj"]
+    # The objective's values agree exactly (sums of two squares in float64), but the sampler around a
+    # Python objective is compiled with cheaper XLA options than the jax.numpy run's, so its own
+    # arithmetic (weights, means) may round its last bits differently: the same rows and columns,
+    # the numbers to 1e-12 relative
+    ours, reference = (np.loadtxt(io.StringIO(outputs[m])) for m in ("obj", "objj"))
+    assert ours.shape == reference.shape
+    np.testing.assert_allclose(ours, reference, rtol=1e-12, atol=1e-300)
 
 
 def test_truncate_weights_keeps_the_finished_temperatures(tmp_path):
