@@ -168,9 +168,13 @@ class Engine:
             return spec.get_executor(), False
         if spec == "processes":
             context = multiprocessing.get_context("forkserver")
-            # the fork server imports the workers' module (NumPy and cloudpickle, not jax) once, so a
-            # worker, or a pool started again after a crash, is a fork of it ready to run
-            context.set_forkserver_preload([_multiwalk_worker.__name__])
+            # the fork server imports the workers' module (NumPy and cloudpickle, not jax) once, and the
+            # user's script (a worker would otherwise import it again, with whatever it imports: jax and
+            # multiwalk, ~2 s per worker, all at once on many cores), so a worker, or a pool started
+            # again after a crash, is a fork of it ready to run.  ``python -m multiwalk`` (the command)
+            # has no script to import, and a script is imported as multiprocessing always does, under
+            # the name __mp_main__ (its ``if __name__ == "__main__":`` part does not run).
+            context.set_forkserver_preload([_multiwalk_worker.__name__, "__main__"])
             return cf.ProcessPoolExecutor(self.workers, mp_context=context,
                                           initializer=_multiwalk_worker.ignore_ctrl_c), True
         if spec == "mpi":
