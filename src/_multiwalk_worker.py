@@ -1,8 +1,8 @@
 """What a worker process of a non-JAX objective runs (:mod:`multiwalk.host_objective`), outside the
 ``multiwalk`` package on purpose: importing anything of the package runs ``multiwalk/__init__``,
-which imports JAX and every solver (~2.6 s of CPU on a 2-core machine, against ~0.3 s for this
-module).  The process pool's fork server preloads this module alone, so the workers are ready while
-the driver compiles, instead of after it.  Only the standard library, NumPy and cloudpickle here.
+which imports JAX and every solver.  A worker runs only what is here (and the user's function),
+whatever its fork server imported before forking it (multiwalk.executors says what and why).  Only
+the standard library, NumPy and cloudpickle here.
 """
 
 from __future__ import annotations

@@ -168,13 +168,16 @@ class Engine:
             return spec.get_executor(), False
         if spec == "processes":
             context = multiprocessing.get_context("forkserver")
-            # the fork server imports the workers' module (NumPy and cloudpickle, not jax) once, and the
-            # user's script (a worker would otherwise import it again, with whatever it imports: jax and
-            # multiwalk, ~2 s per worker, all at once on many cores), so a worker, or a pool started
-            # again after a crash, is a fork of it ready to run.  ``python -m multiwalk`` (the command)
-            # has no script to import, and a script is imported as multiprocessing always does, under
-            # the name __mp_main__ (its ``if __name__ == "__main__":`` part does not run).
-            context.set_forkserver_preload([_multiwalk_worker.__name__, "__main__"])
+            # The fork server imports, once, the workers' module, multiwalk (with jax) and the user's
+            # script, so a worker (or a pool started again after a crash) is a fork of it ready to run.
+            # Without them each worker imports them itself on its first task, whenever the objective
+            # comes from a module that imports them (a script using multiwalk always does): on an
+            # H100 host, 16 workers doing so at once made a 0.86 s run 1.5 s (64 replicas, 10 ms a
+            # point).  The fork server starts in the background while the solver compiles
+            # (Engine.start).  A script is imported as multiprocessing always does, under the name
+            # __mp_main__ (its ``if __name__ == "__main__":`` part does not run); ``python -m
+            # multiwalk`` (the command) has none to import.
+            context.set_forkserver_preload([_multiwalk_worker.__name__, "multiwalk", "__main__"])
             return cf.ProcessPoolExecutor(self.workers, mp_context=context,
                                           initializer=_multiwalk_worker.ignore_ctrl_c), True
         if spec == "mpi":
