@@ -71,22 +71,13 @@ PEER = textwrap.dedent('''
 ''')
 
 
-def peer(workers: int, replicas: int, steps: int, folder: Path) -> dict | None:
-    """``mpiexec -np W`` odatse's exchange on the same problem (replicas / W per process), or None."""
-    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-    if mpiexec is None or replicas % workers:
-        return None
-    # the package, not benchmarks/odatse.py beside this script: asked of a Python started in the folder
-    probe = subprocess.run([sys.executable, "-c", "import odatse.algorithm.exchange"], cwd=folder, capture_output=True)
-    if probe.returncode:
-        return None
-    (folder / "peer.py").write_text(PEER)
-    (folder / "input.toml").write_text(textwrap.dedent(f'''
+def exchange_input(output_dir: str, solver: str, per_process: int, steps: int) -> str:
+    """ODAT-SE's input.toml of the exchange both programs run: 3-D, 64 replicas in all."""
+    return textwrap.dedent(f'''
         [base]
         dimension = 3
-        output_dir = "out{workers}"
-        [solver]
-        name = "function"
+        output_dir = "{output_dir}"
+        {{solver}}
         [algorithm]
         name = "exchange"
         seed = 0
@@ -99,8 +90,22 @@ def peer(workers: int, replicas: int, steps: int, folder: Path) -> dict | None:
         Tmax = 10.0
         numsteps = {steps}
         numsteps_exchange = 5
-        nreplica_per_proc = {replicas // workers}
-    '''))
+        nreplica_per_proc = {per_process}
+    ''').replace("{solver}", solver)
+
+
+def peer(workers: int, replicas: int, steps: int, folder: Path) -> dict | None:
+    """``mpiexec -np W`` odatse's exchange on the same problem (replicas / W per process), or None."""
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None or replicas % workers:
+        return None
+    # the package, not benchmarks/odatse.py beside this script: asked of a Python started in the folder
+    probe = subprocess.run([sys.executable, "-c", "import odatse.algorithm.exchange"], cwd=folder, capture_output=True)
+    if probe.returncode:
+        return None
+    (folder / "peer.py").write_text(PEER)
+    (folder / "input.toml").write_text(exchange_input(f"out{workers}", '[solver]\nname = "function"',
+                                                      replicas // workers, steps))
     t0 = time.perf_counter()
     subprocess.run([mpiexec, "-np", str(workers), sys.executable, "peer.py", "input.toml"], cwd=folder, check=True,
                    capture_output=True)
@@ -122,28 +127,8 @@ def ours_command(workers: int, replicas: int, steps: int, folder: Path) -> dict:
     run_dir = folder / f"ours{workers}"
     run_dir.mkdir()
     (run_dir / "slow.py").write_text(SLOW_MODULE)
-    (run_dir / "input.toml").write_text(textwrap.dedent(f'''
-        [base]
-        dimension = 3
-        output_dir = "out"
-        [solver]
-        name = "python"
-        function = "slow.py:slow_sphere"
-        backend = "python"
-        [algorithm]
-        name = "exchange"
-        seed = 0
-        [algorithm.param]
-        min_list = [-5.0, -5.0, -5.0]
-        max_list = [5.0, 5.0, 5.0]
-        step_list = [0.2, 0.2, 0.2]
-        [algorithm.exchange]
-        Tmin = 0.1
-        Tmax = 10.0
-        numsteps = {steps}
-        numsteps_exchange = 5
-        nreplica_per_proc = {replicas}
-    '''))
+    solver = '[solver]\nname = "python"\nfunction = "slow.py:slow_sphere"\nbackend = "python"'
+    (run_dir / "input.toml").write_text(exchange_input("out", solver, replicas, steps))
     command = [sys.executable, "-m", "multiwalk", "run", "input.toml", "--workers", str(workers)]
     try:
         import polars  # noqa: F401  (the step files' writer)

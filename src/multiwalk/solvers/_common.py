@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..spaces import Mesh
+
 __all__ = [
     "INIT_STREAM", "uniform_in_box", "worst_if_nonfinite", "evaluate_walkers", "keep_better", "ladder_values",
     "hashable_vector", "check_int_option", "check_number_option", "check_vector_option", "check_choice_option",
@@ -278,3 +280,16 @@ def check_state_fits(name: str, estimate: tuple[int, str] | None, n_devices: int
         return
     where = f"{what} {_gib(have)}" + (f" (x {n_devices} devices)" if n_devices > 1 else "")
     raise ValueError(f"{name}'s state would need {_gib(need)} but {where}: {advice}")
+
+
+def check_space_options(solver: Any) -> None:
+    """ODAT-SE's two spaces, as ``Exchange`` and ``PopulationAnnealing`` take them: ``mesh`` (a
+    :class:`~multiwalk.spaces.Mesh`) or ``step_width`` (positive Gaussian steps, stored hashable on
+    the frozen ``solver``); one of the two is needed."""
+    if solver.mesh is not None and not isinstance(solver.mesh, Mesh):
+        raise TypeError(f"mesh must be a multiwalk.spaces.Mesh, got {type(solver.mesh).__name__}")
+    if solver.step_width is not None:
+        steps = check_vector_option("step_width", solver.step_width, positive=True)
+        object.__setattr__(solver, "step_width", hashable_vector(steps))
+    if solver.mesh is None and solver.step_width is None:
+        raise ValueError("a continuous space needs step_width= (ODAT-SE's step_list); a discrete one mesh=")

@@ -62,6 +62,7 @@ from ._common import (
     INIT_STREAM,
     check_finite_box,
     check_int_option,
+    check_space_options,
     check_vector_option,
     evaluate_walkers,
     hashable_vector,
@@ -329,13 +330,7 @@ class Exchange(Solver):
         per = self.nreplica_per_proc or self.n_replicas
         if self.n_replicas % per:
             raise ValueError(f"nreplica_per_proc={per} does not divide the {self.n_replicas} replicas")
-        if self.mesh is not None and not isinstance(self.mesh, Mesh):
-            raise TypeError(f"mesh must be a multiwalk.spaces.Mesh, got {type(self.mesh).__name__}")
-        if self.step_width is not None:
-            s = check_vector_option("step_width", self.step_width, positive=True)
-            object.__setattr__(self, "step_width", hashable_vector(s))
-        if self.mesh is None and self.step_width is None:
-            raise ValueError("a continuous space needs step_width= (ODAT-SE's step_list); a discrete one mesh=")
+        check_space_options(self)
         try:
             init = np.asarray(self.initial, dtype=np.float64) if len(self.initial) else np.zeros((0, 0))
         except (TypeError, ValueError) as err:

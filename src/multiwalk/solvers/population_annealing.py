@@ -42,6 +42,7 @@ from ._common import (
     INIT_STREAM,
     check_finite_box,
     check_int_option,
+    check_space_options,
     check_vector_option,
     evaluate_walkers,
     hashable_vector,
@@ -171,13 +172,7 @@ class PopulationAnnealing(Solver):
         check_int_option("max_chunk_steps", self.max_chunk_steps, 1, none_ok=True)
         if self.record == 1:
             raise ValueError("record must be 0 (no per-step records) or at least 2")
-        if self.mesh is not None and not isinstance(self.mesh, Mesh):
-            raise TypeError(f"mesh must be a multiwalk.spaces.Mesh, got {type(self.mesh).__name__}")
-        if self.step_width is not None:
-            s = check_vector_option("step_width", self.step_width, positive=True)
-            object.__setattr__(self, "step_width", hashable_vector(s))
-        if self.mesh is None and self.step_width is None:
-            raise ValueError("a continuous space needs step_width= (ODAT-SE's step_list); a discrete one mesh=")
+        check_space_options(self)
 
     # ----------------------------------------------------------------- set-up
     @property
