@@ -290,3 +290,17 @@ def test_a_vectorized_objective_gives_the_rows_values(x64):
     expected[0][2] = np.inf  # outside the box: not sent out
     np.testing.assert_array_equal(values, expected)  # exact: the same function on the same float64 rows
     assert calls[-1] == (5, 2)  # one call with the five points inside the box
+
+
+def _sum_of_squares(x: np.ndarray) -> float:
+    return float(np.sum(x**2))
+
+
+def test_a_point_on_the_float32_box_edge_is_evaluated():
+    """float32(0.1) lies above the float64 upper bound 0.1 but is the solvers' edge of the box: it is
+    evaluated, not set to +inf as a point outside."""
+    problem = mw.Problem(objective=_sum_of_squares, lower=[0.0, 0.0], upper=[0.1, 0.1], backend="python",
+                         executor="serial", dtype="float32")
+    result = mw.solve(problem, mw.Mapper(points=[[0.1, 0.1], [0.05, 0.05]]), progress=False)
+    # float32 arithmetic of 2 * 0.1^2 and 2 * 0.05^2: rtol 1e-6 (a few float32 ulps)
+    np.testing.assert_allclose(result.funs, [0.02, 0.005], rtol=1e-6)
