@@ -55,7 +55,7 @@ MARK = "USER_LATENCY_RESULT "  # the line a row's process prints its measurement
 @dataclass(frozen=True)
 class RowSpec:
     name: str
-    what: str  # the issue table's row, in words
+    what: str  # the table's row, in words
     goal: str
     gpu: bool  # in --gpu-rows (else in --cpu-rows)
     measure: Callable[[bool, bool], dict[str, Any]]  # (quick, warm) -> the row's numbers
@@ -212,7 +212,7 @@ def deconv_row(kind: str) -> Callable[[bool, bool], dict[str, Any]]:
         its = out["result"].stats["iterations"]
         its = sum(its.values()) if isinstance(its, dict) else int(its)
         out["note"] = f"{n}^2, {its} iterations: {1e6 * out[label] / max(its, 1):.0f} us/it wall"
-        if not warm and kind == "cd":  # the issue's floor: 12 N^2 bytes an iteration at the copy bandwidth
+        if not warm and kind == "cd":  # the floor: 12 N^2 bytes an iteration at the copy bandwidth
             out["floor"] = 12 * n * n * its / bandwidth()
         return out
 
@@ -408,7 +408,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default="", help=f"comma-separated rows: {', '.join(BY_NAME)}")
     p.add_argument("--gpu-rows", action="store_true", help="the rows measured on a GPU")
-    p.add_argument("--cpu-rows", action="store_true", help="the rows measured on the CPU (2 cores in the issue)")
+    p.add_argument("--cpu-rows", action="store_true", help="the rows measured on the CPU (2 cores)")
     p.add_argument("--quick", action="store_true", help="small sizes: a check of the script on a CPU")
     p.add_argument("--row-timeout", type=float, default=240.0, help="seconds for each row's process (default 240)")
     p.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results",

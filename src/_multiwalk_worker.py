@@ -40,7 +40,8 @@ def describe(err: BaseException) -> str:
 def evaluate_rows(spec: tuple[Any, ...], X: np.ndarray, first: int) -> tuple[np.ndarray, list[tuple[int, str]]]:
     """The objective at each row of ``X`` (m, n) (float64), rows ``first .. first+m-1`` of the batch:
     ``(values (m,), [(row, exception), ...])``.  A row that raised is NaN with ``ignore_error``;
-    without, evaluation stops at the first one (the rest NaN, the error listed)."""
+    without, evaluation stops at the first one (the rest NaN, the error listed).  A vectorized
+    call that raised lists every row of ``X`` (all are NaN)."""
     fn, args, takes_args, vectorized, ignore_error = spec
     values = np.full(len(X), math.nan)
     errors: list[tuple[int, str]] = []
@@ -52,7 +53,8 @@ def evaluate_rows(spec: tuple[Any, ...], X: np.ndarray, first: int) -> tuple[np.
                                  f"got shape {out.shape}")
             values[:] = out
         except Exception as err:  # noqa: BLE001 - the user's function: reported with its rows
-            errors.append((first, describe(err)))
+            what = describe(err)
+            errors = [(first + i, what) for i in range(len(X))]  # every row is NaN: each counts as an error
         return values, errors
     for i, x in enumerate(X):
         try:

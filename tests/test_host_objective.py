@@ -227,6 +227,54 @@ def test_multiwalk_run_with_a_numpy_solver(tmp_path, capsys):
     assert (tmp_path / "output" / "fx.txt").exists()
 
 
+MINSEARCH_INPUT = """
+[base]
+dimension = 2
+output_dir = "output"
+[solver]
+name = "python"
+function = "sim.py:fails_left_of"
+vectorized = true
+[algorithm]
+name = "minsearch"
+seed = 3
+[algorithm.param]
+min_list = [-3.0, -3.0]
+max_list = [3.0, 3.0]
+initial_list = [2.0, 2.0]
+"""
+
+MINSEARCH_FUNCTION = """
+import numpy as np
+
+def fails_left_of(X):  # vectorized: X (m, 2) -> (m,)
+    if np.any(X[:, 0] < 1.5):
+        raise RuntimeError("no convergence")
+    return np.sum((X - 1.0) ** 2, axis=1)
+"""
+
+
+def test_minsearch_calls_a_vectorized_objective_one_row_at_a_time(tmp_path, capsys):
+    """minsearch with a Python objective: a vectorized one gets a batch of one row, [runner]
+    ignore_error makes a point that raised f = inf (and says how many), without it the run stops
+    with one paragraph; --workers is refused (Nelder-Mead evaluates one point at a time)."""
+    (tmp_path / "sim.py").write_text(MINSEARCH_FUNCTION)
+    (tmp_path / "input.toml").write_text(MINSEARCH_INPUT)
+    (tmp_path / "ignore.toml").write_text(MINSEARCH_INPUT + "[runner]\nignore_error = true\n")
+    failed = run_cli(tmp_path, "input.toml")
+    err = capsys.readouterr().err
+    assert failed == 1 and "Traceback" not in err
+    assert re.search(r"error: the objective .*fails_left_of.* raised RuntimeError: no convergence at x = \[1\.", err)
+    assert run_cli(tmp_path, "ignore.toml", "--workers", "2") == 2
+    assert "--workers and --executor are not for minsearch" in capsys.readouterr().err
+    assert run_cli(tmp_path, "ignore.toml") == 0
+    out = capsys.readouterr().out
+    assert re.search(r"ignore_error: \d+ evaluations raised and were f = inf; the first: x = \[1\.", out)
+    res = dict(ln.split(" = ") for ln in (tmp_path / "output" / "res.txt").read_text().splitlines())
+    # the minimum of (x - 1)^2 where x1 >= 1.5: (1.5, 1), f = 0.25, to Nelder-Mead's xatol 1e-4 (f within ~1e-3)
+    assert float(res["fx"]) == pytest.approx(0.25, abs=1e-3)
+
+
 def test_a_vectorized_objective_gives_the_rows_values(x64):
     calls = []
 
@@ -242,3 +290,17 @@ def test_a_vectorized_objective_gives_the_rows_values(x64):
     expected[0][2] = np.inf  # outside the box: not sent out
     np.testing.assert_array_equal(values, expected)  # exact: the same function on the same float64 rows
     assert calls[-1] == (5, 2)  # one call with the five points inside the box
+
+
+def _sum_of_squares(x: np.ndarray) -> float:
+    return float(np.sum(x**2))
+
+
+def test_a_point_on_the_float32_box_edge_is_evaluated():
+    """float32(0.1) lies above the float64 upper bound 0.1 but is the solvers' edge of the box: it is
+    evaluated, not set to +inf as a point outside."""
+    problem = mw.Problem(objective=_sum_of_squares, lower=[0.0, 0.0], upper=[0.1, 0.1], backend="python",
+                         executor="serial", dtype="float32")
+    result = mw.solve(problem, mw.Mapper(points=[[0.1, 0.1], [0.05, 0.05]]), progress=False)
+    # float32 arithmetic of 2 * 0.1^2 and 2 * 0.05^2: rtol 1e-6 (a few float32 ulps)
+    np.testing.assert_allclose(result.funs, [0.02, 0.005], rtol=1e-6)

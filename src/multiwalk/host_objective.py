@@ -86,7 +86,10 @@ class HostObjective:
         self.n, self.dtype = n, np.dtype(dtype)
         self.spec = (function, args, takes_args, vectorized, ignore_error)
         self.vectorized, self.ignore_error, self.engine = vectorized, ignore_error, engine
-        self.lower, self.upper = lower, upper
+        # the box in the problem's dtype, as the solvers test it (a float32 point at float32(upper)
+        # is inside, though above the float64 upper)
+        self.lower, self.upper = (None, None) if lower is None else (
+            np.asarray(lower, self.dtype).astype(np.float64), np.asarray(upper, self.dtype).astype(np.float64))
         self.counts = {"batches": 0, "points": 0, "errors": 0, "seconds": 0.0}
         self.first_error: str | None = None  # the first point that raised (with ignore_error)
         self.failure: Exception | None = None  # what stopped the last run, raised by the driver

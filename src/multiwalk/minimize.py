@@ -145,9 +145,7 @@ def _solver(name: str, options: dict[str, Any], tol: float | None, problem: Prob
     notes = [f"option {k}={options.pop(k)!r} is not used: gradients are exact (jax.grad or jac)"
              for k in _FINITE_DIFFERENCE_OPTIONS if k in options]
     if METHODS[name] is LBFGS:
-        kwargs = _lbfgs_options(options, tol, problem)
-        if tol is not None:  # scipy's tol sets ftol too, whose test has no counterpart here
-            notes.append(f"tol={tol!r} is used as gtol (pgtol) only: scipy's relative-reduction test (ftol) is not run")
+        kwargs = _lbfgs_options(options, tol, problem)  # tol sets gtol and ftol, as scipy's
     else:
         if tol is not None:
             raise ValueError(f"tol={tol} has no meaning for method={name!r} (it runs a fixed number of iterations): drop tol")

@@ -1238,6 +1238,9 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             raise InputError("--nprocs is for algorithm exchange")
         if setup.algorithm == "minsearch" and args.distributed:
             raise InputError("--distributed is for algorithms exchange, pattern, lbfgs and tempering (minsearch is serial)")
+        if setup.algorithm == "minsearch" and (args.workers is not None or args.executor is not None):
+            raise InputError("--workers and --executor are not for minsearch: Nelder-Mead evaluates one point at a "
+                             "time, in this process")
         if setup.host is None and (args.workers is not None or args.executor is not None):
             raise InputError("--workers and --executor are for a Python objective ([solver] backend = \"python\")")
         return _run_algorithm(setup, args)

@@ -12,6 +12,7 @@ diag(initial_scale_list)``; a point outside ``min < x < max`` (strictly) or the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,33 @@ def minimize_options(setup: Any) -> tuple[np.ndarray, dict[str, Any]]:
     return scale, {**MINIMIZE_DEFAULTS, **opts}
 
 
+def _python_objective(setup: Any, ignored: list[str]) -> Callable[[np.ndarray], float]:
+    """A Python objective as minsearch calls it: one point at a time, in this process (a
+    ``vectorized`` one with a batch of one row).  A point where it raises is ``f = inf`` (a point
+    Nelder-Mead rejects, as one outside the box) with ``[runner] ignore_error``, else the run
+    stops with :class:`~multiwalk.host_objective.ObjectiveError` naming the point; ``ignored``
+    gets one line per point that raised."""
+    from _multiwalk_worker import evaluate_rows
+
+    from ..host_objective import ObjectiveError
+
+    vectorized, ignore_error = setup.host["vectorized"], setup.host["ignore_error"]
+    spec = (setup.function, None, False, vectorized, ignore_error)
+
+    def f(x: np.ndarray) -> float:
+        values, errors = evaluate_rows(spec, np.asarray(x, np.float64)[None], 0)
+        if not errors:
+            return float(values[0])
+        if not ignore_error:
+            raise ObjectiveError(f"the objective {setup.function_label} raised {errors[0][1]} at x = "
+                                 f"{np.asarray(x).tolist()}. To treat such points as rejected, set [runner] "
+                                 "ignore_error = true.")
+        ignored.append(f"x = {np.asarray(x).tolist()}: {errors[0][1]}")
+        return math.inf
+
+    return f
+
+
 def run_minsearch(setup: Any, dtype: str) -> int:
     """Run ODAT-SE's minsearch on ``setup`` (``multiwalk.commands.run.RunSetup``) and write its
     files; ``dtype``: "float64" or "float32" for the function.  Exit status 0 when scipy says
@@ -71,8 +99,9 @@ def run_minsearch(setup: Any, dtype: str) -> int:
     unit = np.ones(setup.dimension) if setup.unit_list is None else setup.unit_list
     simplex_rows: list[list[float]] = []
     calls: list[list[float]] = []
+    ignored: list[str] = []  # a Python objective's points that raised, with [runner] ignore_error
     with jax.enable_x64(dtype == "float64"):
-        f = setup.function if setup.host else jax.jit(setup.function)  # a Python objective: called as it is
+        f = _python_objective(setup, ignored) if setup.host else jax.jit(setup.function)
 
         def submit(x: np.ndarray) -> float:  # ODAT-SE's runner: inf outside the limitation, else f
             return float(f(np.asarray(x))) if _allowed(setup.constraint, x) else math.inf
@@ -96,4 +125,6 @@ def run_minsearch(setup: Any, dtype: str) -> int:
                               res.nit, res.nfev)
         print("\n".join(write_res(setup.output_dir / "res.txt", res.fun, res.x, setup.labels)))
         print(f"iterations = {res.nit}\nfunction_evaluations = {res.nfev}\n{res.message}")
+        if ignored:
+            print(f"ignore_error: {len(ignored)} evaluations raised and were f = inf; the first: {ignored[0]}")
     return 0 if res.success else 1
