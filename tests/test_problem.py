@@ -483,3 +483,14 @@ def test_a_box_with_an_open_side_is_refused_where_points_are_drawn_in_it(solver,
     with pytest.raises(ValueError, match=rf"{who} draws points uniformly in the box, but parameter 1 \(x1\) has "
                                          r"lower\[1\]=-inf, upper\[1\]=1\.0"):
         mw.solve(problem, solver(), progress=False)
+
+
+def test_periodic_parameters_are_refused_where_they_would_be_plain_bounds():
+    # nothing the user gave is ignored: pattern search and L-BFGS do not wrap, so a periodic
+    # parameter would silently be an ordinary bound; refused before compiling, naming it
+    problem = mw.Problem(objective=lambda x: jnp.sum(x**2), lower=[0.0, -1.0], upper=[6.28, 1.0],
+                         periodic=[0], names=["phase", "a"])
+    with pytest.raises(ValueError, match=r"periodic parameters \['phase'\] would be plain bounds to PatternSearch"):
+        mw.solve(problem, mw.PatternSearch(n_walkers=4, iterations=2))
+    with pytest.raises(ValueError, match="its period is upper - lower, so both must be finite"):
+        mw.Problem(objective=lambda x: jnp.sum(x**2), lower=[0.0, -1.0], upper=[np.inf, 1.0], periodic=[0])

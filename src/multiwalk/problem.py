@@ -529,6 +529,11 @@ class Problem:
         if mask.any() and self.lower is None:
             which = [self.names[i] for i in np.flatnonzero(mask)]
             raise ValueError(f"periodic parameters {which} need lower and upper: the period is upper - lower")
+        open_sided = np.flatnonzero(mask & ~(np.isfinite(self.lower) & np.isfinite(self.upper))) if mask.any() else []
+        if len(open_sided):
+            i = int(open_sided[0])
+            raise ValueError(f"periodic parameter {i} ({self.names[i]}) has lower[{i}]={self.lower[i]}, "
+                             f"upper[{i}]={self.upper[i]}: its period is upper - lower, so both must be finite")
         mask.setflags(write=False)  # the problem's own copy, read-only: digested once, not in every solve()
         return mask
 

@@ -62,6 +62,13 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
             f"the problem has a log_prior, which {type(solver).__name__} would ignore: it does not sample a "
             "posterior. Use mw.ReplicaExchange, or fold the prior into the objective (add -2 * log_prior to chi2)"
         )
+    periodic = getattr(problem, "periodic", None)
+    if periodic is not None and periodic[problem.free_index].any() and not solver.wraps_periodic:
+        names = [problem.names[i] for i in problem.free_index if periodic[i]]
+        raise ValueError(
+            f"the problem's periodic parameters {names} would be plain bounds to {type(solver).__name__}, which does "
+            "not wrap: use mw.ReplicaExchange or mw.Exchange, or drop periodic= (or fix those parameters)"
+        )
     if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise ValueError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
     if not (isinstance(chunk_seconds, (int, float)) and chunk_seconds > 0):

@@ -146,6 +146,11 @@ class Solver(abc.ABC):
     #: with a prior for a solver that would ignore it)
     samples_log_prior: bool = False
 
+    #: whether the solver honours the problem's periodic parameters (wraps its moves into the box);
+    #: the driver refuses a problem with a free periodic parameter for a solver that would treat it
+    #: as a plain bound
+    wraps_periodic: bool = False
+
     # ----------------------------------------------------------------- required
     def check(self, problem: Problem) -> None:
         """Raise ValueError/TypeError if this solver cannot run ``problem`` (before compiling)."""

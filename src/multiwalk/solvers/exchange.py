@@ -312,6 +312,7 @@ class Exchange(Solver):
 
     # how, not what: a resume may change them
     resumable_options = ("numsteps", "max_chunk_steps", "unroll", "kernel", "kernel_block", "kernel_warps")
+    wraps_periodic = True  # ODAT-SE's pbc_list: a move across a periodic parameter wraps into [min, max)
 
     def __post_init__(self) -> None:
         b = check_vector_option("betas", self.betas, non_negative=True)

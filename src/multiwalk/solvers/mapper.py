@@ -77,6 +77,8 @@ class Mapper(Solver):
     #: a digest of the points: two mappers are equal (share compiled code) only on the same mesh
     digest: str = field(init=False, default="")
 
+    wraps_periodic = True  # it evaluates the points it is given: there are no moves to wrap
+
     def __post_init__(self) -> None:
         try:
             pts = np.array(self.points, dtype=np.float64, ndmin=2)

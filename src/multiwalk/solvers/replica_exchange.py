@@ -146,6 +146,7 @@ class ReplicaExchange(Solver):
     record_temperatures: bool = False
 
     samples_log_prior = True  # the problem's log_prior enters the Metropolis ratio, untempered
+    wraps_periodic = True  # a step that leaves the box across a periodic parameter wraps into it
     resumable_options = ("niter", "exchange_unroll")
 
     def __post_init__(self) -> None:
