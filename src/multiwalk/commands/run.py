@@ -1230,6 +1230,10 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             print(f"note: {note}")
         if args.reset_rand and not (args.resume or args.cont):
             raise InputError("--reset-rand goes with --resume or --cont")
+        if setup.host is not None:  # the objective goes to the workers whole: they need no more
+            from ..executors import workers_for_the_command
+
+            workers_for_the_command()
         if setup.algorithm in ("pamc", "mapper"):
             return _run_pamc_or_mapper(setup, args)
         if setup.algorithm != "exchange" and (args.resume or args.cont):
