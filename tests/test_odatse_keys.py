@@ -175,6 +175,47 @@ def test_mesh_file_comments_delimiter_skiprows(tmp_path, monkeypatch):
         build_setup(write_input(tmp_path, text.replace('comments = "%"', 'comments = ","')))
 
 
+def test_mapper_reads_the_mesh_file_with_its_format(tmp_path, monkeypatch):
+    """The mapper's mesh file is read with comments, delimiter and skiprows too (ODAT-SE's MeshGrid
+    reads them for the mapper); without mesh_path they are refused.  Input only: nothing compiles."""
+    from multiwalk.commands.run_pamc import mapper_points
+
+    mesh = tmp_path / "mesh.csv"
+    mesh.write_text("9, 9.0, 9.0\n0, 0.0, 0.5 % first\n% a comment\n1, 1.0, 0.0\n")
+    text = textwrap.dedent("""
+        [base]
+        dimension = 2
+        [algorithm]
+        name = "mapper"
+        [algorithm.param]
+        mesh_path = "mesh.csv"
+        comments = "%"
+        delimiter = ","
+        skiprows = 1
+        [solver]
+        name = "analytical"
+        function_name = "quadratics"
+        """)
+    monkeypatch.chdir(tmp_path)  # root_dir "." is the working directory
+    path = write_input(tmp_path, text)
+    setup = build_setup(path)
+    points = mapper_points(path, setup_param(path), 2, setup.root_dir)
+    # exact: the file's numbers, read as numpy.loadtxt reads them (the first row skipped)
+    np.testing.assert_array_equal(points, np.loadtxt(mesh, comments="%", delimiter=",", skiprows=1)[:, 1:])
+    with pytest.raises(InputError, match="delimiter = ',' is also the comment mark"):
+        build_setup(write_input(tmp_path, text.replace('comments = "%"', 'comments = ","')))
+    grid = text.replace('mesh_path = "mesh.csv"', "min_list = [0.0, 0.0]\nmax_list = [1.0, 1.0]\nnum_list = [2, 2]")
+    with pytest.raises(InputError, match=r"\[algorithm.param\] comments needs mesh_path"):
+        build_setup(write_input(tmp_path, grid))
+
+
+def setup_param(path: Path) -> dict:
+    """[algorithm.param] of the input file at ``path``."""
+    from multiwalk.commands.run import load_input
+
+    return load_input(path)["algorithm"]["param"]
+
+
 @pytest.fixture(scope="module")
 def exchange_run(tmp_path_factory) -> Path:
     """KEYS run by `multiwalk run` (the one compiled exchange of this file): its folder."""

@@ -302,8 +302,11 @@ def build_setup(path: str | Path, data: dict[str, Any] | None = None) -> RunSetu
     param = alg.get("param")
     if param is None:
         raise InputError(f"{path}: section [algorithm.param] is missing")
-    if setup.algorithm == "mapper":
-        pass  # its mesh or grid: commands/run_pamc.py
+    if setup.algorithm == "mapper":  # its mesh or grid: commands/run_pamc.py, the mesh file's format checked here
+        if "mesh_path" in param:
+            _mesh_format(path, param)
+        else:
+            _refuse_mesh_format_without_mesh(path, param)
     elif "mesh_path" in param:
         _read_mesh_space(path, param, setup)
     else:
@@ -531,13 +534,21 @@ def _mesh_format(path: Path, param: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _refuse_mesh_format_without_mesh(path: Path, param: dict[str, Any]) -> None:
+    """InputError for the mesh file's keys (comments, delimiter, skiprows) given without mesh_path."""
+    for key in ("comments", "delimiter", "skiprows"):
+        if key in param:
+            raise InputError(f"{path}: [algorithm.param] {key} needs mesh_path (a discrete space)")
+
+
 def _read_box_space(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
     """A continuous space: the box (min_list, max_list), step_list (or the obsolete unit_list)
     and initial_list, into setup."""
     name, dimension = setup.algorithm, setup.dimension
-    for key in ("neighborlist_path", "radius", "comments", "delimiter", "skiprows"):
+    for key in ("neighborlist_path", "radius"):
         if key in param:
             raise InputError(f"{path}: [algorithm.param] {key} needs mesh_path (a discrete space)")
+    _refuse_mesh_format_without_mesh(path, param)
     setup.lower = _vector(path, param, "min_list", dimension)
     setup.upper = _vector(path, param, "max_list", dimension)
     for key, v in (("min_list", setup.lower), ("max_list", setup.upper)):

@@ -288,14 +288,16 @@ def _report(setup: Any, result: Any, replicas: int, per: int, wall: float, files
 
 # ---------------------------------------------------------------------------- mapper
 def mapper_points(path: Path, param: dict[str, Any], dimension: int, root_dir: Path) -> np.ndarray:
-    """The mapper's points (M, d): the mesh file's (``mesh_path``; its first column the index), or
-    ODAT-SE's grid from ``min_list``, ``max_list`` and ``num_list``
-    (:func:`multiwalk.solvers.mapper.grid_points`: the first coordinate varies fastest)."""
+    """The mapper's points (M, d): the mesh file's (``mesh_path``; its first column the index; read
+    with ``comments``, ``delimiter`` and ``skiprows``, checked by the command), or ODAT-SE's grid
+    from ``min_list``, ``max_list`` and ``num_list`` (:func:`multiwalk.solvers.mapper.grid_points`,
+    in ODAT-SE's order)."""
     from ..solvers.mapper import grid_points
     from ..spaces import read_mesh
 
     if "mesh_path" in param:
-        points = read_mesh(root_dir / Path(param["mesh_path"]).expanduser())
+        points = read_mesh(root_dir / Path(param["mesh_path"]).expanduser(), comments=param.get("comments", "#"),
+                           delimiter=param.get("delimiter"), skiprows=param.get("skiprows", 0))
         if points.shape[1] != dimension:
             raise ValueError(f"{param['mesh_path']}: {points.shape[1]} coordinates per point but [base] dimension = {dimension}")
         return points

@@ -36,8 +36,10 @@ DEFAULT_BATCH = 65536  # points per compiled call when batch_size is not given: 
 
 def grid_points(lower: Any, upper: Any, num: Any) -> np.ndarray:
     """ODAT-SE's mapper grid ``(prod(num), d)``: ``num[k]`` evenly spaced values from ``lower[k]`` to
-    ``upper[k]`` (both included) on each axis, the first coordinate varying fastest (its
-    ``min_list``, ``max_list`` and ``num_list``)."""
+    ``upper[k]`` (both included) on each axis (its ``min_list``, ``max_list`` and ``num_list``), in
+    ODAT-SE's order: ``numpy.meshgrid(..., indexing="xy")`` flattened, so the second coordinate
+    varies slowest, then the first, then the third to the last (the last fastest; with d = 2 the
+    first coordinate varies fastest)."""
     lo, hi = np.asarray(lower, np.float64).reshape(-1), np.asarray(upper, np.float64).reshape(-1)
     counts = list(np.asarray(num).reshape(-1))
     if not lo.size == hi.size == len(counts):
