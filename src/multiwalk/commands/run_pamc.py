@@ -74,8 +74,8 @@ def pamc_solver(setup: Any, opts: dict[str, Any], nprocs: int, record: int) -> t
     if setup.mesh is None and setup.step_list is None:
         raise ValueError(f"{path}: [algorithm.param] step_list is required (the Gaussian step of each coordinate)")
     if setup.initial is not None:
-        raise ValueError(f"{path}: [algorithm.param] initial_list is not read by pamc (the walkers start uniformly "
-                         "in the box, as ODAT-SE's do): remove it")
+        raise ValueError(f"{path}: [algorithm.param] initial_list is not supported by pamc: multiwalk's walkers start "
+                         "uniformly in the box (ODAT-SE's first walkers start at initial_list): remove it")
     interval = opts.get("resampling_interval", 1)
     try:
         solver = PopulationAnnealing(
