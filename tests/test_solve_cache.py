@@ -125,3 +125,17 @@ def test_a_new_problem_of_the_same_functions_shares_the_start_even_with_another_
         compile_cache.clear()
         fresh = mw.solve(problem(-1.0, x0), solver, seed=0, progress=False)
         assert np.array_equal(result.samples, fresh.samples) and result.fun == fresh.fun
+
+
+def test_args_of_the_same_leaves_in_another_tree_get_another_fingerprint():
+    # (A, None) and (None, A) have the same array leaves; a function may read either slot, so a
+    # loop compiled for one must not serve the other (no compilation here: the key only).
+    def shifted(x, args):
+        a, b = args
+        return (((x - a) if b is None else (x - 2.0 * b)) ** 2).sum()
+
+    box = {"lower": -3.0 * np.ones(2), "upper": 3.0 * np.ones(2)}
+    first = mw.Problem(objective=shifted, args=(np.ones(2), None), **box)
+    second = mw.Problem(objective=shifted, args=(None, np.ones(2)), **box)
+    for as_arguments in (True, False):
+        assert compile_cache.fingerprint(first, as_arguments) != compile_cache.fingerprint(second, as_arguments)

@@ -73,7 +73,9 @@ def fingerprint(problem: Any, as_arguments: bool = False) -> str:
         elif as_arguments and name in ("data", "sigma"):
             h.update(repr(None if value is None else (np.shape(value), str(np.asarray(value).dtype))).encode())
         elif name == "args":
-            for leaf in jax.tree_util.tree_leaves(value):
+            leaves, tree = jax.tree_util.tree_flatten(value)
+            h.update(repr(tree).encode())  # (A, None) and (None, A) have the same leaves, not the same tree
+            for leaf in leaves:
                 if hasattr(leaf, "shape"):
                     h.update(repr((np.shape(leaf), str(leaf.dtype))).encode())
                     if not as_arguments:
