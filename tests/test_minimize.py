@@ -107,6 +107,16 @@ def test_callback_sees_every_iteration_and_can_stop():
     np.testing.assert_array_equal(xs[-1], second.x)
 
 
+def test_a_numpy_true_stops_like_true():
+    # `return it.fun < tol` returns NumPy's bool: it must stop the run as True does, not be ignored
+    from multiwalk.solvers.base import asks_to_stop
+
+    assert asks_to_stop(True) and asks_to_stop(np.float64(1.0) < 2.0) and asks_to_stop(np.array(True))
+    assert asks_to_stop(jax.numpy.asarray(True))
+    for no in (None, False, np.False_, 1, 1.0, "yes", np.array([True]), np.array(1.0)):
+        assert not asks_to_stop(no), no
+
+
 def test_scipys_default_ftol_stops_where_scipys_does_but_is_no_success():
     """scipy's default ftol (2.2e-9) ends both runs at the same kind of point, where max |g| is still
     above gtol: scipy calls it convergence, multiwalk SMALL_REDUCTION (no gradient test holds)."""

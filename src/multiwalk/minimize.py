@@ -32,7 +32,7 @@ from scipy.optimize import OptimizeResult
 from .problem import Problem
 from .result import Result, Status
 from .solve import solve
-from .solvers.base import Iterate, Solver
+from .solvers.base import Iterate, Solver, asks_to_stop
 from .solvers.lbfgs import LBFGS
 from .solvers.pattern_search import PatternSearch
 from .solvers.replica_exchange import ReplicaExchange
@@ -213,8 +213,8 @@ def _iteration_callback(callback: Callable | None) -> Callable[[Iterate], bool] 
 
     def call(it: Iterate) -> bool:
         if takes_result:
-            return callback(OptimizeResult(x=it.x, fun=it.fun, nit=it.iteration)) is True
-        return callback(it.x) is True
+            return asks_to_stop(callback(OptimizeResult(x=it.x, fun=it.fun, nit=it.iteration)))
+        return asks_to_stop(callback(it.x))
 
     return call
 

@@ -36,7 +36,7 @@ from .identity import problem_identity
 from .problem import Problem
 from .result import Result, Status
 from .solvers._common import check_callable_option, check_state_fits
-from .solvers.base import Iterate, Phase, RunPlan, Solver, Writer
+from .solvers.base import Iterate, Phase, RunPlan, Solver, Writer, asks_to_stop
 
 __all__ = ["solve", "run_key", "place"]
 
@@ -422,12 +422,13 @@ def _after_chunk(run: _Run, n_run: int, info: dict[str, float], checkpoint_due: 
 
 
 def _iteration_callback_stops(run: _Run) -> bool:
-    """Whether ``solve(iteration_callback=f)``'s ``f`` asks to stop: it returns True, or raises
-    StopIteration (scipy's two ways).  Under ``iteration_callback`` every chunk is one iteration."""
+    """Whether ``solve(iteration_callback=f)``'s ``f`` asks to stop: it returns True (NumPy's too:
+    :func:`~multiwalk.solvers.base.asks_to_stop`), or raises StopIteration (scipy's two ways).
+    Under ``iteration_callback`` every chunk is one iteration."""
     x, fun = run.solver.iterate(run.problem, run.state)
     info = Iterate(x=x, fun=fun, iteration=run.done[run.phase_index], phase=run.phases[run.phase_index].name)
     try:
-        return run.iteration_callback(info) is True
+        return asks_to_stop(run.iteration_callback(info))
     except StopIteration:
         return True
 

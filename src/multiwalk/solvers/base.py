@@ -127,6 +127,15 @@ class Iterate(NamedTuple):
     phase: str  # the phase's name ("lbfgs", "search", "burn-in", "sampling", ...)
 
 
+def asks_to_stop(value: Any) -> bool:
+    """Whether an iteration callback's return value asks to stop the run: True, NumPy's True
+    (``return it.fun < tol`` gives one) or a 0-d boolean array holding True; anything else
+    (None, numbers, other objects) does not."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    return isinstance(value, (np.ndarray, jax.Array)) and value.shape == () and value.dtype == bool and bool(value)
+
+
 class Solver(abc.ABC):
     """Base class: subclasses are frozen dataclasses.  Required: ``phases``, ``init``, ``step``,
     ``result`` (and ``done``, ``check``, ``options`` where their defaults do not fit); the other
