@@ -304,3 +304,26 @@ def test_a_point_on_the_float32_box_edge_is_evaluated():
     result = mw.solve(problem, mw.Mapper(points=[[0.1, 0.1], [0.05, 0.05]]), progress=False)
     # float32 arithmetic of 2 * 0.1^2 and 2 * 0.05^2: rtol 1e-6 (a few float32 ulps)
     np.testing.assert_allclose(result.funs, [0.02, 0.005], rtol=1e-6)
+
+
+def test_a_module_found_in_root_dir_travels_to_the_workers_by_value(tmp_path, monkeypatch):
+    # "module:callable" is imported with root_dir on the path only while it loads; the workers
+    # (other processes, another working directory) could not import it by name.  Unpickled here
+    # with the module gone from sys.modules and root_dir off the path, as a worker would: no
+    # process and nothing compiled.
+    import sys
+
+    import cloudpickle
+
+    from multiwalk.commands.run import build_setup
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "objective_in_root_dir.py").write_text(CLI_FUNCTION)
+    text = CLI_INPUT.replace('"sim.py:diverges_right_of_two"', '"objective_in_root_dir:diverges_right_of_two"')
+    (tmp_path / "input.toml").write_text(text.replace("[base]", '[base]\nroot_dir = "proj"'))
+    monkeypatch.chdir(tmp_path)  # root_dir "proj" is not the working directory
+    fn = build_setup(tmp_path / "input.toml").function
+    payload = cloudpickle.dumps(fn)
+    monkeypatch.delitem(sys.modules, "objective_in_root_dir")
+    assert str(tmp_path / "proj") not in sys.path
+    assert cloudpickle.loads(payload)(np.array([1.0, 2.0])) == 1.0

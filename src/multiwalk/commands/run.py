@@ -255,6 +255,7 @@ def _function(path: Path, solver: dict[str, Any], dimension: int, root_dir: Path
                     module = importlib.import_module(module_name)
                 finally:
                     sys.path.remove(str(root_dir))
+                _by_value_if_in(module, root_dir)
             fn = getattr(module, attr)
         except Exception as err:
             raise InputError(f"{path}: [solver] function = {spec!r} cannot be loaded: {type(err).__name__}: {err}") from None
@@ -262,6 +263,16 @@ def _function(path: Path, solver: dict[str, Any], dimension: int, root_dir: Path
             raise InputError(f"{path}: [solver] function = {spec!r} is not callable")
         return fn, spec
     raise InputError(f'{path}: [solver] name = {name!r}; multiwalk runs "analytical" and "python"')
+
+
+def _by_value_if_in(module: Any, root_dir: Path) -> None:
+    """A module found in ``root_dir`` (on the path only while it was imported) travels to the
+    workers of a Python objective by value: they could not import it by its name."""
+    file = getattr(module, "__file__", None)
+    if file and Path(file).resolve().is_relative_to(root_dir.resolve()):
+        import cloudpickle
+
+        cloudpickle.register_pickle_by_value(module)
 
 
 def _vector(path: Path, param: dict, key: str, dimension: int, positive: bool = False) -> np.ndarray | None:
