@@ -16,7 +16,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-__all__ = ["evaluate_rows", "evaluate_piece", "ignore_ctrl_c", "ready"]
+__all__ = ["evaluate_rows", "evaluate_piece", "ignore_ctrl_c", "ready", "start_worker"]
 
 _LOADED: dict[str, tuple[Any, ...]] = {}  # a worker's functions, by the digest of their payload
 
@@ -78,6 +78,16 @@ def ignore_ctrl_c() -> None:
     """A worker process's initializer: Ctrl-C reaches the whole process group, but only the driver
     acts on it (it ends the run after the current chunk); a worker killed by it would break the pool."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_worker(paths: tuple[str, ...] = ()) -> None:
+    """A worker process's initializer: Ctrl-C ignored (:func:`ignore_ctrl_c`), and ``paths`` put
+    first on ``sys.path`` (the input's folder of ``multiwalk run``, where the objective's module may
+    import its neighbours)."""
+    import sys
+
+    ignore_ctrl_c()
+    sys.path[:0] = [p for p in paths if p not in sys.path]
 
 
 def ready() -> int:

@@ -250,11 +250,11 @@ def _function(path: Path, solver: dict[str, Any], dimension: int, root_dir: Path
                 module = importlib.util.module_from_spec(mod_spec)
                 mod_spec.loader.exec_module(module)  # type: ignore[union-attr]
             else:
-                sys.path.insert(0, str(root_dir))
-                try:
-                    module = importlib.import_module(module_name)
-                finally:
-                    sys.path.remove(str(root_dir))
+                # root_dir stays on the path (this process runs one input): the module's functions may
+                # import its neighbours when called; the workers get it too (workers_for_the_command)
+                if str(root_dir) not in sys.path:
+                    sys.path.insert(0, str(root_dir))
+                module = importlib.import_module(module_name)
                 _by_value_if_in(module, root_dir)
             fn = getattr(module, attr)
         except Exception as err:
@@ -1255,7 +1255,7 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if setup.host is not None:  # the objective goes to the workers whole: they need no more
             from ..executors import workers_for_the_command
 
-            workers_for_the_command()
+            workers_for_the_command(setup.root_dir)
         if setup.algorithm in ("pamc", "mapper"):
             return _run_pamc_or_mapper(setup, args)
         if setup.algorithm != "exchange" and (args.resume or args.cont):
