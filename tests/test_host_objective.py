@@ -328,3 +328,31 @@ def test_a_module_found_in_root_dir_travels_to_the_workers_by_value(tmp_path, mo
     # the command keeps root_dir on its own path; a worker starts without it unless told
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path / "proj")])
     assert cloudpickle.loads(payload)(np.array([1.0, 2.0])) == 1.0
+
+
+def test_an_objective_in_root_dir_may_import_its_neighbours(tmp_path, monkeypatch):
+    # a module of root_dir that imports another of root_dir when called (here and in a worker,
+    # whose initializer puts root_dir first on its path); no process and nothing compiled
+    import sys
+
+    import _multiwalk_worker
+    from multiwalk.commands.run import build_setup
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "neighbour_helper.py").write_text("def sq(x):\n    return float((x ** 2).sum())\n")
+    (tmp_path / "proj" / "neighbour_user.py").write_text("def f(x):\n    import neighbour_helper\n"
+                                                          "    return neighbour_helper.sq(x)\n")
+    text = CLI_INPUT.replace('"sim.py:diverges_right_of_two"', '"neighbour_user:f"')
+    (tmp_path / "input.toml").write_text(text.replace("[base]", '[base]\nroot_dir = "proj"'))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # restored after the test
+    assert build_setup(tmp_path / "input.toml").function(np.array([1.0, 2.0])) == 5.0
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path / "proj")])
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        _multiwalk_worker.start_worker((str(tmp_path / "proj"),))  # also ignores Ctrl-C, as a worker does
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert sys.path[0] == str(tmp_path / "proj")
