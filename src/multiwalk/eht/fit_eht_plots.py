@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .closure import model_closure_phases, model_log_closure_amplitudes
+from .plots import marginal_panel, pyplot_for_files, sky_panel, write_figures
 
 if TYPE_CHECKING:
     from ..io.uvdata import UVData
@@ -52,31 +53,14 @@ class EHTFitToPlot(Protocol):
     def gains(self, params: Any | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)  # files only: no window needed (an explicit MPLBACKEND still wins)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_eht_fit(fit: EHTFitToPlot, out_dir: Path, npix: int = 128, fov: float = 160.0) -> list[Path]:
     """The figures of ``fit`` as PNG files in ``out_dir``; their paths."""
-    plt = _pyplot()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    plt = pyplot_for_files()
     figures = [("images.png", lambda: _images(plt, fit, npix, fov)), ("marginals.png", lambda: _marginals(plt, fit)),
                ("closures.png", lambda: _closures(plt, fit)), ("chi2_trace.png", lambda: _chi2_trace(plt, fit))]
     if "amp" in fit.terms.products:
         figures.append(("amplitudes.png", lambda: _amplitudes(plt, fit)))
-    paths = []
-    for name, make in figures:
-        fig = make()
-        path = out_dir / name
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    return paths
+    return write_figures(plt, figures, out_dir)
 
 
 def _images(plt, fit: EHTFitToPlot, npix: int, fov: float):
@@ -86,12 +70,7 @@ def _images(plt, fit: EHTFitToPlot, npix: int, fov: float):
     half = fov / 2
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 4.4), squeeze=False)
     for ax, (title, _), im in zip(axes[0], panels, imgs):
-        # column ix is x = East offset: East drawn to the left and North up, as on the sky
-        ax.imshow(im, origin="lower", extent=(-half, half, -half, half), cmap="afmhot", vmin=0, vmax=vmax)
-        ax.invert_xaxis()
-        ax.set_title(f"{title}: {im.sum():.2f} Jy")
-        ax.set_xlabel("relative RA (uas, East left)")
-        ax.set_ylabel("relative Dec (uas, North up)")
+        sky_panel(ax, im, title, fov, ylabel="relative Dec (uas, North up)", vmax=vmax)
         x0, y0 = half * 0.9, -half * 0.85  # the bar starts near the lower left (East side) corner
         ax.plot([x0, x0 - SCALE_BAR_UAS], [y0, y0], color="w", lw=3)
         ax.text(x0 - SCALE_BAR_UAS / 2, y0 + 0.04 * fov, f"{SCALE_BAR_UAS:g} uas", color="w", ha="center")
@@ -116,13 +95,8 @@ def _marginals(plt, fit: EHTFitToPlot):
     ncols = 3
     nrows = int(np.ceil(len(panels) / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 2.8 * nrows), squeeze=False)
-    for ax, (name, values, median, best, (lo, hi)) in zip(axes.ravel(), panels):
-        ax.hist(values, bins=50, color="tab:blue", alpha=0.8)
-        ax.axvspan(lo, hi, color="tab:blue", alpha=0.15, label="68 %")
-        ax.axvline(median, color="tab:blue", lw=1.5, label="median")
-        ax.axvline(best, color="tab:red", ls="--", lw=1.5, label="best")
-        ax.set_xlabel(name)
-        ax.grid(alpha=0.3)
+    for ax, (name, values, median, best, interval) in zip(axes.ravel(), panels):
+        marginal_panel(ax, values, name, median, best, interval)
     for extra in axes.ravel()[len(panels):]:
         extra.set_visible(False)
     axes.ravel()[0].legend(fontsize=7)

@@ -31,7 +31,8 @@ class FitToPlot(Protocol):
     def visibilities(self, params: Any | None = None, u: Any | None = None, v: Any | None = None) -> np.ndarray: ...
 
 
-def _pyplot():
+def pyplot_for_files():
+    """matplotlib.pyplot with a backend that writes files (no window needed)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)  # files only: no window needed (an explicit MPLBACKEND still wins)
@@ -40,23 +41,54 @@ def _pyplot():
     return plt
 
 
+def write_figures(plt, figures: list[tuple[str, Any]], out_dir: Path) -> list[Path]:
+    """Each ``(file name, make)`` of ``figures``: ``make()``'s figure written as a PNG into
+    ``out_dir`` and closed; the paths, in order."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, make in figures:
+        fig = make()
+        path = out_dir / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def sky_panel(ax, image: np.ndarray, title: str, fov: float, ylabel: str = "relative Dec (uas)", vmax: float | None = None):
+    """``image`` (npix, npix) on ``ax`` as on the sky: column ix is x = East offset, so East is drawn
+    to the left and North up, over ``fov`` microarcseconds; the title gives its total flux (Jy)."""
+    half = fov / 2
+    ax.imshow(image, origin="lower", extent=(-half, half, -half, half), cmap="afmhot", vmin=0, vmax=vmax)
+    ax.invert_xaxis()
+    ax.set_title(f"{title}: {image.sum():.2f} Jy")
+    ax.set_xlabel("relative RA (uas, East left)")
+    ax.set_ylabel(ylabel)
+
+
+def marginal_panel(ax, values: np.ndarray, name: str, median: float, best: float, interval: tuple[float, float],
+                   span: tuple[float, float] | None = None) -> None:
+    """One parameter's histogram of ``values`` (over ``span`` when given, else over the values) with
+    its 68 % ``interval`` shaded, its median and its best value."""
+    ax.hist(values, bins=50, range=span, color="tab:blue", alpha=0.8)
+    ax.axvspan(*interval, color="tab:blue", alpha=0.15, label="68 %")
+    ax.axvline(median, color="tab:blue", lw=1.5, label="median")
+    ax.axvline(best, color="tab:red", ls="--", lw=1.5, label="best")
+    ax.set_xlabel(name)
+    ax.grid(alpha=0.3)
+
+
 def _hours(mjd: np.ndarray) -> np.ndarray:
     return (np.asarray(mjd) - np.floor(np.min(mjd))) * 24.0
 
 
 def plot_fit(fit: FitToPlot, out_dir: Path, truth: Any | None = None, npix: int = 128, fov: float = 160.0) -> list[Path]:
     """The four figures of a fit, written as PNG files into ``out_dir``; returns their paths."""
-    plt = _pyplot()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, fn in (("images.png", _images), ("marginals.png", _marginals),
-                     ("amplitudes.png", _amplitudes), ("closure_phases.png", _closure_phases)):
-        fig = fn(plt, fit, truth, npix, fov)
-        path = out_dir / name
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    return paths
+    plt = pyplot_for_files()
+    figures = [(name, lambda fn=fn: fn(plt, fit, truth, npix, fov))
+               for name, fn in (("images.png", _images), ("marginals.png", _marginals),
+                                ("amplitudes.png", _amplitudes), ("closure_phases.png", _closure_phases))]
+    return write_figures(plt, figures, out_dir)
 
 
 def _images(plt, fit: FitToPlot, truth, npix: int, fov: float):
@@ -65,14 +97,8 @@ def _images(plt, fit: FitToPlot, truth, npix: int, fov: float):
     fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 4.2), squeeze=False)
     imgs = [image(np.asarray(p, np.float64), npix, fov) for _, p in panels]
     vmax = max(float(im.max()) for im in imgs)
-    half = fov / 2
     for ax, (title, _), im in zip(axes[0], panels, imgs):
-        # column ix holds x = (ix - (npix-1)/2) pixels (East, conjugate to u): East shown to the left, as on the sky
-        ax.imshow(im, origin="lower", extent=(-half, half, -half, half), cmap="afmhot", vmin=0, vmax=vmax)
-        ax.invert_xaxis()
-        ax.set_title(f"{title}: {im.sum():.2f} Jy")
-        ax.set_xlabel("relative RA (uas, East left)")
-        ax.set_ylabel("relative Dec (uas)")
+        sky_panel(ax, im, title, fov, vmax=vmax)
     fig.suptitle(f"{fit.model}: images (same colour scale)")
     fig.tight_layout()
     return fig
@@ -87,14 +113,10 @@ def _marginals(plt, fit: FitToPlot, truth, npix: int, fov: float):
     flat = res.flat_samples
     for ax, i in zip(axes.ravel(), free):
         lo, hi = res.lower[i], res.upper[i]
-        ax.hist(flat[:, i], bins=50, range=(lo, hi), color="tab:blue", alpha=0.8)
-        ax.axvspan(max(fit.lo68[i], lo), min(fit.hi68[i], hi), color="tab:blue", alpha=0.15, label="68 %")
-        ax.axvline(fit.median[i], color="tab:blue", lw=1.5, label="median")
-        ax.axvline(fit.best[i], color="tab:red", ls="--", lw=1.5, label="best")
+        marginal_panel(ax, flat[:, i], res.names[i], fit.median[i], fit.best[i],
+                       (max(fit.lo68[i], lo), min(fit.hi68[i], hi)), span=(lo, hi))
         if truth is not None:
             ax.axvline(float(np.asarray(truth)[i]), color="k", lw=2, label="truth")
-        ax.set_xlabel(res.names[i])
-        ax.grid(alpha=0.3)
     for extra in axes.ravel()[len(free):]:
         extra.set_visible(False)
     axes.ravel()[0].legend(fontsize=7)
