@@ -193,20 +193,9 @@ class PamcStepFiles:
 def truncate_weights(path: Path, n_temperatures: int) -> None:
     """Cut weight.txt just before its first line of ``Tindex >= n_temperatures``, or before a line
     that is not whole (no line end, or no temperature index first): what a resumed run writes again."""
-    with open(path, "rb+") as fh:
-        offset = 0
-        for line in fh:
-            words = line.split(None, 1)
-            if not line.endswith(b"\n"):
-                break
-            if words and not words[0].startswith(b"#"):
-                try:
-                    if int(words[0]) >= n_temperatures:
-                        break
-                except ValueError:
-                    break
-            offset += len(line)
-        fh.truncate(offset)
+    from ..io.odatse import truncate_before
+
+    truncate_before(path, n_temperatures)
 
 
 def write_pamc_files(output_dir: Path, statistics: dict[str, np.ndarray]) -> None:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # polars is imported where used: runs without step files neve
     import polars as pl
 
 __all__ = [
-    "StepWriter", "number_column", "number_strings", "write_best_result", "write_fx", "truncate_from_step",
+    "StepWriter", "number_column", "number_strings", "write_best_result", "write_fx", "truncate_from_step", "truncate_before",
     "read_result_T", "number", "combine_step_files", "write_minsearch_files", "write_res",
 ]
 
@@ -59,19 +59,27 @@ def truncate_from_step(path: Path, step: int) -> tuple[int, int] | None:
 
     Returns the step and walker (the first two numbers) of the last line kept, None if no data
     line is kept; FileNotFoundError if there is no such file."""
+    return truncate_before(path, step, integers=2)  # type: ignore[return-value]
+
+
+def truncate_before(path: Path, limit: int, integers: int = 1) -> tuple[int, ...] | None:
+    """Cut ``path`` (a file ordered by its first column) just before its first data line whose
+    first number is >= ``limit``, or before the first line that is not whole (no line end, or fewer
+    than ``integers`` leading integers); ``#`` lines are kept.  Returns the leading ``integers``
+    numbers of the last data line kept (None if none is), what a resumed run continues after."""
     last = None
     with open(path, "rb+") as fh:
         offset = 0
         for line in fh:
-            words = line.split(None, 2)
+            words = line.split(None, integers)
             if not line.endswith(b"\n"):
                 break
             if words and not words[0].startswith(b"#"):
                 try:
-                    numbers = int(words[0]), int(words[1])
-                except (ValueError, IndexError):
+                    numbers = tuple(int(w) for w in words[:integers])
+                except ValueError:
                     break
-                if numbers[0] >= step:
+                if len(numbers) < integers or numbers[0] >= limit:
                     break
                 last = numbers
             offset += len(line)
