@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -146,6 +146,17 @@ class Result:
     @property
     def success(self) -> bool:
         return self.status == Status.SUCCESS
+
+    #: fields a solver may fill with device (JAX) arrays, brought to the host (NumPy) when first
+    #: read, once: large records most callers never read stay off the host's clock
+    lazy_fields: ClassVar[frozenset[str]] = frozenset()
+
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if name in type(self).lazy_fields and value is not None and not isinstance(value, np.ndarray):
+            value = np.asarray(value)
+            object.__setattr__(self, name, value)
+        return value
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in (("x", self.x), ("fun", self.fun)))

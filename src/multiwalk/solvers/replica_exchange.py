@@ -520,7 +520,7 @@ class ReplicaExchange(Solver):
         self, problem: Problem, state: ReplicaExchangeState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> ReplicaExchangeResult:
         # One transfer of the small leaves; the records (samples, every temperature's chi2, the
-        # burn-in outcomes) stay on the device until the result's user reads them (_LAZY_RECORDS):
+        # burn-in outcomes) stay on the device until the result's user reads them (lazy_fields):
         # at a million chains they are hundreds of MB that most callers never look at.
         st = SimpleNamespace(**jax.device_get({name: getattr(state, name) for name in _HOST_LEAVES}))
         n_rec = done[1]
@@ -568,8 +568,6 @@ class ReplicaExchange(Solver):
 # the state's leaves the result reads on the host at once (the records stay on the device: _records)
 _HOST_LEAVES = ("best_x", "best_fun", "n_trials", "n_accepted", "n_swap_tries", "n_swaps", "n_nonfinite", "step",
                 "betas", "round_trips", "label")
-# the result's fields that may hold a device array until first read
-_LAZY_RECORDS = frozenset({"samples", "fun_trace", "fun_trace_all", "samples_all", "label_trace", "accept_history"})
 
 
 @dataclass(repr=False, kw_only=True)
@@ -631,13 +629,8 @@ class ReplicaExchangeResult(Result):
     # the function roots() polishes with; None in a result built without it (roots() then explains)
     problem: Problem | None = field(default=None, repr=False, metadata=NOT_SAVED)
 
-    def __getattribute__(self, name: str) -> Any:
-        """The records are built on the device and come to the host (NumPy) when first read."""
-        value = object.__getattribute__(self, name)
-        if name in _LAZY_RECORDS and isinstance(value, jax.Array):
-            value = np.asarray(value)
-            object.__setattr__(self, name, value)
-        return value
+    # the records are built on the device and come to the host when first read (Result.lazy_fields)
+    lazy_fields = frozenset({"samples", "fun_trace", "fun_trace_all", "samples_all", "label_trace", "accept_history"})
 
     @property
     def chi2(self) -> np.ndarray:

@@ -50,6 +50,8 @@ class LBFGSResult(Result):
     ``nfev_per_start``, ``statuses``, ``messages``).  ``history`` holds per-iteration ``f``,
     ``gnorm``, ``stp``, ``nfev`` of the first (up to 64) starts, row i after iteration i."""
 
+    lazy_fields = frozenset({"grad"})  # n values on the device until read (Result.lazy_fields)
+
     gnorm: float = float("nan")
     iterations: int = 0
     nfev: int = 0
@@ -63,7 +65,7 @@ class LBFGSResult(Result):
     best: int = 0
     history: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     history_length: np.ndarray | None = None
-    #: (n,) the gradient at ``x`` (the best start's; the one its convergence test was judged on)
+    #: (n_free,) the gradient at ``x`` (the best start's; the one its convergence test was judged on)
     grad: np.ndarray | None = None
     #: with ``LBFGS(keep_pairs=True)``: the best start's stored pairs, oldest first, for
     #: :meth:`inverse_hessian`: ``{"s": (k, n), "y": (k, n), "gamma": float}`` (k <= m)

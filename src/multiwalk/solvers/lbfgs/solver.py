@@ -615,7 +615,7 @@ class LBFGS(Solver):
         x, _ = self.iterate(problem, state)
         print(" VECTOR X=", " ".join(f"{v:e}" for v in np.atleast_2d(x)[0]))
         if both:
-            g = self._best_start_extras(state, 0)[0]
+            g = np.asarray(self._best_start_extras(state, 0)[0])
             print(" GRADIENT VECTOR G=", " ".join(f"{v:e}" for v in g))
 
     # ----------------------------------------------------------------- the result
@@ -677,13 +677,14 @@ class LBFGS(Solver):
         return result
 
     def _best_start_extras(self, state: LBFGSRun, best: int) -> tuple[np.ndarray, dict[str, Any] | None]:
-        """The best start's gradient at x (n free values), and its stored pairs with ``keep_pairs``."""
+        """The best start's gradient at x (n free values; left on the device, the result reads it
+        when asked: ``LBFGSResult.lazy_fields``), and its stored pairs with ``keep_pairs``."""
         starts = state.starts
         if isinstance(starts, lbfgs_onepass.OnePassState):  # g_k is row k % (m + 2) of the ring G
             k = int(starts.iteration[0])
-            return np.asarray(starts.G[0, k % (self.m + 2)]).reshape(-1), None
+            return starts.G[0, k % (self.m + 2)].reshape(-1), None
         pairs = best_start_pairs(starts, best, self.m) if self.keep_pairs else None
-        return np.asarray(starts.g[best]), pairs
+        return starts.g[best], pairs
 
     def _form_stats(self, problem: Problem, state: LBFGSRun, devices: int) -> dict[str, str]:
         """``stats["kernel"]``, ``["kernel_reason"]`` and ``["line_evaluation"]``: which form ran and why."""
