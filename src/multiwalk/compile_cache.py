@@ -285,8 +285,7 @@ def kept_for(problem: Any) -> list[tuple[str, Any]]:
 def kept_shared() -> list[str]:
     """The names of the small functions kept for any problem of the same functions (:func:`shared_jit`),
     oldest first, one per executable."""
-    # the keys of shared_jit: ("functions", objective, value_and_grad, log_prior, arguments, reads_x0, solver, name, ...)
-    return [key[7] for key in _SMALL if key[0] == "functions"]
+    return [key[1] for key in _SMALL if key[0] == "functions"]  # shared_jit's keys: ("functions", name, ...)
 
 
 def _arg_key(x: Any) -> Any:
@@ -353,8 +352,9 @@ def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any],
         return of_problem(copy)(*args)
 
     def key_of(*parts: Any) -> tuple:
-        return ("functions", *user_functions(problem), arguments_fingerprint(problem), reads_x0,
-                solver, name, str(jax.config.jax_default_device), *parts)
+        # the name right after the tag, where kept_shared reads it whatever the functions held
+        return ("functions", name, *user_functions(problem), arguments_fingerprint(problem), reads_x0,
+                solver, str(jax.config.jax_default_device), *parts)
 
     def call(*args: Any) -> Any:
         return _kept_call(with_problem_arrays, options, (arrays, x0, *args), key_of)
