@@ -65,3 +65,17 @@ def test_import_multiwalk_leaves_the_applications_libraries_out_and_every_name_w
     assert found["listed"] == [], f"dir(multiwalk) lacks {found['listed']}"
     assert found["star"] == [], f"from multiwalk import * lacks {found['star']}"
     assert found["missing"] == "module 'multiwalk' has no attribute 'no_such_name'"
+
+
+def test_the_command_imports_its_libraries_in_its_handlers() -> None:
+    # build_parser imports every command's module; their libraries wait for the handler that runs
+    found = _python(f"""
+        import contextlib, io, json, runpy, sys
+        sys.argv = ["multiwalk", "run", "--help"]
+        with contextlib.redirect_stdout(io.StringIO()) as text, contextlib.suppress(SystemExit):
+            runpy.run_module("multiwalk", run_name="__main__", alter_sys=True)
+        loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({NOT_AT_IMPORT!r}))
+        print(json.dumps(dict(loaded=loaded, usage=text.getvalue().startswith("usage: multiwalk run"),
+                              cute="multiwalk.functions.cute" in sys.modules)))
+    """)
+    assert found == {"loaded": [], "usage": True, "cute": False}, found
