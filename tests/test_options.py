@@ -35,6 +35,7 @@ def exchange(**options):
         (mw.ReplicaExchange, "betas", "ab"),
         (mw.ReplicaExchange, "nseq", 2.0),
         (mw.ReplicaExchange, "exchange_unroll", "8"),
+        (mw.ReplicaExchange, "metropolis_unroll", 0),
         (mw.PatternSearch, "delta0", "a"),
         (mw.PatternSearch, "delta_tol", [1.0, "b"]),
         (mw.PatternSearch, "reset", "yes"),

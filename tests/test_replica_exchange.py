@@ -466,3 +466,16 @@ def test_x0_starts_the_first_sequences_and_too_many_rows_are_refused():
     assert not np.any(np.all(x[2:] == starts[0], axis=-1))  # the others drawn in the box
     with pytest.raises(ValueError, match=r"x0 has 5 starting points but ReplicaExchange has nseq=4"):
         mw.solve(mw.Problem(objective=lambda x: jnp.sum(x**2), x0=np.zeros((5, 2)), **box), solver)
+
+
+def test_metropolis_unroll_changes_no_decision():
+    # unrolled or not, the parameter updates are the same operations in the same order: every
+    # acceptance decision and exchange must agree exactly; XLA may fuse the two programs
+    # differently, so the chi2 values are held to 64 ulp of float32 (the problem's dtype), not bits
+    problem = mw.Problem(objective=lambda x: jnp.sum((x - 0.5) ** 2 * jnp.arange(1.0, 4.0)),
+                         lower=[-2.0] * 3, upper=[2.0] * 3)
+    opts = dict(nbeta=4, nseq=3, nburn=20, niter=30)
+    one, three = (_run(problem, metropolis_unroll=u, **opts) for u in (1, 3))
+    np.testing.assert_array_equal(one.n_accepted, three.n_accepted)
+    np.testing.assert_array_equal(one.n_swaps, three.n_swaps)
+    np.testing.assert_allclose(one.fun_trace_all, three.fun_trace_all, rtol=64 * np.finfo(np.float32).eps, atol=1e-6)

@@ -1,0 +1,127 @@
+"""The causes behind the user-latency rows that miss their goals, measured (a diagnostic; the
+figures of record are ``benchmarks/user_latency.py``'s):
+
+* ``re_scaling``: ReplicaExchange 32 x nseq, 300+500, cheap 2-D, for nseq from 14 to 14000:
+  ``run_seconds`` flat in the number of chains means the loop costs a fixed time per iteration
+  (kernel launches and the loop's control), not work;
+* ``fixed_cost``: the wall time of a call whose run is almost nothing (PatternSearch, 512 walkers,
+  1 iteration), against the 15360 x 20 row: what every call pays outside its run;
+* ``xringaus_compiles``: every program the xringaus fit's first call compiles, with its time
+  (``jax_log_compiles``), and the whole first call.
+
+    PYTHONPATH=src python3 benchmarks/latency_causes.py re_scaling fixed_cost xringaus_compiles
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def sphere2(x: Any) -> Any:
+    return (x[0] - 1.0) ** 2 + (x[1] + 0.5) ** 2
+
+
+def second_call(problem: Any, solver: Any, **options: Any) -> tuple[float, Any]:
+    import multiwalk as mw
+
+    mw.solve(problem, solver, progress=False, **options)
+    t0 = time.perf_counter()
+    r = mw.solve(problem, solver, progress=False, **options)
+    np.asarray(r.x), float(r.fun)
+    return time.perf_counter() - t0, r
+
+
+def re_scaling() -> None:
+    import multiwalk as mw
+
+    problem = mw.Problem(objective=sphere2, lower=[-5.0, -5.0], upper=[5.0, 5.0])
+    for nseq in (14, 140, 1400, 14000):
+        wall, r = second_call(problem, mw.ReplicaExchange(nbeta=32, nseq=nseq, nburn=300, niter=500))
+        run = r.stats["run_seconds"]
+        print(f"re_scaling: 32 x {nseq:>5} chains, 800 iterations: wall {wall * 1e3:7.1f} ms, run {run * 1e3:7.1f} ms, "
+              f"{run / 800 * 1e6:6.1f} us per iteration")
+
+
+def fixed_cost() -> None:
+    import pattern_search as bench
+
+    import multiwalk as mw
+
+    problem = bench.make_problem(mw, "ackley", 20)
+    for walkers, iterations in ((512, 1), (15360, 1), (15360, 20)):
+        walls = []
+        for _ in range(5):
+            wall, r = second_call(problem, mw.PatternSearch(n_walkers=walkers, iterations=iterations))
+            walls.append((wall, r.stats["run_seconds"]))
+        wall, run = sorted(walls)[2]
+        print(f"fixed_cost: PatternSearch {walkers} x {iterations}: wall {wall * 1e3:6.2f} ms, run {run * 1e3:6.2f} ms, "
+              f"outside the run {(wall - run) * 1e3:6.2f} ms (median of 5)")
+
+
+class _Compiles(logging.Handler):
+    """Collects JAX's "Finished XLA compilation of NAME in T sec" lines (``jax_log_compiles``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, float]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        m = re.search(r"Finished XLA compilation of (.+?) in ([0-9.e-]+) s", record.getMessage())
+        if m:
+            self.seen.append((m.group(1), float(m.group(2))))
+
+
+def xringaus_compiles(unroll: int | None = None) -> None:
+    import jax
+    import sgra
+
+    import multiwalk as mw
+    from multiwalk.commands.demo import DEMO_TRUTH
+    from multiwalk.eht import closure_phases, xringaus_problem
+    from multiwalk.models import PARAM_NAMES
+
+    handler = _Compiles()
+    logging.getLogger("jax").addHandler(handler)
+    jax.config.update("jax_log_compiles", True)
+    data = sgra.observe(np.array([DEMO_TRUTH[n] for n in PARAM_NAMES]), seed=0)
+    cp = closure_phases(data)
+    problem = xringaus_problem(data, closure=cp)
+    solver = mw.ReplicaExchange(nbeta=32, nseq=16, nburn=400, niter=1000, metropolis_unroll=unroll)
+    t0 = time.perf_counter()
+    r = mw.solve(problem, solver, progress=False, seed=0)
+    wall = time.perf_counter() - t0
+    again, r2 = second_call(problem, solver, seed=0)
+    print(f"xringaus_compiles (metropolis_unroll={unroll}): first call {wall:.2f} s, compile_seconds "
+          f"{r.stats['compile_seconds']:.2f} s; second call {again:.3f} s, run {r2.stats['run_seconds']:.3f} s, "
+          f"best chi2 {float(r2.fun):.2f}; {len(handler.seen)} programs compiled, "
+          f"{sum(t for _, t in handler.seen):.2f} s in all:")
+    for name, t in sorted(handler.seen, key=lambda p: -p[1])[:6]:
+        print(f"  {t:7.2f} s  {name[:110]}")
+    logging.getLogger("jax").removeHandler(handler)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", nargs="+", choices=["re_scaling", "fixed_cost", "xringaus_compiles"])
+    p.add_argument("--unroll", type=int, nargs="+", default=[0], help="xringaus: metropolis_unroll (0: default)")
+    args = p.parse_args()
+    for name in args.what:
+        if name == "xringaus_compiles":
+            for u in args.unroll:
+                xringaus_compiles(u or None)
+        else:
+            globals()[name]()
+
+
+if __name__ == "__main__":
+    main()
