@@ -293,3 +293,23 @@ def check_space_options(solver: Any) -> None:
         object.__setattr__(solver, "step_width", hashable_vector(steps))
     if solver.mesh is None and solver.step_width is None:
         raise ValueError("a continuous space needs step_width= (ODAT-SE's step_list); a discrete one mesh=")
+
+
+def objective_equations(problem: Any) -> int:
+    """The size of the problem's objective as a program: the equations of ``chi2_free``'s jaxpr at
+    one point, those of nested jaxprs (calls, loops, conditionals) included.  A solver that writes
+    several copies of the objective into its loop (unrolling) weighs compile time by it."""
+
+    def count(jaxpr: Any) -> int:
+        n = 0
+        for eqn in jaxpr.eqns:
+            n += 1
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds its Jaxpr
+                    if hasattr(inner, "eqns"):
+                        n += count(inner)
+        return n
+
+    point = jax.ShapeDtypeStruct((problem.n_free,), problem.dtype)
+    return count(jax.make_jaxpr(problem.chi2_free)(point).jaxpr)

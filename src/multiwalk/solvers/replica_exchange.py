@@ -49,6 +49,7 @@ from ._common import (
     hashable_vector,
     keep_better,
     ladder_values,
+    objective_equations,
     uniform_in_box,
 )
 from .base import Phase, Solver, end_status, value_at_point
@@ -59,6 +60,10 @@ __all__ = ["ReplicaExchange", "ReplicaExchangeResult", "Roots"]
 _ADAPT_TARGET = 0.30  # acceptance below which a step shrinks (cuda_mcmc's adjust_steps)
 _ADAPT_FACTOR = 1.01
 
+
+# equations of unrolled objective copies one trip of the parameter loop may hold (unrolled_updates):
+# a cheap function (tens of equations) is unrolled 8 times, a model of 512 or more not at all
+UNROLL_EQUATIONS = 512
 
 class ReplicaExchangeState(NamedTuple):
     key: jax.Array  # (2,) uint32, the run's key; each iteration folds in `iteration`
@@ -116,8 +121,9 @@ class ReplicaExchange(Solver):
     metropolis_unroll : how many of the n_free sequential parameter updates of an iteration are
         unrolled in the compiled loop; results do not depend on it.  Each unrolled update is a
         copy of the objective in the program: more copies save loop round-trips on a GPU and
-        cost compile time in proportion (the xringaus fit: two programs of 13-14 s each at 8 on
-        an H100).  ``None``: ``min(n_free, 8)``.
+        cost compile time in proportion (the xringaus fit on an H100: 39 s of compiling and
+        0.344 s of run at 8, 11 s and 0.387 s at 1).  ``None``: from the objective's size
+        (:meth:`unrolled_updates`): 8 for a cheap function, 1 for a large model.
     adapt_ladder : move the inner temperatures during burn-in so that every adjacent pair
         swaps equally often (Vousden, Farr & Mandel 2016; :mod:`.ladder_adaptation`); the
         coldest and hottest stay, and the ladder is frozen for sampling (``result.betas``).
@@ -303,6 +309,15 @@ class ReplicaExchange(Solver):
                       f"niter x nseq x n_free values, the chi2 record niter x nseq x nbeta"
                       f"{', record_temperatures keeps niter x nseq x nbeta x n_free' if self.record_temperatures else ''})")
 
+    def unrolled_updates(self, problem: Problem) -> int:
+        """How many parameter updates one trip of the iteration's loop holds: ``metropolis_unroll``
+        when given, else as many copies of the objective as :data:`UNROLL_EQUATIONS` equations
+        allow, from 1 (a large model: the xringaus fit's 686 equations) to 8."""
+        nf = problem.n_free
+        if self.metropolis_unroll is not None:
+            return min(nf, self.metropolis_unroll)
+        return min(nf, 8, max(1, UNROLL_EQUATIONS // max(1, objective_equations(problem))))
+
     # ----------------------------------------------------------------- one iteration
     def step(self, problem: Problem, state: ReplicaExchangeState, phase: int) -> ReplicaExchangeState:
         """One iteration of every chain (the module docstring's steps 1-3); ``phase`` 0 is burn-in."""
@@ -343,7 +358,7 @@ class ReplicaExchange(Solver):
                 n_accepted=st.n_accepted + onehot * acc_i[..., None],
             )
 
-        state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=min(nf, self.metropolis_unroll or 8))
+        state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=self.unrolled_updates(problem))
         if nb > 1:
             state = self._exchange(state, k_exchange, beta, record=not burn)
             trip_phase, round_trips = track_round_trips(state.trip_phase, state.label, state.round_trips, not burn)
