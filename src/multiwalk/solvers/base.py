@@ -63,6 +63,10 @@ def value_at_point(problem: Problem, x: np.ndarray, found: float | np.floating) 
     if not np.isfinite(found):
         return found
     point = np.asarray(x, dtype=problem.dtype)
+    host = getattr(problem, "host_objective", None)
+    if host is not None:  # a non-JAX objective: its own value at the point, no program to compile
+        return found.dtype.type(host.evaluate(point[None])[0]) if isinstance(found, np.generic) else float(
+            host.evaluate(point[None])[0])
     value = np.asarray(shared_jit(problem, None, "value_at_point", lambda p: p.chi2_full, reads_x0=False)(point))
     # the type the solver reports (a NumPy scalar of the run's dtype, or a Python float)
     return found.dtype.type(value) if isinstance(found, np.generic) else float(value)
@@ -159,6 +163,12 @@ class Solver(abc.ABC):
     #: the driver refuses a problem with a free periodic parameter for a solver that would treat it
     #: as a plain bound
     wraps_periodic: bool = False
+
+    #: whether ``step`` (and ``init``, if it evaluates at all) evaluates the objective once, on one
+    #: batch of static shape, outside any loop or cond: a non-JAX objective then runs as a loop on
+    #: the host between two compiled programs a step, neither holding a host callback, which JAX's
+    #: persistent cache keeps for the next process (:mod:`multiwalk.host_loop`)
+    evaluates_once_per_step: bool = False
 
     # ----------------------------------------------------------------- required
     def check(self, problem: Problem) -> None:
