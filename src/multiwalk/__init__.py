@@ -8,7 +8,13 @@ of walkers in lockstep with one jitted step, on the CPU or on GPUs.
 >>> result = mw.solve(problem, mw.ReplicaExchange(nbeta=32, nseq=14), seed=0)
 """
 
-from . import deconv, lbfgs, persistent_cache
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from . import lbfgs, persistent_cache
 from .minimize import minimize
 from .problem import Problem
 from .result import Result, Status
@@ -20,6 +26,15 @@ from .solvers.mapper import Mapper, MapperResult
 from .solvers.pattern_search import PatternSearch, PatternSearchResult
 from .solvers.population_annealing import PopulationAnnealing, PopulationAnnealingResult
 from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
+
+if TYPE_CHECKING:  # imported on first use (__getattr__ below); named here for type checkers
+    from . import compat as compat
+    from . import deconv as deconv
+    from . import diagnostics as diagnostics
+    from . import eht as eht
+    from . import functions as functions
+    from . import io as io
+    from . import models as models
 
 __version__ = "0.1.0"
 
@@ -53,3 +68,21 @@ __all__ = [
     "deconv",
     "__version__",
 ]
+
+# The package's subpackages and modules (deconv, eht, io, models, functions, diagnostics, compat,
+# ...) are imported on first use, ``mw.deconv`` as well as ``import multiwalk.deconv``: they pull
+# scipy.fft, scipy.signal, astropy, matplotlib or ArviZ, which a solve does not need, and
+# ``import multiwalk`` (or the ``multiwalk`` command, whose package this is) would pay for them
+# every time.  tests/test_lazy_imports.py pins which libraries ``import multiwalk`` leaves out.
+def __getattr__(name: str) -> Any:
+    """``mw.<submodule>``: the module, imported now (PEP 562: only names not bound yet get here)."""
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # the import binds it here too
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The names bound now and every submodule (imported or not)."""
+    import pkgutil
+
+    return sorted(set(globals()) | {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")})

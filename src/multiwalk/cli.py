@@ -34,7 +34,6 @@ import jax
 import numpy as np
 
 from . import __version__
-from .functions import cute
 from .problem import Problem
 from .result import Status
 from .solve import solve
@@ -143,6 +142,8 @@ def _add_lbfgs_options(p: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------- lbfgs
 def _check_lbfgs_args(args: argparse.Namespace) -> None:
     """Raise ValueError (a one-line message naming the option) for options the library does not check."""
+    from .functions import cute  # the lbfgs command's alone: the other commands do not import it
+
     name = FUNCTIONS[args.function][0]
     if not cute.TABLE[name].valid(args.n):
         raise ValueError(f"--n {args.n} is not valid for --function {args.function}: it needs {cute.TABLE[name].rule}")
@@ -158,6 +159,8 @@ def _check_lbfgs_args(args: argparse.Namespace) -> None:
 
 def _setup(args: argparse.Namespace) -> tuple[Problem, LBFGS, float]:
     """The problem, the solver and the line search's xtol; ValueError/TypeError for bad options."""
+    from .functions import cute
+
     _check_lbfgs_args(args)
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)  # before any array of the run is made

@@ -34,7 +34,6 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import logsumexp
 
 __all__ = ["Evidence", "evidence", "ladder_overlap"]
 
@@ -119,6 +118,8 @@ def _thermodynamic(loglike: np.ndarray, betas: np.ndarray) -> np.ndarray:
 
 def _stepping_stones(loglike: np.ndarray, betas: np.ndarray) -> np.ndarray:
     """Stepping stones for ``loglike`` (niter, k, nbeta) and ``betas`` (k, nbeta); (k,)."""
+    from scipy.special import logsumexp  # here, not at the top: `import multiwalk` does not need scipy
+
     n = loglike.shape[0]
     gaps = betas[:, :-1] - betas[:, 1:]  # (k, nbeta - 1): beta_{j} - beta_{j+1}, sampled at the hotter j+1
     stones = logsumexp(gaps[None] * loglike[:, :, 1:], axis=0) - np.log(n)
@@ -146,6 +147,8 @@ def ladder_overlap(fun_trace_all: np.ndarray, bins: int = 50) -> np.ndarray:
 def _weight_ess_fraction(loglike: np.ndarray, betas: np.ndarray) -> float:
     """The smallest effective sample fraction ``(sum w)^2 / (n sum w^2)`` of a stepping stone's
     importance weights, all sequences together (one ladder)."""
+    from scipy.special import logsumexp
+
     b = betas[0]
     flat = loglike.reshape(-1, loglike.shape[-1])
     logw = np.concatenate([(b[:-1] - b[1:])[None] * flat[:, 1:], -b[-1] * flat[:, -1:]], axis=1)

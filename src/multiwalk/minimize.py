@@ -24,10 +24,9 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.optimize import OptimizeResult
 
 from .problem import Problem
 from .result import Result, Status
@@ -36,6 +35,9 @@ from .solvers.base import Iterate, Solver, asks_to_stop
 from .solvers.lbfgs import LBFGS
 from .solvers.pattern_search import PatternSearch
 from .solvers.replica_exchange import ReplicaExchange
+
+if TYPE_CHECKING:  # scipy.optimize is imported when a result is made: `import multiwalk` does not need it
+    from scipy.optimize import OptimizeResult
 
 __all__ = ["minimize", "METHODS"]
 
@@ -213,6 +215,8 @@ def _iteration_callback(callback: Callable | None) -> Callable[[Iterate], bool] 
 
     def call(it: Iterate) -> bool:
         if takes_result:
+            from scipy.optimize import OptimizeResult
+
             return asks_to_stop(callback(OptimizeResult(x=it.x, fun=it.fun, nit=it.iteration)))
         return asks_to_stop(callback(it.x))
 
@@ -221,6 +225,8 @@ def _iteration_callback(callback: Callable | None) -> Callable[[Iterate], bool] 
 
 def _optimize_result(result: Result, name: str, notes: list[str]) -> OptimizeResult:
     """scipy's fields from multiwalk's result (``result`` keeps the whole of it)."""
+    from scipy.optimize import OptimizeResult
+
     out = OptimizeResult(x=result.x, fun=result.fun, status=result.status, success=result.status == Status.SUCCESS,
                          message=result.message + "".join(f"; {n}" for n in notes), result=result)
     if METHODS[name] is LBFGS:

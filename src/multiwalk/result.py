@@ -12,13 +12,13 @@ import dataclasses
 import enum
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["Status", "Result", "NOT_SAVED"]
+__all__ = ["Status", "Result", "Deferred", "NOT_SAVED"]
 
 NOT_SAVED = {"saved": False}
 """Field metadata, ``field(..., metadata=NOT_SAVED)``: :meth:`Result.save` leaves the field out (an
@@ -127,6 +127,19 @@ class _OptionValues(dict):
         return name
 
 
+class Deferred:
+    """A result field computed when first read: ``Deferred(fn, *args)`` holds ``fn(*args)``'s
+    recipe (device arrays in ``args`` stay on the device).  A solver puts one in a field of its
+    result's :attr:`Result.lazy_fields` for a record that costs a transfer or a pass over every
+    walker, which most callers never read."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.fn, self.args = fn, args
+
+    def __call__(self) -> Any:
+        return self.fn(*self.args)
+
+
 @dataclass
 class Result:
     """What every solver returns.
@@ -147,16 +160,21 @@ class Result:
     def success(self) -> bool:
         return self.status == Status.SUCCESS
 
-    #: fields a solver may fill with device (JAX) arrays, brought to the host (NumPy) when first
-    #: read, once: large records most callers never read stay off the host's clock
+    #: fields a solver may fill with device (JAX) arrays or :class:`Deferred` computations, brought
+    #: to the host (NumPy) when first read, once: large records most callers never read stay off
+    #: the host's clock
     lazy_fields: ClassVar[frozenset[str]] = frozenset()
 
     def __getattribute__(self, name: str) -> Any:
         value = object.__getattribute__(self, name)
         if name in type(self).lazy_fields and value is not None and not isinstance(value, np.ndarray):
-            value = np.asarray(value)
+            value = np.asarray(value() if isinstance(value, Deferred) else value)
             object.__setattr__(self, name, value)
         return value
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Every field read (a pickled result holds arrays, not device arrays or computations)."""
+        return {name: getattr(self, name) for name in self.__dict__}
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in (("x", self.x), ("fun", self.fun)))

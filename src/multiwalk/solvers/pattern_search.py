@@ -44,6 +44,7 @@ passed the checks, ``kernel="xla"`` is the way out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import jax
@@ -53,7 +54,7 @@ import numpy as np
 from .. import compile_cache
 from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem
-from ..result import Result, Status
+from ..result import Deferred, Result, Status
 from . import pattern_search_kernel
 from ._common import (
     check_bool_option,
@@ -432,7 +433,10 @@ class PatternSearch(Solver):
     def result(
         self, problem: Problem, state: PatternSearchState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> PatternSearchResult:
-        st = jax.tree_util.tree_map(np.asarray, state)
+        # the best point, its value and a count come to the host now; every walker's record (n_walkers
+        # rows: 240 MB at 1M walkers in 30-D) when the caller first reads it (lazy_fields)
+        st = SimpleNamespace(**jax.device_get({"best_x": state.best_x, "best_fun": state.best_fun,
+                                                "n_nonfinite": jnp.sum(state.n_nonfinite)}))
         iters = int(done[0])
         rounds = max(1, -(-iters // self.iterations)) if iters else 1
         stats = dict(stats)
@@ -456,12 +460,12 @@ class PatternSearch(Solver):
             status=status,
             message=message,
             stats=stats,
-            walkers=np.asarray(problem.expand(st.x)),
-            funs=st.fun,
-            steps=st.scale[:, None] * self.steps(problem)[0][None, :],
+            walkers=Deferred(problem.expand, state.x),
+            funs=state.fun,
+            steps=Deferred(lambda: np.asarray(state.scale)[:, None] * self.steps(problem)[0][None, :]),
             evaluations=stats["evaluations"],
-            halvings=st.n_halvings,
-            resets=st.n_resets,
+            halvings=state.n_halvings,
+            resets=state.n_resets,
         )
 
 
@@ -482,6 +486,9 @@ class PatternSearchResult(Result):
     evaluations: int
     halvings: np.ndarray
     resets: np.ndarray
+
+    # every walker's record stays on the device until first read (Result.lazy_fields)
+    lazy_fields = frozenset({"walkers", "funs", "steps", "halvings", "resets"})
 
     @property
     def values(self) -> np.ndarray:

@@ -37,7 +37,7 @@ from ..evidence import evidence as _evidence
 from ..polish import Roots, polish
 from ..polish import default_root_tol as _default_root_tol
 from ..problem import Problem
-from ..result import NOT_SAVED, Result, Status
+from ..result import NOT_SAVED, Deferred, Result, Status
 from ._common import (
     INIT_STREAM,
     check_bool_option,
@@ -498,14 +498,17 @@ class ReplicaExchange(Solver):
         def full(points: jax.Array) -> jax.Array:  # free parameters -> full vectors, on the device
             return problem.expand(points) if n_rec else jnp.zeros(points.shape[:-1] + (problem.n,), problem.dtype)
 
+        def history() -> jax.Array:  # (nseq, nbeta, n_free, nadj) -> the seed's (nadj, n_free, nbeta, nseq)
+            return jnp.roll(jnp.transpose(jnp.asarray(state.history), (3, 2, 1, 0)), 1, axis=0)
+
         keep_all = self.record_temperatures
         return {
-            "samples": full(state.samples[:n_rec]),
-            "fun_trace": state.fun_trace[:n_rec],
-            "fun_trace_all": state.fun_trace_all[:n_rec],
-            "samples_all": full(state.samples_all[:n_rec]) if keep_all else None,
-            "label_trace": state.label_trace[:n_rec] if keep_all else None,
-            "accept_history": jnp.roll(jnp.transpose(jnp.asarray(state.history), (3, 2, 1, 0)), 1, axis=0),
+            "samples": Deferred(lambda: full(state.samples[:n_rec])),
+            "fun_trace": Deferred(lambda: state.fun_trace[:n_rec]),
+            "fun_trace_all": Deferred(lambda: state.fun_trace_all[:n_rec]),
+            "samples_all": Deferred(lambda: full(state.samples_all[:n_rec])) if keep_all else None,
+            "label_trace": Deferred(lambda: state.label_trace[:n_rec]) if keep_all else None,
+            "accept_history": Deferred(history),
         }
 
     def summary(self, problem: Problem, state: ReplicaExchangeState) -> dict[str, jax.Array]:
@@ -516,21 +519,50 @@ class ReplicaExchange(Solver):
         burn_rate = jnp.sum(state.history_sum) / jnp.maximum(window, 1)
         return {"best": jnp.min(state.best_fun), "accept": jnp.where(trials > 0, sampling_rate, burn_rate)}
 
+    def _chain_counters(self, state: ReplicaExchangeState) -> dict[str, Deferred]:
+        """Each chain's counters, widths and labels in the result's layouts, computed on the host
+        when first read (:class:`~multiwalk.result.Deferred`): ``acceptance``, ``exchange_rate``,
+        ``steps``, ``n_accepted``, ``n_trials``, ``n_swaps``, ``labels``."""
+        nb, ns = self.nbeta, self.nseq
+
+        def chains_last(a: jax.Array) -> np.ndarray:  # (nseq, nbeta, n_free) -> (n_free, nbeta, nseq)
+            return np.transpose(np.asarray(a), (2, 1, 0))
+
+        def rate(hits: jax.Array, tries: jax.Array) -> np.ndarray:  # NaN where never tried
+            hits, tries = np.asarray(hits), np.asarray(tries)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(tries > 0, hits / np.maximum(tries, 1), np.nan)
+
+        def exchange_rate() -> np.ndarray:
+            return rate(state.n_swaps, state.n_swap_tries).T if nb > 1 else np.zeros((0, ns))
+
+        def swaps() -> np.ndarray:
+            return np.asarray(state.n_swaps).T if nb > 1 else np.zeros((0, ns), np.int32)
+
+        return {
+            "acceptance": Deferred(lambda: chains_last(rate(state.n_accepted, state.n_trials))),
+            "exchange_rate": Deferred(exchange_rate),
+            "steps": Deferred(chains_last, state.step),
+            "n_accepted": Deferred(chains_last, state.n_accepted),
+            "n_trials": Deferred(chains_last, state.n_trials),
+            "n_swaps": Deferred(swaps),
+            "labels": Deferred(lambda: np.asarray(state.label).T),
+        }
+
     def result(
         self, problem: Problem, state: ReplicaExchangeState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> ReplicaExchangeResult:
-        # One transfer of the small leaves; the records (samples, every temperature's chi2, the
-        # burn-in outcomes) stay on the device until the result's user reads them (lazy_fields):
-        # at a million chains they are hundreds of MB that most callers never look at.
+        # One transfer of the few leaves the call itself needs; every per-chain record (the samples,
+        # every temperature's chi2, the burn-in outcomes, the counters and widths of each chain)
+        # stays on the device until the result's user reads it (lazy_fields): at a million chains
+        # they are hundreds of MB that most callers never look at.
         st = SimpleNamespace(**jax.device_get({name: getattr(state, name) for name in _HOST_LEAVES}))
+        st.n_nonfinite = int(jax.device_get(jnp.sum(state.n_nonfinite)))
         n_rec = done[1]
         i_best = int(np.argmin(st.best_fun))
         x_best = np.asarray(problem.expand(st.best_x[i_best]))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            acceptance = np.where(st.n_trials > 0, st.n_accepted / np.maximum(st.n_trials, 1), np.nan)
-            exch = np.where(st.n_swap_tries > 0, st.n_swaps / np.maximum(st.n_swap_tries, 1), np.nan)
         stats = dict(stats)
-        stats["nonfinite"] = int(st.n_nonfinite.sum())
+        stats["nonfinite"] = st.n_nonfinite
         stats["chains"] = self.nseq * self.nbeta
         stats["updates"] = int(sum(done)) * self.nseq * self.nbeta * problem.n_free
         status, message = end_status(
@@ -546,16 +578,10 @@ class ReplicaExchange(Solver):
             message=message,
             stats=stats,
             **self._records(problem, state, n_rec),
+            **self._chain_counters(state),
             log_likelihood_constant=problem.log_likelihood_constant(),
-            acceptance=np.transpose(acceptance, (2, 1, 0)),
-            exchange_rate=exch.T if self.nbeta > 1 else np.zeros((0, self.nseq)),
-            steps=np.transpose(st.step, (2, 1, 0)),
             betas=np.asarray(st.betas, np.float64) if self.adapt_ladder else self.ladder(),
             round_trips=st.round_trips.astype(np.int64),
-            n_accepted=np.transpose(st.n_accepted, (2, 1, 0)),
-            n_trials=np.transpose(st.n_trials, (2, 1, 0)),
-            n_swaps=st.n_swaps.T if self.nbeta > 1 else np.zeros((0, self.nseq), np.int32),
-            labels=st.label.T,
             names=list(problem.names),
             free_index=problem.free_index.copy(),
             lower=problem.lower.copy(),
@@ -566,8 +592,7 @@ class ReplicaExchange(Solver):
 
 
 # the state's leaves the result reads on the host at once (the records stay on the device: _records)
-_HOST_LEAVES = ("best_x", "best_fun", "n_trials", "n_accepted", "n_swap_tries", "n_swaps", "n_nonfinite", "step",
-                "betas", "round_trips", "label")
+_HOST_LEAVES = ("best_x", "best_fun", "betas", "round_trips")
 
 
 @dataclass(repr=False, kw_only=True)
@@ -630,7 +655,8 @@ class ReplicaExchangeResult(Result):
     problem: Problem | None = field(default=None, repr=False, metadata=NOT_SAVED)
 
     # the records are built on the device and come to the host when first read (Result.lazy_fields)
-    lazy_fields = frozenset({"samples", "fun_trace", "fun_trace_all", "samples_all", "label_trace", "accept_history"})
+    lazy_fields = frozenset({"samples", "fun_trace", "fun_trace_all", "samples_all", "label_trace", "accept_history",
+                             "acceptance", "exchange_rate", "steps", "n_accepted", "n_trials", "n_swaps", "labels"})
 
     @property
     def chi2(self) -> np.ndarray:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 
 from ...result import NOT_SAVED, Result, Status
 from .. import lbfgs_onepass
-from .inverse_hessian import InverseHessian
 from .state import HISTORY_STARTS, LBFGSRun, LBFGSState
+
+if TYPE_CHECKING:  # scipy.sparse.linalg: imported when asked for (inverse_hessian)
+    from .inverse_hessian import InverseHessian
 
 __all__ = ["LBFGSResult", "host_starts", "table_header", "table_row"]
 
@@ -77,6 +79,8 @@ class LBFGSResult(Result):
         if self.pairs is None:
             raise ValueError("inverse_hessian() needs the stored pairs: run with mw.LBFGS(keep_pairs=True) "
                              "(mw.minimize does), on the two-pass form (not kernel='onepass')")
+        from .inverse_hessian import InverseHessian
+
         return InverseHessian(self.pairs["s"], self.pairs["y"], self.pairs["gamma"])
 
     def table(self, start: int = 0, every: int = 1) -> str:

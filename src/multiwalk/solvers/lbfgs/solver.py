@@ -39,7 +39,6 @@ from ..more_thuente import LineSearchParams
 from . import conversion, forms
 from .bounds import start_box
 from .evaluation import check_line_hooks, line_evaluation, line_evaluation_into, line_evaluation_reason
-from .inverse_hessian import best_start_pairs
 from .iteration import Config, start
 from .result import LBFGSResult, host_starts, table_header, table_row
 from .state import HISTORY_STARTS, History, LBFGSRun, state_bytes
@@ -683,6 +682,8 @@ class LBFGS(Solver):
         if isinstance(starts, lbfgs_onepass.OnePassState):  # g_k is row k % (m + 2) of the ring G
             k = int(starts.iteration[0])
             return starts.G[0, k % (self.m + 2)].reshape(-1), None
+        from .inverse_hessian import best_start_pairs  # with scipy.sparse: only when the pairs are kept
+
         pairs = best_start_pairs(starts, best, self.m) if self.keep_pairs else None
         return starts.g[best], pairs
 

@@ -1,0 +1,81 @@
+"""``import multiwalk`` and the ``multiwalk`` command import only what the call needs.
+
+The applications' libraries (scipy's FFTs and special functions, astropy, matplotlib, polars,
+ArviZ, ...) load when their subpackage is first used, so neither a script that solves nor a
+``multiwalk`` command pays for them at start-up.  Each check runs in a fresh interpreter: this
+test process has imported everything already.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# libraries that neither `import multiwalk` nor `multiwalk <command> --help` may import
+NOT_AT_IMPORT = ("scipy", "astropy", "matplotlib", "polars", "arviz", "corner", "dask", "distributed", "mpi4py", "tqdm")
+
+
+def _python(code: str, *argv: str) -> dict:
+    """Run ``code`` in a fresh interpreter with this checkout's sources first; its last stdout line, as JSON."""
+    env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *argv], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_multiwalk_leaves_the_applications_libraries_out_and_every_name_works() -> None:
+    found = _python(f"""
+        import json, sys
+        import multiwalk as mw
+        heavy = {NOT_AT_IMPORT!r}
+        loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set(heavy))
+        # every public name, and the subpackages on first use
+        names = {{name: hasattr(mw, name) for name in mw.__all__}}
+        lazy = {{
+            "deconv": mw.deconv.CoordinateDescent.__name__,
+            "eht": mw.eht.fit_eht.__name__,
+            "io": mw.io.UVData.__name__,
+            "models": type(mw.models.MODELS).__name__,
+            "functions": mw.functions.cute.extended_rosenbrock.__name__,
+        }}
+        scipy_now = "scipy.fft" in sys.modules  # deconv's FFTs came with mw.deconv
+        listed = sorted({{"deconv", "eht", "io", "models", "functions", "compat", "diagnostics"}} - set(dir(mw)))
+        star = {{}}
+        exec("from multiwalk import *", star)
+        try:
+            mw.no_such_name
+            missing = "no error"
+        except AttributeError as err:
+            missing = str(err)
+        print(json.dumps(dict(loaded=loaded, names=names, lazy=lazy, scipy_now=scipy_now, listed=listed,
+                              star=sorted(set(mw.__all__) - set(star)), missing=missing)))
+    """)
+    assert found["loaded"] == [], f"import multiwalk imported {found['loaded']}"
+    assert all(found["names"].values()), found["names"]
+    assert found["lazy"] == {"deconv": "CoordinateDescent", "eht": "fit_eht", "io": "UVData", "models": "dict",
+                             "functions": "extended_rosenbrock"}
+    assert found["scipy_now"]
+    assert found["listed"] == [], f"dir(multiwalk) lacks {found['listed']}"
+    assert found["star"] == [], f"from multiwalk import * lacks {found['star']}"
+    assert found["missing"] == "module 'multiwalk' has no attribute 'no_such_name'"
+
+
+def test_the_command_imports_its_libraries_in_its_handlers() -> None:
+    # build_parser imports every command's module; their libraries wait for the handler that runs
+    found = _python(f"""
+        import contextlib, io, json, runpy, sys
+        sys.argv = ["multiwalk", "run", "--help"]
+        with contextlib.redirect_stdout(io.StringIO()) as text, contextlib.suppress(SystemExit):
+            runpy.run_module("multiwalk", run_name="__main__", alter_sys=True)
+        loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({NOT_AT_IMPORT!r}))
+        print(json.dumps(dict(loaded=loaded, usage=text.getvalue().startswith("usage: multiwalk run"),
+                              cute="multiwalk.functions.cute" in sys.modules)))
+    """)
+    assert found == {"loaded": [], "usage": True, "cute": False}, found
