@@ -74,13 +74,13 @@ def timed(problem: Any, solver: Any, options: dict[str, Any], devices: Any) -> t
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("workload")
-    p.add_argument("--devices", nargs="+", default=["auto"])
+    p.add_argument("--devices", nargs="+", default=["default"])
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--repeat", type=int, default=3, help="calls after the first, timed without the profiler")
     args = p.parse_args()
     problem, solver, options = workload(args.workload)
     for d in args.devices:
-        devices = d if d == "auto" else int(d)
+        devices = None if d == "default" else int(d)
         first = timed(problem, solver, options, devices)
         plain = [timed(problem, solver, options, devices) for _ in range(args.repeat)]
         stats = plain[-1][2].stats

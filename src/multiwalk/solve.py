@@ -63,7 +63,8 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
             "posterior. Use mw.ReplicaExchange, or fold the prior into the objective (add -2 * log_prior to chi2)"
         )
     periodic = getattr(problem, "periodic", None)
-    if periodic is not None and periodic[problem.free_index].any() and not solver.wraps_periodic:
+    # periodic.any() first: indexing by free_index costs ~13 ms at n = 1e7, on every call
+    if periodic is not None and periodic.any() and periodic[problem.free_index].any() and not solver.wraps_periodic:
         names = [problem.names[i] for i in problem.free_index if periodic[i]]
         raise ValueError(
             f"the problem's periodic parameters {names} would be plain bounds to {type(solver).__name__}, which does "

@@ -556,24 +556,22 @@ class ReplicaExchange(Solver):
         # every temperature's chi2, the burn-in outcomes, the counters and widths of each chain)
         # stays on the device until the result's user reads it (lazy_fields): at a million chains
         # they are hundreds of MB that most callers never look at.
-        st = SimpleNamespace(**jax.device_get({name: getattr(state, name) for name in _HOST_LEAVES}))
-        st.n_nonfinite = int(jax.device_get(jnp.sum(state.n_nonfinite)))
+        st = SimpleNamespace(**jax.device_get(_host_summary(state)))  # one program, one transfer
         n_rec = done[1]
-        i_best = int(np.argmin(st.best_fun))
-        x_best = np.asarray(problem.expand(st.best_x[i_best]))
+        x_best = np.asarray(problem.expand(st.best_x))
         stats = dict(stats)
-        stats["nonfinite"] = st.n_nonfinite
+        stats["nonfinite"] = int(st.n_nonfinite.sum(dtype=np.int64))  # per sequence on the device: no int32 overflow
         stats["chains"] = self.nseq * self.nbeta
         stats["updates"] = int(sum(done)) * self.nseq * self.nbeta * problem.n_free
         status, message = end_status(
             status,
             f"ran {done[0]} burn-in and {done[1]} sampling iterations",
-            bool(np.isfinite(st.best_fun[i_best])),
+            bool(np.isfinite(st.best_fun)),
             "no chain ever had a finite chi2 (all NaN or inf): check the objective inside the box",
         )
         return ReplicaExchangeResult(
             x=x_best,
-            fun=value_at_point(problem, x_best, float(st.best_fun[i_best])),
+            fun=value_at_point(problem, x_best, float(st.best_fun)),
             status=status,
             message=message,
             stats=stats,
@@ -591,8 +589,14 @@ class ReplicaExchange(Solver):
         )
 
 
-# the state's leaves the result reads on the host at once (the records stay on the device: _records)
-_HOST_LEAVES = ("best_x", "best_fun", "betas", "round_trips")
+@jax.jit
+def _host_summary(state: ReplicaExchangeState) -> dict[str, jax.Array]:
+    """What the result reads on the host at once, in one program (a split state: one gather): the
+    best chain's point (n_free,) and chi2, the non-finite counts per sequence, the ladder and the round trips
+    (the records stay on the device: ``_records``, ``_chain_counters``)."""
+    i = jnp.argmin(state.best_fun)  # the first of equal minima, as np.argmin
+    return {"best_x": state.best_x[i], "best_fun": state.best_fun[i], "n_nonfinite": jnp.sum(state.n_nonfinite, axis=-1),
+            "betas": state.betas, "round_trips": state.round_trips}
 
 
 @dataclass(repr=False, kw_only=True)

@@ -1,0 +1,49 @@
+"""Result fields that come to the host when first read: :class:`~multiwalk.result.Deferred`
+computations and :func:`~multiwalk.result.to_host`'s copy through pinned host memory."""
+
+import pickle
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from multiwalk.result import Deferred, Result, Status, through_pinned_memory, to_host
+
+
+@dataclass(repr=False, kw_only=True)
+class _Lazy(Result):
+    record: np.ndarray
+    lazy_fields = frozenset({"record"})
+
+
+def test_pinned_copy_is_the_same_values():
+    # a copy, not arithmetic: bit for bit, float64 and int8 (the backend here may have pinned host
+    # memory, as GPUs do, or fall back to np.asarray: both must give the values exactly)
+    with jax.enable_x64(True):
+        x = jnp.linspace(-1.0, 1.0, 300_001, dtype=jnp.float64) ** 3
+        out = through_pinned_memory(x)
+        assert isinstance(out, np.ndarray) and out.dtype == np.float64
+        np.testing.assert_array_equal(out, np.asarray(x))
+    k = jnp.arange(1 << 21, dtype=jnp.int32).astype(jnp.int8)  # over PINNED_COPY_BYTES
+    np.testing.assert_array_equal(to_host(k), np.asarray(k))
+
+
+def test_deferred_field_is_computed_once_when_read():
+    calls = []
+
+    def record():
+        calls.append(1)
+        return jnp.arange(6.0).reshape(2, 3) * 2
+
+    r = _Lazy(x=np.zeros(1), fun=0.0, status=Status.SUCCESS, message="", record=Deferred(record))
+    assert not calls  # nothing computed by building the result
+    first = r.record
+    assert isinstance(first, np.ndarray) and r.record is first and len(calls) == 1
+    np.testing.assert_array_equal(first, [[0, 2, 4], [6, 8, 10]])
+
+
+def test_pickled_result_holds_arrays():
+    r = _Lazy(x=np.zeros(1), fun=0.0, status=Status.SUCCESS, message="", record=Deferred(lambda: jnp.ones(3)))
+    back = pickle.loads(pickle.dumps(r))  # the Deferred (a lambda) would not pickle: the array does
+    np.testing.assert_array_equal(object.__getattribute__(back, "record"), np.ones(3))
