@@ -54,7 +54,8 @@ def value_at_point(problem: Problem, x: np.ndarray, found: float | np.floating) 
     """The value to report at the point a run found: chi2 of ONE full point ``x`` (n,) by the
     one-point program on the default device (compiled once for the problem's functions and
     shapes: :func:`~multiwalk.compile_cache.shared_jit`), or ``found`` (the run's own value) where that is
-    not finite (no finite point was found: ``x`` is only a start).
+    not finite (no finite point was found: ``x`` is only a start).  A non-JAX objective
+    (``backend="python"``) is evaluated on the host, one point, as in the run.
 
     A walker's value comes from the run's batched program, and XLA chooses its kernels by the
     batch each device holds (on the CPU, batches of 1024 points or more take other kernels that
@@ -64,10 +65,10 @@ def value_at_point(problem: Problem, x: np.ndarray, found: float | np.floating) 
         return found
     point = np.asarray(x, dtype=problem.dtype)
     host = getattr(problem, "host_objective", None)
-    if host is not None:  # a non-JAX objective: its own value at the point, no program to compile
-        return found.dtype.type(host.evaluate(point[None])[0]) if isinstance(found, np.generic) else float(
-            host.evaluate(point[None])[0])
-    value = np.asarray(shared_jit(problem, None, "value_at_point", lambda p: p.chi2_full, reads_x0=False)(point))
+    if host is not None:  # a non-JAX objective: evaluated on the host, as in the run; no program to compile
+        value = host.evaluate(point[None])[0]
+    else:
+        value = np.asarray(shared_jit(problem, None, "value_at_point", lambda p: p.chi2_full, reads_x0=False)(point))
     # the type the solver reports (a NumPy scalar of the run's dtype, or a Python float)
     return found.dtype.type(value) if isinstance(found, np.generic) else float(value)
 
