@@ -7,6 +7,9 @@ compiled: the problem's one-point function is :meth:`HostObjective.traceable`, a
 walkers makes ONE callback per evaluation with the whole batch ``(..., n)``.  On the host the batch
 is cut into one contiguous piece per worker; each worker evaluates its rows in order; the values
 come back in the batch's order.  The numbers are the same for every executor and worker count.
+Solvers whose step evaluates once (Exchange, PopulationAnnealing, Mapper) trace it instead
+through a :class:`Tap` and run as a loop on the host between two compiled programs a step
+(:mod:`multiwalk.host_loop`), which hold no callback; the same numbers.
 
 Points outside the box (when the problem has one) are not sent out: their value is +inf, what
 every solver does with a point outside its prior's support.
@@ -45,9 +48,10 @@ MAX_RESTARTS = 2  # fresh process pools for one batch before a crash is reported
 
 # XLA options for the compiled code around a non-JAX objective on a CPU.  Its arithmetic (proposals,
 # Metropolis tests, exchanges of a few hundred replicas) takes microseconds next to the objective's
-# milliseconds a point, and its executables are never found in JAX's persistent cache (the callback
-# is part of them, with an identity of this process), so each process compiles them: compiled fast
-# rather than well.  Exchange's loop on a 2-core CPU: 4.9 s -> 0.9 s, its output files the same bit
+# milliseconds a point, and a loop holding the callback is never found in JAX's persistent cache
+# (the callback is part of it, with an identity of this process), so each process compiles it (the
+# host loop's programs are kept there, but a new input compiles them too): compiled fast rather
+# than well.  Exchange's loop on a 2-core CPU: 4.9 s -> 0.9 s, its output files the same bit
 # for bit.  Not level 0 (0.6 s): there the last bits of the points change (a fused multiply-add
 # at one level, two roundings at the other, presumably): a run's numbers would differ from those
 # of XLA's default options.

@@ -19,7 +19,7 @@ Clearing the cache is deleting the folder: :func:`cache_dir` names it.
 
 A run of a non-JAX objective keeps every program it compiles, however fast
 (:func:`keeping_every_program`): they are compiled with cheap options, most in well under 0.2 s,
-and a short ``multiwalk run`` is otherwise mostly spent compiling them again in each process.
+and each new process of a short ``multiwalk run`` would otherwise compile them again.
 Unless the user set the threshold (``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS``, or JAX's own
 cache settings): theirs holds.
 """
@@ -52,7 +52,9 @@ def default_dir() -> Path:
 def configure(environ: dict[str, str] | None = None) -> Path | None:
     """Turn JAX's persistent compilation cache on as the module docstring says, from ``environ``
     (default ``os.environ``); returns the folder in use (None: off).  Called on ``import multiwalk``."""
+    global _THRESHOLD_IS_OURS
     environ = os.environ if environ is None else environ
+    _THRESHOLD_IS_OURS = False
     configured = jax.config.jax_compilation_cache_dir
     if configured:  # the user's own JAX setting
         return Path(configured)
@@ -62,7 +64,6 @@ def configure(environ: dict[str, str] | None = None) -> Path | None:
     folder = Path(wanted).expanduser() if wanted else default_dir()
     jax.config.update("jax_compilation_cache_dir", str(folder))
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in environ:
-        global _THRESHOLD_IS_OURS
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
         _THRESHOLD_IS_OURS = True
     if "JAX_COMPILATION_CACHE_MAX_SIZE" not in environ and _has_filelock():
