@@ -7,6 +7,9 @@ compiled: the problem's one-point function is :meth:`HostObjective.traceable`, a
 walkers makes ONE callback per evaluation with the whole batch ``(..., n)``.  On the host the batch
 is cut into one contiguous piece per worker; each worker evaluates its rows in order; the values
 come back in the batch's order.  The numbers are the same for every executor and worker count.
+Solvers whose step evaluates once (Exchange, PopulationAnnealing, Mapper) trace it instead
+through a :class:`Tap` and run as a loop on the host between two compiled programs a step
+(:mod:`multiwalk.host_loop`), which hold no callback; the same numbers.
 
 Points outside the box (when the problem has one) are not sent out: their value is +inf, what
 every solver does with a point outside its prior's support.
@@ -22,11 +25,12 @@ error leaves the run's last checkpoint as it was (the driver writes none of a fa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -37,16 +41,17 @@ from _multiwalk_worker import evaluate_piece, evaluate_rows
 
 from .executors import Engine
 
-__all__ = ["HostObjective", "ObjectiveError", "WorkerCrashError", "MAX_RESTARTS", "plain_error", "add_stats",
+__all__ = ["HostObjective", "Tap", "ObjectiveError", "WorkerCrashError", "MAX_RESTARTS", "plain_error", "add_stats",
            "compiler_options", "CHEAP_CPU_OPTIONS"]
 
 MAX_RESTARTS = 2  # fresh process pools for one batch before a crash is reported
 
 # XLA options for the compiled code around a non-JAX objective on a CPU.  Its arithmetic (proposals,
 # Metropolis tests, exchanges of a few hundred replicas) takes microseconds next to the objective's
-# milliseconds a point, and its executables are never found in JAX's persistent cache (the callback
-# is part of them, with an identity of this process), so each process compiles them: compiled fast
-# rather than well.  Exchange's loop on a 2-core CPU: 4.9 s -> 0.9 s, its output files the same bit
+# milliseconds a point, and a loop holding the callback is never found in JAX's persistent cache
+# (the callback is part of it, with an identity of this process), so each process compiles it (the
+# host loop's programs are kept there, but a new input compiles them too): compiled fast rather
+# than well.  Exchange's loop on a 2-core CPU: 4.9 s -> 0.9 s, its output files the same bit
 # for bit.  Not level 0 (0.6 s): there the last bits of the points change (a fused multiply-add
 # at one level, two roundings at the other, presumably): a run's numbers would differ from those
 # of XLA's default options.
@@ -94,6 +99,18 @@ class HostObjective:
         self.first_error: str | None = None  # the first point that raised (with ignore_error)
         self.failure: Exception | None = None  # what stopped the last run, raised by the driver
         self._payload: bytes | None = None
+        # while a program of a host loop is traced (multiwalk.host_loop): what OnHost does in place
+        # of its callback; tracing happens in the thread that calls solve()
+        self.tap: Tap | None = None
+
+    @contextlib.contextmanager
+    def tapping(self, tap: Tap) -> Iterator[Tap]:
+        """While the block traces the solver's code, :class:`OnHost` goes through ``tap``."""
+        self.tap = tap
+        try:
+            yield tap
+        finally:
+            self.tap = None
 
     @property
     def name(self) -> str:
@@ -227,6 +244,8 @@ class OnHost:
     def __call__(self, x: Any) -> Any:
         import jax
 
+        if self.host.tap is not None:  # a program of a host loop is being traced
+            return self.host.tap.evaluate(x.astype(self.host.dtype))
         # The points and the values cross as their bits in uint32 words (float64: two a number):
         # where the thread that runs a callback has 64-bit mode off (jax.enable_x64 is a per-thread
         # setting, and XLA runs callbacks on threads of its own), JAX hands it float32 points and
@@ -236,6 +255,57 @@ class OnHost:
         shape = jax.ShapeDtypeStruct(x.shape[:-1] + words.shape[x.ndim:], np.uint32)
         bits = jax.pure_callback(self.host.evaluate_bits, shape, words, vmap_method="expand_dims")
         return jax.lax.bitcast_convert_type(bits, dtype)
+
+
+class Tap:
+    """What :class:`OnHost` does, in place of its callback, while one of a host loop's two programs
+    of a step is traced (:mod:`multiwalk.host_loop`).  Without ``values`` (the capture): it keeps
+    the batch of points the step evaluates in ``points`` and returns zeros; with ``values`` (the
+    finish: the batch's values, a traced ``(...)`` array, an argument of the program) it returns
+    them.  ``calls`` counts the evaluations traced.
+
+    The solvers call the one-point function under ``jax.vmap`` (several, nested).  A
+    ``custom_vmap`` rule at each vmap level calls the tap again one level out, on the batch with
+    that level's axis in front, as ``pure_callback``'s ``vmap_method="expand_dims"`` does; the
+    last call is made at the program's own level, with the whole batch ``(..., n)``, which is what
+    ``points`` keeps (a traced array of the program being traced, which the capture returns).  A
+    point not under any batched vmap is evaluated as one point (``points`` of shape ``(n,)``)."""
+
+    def __init__(self, values: Any = None) -> None:
+        from jax.custom_batching import custom_vmap
+
+        self.values = values
+        self.points: Any = None
+        self.calls = 0
+
+        @custom_vmap
+        def batch(x: Any, values: Any) -> Any:
+            import jax.numpy as jnp
+
+            # traced at every vmap level, but used at the program's own level only (where the rules
+            # lead): there the values are the batch's; the capture's zeros are not its output
+            if values is None or values.shape != x.shape[:-1]:
+                return jnp.zeros(x.shape[:-1], x.dtype)
+            return values.astype(x.dtype)
+
+        @batch.def_vmap
+        def one_level_out(axis_size: int, in_batched: list, x: Any, values: Any) -> tuple[Any, bool]:
+            import jax.numpy as jnp
+
+            if not in_batched[0]:  # the same point for every member of this vmap
+                x = jnp.broadcast_to(x, (axis_size, *x.shape))
+            return self._at_level(x), True
+
+        self._batch = batch
+
+    def evaluate(self, x: Any) -> Any:
+        """The step's evaluation of ``x`` (..., n) -> (...)."""
+        self.calls += 1
+        return self._at_level(x)
+
+    def _at_level(self, x: Any) -> Any:
+        self.points = x  # the last call is the program's own level
+        return self._batch(x, self.values)
 
 
 def compiler_options(problem: Any) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import numpy as np
 # the checkpoint format and the progress display under short names: solve()'s keywords are
 # called checkpoint and progress
 from . import checkpoint as ckpt
-from . import compile_cache, host_objective
+from . import compile_cache, host_loop, host_objective, persistent_cache
 from . import distributed as dist
 from . import progress as prog
 from .identity import problem_identity
@@ -124,16 +124,21 @@ def _compiled_chunk_runner(
     avals = tuple((tuple(np.shape(x)), str(x.dtype)) for x in jax.tree_util.tree_leaves(state))
     fingerprint = (compile_cache.arguments_fingerprint(problem) if arrays is not None
                    else compile_cache.full_fingerprint(problem))
+    on_host = host_loop.applies(problem, solver, placement)  # a non-JAX objective between compiled steps
     common = (
         fingerprint, solver, phase, jax.tree_util.tree_structure(state), avals,
-        placement.key() if sharded else (), tuple(sorted(plan.compiler_options)),
+        placement.key() if sharded else (), tuple(sorted(plan.compiler_options)), on_host,
     )
     if arrays is None:  # compiled for this very problem object
         key = (id(problem), *common)
     else:  # any problem with these functions and this fingerprint can use it
         key = ("functions", *compile_cache.user_functions(problem), *common)
     compiled = compile_cache.loop(key)
-    if compiled is None:
+    if compiled is None and on_host:
+        compiled = host_loop.HostLoop(problem, solver, phase, state, arrays, static,
+                                      lambda lowered, who: _compile_lowered(lowered, dict(plan.compiler_options), who))
+        compile_cache.keep_loop(key, compiled, owner=problem if arrays is None else None)
+    elif compiled is None:
         runner = _chunk_runner(problem, solver, phase, static, plan)
         if sharded:
             rep = placement.replicated
@@ -345,6 +350,8 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     init_fn = solver.initial_state_fn(problem, None, plan)
     placement = _placement(problem, solver, init_fn, key, devices)
     plan = dataclasses.replace(plan, mesh=placement.mesh)
+    if host_loop.applies(problem, solver, placement):  # the start's evaluation on the host too
+        init_fn = host_loop.initial_state_fn(problem, solver, init_fn)
     state = _first_state(problem, solver, init_fn, key, placement, plan, devices is not None, saved)
     done, phase_index = ckpt.resumed_position(saved[0], phases, saved[2]) if saved else ([0] * len(phases), 0)
     writers = tuple(w for w in (solver.writer(problem), writer) if w is not None)
@@ -552,6 +559,21 @@ def _converged(solver: Solver, problem: Any, state: Any, phase: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- the driver
+def _run_plan(problem: Any, solver: Solver, devices: Any, time_limit: float | None,
+              iteration_callback: Callable | None) -> RunPlan:
+    """The solver's :class:`RunPlan` with the driver's additions (a non-JAX objective's cheap XLA
+    options; one iteration per chunk under ``iteration_callback``), checked against the devices'
+    memory before anything compiles."""
+    plan = solver.plan(problem, _requested_devices(devices), time_limit)
+    cheap = host_objective.compiler_options(problem)  # a non-JAX objective: its programs compiled fast
+    if cheap:  # the solver's own options win
+        plan = dataclasses.replace(plan, compiler_options=(*cheap.items(), *plan.compiler_options))
+    if iteration_callback is not None:  # one iteration per chunk: the callback sees every iterate
+        plan = dataclasses.replace(plan, max_chunk=1)
+    check_state_fits(type(solver).__name__, solver.state_memory(problem), plan.devices)
+    return plan
+
+
 @compile_cache.one_fingerprint_per_call
 def solve(
     problem: Problem,
@@ -630,37 +652,33 @@ def solve(
     _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback, writer,
                        iteration_callback)
     solver.check(problem)
-    plan = solver.plan(problem, _requested_devices(devices), time_limit)
-    cheap = host_objective.compiler_options(problem)  # a non-JAX objective: its loop compiled fast
-    if cheap:  # the solver's own options win
-        plan = dataclasses.replace(plan, compiler_options=(*cheap.items(), *plan.compiler_options))
-    if iteration_callback is not None:  # one iteration per chunk: the callback sees every iterate
-        plan = dataclasses.replace(plan, max_chunk=1)
-    check_state_fits(type(solver).__name__, solver.state_memory(problem), plan.devices)
     host = getattr(problem, "host_objective", None)  # a non-JAX objective: its counts are this run's
-    if host is not None:
-        host.reset()
-        host.start()  # the worker processes come up while the solver compiles
-    try:
-        run = _start(problem, solver, plan, int(seed), devices, time_limit, checkpoint, resume, callback,
-                     chunk_seconds, checkpoint_every, writer)
-        run.iteration_callback = iteration_callback
-        # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
-        # compiling), returning what was done; a second Ctrl-C aborts at once.
-        ctrl_c = prog.CtrlC()
-        executables = _compile(run, ctrl_c)
-        if ctrl_c.pressed:
-            run.status = Status.INTERRUPTED
-        show = sys.stderr.isatty() if progress is None else bool(progress)
-        total = None if run.until_time_limit else sum(p.length for p in run.phases)
-        bar = prog.ProgressBar(show and run.status == Status.SUCCESS, total, sum(run.done))
-        run.last_checkpoint = t_loop = time.perf_counter()  # the chunk loop's wall time: chunks, writers, checkpoints
-        _run_phases(run, executables, bar, ctrl_c)
-        result = _finish(run, t_loop)
-    except jax.errors.JaxRuntimeError as err:  # a non-JAX objective's failure: its own one-paragraph error
-        plain = host_objective.plain_error(problem, err)
-        if plain is None:
-            raise
-        raise plain from None
+    # its programs are kept on disk whatever their compile time: a new process loads them all
+    with persistent_cache.keeping_every_program(host is not None):
+        plan = _run_plan(problem, solver, devices, time_limit, iteration_callback)
+        if host is not None:
+            host.reset()
+            host.start()  # the worker processes come up while the solver compiles
+        try:
+            run = _start(problem, solver, plan, int(seed), devices, time_limit, checkpoint, resume, callback,
+                         chunk_seconds, checkpoint_every, writer)
+            run.iteration_callback = iteration_callback
+            # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
+            # compiling), returning what was done; a second Ctrl-C aborts at once.
+            ctrl_c = prog.CtrlC()
+            executables = _compile(run, ctrl_c)
+            if ctrl_c.pressed:
+                run.status = Status.INTERRUPTED
+            show = sys.stderr.isatty() if progress is None else bool(progress)
+            total = None if run.until_time_limit else sum(p.length for p in run.phases)
+            bar = prog.ProgressBar(show and run.status == Status.SUCCESS, total, sum(run.done))
+            run.last_checkpoint = t_loop = time.perf_counter()  # the chunk loop's wall time: chunks, writers, checkpoints
+            _run_phases(run, executables, bar, ctrl_c)
+            result = _finish(run, t_loop)
+        except jax.errors.JaxRuntimeError as err:  # a non-JAX objective's failure: its own one-paragraph error
+            plain = host_objective.plain_error(problem, err)
+            if plain is None:
+                raise
+            raise plain from None
     host_objective.add_stats(problem, result.stats)
     return result

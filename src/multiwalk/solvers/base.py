@@ -54,7 +54,8 @@ def value_at_point(problem: Problem, x: np.ndarray, found: float | np.floating) 
     """The value to report at the point a run found: chi2 of ONE full point ``x`` (n,) by the
     one-point program on the default device (compiled once for the problem's functions and
     shapes: :func:`~multiwalk.compile_cache.shared_jit`), or ``found`` (the run's own value) where that is
-    not finite (no finite point was found: ``x`` is only a start).
+    not finite (no finite point was found: ``x`` is only a start).  A non-JAX objective
+    (``backend="python"``) is evaluated on the host, one point, as in the run.
 
     A walker's value comes from the run's batched program, and XLA chooses its kernels by the
     batch each device holds (on the CPU, batches of 1024 points or more take other kernels that
@@ -63,7 +64,11 @@ def value_at_point(problem: Problem, x: np.ndarray, found: float | np.floating) 
     if not np.isfinite(found):
         return found
     point = np.asarray(x, dtype=problem.dtype)
-    value = np.asarray(shared_jit(problem, None, "value_at_point", lambda p: p.chi2_full, reads_x0=False)(point))
+    host = getattr(problem, "host_objective", None)
+    if host is not None:  # a non-JAX objective: evaluated on the host, as in the run; no program to compile
+        value = host.evaluate(point[None])[0]
+    else:
+        value = np.asarray(shared_jit(problem, None, "value_at_point", lambda p: p.chi2_full, reads_x0=False)(point))
     # the type the solver reports (a NumPy scalar of the run's dtype, or a Python float)
     return found.dtype.type(value) if isinstance(found, np.generic) else float(value)
 
@@ -159,6 +164,12 @@ class Solver(abc.ABC):
     #: the driver refuses a problem with a free periodic parameter for a solver that would treat it
     #: as a plain bound
     wraps_periodic: bool = False
+
+    #: whether ``step`` (and ``init``, if it evaluates at all) evaluates the objective once, on one
+    #: batch of static shape, outside any loop or cond: a non-JAX objective then runs as a loop on
+    #: the host between two compiled programs a step, neither holding a host callback, which JAX's
+    #: persistent cache keeps for the next process (:mod:`multiwalk.host_loop`)
+    evaluates_once_per_step: bool = False
 
     # ----------------------------------------------------------------- required
     def check(self, problem: Problem) -> None:

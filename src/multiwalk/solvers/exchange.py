@@ -313,6 +313,7 @@ class Exchange(Solver):
     # how, not what: a resume may change them
     resumable_options = ("numsteps", "max_chunk_steps", "unroll", "kernel", "kernel_block", "kernel_warps")
     wraps_periodic = True  # ODAT-SE's pbc_list: a move across a periodic parameter wraps into [min, max)
+    evaluates_once_per_step = True  # one batch of replicas (points) a step: a non-JAX objective runs as a host loop
 
     def __post_init__(self) -> None:
         b = check_vector_option("betas", self.betas, non_negative=True)

@@ -80,6 +80,7 @@ class Mapper(Solver):
     digest: str = field(init=False, default="")
 
     wraps_periodic = True  # it evaluates the points it is given: there are no moves to wrap
+    evaluates_once_per_step = True  # one batch of replicas (points) a step: a non-JAX objective runs as a host loop
 
     def __post_init__(self) -> None:
         try:

@@ -153,6 +153,7 @@ class PopulationAnnealing(Solver):
     max_chunk_steps: int | None = None
 
     resumable_options = ("max_chunk_steps",)  # how, not what
+    evaluates_once_per_step = True  # one batch of walkers a step: a non-JAX objective runs as a host loop
 
     def __post_init__(self) -> None:
         b = check_vector_option("betas", self.betas, non_negative=True)

@@ -1,0 +1,153 @@
+"""A non-JAX objective run as a loop on the host between compiled programs, none of which holds
+a host callback.
+
+Inside a compiled loop, a non-JAX objective is a ``jax.pure_callback``
+(:class:`~multiwalk.host_objective.OnHost`), and JAX's persistent compilation cache never keeps
+an executable that holds a host callback: every new process compiled the loop again (~0.7 s on a
+2-core CPU even with the cheap options, the start ~0.15 s), most of what a short
+``multiwalk run`` spends outside its objective.  For a solver whose ``step`` evaluates the
+objective once, on one batch of static shape, outside any loop or cond
+(``Solver.evaluates_once_per_step``: Exchange, PopulationAnnealing, Mapper), one step becomes
+
+* ``capture(state) -> X``: the step traced with a :class:`~multiwalk.host_objective.Tap` that
+  keeps its batch of points and returns zeros; the program's output is the batch ``X`` (XLA drops
+  what follows the evaluation);
+* on the host: ``f = host.evaluate(X)``, the executor's pieces, as the callback does;
+* ``finish(state, f) -> state``: the same step traced with a tap that returns ``f``.
+
+The step's work before the evaluation (draws, proposals) runs twice, microseconds next to the
+objective.  Both programs are plain: a second process loads them from the persistent cache and
+compiles nothing.  The start (``init``) is split the same way when it evaluates the objective.
+The numbers are those of the step's own code: the same seed gives the same run for any executor,
+worker count and chunking (each step is its own call).  A run split over several devices or
+processes, and solvers that evaluate several times a step (ReplicaExchange's inner Metropolis
+loop, PatternSearch's directions), keep the callback inside their compiled loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import compile_cache, persistent_cache
+from . import distributed as dist
+from .host_objective import HostObjective, Tap
+from .solvers.base import Solver
+
+__all__ = ["applies", "initial_state_fn", "HostLoop"]
+
+
+def applies(problem: Any, solver: Solver, placement: dist.Placement) -> bool:
+    """Whether a run of ``problem`` by ``solver`` placed so runs as a host loop: a non-JAX objective,
+    a solver that evaluates it once a step, one device of one process."""
+    return (getattr(problem, "host_objective", None) is not None and solver.evaluates_once_per_step
+            and not placement.sharded and not dist.multi_process())
+
+
+def _captured(host: HostObjective, trace: Callable[[], Any], who: str) -> Any:
+    """The batch of points that ``trace()`` (a solver's step or start, being traced) evaluates, as
+    an array of the program being traced; None when it evaluates nothing."""
+    with host.tapping(Tap()) as tap:
+        trace()
+    if tap.calls > 1:
+        raise RuntimeError(f"{who} evaluated the objective {tap.calls} times; a host loop needs one batch a step "
+                           "(set evaluates_once_per_step only for a solver whose step evaluates once)")
+    return tap.points if tap.calls else None
+
+
+def _fed(host: HostObjective, values: Any, trace: Callable[[], Any]) -> Any:
+    """``trace()``'s result, its evaluation of the objective returning ``values``."""
+    with host.tapping(Tap(values)) as tap:
+        out = trace()
+    if tap.calls != 1 or tap.points.shape[:-1] != values.shape:  # the same code as the capture's
+        raise RuntimeError(f"a host loop fed the values of {values.shape} points to a step that evaluated "
+                           f"{tap.calls} batches, the last of shape {getattr(tap.points, 'shape', None)}")
+    return out
+
+
+def initial_state_fn(problem: Any, solver: Solver, init_fn: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
+    """``key -> the start``: ``solver.init``'s points (one program), their values on the host,
+    then the start (a second program); ``init_fn`` (the solver's own, which then holds no
+    callback) when ``init`` evaluates nothing (Mapper).  Both programs are kept across solve()
+    calls (:func:`~multiwalk.compile_cache.cached_jit`)."""
+    host = problem.host_objective
+    who = f"{type(solver).__name__}.init"
+    points_of = compile_cache.cached_jit(
+        problem, solver, "host loop: start's points",
+        lambda key: _captured(host, lambda: solver.init(problem, key), who))
+    start_of = compile_cache.cached_jit(
+        problem, solver, "host loop: start", lambda key, values: _fed(host, values, lambda: solver.init(problem, key)))
+
+    def start(key: jax.Array) -> Any:
+        if not _start_evaluates(problem, solver, key):
+            return init_fn(key)
+        return start_of(key, host.evaluate(np.asarray(points_of(key))))
+
+    return start
+
+
+def _start_evaluates(problem: Any, solver: Solver, key: jax.Array) -> bool:
+    """Whether ``solver.init`` evaluates the objective (one abstract trace, kept across solve() calls)."""
+    cache_key = compile_cache.small_key(problem, solver, "host loop: start evaluates", key.shape, str(key.dtype))
+    evaluates = compile_cache.kept(cache_key)
+    if evaluates is None:
+        found = []
+        jax.eval_shape(lambda k: found.append(_captured(problem.host_objective, lambda: solver.init(problem, k),
+                                                        f"{type(solver).__name__}.init") is not None), key)
+        evaluates = found[0]
+        compile_cache.keep(problem, cache_key, evaluates)
+    return evaluates
+
+
+def _compile_keeping(compile: Callable[[Any, str], Any], lowered: Any, who: str) -> Any:
+    """``compile(lowered, who)`` in another thread, keeping the program in the persistent cache as
+    the driver's thread does (that setting is per thread)."""
+    with persistent_cache.keeping_every_program():
+        return compile(lowered, who)
+
+
+class HostLoop:
+    """The driver's compiled loop for a host loop: ``(state, n, arrays) -> (state, steps run)``,
+    the signature of the compiled ``run_chunk``, running ``n`` times ``capture``, the evaluation on
+    the host and ``finish`` (which donates the state).  Fewer steps when the solver's ``done``
+    says so (read after each step; solvers without a convergence test skip it)."""
+
+    def __init__(self, problem: Any, solver: Solver, phase: int, state: Any, arrays: Any, static: Any,
+                 compile: Callable[[Any, str], Any]) -> None:
+        self.host: HostObjective = problem.host_objective
+        self.checks_done = type(solver).done is not Solver.done
+        who = f"{type(solver).__name__}.step"
+
+        def capture(state: Any, arrays: Any) -> Any:
+            p = compile_cache.with_arrays(problem, arrays, static)
+            points = _captured(self.host, lambda: solver.step(p, state, phase), who)
+            if points is None:
+                raise RuntimeError(f"{who} evaluated nothing: it cannot run as a host loop")
+            return points
+
+        def finish(state: Any, values: Any, arrays: Any) -> tuple[Any, Any]:
+            p = compile_cache.with_arrays(problem, arrays, static)
+            new = _fed(self.host, values, lambda: solver.step(p, state, phase))
+            return new, (solver.done(p, new, phase) if self.checks_done else None)
+
+        lowered = jax.jit(capture).lower(state, arrays)
+        values = jax.ShapeDtypeStruct(lowered.out_info.shape[:-1], self.host.dtype)
+        lowered_finish = jax.jit(finish, donate_argnums=0).lower(state, values, arrays)
+        # XLA compiles the two at once (it releases the GIL): where there is a core to spare, the
+        # first run of a problem waits for the longer of the two rather than for both
+        with ThreadPoolExecutor(1) as other:
+            points = other.submit(_compile_keeping, compile, lowered, f"{who} (its points)")
+            self.finish = compile(lowered_finish, who)
+            self.capture = points.result()
+
+    def __call__(self, state: Any, n: Any, arrays: Any) -> tuple[Any, jax.Array]:
+        for i in range(int(n)):
+            values = self.host.evaluate(np.asarray(self.capture(state, arrays)))
+            state, stop = self.finish(state, values, arrays)
+            if self.checks_done and bool(stop):
+                return state, jax.device_put(np.int32(i + 1))
+        return state, jax.device_put(np.int32(n))

@@ -1,0 +1,133 @@
+"""A non-JAX objective run as a host loop between compiled steps (multiwalk.host_loop): the runs are
+those of the callback inside the compiled loop, bit for bit; a solver's convergence test ends a
+chunk early; a second process with the same persistent cache compiles nothing and gets the same
+numbers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multiwalk as mw
+from multiwalk import host_loop
+
+HERE = Path(__file__).parent
+BOX = {"lower": [-2.0, -2.0], "upper": [2.0, 2.0]}
+
+
+def bumpy(x: np.ndarray) -> float:
+    """NumPy only (float() of the point's values): jax cannot trace it."""
+    return float(np.sum((np.asarray(x) - 0.5) ** 2)) + 0.1 * float(np.cos(3.0 * x[0]))
+
+
+def _numbers(result: mw.Result) -> dict[str, np.ndarray]:
+    """Every numeric array field of a result, and its objective counts."""
+    out = {k: v for k, v in vars(result).items() if isinstance(v, np.ndarray) and v.dtype.kind in "fiub"}
+    out["fun"] = np.asarray(result.fun)
+    out["points"] = np.asarray(result.stats["host_objective"]["points"])
+    return out
+
+
+def _both_forms(monkeypatch: pytest.MonkeyPatch, solver: mw.Solver, **solve_options) -> tuple[mw.Result, mw.Result]:
+    """The run as a host loop, then with the objective a callback inside the compiled loop."""
+    problem = mw.Problem(objective=bumpy, backend="python", executor="serial", **BOX)
+    loop = mw.solve(problem, solver, seed=7, progress=False, **solve_options)
+    with monkeypatch.context() as patch:
+        patch.setattr(host_loop, "applies", lambda *args: False)
+        callback = mw.solve(problem, solver, seed=7, progress=False, **solve_options)
+    return loop, callback
+
+
+@pytest.mark.parametrize("solver", [
+    mw.Exchange(betas=(4.0, 1.5, 0.5, 0.2), numsteps=13, numsteps_exchange=3, step_width=(0.6, 0.6), record=5),
+    mw.PopulationAnnealing(betas=(0.2, 1.0, 4.0), numsteps_for_T=(3, 3, 3), n_replicas=6, step_width=(0.5, 0.5)),
+], ids=["exchange", "pamc"])
+def test_the_host_loop_is_the_compiled_loop_bit_for_bit(monkeypatch, solver):
+    with jax.enable_x64(True):
+        loop, callback = _both_forms(monkeypatch, solver, chunk_seconds=1e-4)  # chunks of a few steps
+    # exact: the same step code on the same numbers, only the objective's values come in another way
+    a, b = _numbers(loop), _numbers(callback)
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def _random_search_until(threshold: float) -> mw.Solver:
+    """examples/minimal_solver.py's RandomSearch, run as a host loop, done once a walker is below ``threshold``."""
+    spec = importlib.util.spec_from_file_location("minimal_solver", HERE.parent / "examples" / "minimal_solver.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # registered first: its dataclass looks its module up by name
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(spec.name, None)
+
+    @dataclass(frozen=True)
+    class UntilBelow(module.RandomSearch):
+        evaluates_once_per_step = True
+
+        def done(self, problem, state, phase):
+            return jnp.min(state.best_fun) < threshold
+
+    return UntilBelow(n_walkers=4, iterations=200)
+
+
+def test_a_convergence_test_ends_the_host_loop_where_the_compiled_loop_ends(monkeypatch):
+    loop, callback = _both_forms(monkeypatch, _random_search_until(0.05))
+    ran = loop.stats["iterations"]["search"]
+    assert 0 < ran < 200  # converged early (200 iterations would be the limit)
+    assert callback.stats["iterations"]["search"] == ran
+    assert loop.status == mw.Status.SUCCESS and loop.fun < 0.05
+    np.testing.assert_array_equal(loop.x, callback.x)
+
+
+# one process: solve a small Exchange of a NumPy objective; print the persistent cache's events
+# during the solve and the run's numbers
+PROGRAM = textwrap.dedent("""
+    import json, sys
+    import jax
+    import numpy as np
+    events = []
+    jax.monitoring.register_event_listener(lambda event, **kw: events.append(event))
+    jax.config.update("jax_enable_x64", True)
+    import multiwalk as mw
+    def f(x):
+        return float(np.sum((np.asarray(x) - 0.5) ** 2))
+    problem = mw.Problem(objective=f, lower=[-2.0, -2.0], upper=[2.0, 2.0], backend="python", executor="serial")
+    solver = mw.Exchange(betas=(3.0, 1.0, 0.3), numsteps=6, numsteps_exchange=2, step_width=(0.5, 0.5))
+    del events[:]
+    result = mw.solve(problem, solver, seed=1, progress=False)
+    count = lambda name: events.count("/jax/compilation_cache/" + name)
+    print(json.dumps({"requests": count("compile_requests_use_cache"), "hits": count("cache_hits"),
+                      "writes": count("cache_misses"), "replica_fx": result.replica_fx.tolist(),
+                      "x": result.x.tolist()}))
+""")
+
+
+def test_a_second_process_compiles_nothing_and_gets_the_same_numbers(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE", "MULTIWALK_CACHE"))}
+    env.update(MULTIWALK_CACHE_DIR=str(tmp_path / "cache"), JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(HERE.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def one_process() -> dict:
+        done = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first, second = one_process(), one_process()
+    assert first["writes"] == first["requests"] > 0  # every program of the run was kept, however fast it compiled
+    assert second["hits"] == second["requests"] == first["requests"]  # ... and loaded, none compiled
+    assert second["writes"] == 0
+    assert second["replica_fx"] == first["replica_fx"] and second["x"] == first["x"]
