@@ -5,6 +5,7 @@ whose loop was timed before is one chunk.  Behaviour is pinned, never speed."""
 from __future__ import annotations
 
 import hashlib
+import re
 
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from jax._src.array import ArrayImpl
 
 import multiwalk as mw
+from multiwalk import compile_cache
 
 
 def shifted_sphere(x):
@@ -76,6 +78,16 @@ def test_a_device_array_x0_is_never_copied_to_the_host(monkeypatch):
     result = mw.solve(problem, mw.LBFGS(m=3, eps=1e-4), progress=False)
     assert read == []
     np.testing.assert_allclose(result.x, 0.5, atol=1e-3)  # as from the NumPy x0 above
+
+
+def test_one_start_writes_its_new_pair_into_the_pairs_in_place():
+    # L-BFGS's loop for one start keeps its m pairs in P, (1, 2m, n); each iteration writes the new
+    # pair over the oldest in place.  A read of P that the compiler could not order before that
+    # write made it copy all of P, twice per iteration (2 x 2 x 2m n values moved for nothing).
+    mw.solve(mw.Problem(objective=shifted_sphere, x0=np.zeros(N)), mw.LBFGS(m=3, eps=1e-4), progress=False)
+    pairs = f"f32[1,6,{N}]"
+    [loop] = [text for text in (c.as_text() for c in compile_cache.compiled_loops()) if pairs in text]
+    assert re.search(re.escape(pairs) + r"\{[0-9,]*\} copy\(", loop) is None
 
 
 def test_a_device_array_x0_outside_the_box_or_not_finite_is_refused_by_index():

@@ -33,7 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import compile_cache, persistent_cache
+from . import compile_cache
 from . import distributed as dist
 from .host_objective import HostObjective, Tap
 from .solvers.base import Solver
@@ -103,13 +103,6 @@ def _start_evaluates(problem: Any, solver: Solver, key: jax.Array) -> bool:
     return evaluates
 
 
-def _compile_keeping(compile: Callable[[Any, str], Any], lowered: Any, who: str) -> Any:
-    """``compile(lowered, who)`` in another thread, keeping the program in the persistent cache as
-    the driver's thread does (that setting is per thread)."""
-    with persistent_cache.keeping_every_program():
-        return compile(lowered, who)
-
-
 class HostLoop:
     """The driver's compiled loop for a host loop: ``(state, n, arrays) -> (state, steps run)``,
     the signature of the compiled ``run_chunk``, running ``n`` times ``capture``, the evaluation on
@@ -140,7 +133,7 @@ class HostLoop:
         # XLA compiles the two at once (it releases the GIL): where there is a core to spare, the
         # first run of a problem waits for the longer of the two rather than for both
         with ThreadPoolExecutor(1) as other:
-            points = other.submit(_compile_keeping, compile, lowered, f"{who} (its points)")
+            points = other.submit(compile, lowered, f"{who} (its points)")
             self.finish = compile(lowered_finish, who)
             self.capture = points.result()
 

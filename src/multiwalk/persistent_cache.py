@@ -11,34 +11,28 @@ again; multiwalk turns that on when it is imported, unless the user configured i
 * JAX's own settings win: with ``JAX_COMPILATION_CACHE_DIR`` (or ``jax_compilation_cache_dir``
   set before ``import multiwalk``) multiwalk changes nothing.
 
-Programs that compiled in at least 0.2 s are kept (JAX's default, 1 s, leaves out most of a
-solver's loops; ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` sets it), and the folder is
+Every program is kept, however fast it compiled (``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS``
+sets a threshold): JAX's default, 1 s, leaves out most of a solver's loops on a CPU, and any
+threshold leaves out the small programs JAX compiles for each operation run outside ``jit``
+(``multiwalk demo`` simulates and plots its model that way: about 90 programs of ~20 ms, 1.9 s
+of every run, where loading each from the cache takes a few ms).  The folder is
 limited to 2 GiB, the least recently used programs going first (``JAX_COMPILATION_CACHE_MAX_SIZE``
 sets it, in bytes; JAX's eviction needs the ``filelock`` package, a dependency of multiwalk).
 Clearing the cache is deleting the folder: :func:`cache_dir` names it.
-
-A run of a non-JAX objective keeps every program it compiles, however fast
-(:func:`keeping_every_program`): they are compiled with cheap options, most in well under 0.2 s,
-and each new process of a short ``multiwalk run`` would otherwise compile them again.
-Unless the user set the threshold (``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS``, or JAX's own
-cache settings): theirs holds.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import jax
 
-__all__ = ["cache_dir", "configure", "keeping_every_program"]
+__all__ = ["cache_dir", "configure"]
 
 ENVIRONMENT_VARIABLE = "MULTIWALK_CACHE_DIR"
-MIN_COMPILE_SECONDS = 0.2
+MIN_COMPILE_SECONDS = 0.0
 MAX_BYTES = 2 << 30
-_THRESHOLD_IS_OURS = False  # whether configure() set the minimum compile time (the user did not)
 
 
 def default_dir() -> Path:
@@ -52,9 +46,7 @@ def default_dir() -> Path:
 def configure(environ: dict[str, str] | None = None) -> Path | None:
     """Turn JAX's persistent compilation cache on as the module docstring says, from ``environ``
     (default ``os.environ``); returns the folder in use (None: off).  Called on ``import multiwalk``."""
-    global _THRESHOLD_IS_OURS
     environ = os.environ if environ is None else environ
-    _THRESHOLD_IS_OURS = False
     configured = jax.config.jax_compilation_cache_dir
     if configured:  # the user's own JAX setting
         return Path(configured)
@@ -65,24 +57,9 @@ def configure(environ: dict[str, str] | None = None) -> Path | None:
     jax.config.update("jax_compilation_cache_dir", str(folder))
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
-        _THRESHOLD_IS_OURS = True
     if "JAX_COMPILATION_CACHE_MAX_SIZE" not in environ and _has_filelock():
         jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)  # JAX's eviction locks with filelock
     return folder
-
-
-@contextlib.contextmanager
-def keeping_every_program(on: bool = True) -> Iterator[None]:
-    """While the block runs (in this thread), every program compiled is written to the persistent
-    cache, whatever its compile time; nothing changes when ``on`` is False, the cache is off, or
-    the threshold is the user's."""
-    if not (on and _THRESHOLD_IS_OURS and cache_dir() is not None):
-        yield
-        return
-    from jax._src import config as jax_config  # the per-thread form of jax.config.update
-
-    with jax_config.persistent_cache_min_compile_time_secs(0.0):
-        yield
 
 
 def _has_filelock() -> bool:

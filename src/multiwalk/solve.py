@@ -29,7 +29,7 @@ import numpy as np
 # the checkpoint format and the progress display under short names: solve()'s keywords are
 # called checkpoint and progress
 from . import checkpoint as ckpt
-from . import compile_cache, host_loop, host_objective, persistent_cache
+from . import compile_cache, host_loop, host_objective
 from . import distributed as dist
 from . import progress as prog
 from .identity import problem_identity
@@ -653,32 +653,30 @@ def solve(
                        iteration_callback)
     solver.check(problem)
     host = getattr(problem, "host_objective", None)  # a non-JAX objective: its counts are this run's
-    # its programs are kept on disk whatever their compile time: a new process loads them all
-    with persistent_cache.keeping_every_program(host is not None):
-        plan = _run_plan(problem, solver, devices, time_limit, iteration_callback)
-        if host is not None:
-            host.reset()
-            host.start()  # the worker processes come up while the solver compiles
-        try:
-            run = _start(problem, solver, plan, int(seed), devices, time_limit, checkpoint, resume, callback,
-                         chunk_seconds, checkpoint_every, writer)
-            run.iteration_callback = iteration_callback
-            # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
-            # compiling), returning what was done; a second Ctrl-C aborts at once.
-            ctrl_c = prog.CtrlC()
-            executables = _compile(run, ctrl_c)
-            if ctrl_c.pressed:
-                run.status = Status.INTERRUPTED
-            show = sys.stderr.isatty() if progress is None else bool(progress)
-            total = None if run.until_time_limit else sum(p.length for p in run.phases)
-            bar = prog.ProgressBar(show and run.status == Status.SUCCESS, total, sum(run.done))
-            run.last_checkpoint = t_loop = time.perf_counter()  # the chunk loop's wall time: chunks, writers, checkpoints
-            _run_phases(run, executables, bar, ctrl_c)
-            result = _finish(run, t_loop)
-        except jax.errors.JaxRuntimeError as err:  # a non-JAX objective's failure: its own one-paragraph error
-            plain = host_objective.plain_error(problem, err)
-            if plain is None:
-                raise
-            raise plain from None
+    plan = _run_plan(problem, solver, devices, time_limit, iteration_callback)
+    if host is not None:
+        host.reset()
+        host.start()  # the worker processes come up while the solver compiles
+    try:
+        run = _start(problem, solver, plan, int(seed), devices, time_limit, checkpoint, resume, callback,
+                     chunk_seconds, checkpoint_every, writer)
+        run.iteration_callback = iteration_callback
+        # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
+        # compiling), returning what was done; a second Ctrl-C aborts at once.
+        ctrl_c = prog.CtrlC()
+        executables = _compile(run, ctrl_c)
+        if ctrl_c.pressed:
+            run.status = Status.INTERRUPTED
+        show = sys.stderr.isatty() if progress is None else bool(progress)
+        total = None if run.until_time_limit else sum(p.length for p in run.phases)
+        bar = prog.ProgressBar(show and run.status == Status.SUCCESS, total, sum(run.done))
+        run.last_checkpoint = t_loop = time.perf_counter()  # the chunk loop's wall time: chunks, writers, checkpoints
+        _run_phases(run, executables, bar, ctrl_c)
+        result = _finish(run, t_loop)
+    except jax.errors.JaxRuntimeError as err:  # a non-JAX objective's failure: its own one-paragraph error
+        plain = host_objective.plain_error(problem, err)
+        if plain is None:
+            raise
+        raise plain from None
     host_objective.add_stats(problem, result.stats)
     return result
