@@ -85,7 +85,7 @@ def main() -> None:
         plain = [timed(problem, solver, options, devices) for _ in range(args.repeat)]
         stats = plain[-1][2].stats
         print(f"\n=== {args.workload}, devices={d}: first call {first[0]:.3f} s (+{first[1]:.3f} s read), then "
-              + ", ".join(f"{a:.3f}+{b:.3f}" for a, b, _ in plain)
+              + ", ".join(f"{a:.3f}+{b:.3f} (run {r.stats.get('run_seconds', float('nan')):.3f})" for a, b, r in plain)
               + f" s; run_seconds {stats.get('run_seconds', float('nan')):.4f}, loop_seconds "
               f"{stats.get('loop_seconds', float('nan')):.4f}, chunks {stats.get('chunks')}, devices {stats.get('devices')}")
         prof = cProfile.Profile()
