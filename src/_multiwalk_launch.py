@@ -156,9 +156,8 @@ def start_pool_early() -> None:
 
     def start_workers() -> None:  # each submit waits for its process to be forked: not on the main thread
         try:
-            for future in [pool.submit(_multiwalk_worker.ready) for _ in range(workers)]:
-                future.result()
-            mark(f"{workers} workers ready")
+            pids = [future.result() for future in [pool.submit(_multiwalk_worker.ready) for _ in range(workers)]]
+            mark(f"{workers} workers ready (process ids {sorted(set(pids))})")
         except Exception:  # noqa: BLE001 - a pool that cannot start is reported by the first batch
             pass
 
@@ -173,6 +172,7 @@ def claim_early_pool(workers: int, paths: tuple[str, ...]) -> Any:
         return None
     pool = _EARLY.pop("pool")
     _EARLY.clear()
+    mark("the run took the workers started early")
     return pool
 
 
