@@ -252,7 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Callable[[argparse.Namespace, argparse.ArgumentParser], int] = args.handler
         command_parser: Any = args.command_parser
         try:
-            return handler(args, command_parser)
+            status = handler(args, command_parser)
+            if args.command == "run":
+                _multiwalk_launch.end_after_cleanup(status)
+            return status
         except KeyboardInterrupt:  # before or after solve()'s own Ctrl-C handling (a second Ctrl-C aborts)
             sys.stdout.flush()
             print(f"\n{command_parser.prog}: interrupted", file=sys.stderr)

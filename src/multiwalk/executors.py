@@ -228,16 +228,8 @@ class Engine:
         failure to start shows at the first batch, with its own message."""
         if self.name != "processes" or self._executor is not None:
             return
-        executor = self.executor()
-
-        def start_workers() -> None:
-            try:
-                for future in [executor.submit(_multiwalk_worker.ready) for _ in range(self.workers)]:
-                    future.result()
-            except Exception:  # noqa: BLE001 - a pool that cannot start is reported by the first batch
-                pass
-
-        threading.Thread(target=start_workers, name="multiwalk-start-workers", daemon=True).start()
+        threading.Thread(target=_multiwalk_launch.start_every_worker, args=(self.executor(), self.workers),
+                         name="multiwalk-start-workers", daemon=True).start()
 
     def restart(self) -> bool:
         """After a worker died: a fresh pool of processes (True), or False when this executor is not

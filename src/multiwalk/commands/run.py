@@ -815,7 +815,6 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
                 for p in range(nprocs):  # the run is whole: ODAT-SE's one combined.txt per process
                     combine_step_files(setup.output_dir / str(p), per)
         post = time.perf_counter() - t1
-        _multiwalk_launch.mark("solved, files written")
     if writes and os.environ.get("MULTIWALK_PROFILE"):
         _write_profile(Path(os.environ["MULTIWALK_PROFILE"]), result.stats, post, writer)
     if not writes:  # process 0 reports
