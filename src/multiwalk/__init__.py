@@ -14,18 +14,24 @@ import importlib
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
-from . import lbfgs, persistent_cache
-from .minimize import minimize
-from .problem import Problem
-from .result import Result, Status
-from .solve import solve
-from .solvers.base import Phase, RunPlan, Solver, Writer
-from .solvers.exchange import Exchange, ExchangeResult
-from .solvers.lbfgs import LBFGS, LBFGSResult, LBFGSStatus
-from .solvers.mapper import Mapper, MapperResult
-from .solvers.pattern_search import PatternSearch, PatternSearchResult
-from .solvers.population_annealing import PopulationAnnealing, PopulationAnnealingResult
-from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
+import _multiwalk_launch
+
+# `multiwalk run` with a Python objective: its worker processes start now, while JAX is imported
+# below (a no-op for any other program; _multiwalk_launch says when and why)
+_multiwalk_launch.start_pool_early()
+
+from . import lbfgs, persistent_cache  # noqa: E402 - after the workers' start
+from .minimize import minimize  # noqa: E402
+from .problem import Problem  # noqa: E402
+from .result import Result, Status  # noqa: E402
+from .solve import solve  # noqa: E402
+from .solvers.base import Phase, RunPlan, Solver, Writer  # noqa: E402
+from .solvers.exchange import Exchange, ExchangeResult  # noqa: E402
+from .solvers.lbfgs import LBFGS, LBFGSResult, LBFGSStatus  # noqa: E402
+from .solvers.mapper import Mapper, MapperResult  # noqa: E402
+from .solvers.pattern_search import PatternSearch, PatternSearchResult  # noqa: E402
+from .solvers.population_annealing import PopulationAnnealing, PopulationAnnealingResult  # noqa: E402
+from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult  # noqa: E402
 
 if TYPE_CHECKING:  # imported on first use (__getattr__ below); named here for type checkers
     from . import compat as compat

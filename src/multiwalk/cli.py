@@ -33,6 +33,8 @@ from typing import Any, cast
 import jax
 import numpy as np
 
+import _multiwalk_launch
+
 from . import __version__
 from .problem import Problem
 from .result import Status
@@ -243,16 +245,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Bad options raise ``SystemExit(2)`` (argparse's convention) after a one-line message.
     """
-    parser = build_parser()
-    args = parser.parse_args(None if argv is None else list(argv))
-    handler: Callable[[argparse.Namespace, argparse.ArgumentParser], int] = args.handler
-    command_parser: Any = args.command_parser
+    _multiwalk_launch.mark("multiwalk imported")
     try:
-        return handler(args, command_parser)
-    except KeyboardInterrupt:  # before or after solve()'s own Ctrl-C handling (a second Ctrl-C aborts)
-        sys.stdout.flush()
-        print(f"\n{command_parser.prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        parser = build_parser()
+        args = parser.parse_args(None if argv is None else list(argv))
+        handler: Callable[[argparse.Namespace, argparse.ArgumentParser], int] = args.handler
+        command_parser: Any = args.command_parser
+        try:
+            status = handler(args, command_parser)
+            if args.command == "run":
+                _multiwalk_launch.end_after_cleanup(status)
+            return status
+        except KeyboardInterrupt:  # before or after solve()'s own Ctrl-C handling (a second Ctrl-C aborts)
+            sys.stdout.flush()
+            print(f"\n{command_parser.prog}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    finally:  # workers `multiwalk run` started before importing JAX that no run took (an error, --help, ...)
+        _multiwalk_launch.shutdown_early_pool()
+        _multiwalk_launch.mark("command done")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import _multiwalk_launch
 import _multiwalk_worker
 
 __all__ = ["EXECUTORS", "Engine", "check_executor", "default_workers", "launched_rank", "launched_under_mpi",
@@ -38,7 +39,7 @@ __all__ = ["EXECUTORS", "Engine", "check_executor", "default_workers", "launched
 EXECUTORS = ("processes", "mpi", "dask", "serial")
 
 # environment variables that MPI launchers set in every rank: the world size
-_MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
+_MPI_SIZE_VARIABLES = _multiwalk_launch.MPI_SIZE_VARIABLES
 
 # the MPICommExecutor of a plain ``mpiexec -n N multiwalk run`` (see mpi_comm_executor), on rank 0
 _COMM_EXECUTOR: list[cf.Executor] = []
@@ -186,6 +187,9 @@ class Engine:
         if _is_dask_client(spec):
             return spec.get_executor(), False
         if spec == "processes":
+            early = _multiwalk_launch.claim_early_pool(self.workers, tuple(_WORKER_PATHS))
+            if early is not None:  # `multiwalk run` started these workers before importing JAX
+                return early, True
             context = multiprocessing.get_context("forkserver")
             # The fork server imports, once, the workers' module, multiwalk (with jax) and the user's
             # script, so a worker (or a pool started again after a crash) is a fork of it ready to run.
@@ -224,16 +228,8 @@ class Engine:
         failure to start shows at the first batch, with its own message."""
         if self.name != "processes" or self._executor is not None:
             return
-        executor = self.executor()
-
-        def start_workers() -> None:
-            try:
-                for future in [executor.submit(_multiwalk_worker.ready) for _ in range(self.workers)]:
-                    future.result()
-            except Exception:  # noqa: BLE001 - a pool that cannot start is reported by the first batch
-                pass
-
-        threading.Thread(target=start_workers, name="multiwalk-start-workers", daemon=True).start()
+        threading.Thread(target=_multiwalk_launch.start_every_worker, args=(self.executor(), self.workers),
+                         name="multiwalk-start-workers", daemon=True).start()
 
     def restart(self) -> bool:
         """After a worker died: a fresh pool of processes (True), or False when this executor is not

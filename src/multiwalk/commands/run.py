@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+import _multiwalk_launch
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_CHECKPOINT_INTERVAL = 60.0  # seconds of wall time between checkpoints when the input names none
 
@@ -790,6 +792,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
         every = setup.checkpoint_interval if setup.checkpoint else None
         if setup.checkpoint and setup.checkpoint_steps:
             every = 0.0  # after every chunk: chunks are at most checkpoint_steps long (max_chunk)
+        _multiwalk_launch.mark("run prepared")
         t0 = time.perf_counter()
         try:
             result = solve(
@@ -1242,6 +1245,7 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             setup = build_setup(args.input)
+        _multiwalk_launch.mark("input read")
         if setup.host is not None and not args.distributed:
             _sampler_on_the_cpu(setup)
         if setup.export_combined_files and not args.step_files:

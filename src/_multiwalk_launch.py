@@ -1,0 +1,220 @@
+"""The first thing the ``multiwalk run`` command does, outside the ``multiwalk`` package on purpose:
+start the worker processes of a Python objective before JAX is imported.
+
+``python -m multiwalk`` and the ``multiwalk`` console script both import the package, whose
+``__init__`` imports JAX and every solver (~0.6 s on a 2-core VM, ~1.1 s on a 16-core host).  The
+pool of worker processes of ``[solver] name = "python"`` (a fork server that preloads
+``_multiwalk_worker``, then W forks of it) takes about as long to come up.  Both are separate
+processes, so they can overlap: ``multiwalk/__init__`` calls :func:`start_pool_early` before its
+first import, which reads the command line and the input's TOML with the standard library alone
+and, when the run will evaluate a Python objective on this machine's processes, starts the pool in
+a background thread.  :class:`multiwalk.executors.Engine` takes that pool (:func:`claim_early_pool`)
+when its worker count and paths are the ones it would have started; the command shuts down a pool
+nobody took (:func:`shutdown_early_pool`), on every path out, errors included.
+
+Whenever the command line or the input is anything but plain (an option not known here, ``--help``,
+``--distributed``, another executor, an MPI launch, an unreadable file, ``backend`` not given), nothing
+starts here: the command then starts its workers as it always did, and reports any error itself.
+Only the standard library and ``_multiwalk_worker`` (NumPy, cloudpickle) are imported here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MPI_SIZE_VARIABLES", "claim_early_pool", "end_after_cleanup", "mark", "run_options_read_early",
+           "shutdown_early_pool", "start_every_worker", "start_pool_early"]
+
+# environment variables that MPI launchers set in every rank: the world size
+MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
+
+# ``multiwalk run``'s options as its parser (multiwalk.commands.run.add_parser) spells them; any other
+# option (an abbreviation included) makes the early start give up. tests/test_early_pool.py compares.
+RUN_OPTIONS_WITH_VALUE = frozenset({
+    "--nprocs", "--coordinator", "--num-processes", "--process-id", "--write-threads", "--write-processes",
+    "--write-chunks", "--dtype", "--unroll", "--kernel", "--workers", "--executor", "--time-limit"})
+RUN_FLAGS = frozenset({"--init", "--resume", "--cont", "--reset-rand", "--reset_rand", "--step-files",
+                       "--no-step-files", "--progress", "--no-progress"})
+# algorithms whose Python objective goes to the executor (minsearch evaluates in this process)
+_ALGORITHMS_WITH_WORKERS = ("exchange", "pattern", "lbfgs", "tempering", "pamc", "mapper")
+
+_START = time.perf_counter()
+_EARLY: dict[str, Any] = {}  # the pool started here until claimed: pool, workers, paths, pid
+_EXIT_STATUS: list[int] = []  # multiwalk run's exit status, once it has returned (see end_after_cleanup)
+
+
+def mark(label: str) -> None:
+    """With ``MULTIWALK_TIMELINE`` set: one line on stderr, the seconds since this module was imported
+    (the interpreter's first ~20 ms are before it) and ``label``."""
+    if os.environ.get("MULTIWALK_TIMELINE"):
+        print(f"multiwalk timeline: {time.perf_counter() - _START:7.3f} s  {label}", file=sys.stderr, flush=True)
+
+
+def _is_the_command() -> bool:
+    """Whether this process is ``python -m multiwalk`` (the package being imported to find its
+    ``__main__``) or the ``multiwalk`` console script."""
+    argv = getattr(sys, "orig_argv", [])
+    if sys.argv[:1] == ["-m"]:
+        return "-m" in argv[:-1] and argv[argv.index("-m") + 1] == "multiwalk"
+    main = sys.modules.get("__main__")
+    return (bool(sys.argv) and Path(sys.argv[0]).name == "multiwalk"
+            and getattr(main, "__file__", None) == sys.argv[0])
+
+
+def run_options_read_early(args: list[str]) -> dict[str, Any] | None:
+    """``{"input": ..., "workers": ..., "executor": ...}`` of a ``run`` command line, or None when it is
+    not one, or not plain enough to be sure (the command's own parser then has the last word)."""
+    if not args or args[0] != "run":
+        return None
+    found: dict[str, Any] = {"input": None, "workers": None, "executor": None}
+    rest = iter(args[1:])
+    for token in rest:
+        name, has_value, value = token.partition("=")
+        if token.startswith("-") and name in RUN_OPTIONS_WITH_VALUE:
+            value = value if has_value else next(rest, None)
+            if value is None:
+                return None
+            key = name.removeprefix("--")
+            if key in found:
+                found[key] = value
+        elif token.startswith("-") and token in RUN_FLAGS:
+            continue
+        elif token.startswith("-") or found["input"] is not None:
+            return None  # --help, --distributed, an abbreviation, a second input, ...
+        else:
+            found["input"] = token
+    if found["input"] is None:
+        return None
+    try:
+        found["workers"] = None if found["workers"] is None else int(found["workers"])
+    except ValueError:
+        return None
+    return found
+
+
+def _pool_plan(options: dict[str, Any]) -> tuple[int, str] | None:
+    """(workers, the input's root_dir) when the input evaluates a Python objective on processes here."""
+    import tomllib
+
+    if options["executor"] not in (None, "processes") or options["workers"] is not None and options["workers"] < 1:
+        return None
+    if options["executor"] is None and any(_int(os.environ.get(v)) > 1 for v in MPI_SIZE_VARIABLES):
+        return None  # under mpiexec the executor is MPI
+    try:
+        with open(options["input"], "rb") as file:
+            data = tomllib.load(file)
+        solver, algorithm, base = data["solver"], data["algorithm"], data.get("base", {})
+        python = solver.get("name") == "python" and (
+            solver.get("backend") == "python" or (solver.get("vectorized") is True and "backend" not in solver))
+        root_dir = str(Path(base.get("root_dir", ".")).expanduser().absolute())
+    except Exception:  # noqa: BLE001 - any problem with the input: the command reports it later
+        return None
+    if not python or algorithm.get("name") not in _ALGORITHMS_WITH_WORKERS:
+        return None
+    workers = options["workers"]
+    if workers is None:  # multiwalk.executors.default_workers
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return workers, root_dir
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or 1)
+    except ValueError:
+        return 1
+
+
+def start_pool_early() -> None:
+    """Start the workers of ``multiwalk run``'s Python objective now, when this process is that command
+    and its input asks for them (the module's docstring says when); otherwise do nothing."""
+    if _EARLY or not _is_the_command():
+        return
+    if sys.argv[1:2] == ["run"]:
+        import atexit
+
+        atexit.register(_end_without_teardown)  # registered before JAX's own: called after them
+    options = run_options_read_early(sys.argv[1:])
+    plan = None if options is None else _pool_plan(options)
+    if plan is None:
+        return
+    import concurrent.futures as cf
+    import importlib.machinery
+    import multiprocessing
+
+    import _multiwalk_worker
+
+    workers, root_dir = plan
+    main = sys.modules.get("__main__")
+    if main is not None and getattr(main, "__spec__", None) is None:
+        # the workers do not import the console script again (multiwalk.executors.workers_for_the_command)
+        main.__spec__ = importlib.machinery.ModuleSpec("multiwalk.__main__", None)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([_multiwalk_worker.__name__])
+    pool = cf.ProcessPoolExecutor(workers, mp_context=context, initializer=_multiwalk_worker.start_worker,
+                                  initargs=((root_dir,),))
+    _EARLY.update(pool=pool, workers=workers, paths=(root_dir,), pid=os.getpid())
+
+    threading.Thread(target=start_every_worker, args=(pool, workers), name="multiwalk-start-workers-early",
+                     daemon=True).start()
+    mark("worker pool started in the background")
+
+
+def start_every_worker(pool: Any, workers: int) -> None:
+    """Start all ``workers`` processes of a fresh ``ProcessPoolExecutor`` and wait until each has run
+    a task (to be called in a background thread: each process start waits for the fork server).
+    Since Python 3.9 a pool starts a process only for a task that finds none idle, so W quick tasks
+    alone start one or two; the pool's own ``_launch_processes`` (what it does for ``fork``) starts
+    them all, under the lock its ``submit`` takes.  A pool that cannot start is reported by the
+    first batch, with its own message."""
+    import _multiwalk_worker
+
+    try:
+        launch = getattr(pool, "_launch_processes", None)
+        lock = getattr(pool, "_shutdown_lock", None)
+        if launch is not None and lock is not None:
+            with lock:
+                if getattr(pool, "_executor_manager_thread", True) is None and not pool._processes:
+                    launch()
+        [future.result() for future in [pool.submit(_multiwalk_worker.ready) for _ in range(workers)]]
+        mark(f"{workers} workers ready ({len(getattr(pool, '_processes', None) or {})} processes)")
+    except Exception:  # noqa: BLE001 - reported by the first batch
+        pass
+
+
+def claim_early_pool(workers: int, paths: tuple[str, ...]) -> Any:
+    """The pool :func:`start_pool_early` started, if it has ``workers`` processes with ``paths`` first
+    on their path (from now on the caller's to shut down); None otherwise."""
+    if _EARLY.get("pid") != os.getpid() or _EARLY["workers"] != workers or tuple(_EARLY["paths"]) != tuple(paths):
+        return None
+    pool = _EARLY.pop("pool")
+    _EARLY.clear()
+    mark("the run took the workers started early")
+    return pool
+
+
+def shutdown_early_pool() -> None:
+    """Stop a pool started early that nobody claimed (the run failed before it, or used another)."""
+    pool = _EARLY.pop("pool", None)
+    _EARLY.clear()
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def end_after_cleanup(status: int) -> None:
+    """``multiwalk run`` returned ``status``: once the interpreter has joined the threads and called
+    every exit handler (JAX's, multiprocessing's, MPI's, the pool's, ...), the process ends with it
+    at once (``os._exit``) rather than tearing down every module and XLA object one by one, which
+    took ~0.1-0.2 s after a run.  Every file of the run is closed by then."""
+    _EXIT_STATUS[:] = [status]
+
+
+def _end_without_teardown() -> None:
+    if _EXIT_STATUS:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT_STATUS[0])

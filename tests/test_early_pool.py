@@ -1,0 +1,107 @@
+"""``multiwalk run`` with a Python objective starts its worker processes before JAX is imported
+(src/_multiwalk_launch.py), the run takes them, and an error after they started leaves none behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import _multiwalk_launch as launch
+from multiwalk.cli import build_parser
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+INPUT = textwrap.dedent('''
+    [base]
+    dimension = 2
+    output_dir = "out"
+    [solver]
+    name = "python"
+    function = "square.py:square"
+    backend = "python"
+    [algorithm]
+    name = "exchange"
+    seed = 0
+    [algorithm.param]
+    min_list = [-1.0, -1.0]
+    max_list = [1.0, 1.0]
+    step_list = [0.1, 0.1]
+    [algorithm.exchange]
+    Tmin = 0.1
+    Tmax = 1.0
+    numsteps = 4
+    numsteps_exchange = 2
+    nreplica_per_proc = 2
+''')
+
+
+def test_the_early_reading_knows_every_option_of_run() -> None:
+    # an option the early reading does not know only makes it give up (no early start), but every
+    # option of the run parser should be known, or a plain command line would start late
+    run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    spelled = {s for a in run._actions for s in a.option_strings if s.startswith("--")}
+    given_up_on = {"--help", "--distributed"}  # the command does no run, or runs over several hosts
+    assert spelled - given_up_on == launch.RUN_OPTIONS_WITH_VALUE | launch.RUN_FLAGS
+    assert launch.run_options_read_early(["run", "in.toml", "--workers=3", "--no-progress"]) == {
+        "input": "in.toml", "workers": 3, "executor": None}
+    assert launch.run_options_read_early(["run", "--executor", "dask", "in.toml"])["executor"] == "dask"
+    for line in (["run", "in.toml", "--work", "3"], ["run", "in.toml", "-h"], ["run", "a", "b"], ["lbfgs"], ["run"]):
+        assert launch.run_options_read_early(line) is None, line
+
+
+def _command(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess, str]:
+    """``python -m multiwalk run input.toml --workers 2 <options>`` with its timeline and its import
+    times on stderr; the processes it starts carry a tag in their environment."""
+    (tmp_path / "input.toml").write_text(INPUT)
+    (tmp_path / "square.py").write_text("def square(x):\n    return float(x[0] ** 2 + x[1] ** 2)\n")
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, PYTHONPATH=str(SRC), MULTIWALK_TIMELINE="1", JAX_PLATFORMS="cpu", MULTIWALK_EARLY_TEST=tag)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "multiwalk", "run", "input.toml", "--workers", "2",
+                           "--no-progress", *options], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return done, tag
+
+
+def _tagged_processes(tag: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and f"MULTIWALK_EARLY_TEST={tag}".encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours
+            continue
+    return found
+
+
+def _line(stderr: str, text: str) -> int:
+    return next(i for i, line in enumerate(stderr.splitlines()) if text in line)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the worker processes in /proc")
+def test_the_pool_starts_before_jax_is_imported_and_the_run_takes_it(tmp_path: Path) -> None:
+    done, _ = _command(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    started = _line(done.stderr, "worker pool started in the background")
+    jax_imported = next(i for i, line in enumerate(done.stderr.splitlines())
+                        if line.startswith("import time:") and line.split("|")[-1].strip() == "jax")
+    assert started < jax_imported  # -X importtime writes a module's line once it is imported
+    assert "the run took the workers started early" in done.stderr
+    assert (tmp_path / "out" / "best_result.txt").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the worker processes in /proc")
+def test_an_input_error_after_the_early_start_leaves_no_worker_process(tmp_path: Path) -> None:
+    done, tag = _command(tmp_path, "--reset-rand")  # refused after the input is read: the pool is up by then
+    assert done.returncode == 2
+    assert "--reset-rand goes with --resume or --cont" in done.stderr
+    assert "worker pool started in the background" in done.stderr
+    deadline = time.monotonic() + 10  # the fork server ends when it sees its parent gone: within moments
+    while _tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _tagged_processes(tag) == []
