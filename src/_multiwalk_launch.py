@@ -45,6 +45,7 @@ _ALGORITHMS_WITH_WORKERS = ("exchange", "pattern", "lbfgs", "tempering", "pamc",
 
 _START = time.perf_counter()
 _EARLY: dict[str, Any] = {}  # the pool started here until claimed: pool, workers, paths, pid
+_CHOSE_CPU: list[bool] = []  # [True] once start_pool_early set JAX_PLATFORMS=cpu
 _EXIT_STATUS: list[int] = []  # multiwalk run's exit status, once it has returned (see end_after_cleanup)
 
 
@@ -149,6 +150,11 @@ def start_pool_early() -> None:
     import _multiwalk_worker
 
     workers, root_dir = plan
+    if not (os.environ.get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORM_NAME")):
+        # the sampler of a Python objective runs on the CPU (multiwalk.commands.run._sampler_on_the_cpu);
+        # said before JAX is imported, its import skips the GPU plugins (0.1-0.4 s on an H100 host)
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        _CHOSE_CPU.append(True)
     main = sys.modules.get("__main__")
     if main is not None and getattr(main, "__spec__", None) is None:
         # the workers do not import the console script again (multiwalk.executors.workers_for_the_command)
@@ -162,6 +168,11 @@ def start_pool_early() -> None:
     threading.Thread(target=start_every_worker, args=(pool, workers), name="multiwalk-start-workers-early",
                      daemon=True).start()
     mark("worker pool started in the background")
+
+
+def chose_the_cpu() -> bool:
+    """Whether :func:`start_pool_early` set ``JAX_PLATFORMS=cpu`` (the user did not)."""
+    return bool(_CHOSE_CPU)
 
 
 def start_every_worker(pool: Any, workers: int) -> None:

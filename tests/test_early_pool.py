@@ -56,13 +56,22 @@ def test_the_early_reading_knows_every_option_of_run() -> None:
         assert launch.run_options_read_early(line) is None, line
 
 
+SQUARE = """import os
+def square(x):
+    with open("platforms.txt", "w") as f:  # what the workers' environment says of JAX's platforms
+        f.write(os.environ.get("JAX_PLATFORMS", "unset"))
+    return float(x[0] ** 2 + x[1] ** 2)
+"""
+
+
 def _command(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess, str]:
     """``python -m multiwalk run input.toml --workers 2 <options>`` with its timeline and its import
-    times on stderr; the processes it starts carry a tag in their environment."""
+    times on stderr, JAX's platforms not set; the processes it starts carry a tag in their environment."""
     (tmp_path / "input.toml").write_text(INPUT)
-    (tmp_path / "square.py").write_text("def square(x):\n    return float(x[0] ** 2 + x[1] ** 2)\n")
+    (tmp_path / "square.py").write_text(SQUARE)
     tag = uuid.uuid4().hex
-    env = dict(os.environ, PYTHONPATH=str(SRC), MULTIWALK_TIMELINE="1", JAX_PLATFORMS="cpu", MULTIWALK_EARLY_TEST=tag)
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "JAX_PLATFORM_NAME")}
+    env.update(PYTHONPATH=str(SRC), MULTIWALK_TIMELINE="1", MULTIWALK_EARLY_TEST=tag)
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "multiwalk", "run", "input.toml", "--workers", "2",
                            "--no-progress", *options], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     return done, tag
@@ -93,6 +102,9 @@ def test_the_pool_starts_before_jax_is_imported_and_the_run_takes_it(tmp_path: P
     assert started < jax_imported  # -X importtime writes a module's line once it is imported
     assert "the run took the workers started early" in done.stderr
     assert (tmp_path / "out" / "best_result.txt").exists()
+    # the sampler of a Python objective runs on the CPU: said before JAX's import (it then skips
+    # the GPU plugins), and so the workers' environment says it too
+    assert (tmp_path / "platforms.txt").read_text() == "cpu"
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the worker processes in /proc")

@@ -1037,6 +1037,11 @@ def _sampler_on_the_cpu(setup: RunSetup) -> None:
     """A Python objective: the solver runs on the CPU, and no GPU is started.  Its points go to the
     host at every step anyway, and its arithmetic is negligible next to the objective; starting a
     GPU and compiling for it cost seconds.  ``JAX_PLATFORMS`` (JAX's own setting) chooses otherwise."""
+    import _multiwalk_launch
+
+    if _multiwalk_launch.chose_the_cpu():  # already so, before JAX was imported
+        _note_cpu_sampler(setup)
+        return
     if os.environ.get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORM_NAME"):
         return
     import jax
@@ -1045,6 +1050,10 @@ def _sampler_on_the_cpu(setup: RunSetup) -> None:
     if getattr(xla_bridge, "backends_are_initialized", lambda: False)():  # too late: a device was used
         return
     jax.config.update("jax_platforms", "cpu")
+    _note_cpu_sampler(setup)
+
+
+def _note_cpu_sampler(setup: RunSetup) -> None:
     if importlib.util.find_spec("jax_plugins") is not None:  # a GPU plugin is installed
         setup.notes.append("the solver runs on the CPU: the objective is Python, so every step's points go to "
                            "the host anyway (JAX_PLATFORMS=cuda runs it on the GPU)")
