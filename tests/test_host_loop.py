@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,3 +132,18 @@ def test_a_second_process_compiles_nothing_and_gets_the_same_numbers(tmp_path):
     assert second["hits"] == second["requests"] == first["requests"]  # ... and loaded, none compiled
     assert second["writes"] == 0
     assert second["replica_fx"] == first["replica_fx"] and second["x"] == first["x"]
+
+
+def test_a_tap_is_seen_only_by_the_thread_that_traces():
+    # another thread's solve() of the same problem traces its own programs meanwhile: through the
+    # callback (or its own tap), never through this thread's tap (whose zeros would be its values)
+    from multiwalk.host_objective import Tap
+
+    host = mw.Problem(objective=bumpy, backend="python", executor="serial", **BOX).host_objective
+    seen = []
+    with host.tapping(Tap()) as tap:
+        other = threading.Thread(target=lambda: seen.append(host.tap))
+        other.start()
+        other.join()
+        assert host.tap is tap
+    assert seen == [None] and host.tap is None
