@@ -93,6 +93,15 @@ def test_a_convergence_test_ends_the_host_loop_where_the_compiled_loop_ends(monk
     np.testing.assert_array_equal(loop.x, callback.x)
 
 
+def test_a_start_that_is_already_done_runs_no_step_in_either_form(monkeypatch):
+    # the compiled loop tests `done` before every step, the first included: a run whose start meets
+    # it (every value is below 1e9) runs no step, as a host loop too
+    loop, callback = _both_forms(monkeypatch, _random_search_until(1e9))
+    assert callback.stats["iterations"]["search"] == 0
+    assert loop.stats["iterations"]["search"] == 0
+    np.testing.assert_array_equal(loop.x, callback.x)
+
+
 # one process: solve a small Exchange of a NumPy objective; print the persistent cache's events
 # during the solve and the run's numbers
 PROGRAM = textwrap.dedent("""
