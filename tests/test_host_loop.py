@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +93,15 @@ def test_a_convergence_test_ends_the_host_loop_where_the_compiled_loop_ends(monk
     np.testing.assert_array_equal(loop.x, callback.x)
 
 
+def test_a_start_that_is_already_done_runs_no_step_in_either_form(monkeypatch):
+    # the compiled loop tests `done` before every step, the first included: a run whose start meets
+    # it (every value is below 1e9) runs no step, as a host loop too
+    loop, callback = _both_forms(monkeypatch, _random_search_until(1e9))
+    assert callback.stats["iterations"]["search"] == 0
+    assert loop.stats["iterations"]["search"] == 0
+    np.testing.assert_array_equal(loop.x, callback.x)
+
+
 # one process: solve a small Exchange of a NumPy objective; print the persistent cache's events
 # during the solve and the run's numbers
 PROGRAM = textwrap.dedent("""
@@ -131,3 +141,18 @@ def test_a_second_process_compiles_nothing_and_gets_the_same_numbers(tmp_path):
     assert second["hits"] == second["requests"] == first["requests"]  # ... and loaded, none compiled
     assert second["writes"] == 0
     assert second["replica_fx"] == first["replica_fx"] and second["x"] == first["x"]
+
+
+def test_a_tap_is_seen_only_by_the_thread_that_traces():
+    # another thread's solve() of the same problem traces its own programs meanwhile: through the
+    # callback (or its own tap), never through this thread's tap (whose zeros would be its values)
+    from multiwalk.host_objective import Tap
+
+    host = mw.Problem(objective=bumpy, backend="python", executor="serial", **BOX).host_objective
+    seen = []
+    with host.tapping(Tap()) as tap:
+        other = threading.Thread(target=lambda: seen.append(host.tap))
+        other.start()
+        other.join()
+        assert host.tap is tap
+    assert seen == [None] and host.tap is None

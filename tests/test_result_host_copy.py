@@ -47,3 +47,24 @@ def test_pickled_result_holds_arrays():
     r = _Lazy(x=np.zeros(1), fun=0.0, status=Status.SUCCESS, message="", record=Deferred(lambda: jnp.ones(3)))
     back = pickle.loads(pickle.dumps(r))  # the Deferred (a lambda) would not pickle: the array does
     np.testing.assert_array_equal(object.__getattribute__(back, "record"), np.ones(3))
+
+
+def _sphere(x):
+    return jnp.sum(x**2)
+
+
+def test_records_keep_the_fixed_values_and_box_of_their_run():
+    # a record computed when first read uses the problem as it was at the end of its run, not as the
+    # caller changed it in place afterwards (for the next run): exact equality, the values are copies
+    import multiwalk as mw
+
+    problem = mw.Problem(objective=_sphere, lower=[-3.0] * 3, upper=[3.0] * 3, fixed={1: 0.5})
+    re = mw.solve(problem, mw.ReplicaExchange(nbeta=1, nseq=2, nburn=0, niter=2), seed=0, progress=False)
+    ps = mw.solve(problem, mw.PatternSearch(n_walkers=4, iterations=2, rounds=1), seed=0, progress=False)
+    problem.fixed[1] = 2.0
+    problem.lower[:] = -30.0  # PatternSearch's steps are a twentieth of the box's width
+    problem.upper[:] = 30.0
+    assert np.all(re.samples[..., 1] == np.float32(0.5))
+    assert np.all(ps.walkers[:, 1] == np.float32(0.5))
+    # a scale in (0, 1] (halved on failure) times the run's delta0, 0.3 for both (not the new box's 3.0)
+    assert np.all(ps.steps[:, 0] == ps.steps[:, 1]) and np.all((ps.steps > 0) & (ps.steps <= np.float32(0.3)))

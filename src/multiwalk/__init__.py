@@ -75,8 +75,9 @@ __all__ = [
     "__version__",
 ]
 
-# The package's subpackages and modules (deconv, eht, io, models, functions, diagnostics, compat,
-# ...) are imported on first use, ``mw.deconv`` as well as ``import multiwalk.deconv``: they pull
+# The package's subpackages and modules (deconv, eht, io, models, functions, compat, ...; not
+# diagnostics, which the replica-exchange solver imports, its ArviZ inside its functions) are
+# imported on first use, ``mw.deconv`` as well as ``import multiwalk.deconv``: they pull
 # scipy.fft, scipy.signal, astropy, matplotlib or ArviZ, which a solve does not need, and
 # ``import multiwalk`` (or the ``multiwalk`` command, whose package this is) would pay for them
 # every time.  tests/test_lazy_imports.py pins which libraries ``import multiwalk`` leaves out.

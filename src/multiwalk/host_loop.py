@@ -107,7 +107,9 @@ class HostLoop:
     """The driver's compiled loop for a host loop: ``(state, n, arrays) -> (state, steps run)``,
     the signature of the compiled ``run_chunk``, running ``n`` times ``capture``, the evaluation on
     the host and ``finish`` (which donates the state).  Fewer steps when the solver's ``done``
-    says so (read after each step; solvers without a convergence test skip it)."""
+    says so: ``capture`` also returns ``done`` of the state it is given, read before its points
+    are evaluated, so that, as in ``run_chunk``'s ``while_loop``, a state that is done (a phase's
+    start, a resumed run) runs no step (solvers without a convergence test skip it)."""
 
     def __init__(self, problem: Any, solver: Solver, phase: int, state: Any, arrays: Any, static: Any,
                  compile: Callable[[Any, str], Any]) -> None:
@@ -115,20 +117,19 @@ class HostLoop:
         self.checks_done = type(solver).done is not Solver.done
         who = f"{type(solver).__name__}.step"
 
-        def capture(state: Any, arrays: Any) -> Any:
+        def capture(state: Any, arrays: Any) -> tuple[Any, Any]:
             p = compile_cache.with_arrays(problem, arrays, static)
             points = _captured(self.host, lambda: solver.step(p, state, phase), who)
             if points is None:
                 raise RuntimeError(f"{who} evaluated nothing: it cannot run as a host loop")
-            return points
+            return points, (solver.done(p, state, phase) if self.checks_done else None)
 
-        def finish(state: Any, values: Any, arrays: Any) -> tuple[Any, Any]:
+        def finish(state: Any, values: Any, arrays: Any) -> Any:
             p = compile_cache.with_arrays(problem, arrays, static)
-            new = _fed(self.host, values, lambda: solver.step(p, state, phase))
-            return new, (solver.done(p, new, phase) if self.checks_done else None)
+            return _fed(self.host, values, lambda: solver.step(p, state, phase))
 
         lowered = jax.jit(capture).lower(state, arrays)
-        values = jax.ShapeDtypeStruct(lowered.out_info.shape[:-1], self.host.dtype)
+        values = jax.ShapeDtypeStruct(lowered.out_info[0].shape[:-1], self.host.dtype)
         lowered_finish = jax.jit(finish, donate_argnums=0).lower(state, values, arrays)
         # XLA compiles the two at once (it releases the GIL): where there is a core to spare, the
         # first run of a problem waits for the longer of the two rather than for both
@@ -139,8 +140,8 @@ class HostLoop:
 
     def __call__(self, state: Any, n: Any, arrays: Any) -> tuple[Any, jax.Array]:
         for i in range(int(n)):
-            values = self.host.evaluate(np.asarray(self.capture(state, arrays)))
-            state, stop = self.finish(state, values, arrays)
-            if self.checks_done and bool(stop):
-                return state, jax.device_put(np.int32(i + 1))
+            points, done = jax.device_get(self.capture(state, arrays))  # one transfer a step
+            if self.checks_done and bool(done):
+                return state, jax.device_put(np.int32(i))
+            state = self.finish(state, self.host.evaluate(points), arrays)
         return state, jax.device_put(np.int32(n))

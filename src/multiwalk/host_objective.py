@@ -29,6 +29,7 @@ import contextlib
 import functools
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
@@ -100,17 +101,24 @@ class HostObjective:
         self.failure: Exception | None = None  # what stopped the last run, raised by the driver
         self._payload: bytes | None = None
         # while a program of a host loop is traced (multiwalk.host_loop): what OnHost does in place
-        # of its callback; tracing happens in the thread that calls solve()
-        self.tap: Tap | None = None
+        # of its callback.  Per thread: tracing happens in the thread that calls solve(), and another
+        # thread's solve() of the same problem may be tracing its own programs (with the callback,
+        # or with a tap of its own) at the same time
+        self._traced_by = threading.local()
+
+    @property
+    def tap(self) -> Tap | None:
+        """The :class:`Tap` this thread's tracing goes through, or None (the callback)."""
+        return getattr(self._traced_by, "tap", None)
 
     @contextlib.contextmanager
     def tapping(self, tap: Tap) -> Iterator[Tap]:
-        """While the block traces the solver's code, :class:`OnHost` goes through ``tap``."""
-        self.tap = tap
+        """While the block traces the solver's code (in this thread), :class:`OnHost` goes through ``tap``."""
+        outer, self._traced_by.tap = self.tap, tap
         try:
             yield tap
         finally:
-            self.tap = None
+            self._traced_by.tap = outer
 
     @property
     def name(self) -> str:

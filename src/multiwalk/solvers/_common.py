@@ -313,3 +313,14 @@ def objective_equations(problem: Any) -> int:
 
     point = jax.ShapeDtypeStruct((problem.n_free,), problem.dtype)
     return count(jax.make_jaxpr(problem.chi2_free)(point).jaxpr)
+
+
+def expand_as_now(problem: Any) -> Callable[[jax.Array], jax.Array]:
+    """``problem.expand`` (free parameters ``(..., n_free)`` -> full vectors ``(..., n)``) with
+    the fixed values the problem has now, for a result field computed when first read
+    (:class:`~multiwalk.result.Deferred`): the caller may change ``problem.fixed`` in place for
+    a next run before reading the last run's records."""
+    frozen = object.__new__(type(problem))
+    frozen.__dict__.update(vars(problem))
+    frozen.fixed, frozen.free_index = dict(problem.fixed), np.array(problem.free_index)
+    return frozen.expand

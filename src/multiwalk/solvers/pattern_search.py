@@ -63,6 +63,7 @@ from ._common import (
     check_int_option,
     check_vector_option,
     evaluate_walkers,
+    expand_as_now,
     hashable_vector,
     keep_better,
     uniform_in_box,
@@ -433,10 +434,13 @@ class PatternSearch(Solver):
     def result(
         self, problem: Problem, state: PatternSearchState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> PatternSearchResult:
-        # the best point, its value and a count come to the host now; every walker's record (n_walkers
-        # rows: 240 MB at 1M walkers in 30-D) when the caller first reads it (lazy_fields)
+        # the best point, its value and the non-finite counts (4 bytes a walker, summed here in int64:
+        # an int32 sum on the device overflows past 2**31 evaluations) come to the host now; every
+        # walker's record (n_walkers rows: 240 MB at 1M walkers in 30-D) when the caller first reads
+        # it (lazy_fields)
         st = SimpleNamespace(**jax.device_get({"best_x": state.best_x, "best_fun": state.best_fun,
-                                                "n_nonfinite": jnp.sum(state.n_nonfinite)}))
+                                                "n_nonfinite": state.n_nonfinite}))
+        delta0 = self.steps(problem)[0]  # from the box as it is now (the caller may change it in place)
         iters = int(done[0])
         rounds = max(1, -(-iters // self.iterations)) if iters else 1
         stats = dict(stats)
@@ -444,7 +448,7 @@ class PatternSearch(Solver):
         # Evaluations: one per walker per round start, two per walker per coordinate per iteration.
         stats["evaluations"] = self.n_walkers * (rounds + 2 * problem.n_free * iters)
         stats["walkers"] = self.n_walkers
-        stats["nonfinite"] = int(st.n_nonfinite.sum())
+        stats["nonfinite"] = int(st.n_nonfinite.sum(dtype=np.int64))
         plan = self.kernel_plan(problem)
         stats["kernel"], stats["kernel_reason"] = plan.name, plan.reason
         status, message = end_status(
@@ -460,9 +464,9 @@ class PatternSearch(Solver):
             status=status,
             message=message,
             stats=stats,
-            walkers=Deferred(problem.expand, state.x),
+            walkers=Deferred(expand_as_now(problem), state.x),  # this run's fixed values, read later
             funs=state.fun,
-            steps=Deferred(lambda: np.asarray(state.scale)[:, None] * self.steps(problem)[0][None, :]),
+            steps=Deferred(lambda: np.asarray(state.scale)[:, None] * delta0[None, :]),
             evaluations=stats["evaluations"],
             halvings=state.n_halvings,
             resets=state.n_resets,

@@ -46,6 +46,7 @@ from ._common import (
     check_number_option,
     check_vector_option,
     evaluate_walkers,
+    expand_as_now,
     hashable_vector,
     keep_better,
     ladder_values,
@@ -517,8 +518,10 @@ class ReplicaExchange(Solver):
         brings each to the host when first read): ``samples`` (full vectors), ``fun_trace``,
         ``fun_trace_all``, with ``record_temperatures`` ``samples_all`` and ``label_trace`` (else
         None), and ``accept_history`` (the seed's n_hist layout)."""
+        expand = expand_as_now(problem)  # read later: with the fixed values of this run
+
         def full(points: jax.Array) -> jax.Array:  # free parameters -> full vectors, on the device
-            return problem.expand(points) if n_rec else jnp.zeros(points.shape[:-1] + (problem.n,), problem.dtype)
+            return expand(points) if n_rec else jnp.zeros(points.shape[:-1] + (problem.n,), problem.dtype)
 
         def history() -> jax.Array:  # (nseq, nbeta, n_free, nadj) -> the seed's (nadj, n_free, nbeta, nseq)
             return jnp.roll(jnp.transpose(jnp.asarray(state.history), (3, 2, 1, 0)), 1, axis=0)
