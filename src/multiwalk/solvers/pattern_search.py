@@ -54,7 +54,7 @@ import numpy as np
 from .. import compile_cache
 from ..kernels import check_kernel_option, check_launch_options
 from ..problem import Problem
-from ..result import Deferred, Result, Status
+from ..result import Deferred, Result, Status, to_host
 from . import pattern_search_kernel
 from ._common import (
     check_bool_option,
@@ -438,8 +438,8 @@ class PatternSearch(Solver):
         # an int32 sum on the device overflows past 2**31 evaluations) come to the host now; every
         # walker's record (n_walkers rows: 240 MB at 1M walkers in 30-D) when the caller first reads
         # it (lazy_fields)
-        st = SimpleNamespace(**jax.device_get({"best_x": state.best_x, "best_fun": state.best_fun,
-                                                "n_nonfinite": state.n_nonfinite}))
+        st = SimpleNamespace(**jax.device_get({"best_x": state.best_x, "best_fun": state.best_fun}))
+        st.n_nonfinite = to_host(state.n_nonfinite)  # 4 MB at 1M walkers: through pinned memory on a GPU
         delta0 = self.steps(problem)[0]  # from the box as it is now (the caller may change it in place)
         iters = int(done[0])
         rounds = max(1, -(-iters // self.iterations)) if iters else 1
