@@ -141,7 +141,7 @@ def test_limitation_and_dimension_rules(tmp_path):
         build_setup(write_input(tmp_path, tempering))
     pattern = KEYS.replace('name = "exchange"', 'name = "pattern"').split("[algorithm.exchange]")[0] + "[solver]" + \
         KEYS.split("[solver]")[1].split("[runner.limitation]")[0]
-    with pytest.raises(InputError, match="pbc_list is for exchange and tempering .* pattern does not wrap"):
+    with pytest.raises(InputError, match="pbc_list is for exchange, tempering and pamc .* pattern does not wrap"):
         build_setup(write_input(tmp_path, pattern))
     with pytest.raises(InputError, match=r"initial_list = \[0.5, 0.0, 1.0\] violates \[runner.limitation\]"):
         build_setup(write_input(tmp_path, KEYS.replace("pbc_list", "initial_list = [0.5, 0.0, 1.0]\npbc_list")))

@@ -233,3 +233,16 @@ def test_truncate_weights_keeps_the_finished_temperatures(tmp_path):
     assert path.read_text() == whole
     run_pamc.truncate_weights(path, 1)
     assert path.read_text() == "".join(whole.splitlines(keepends=True)[:3])
+
+
+def test_pbc_list_wraps_the_moves(tmp_path):
+    # ODAT-SE's pbc_list in pamc: x1 wraps into [min, max) (lo + mod(x - lo, max - min)), so no trial
+    # leaves its range; x2 is not periodic, and with steps of 4 in a box of 12 some trials leave it
+    # (their fx is inf: rejected).  Exact bounds: the wrap is computed in the run's float64.
+    text = PAMC_INPUT.replace("step_list = [0.5, 0.5]", "step_list = [4.0, 4.0]\npbc_list = [true, false]")
+    (tmp_path / "input.toml").write_text(text)
+    assert run_cli(tmp_path, "input.toml") == 0
+    trial = np.loadtxt(tmp_path / "output" / "0" / "trial.txt", ndmin=2)  # step walker T fx x1 x2 ...
+    assert np.all((trial[:, 4] >= -6.0) & (trial[:, 4] < 6.0))
+    left = (trial[:, 5] < -6.0) | (trial[:, 5] >= 6.0)
+    assert left.any() and np.all(np.isinf(trial[left, 3]))

@@ -614,7 +614,8 @@ def _check_initial_allowed(path: Path, given: Any, setup: RunSetup) -> None:
 
 def _read_pbc_list(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
     """[algorithm.param] pbc_list: the periodic coordinates (a move wraps into [min, max)), for
-    exchange and tempering, whose moves wrap; a note for minsearch, which does not read it (as ODAT-SE's)."""
+    exchange, tempering and pamc, whose moves wrap; a note for minsearch, which does not read it (as
+    ODAT-SE's)."""
     if "pbc_list" not in param:
         return
     pbc = np.asarray(param["pbc_list"], dtype=bool)
@@ -624,8 +625,8 @@ def _read_pbc_list(path: Path, param: dict[str, Any], setup: RunSetup) -> None:
     if setup.algorithm == "minsearch":
         setup.notes.append("[algorithm.param] pbc_list is not used by minsearch (Nelder-Mead does not wrap; "
                            "ODAT-SE's minsearch does not read it either)")
-    elif setup.algorithm not in ("exchange", "tempering"):
-        raise InputError(f"{path}: [algorithm.param] pbc_list is for exchange and tempering (their moves wrap into "
+    elif setup.algorithm not in ("exchange", "tempering", "pamc"):
+        raise InputError(f"{path}: [algorithm.param] pbc_list is for exchange, tempering and pamc (their moves wrap into "
                          f"[min, max)); {setup.algorithm} does not wrap: leave pbc_list out")
     setup.periodic = pbc
 

@@ -245,7 +245,8 @@ def run_pamc(setup: Any, args: Any, opts: dict[str, Any], seed: int) -> int:
         files = PamcStepFiles(setup.output_dir, setup.labels, solver, as_beta, nprocs, per,
                               opts.get("separate_T", True), resume_step)
     with jax.enable_x64(args.dtype == "float64"):
-        box = {} if setup.mesh is not None else {"lower": setup.lower, "upper": setup.upper}
+        box = {} if setup.mesh is not None else {"lower": setup.lower, "upper": setup.upper,
+                                                 "periodic": setup.periodic}  # pbc_list
         problem = checked_problem(setup, args, **box)
         t0 = time.perf_counter()
         result = solve(problem, solver, seed=seed, progress=args.progress, time_limit=args.time_limit,

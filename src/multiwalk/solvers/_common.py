@@ -324,3 +324,14 @@ def expand_as_now(problem: Any) -> Callable[[jax.Array], jax.Array]:
     frozen.__dict__.update(vars(problem))
     frozen.fixed, frozen.free_index = dict(problem.fixed), np.array(problem.free_index)
     return frozen.expand
+
+
+def wrap_periodic(problem: Any, proposal: jax.Array, lo: jax.Array, hi: jax.Array) -> jax.Array:
+    """ODAT-SE's ``pbc_list``: the periodic coordinates of ``proposal`` (..., n) wrapped into
+    ``[lo, hi)`` (``lo + mod(x - lo, hi - lo)``); the others unchanged.  Nothing is traced for a
+    problem without periodic parameters."""
+    if not problem.periodic.any():
+        return proposal
+    wrapped = lo + jnp.mod(proposal - lo, hi - lo)
+    wrapped = jnp.where(wrapped >= hi, lo, wrapped)  # rounding can land on hi
+    return jnp.where(jnp.asarray(problem.periodic), wrapped, proposal)

@@ -69,6 +69,7 @@ from ._common import (
     keep_better,
     ladder_values,
     uniform_in_box,
+    wrap_periodic,
 )
 from .base import Phase, RunPlan, Solver, end_status, value_at_point
 
@@ -898,10 +899,7 @@ class Exchange(Solver):
         if self.mesh is None:
             lo, hi = jnp.asarray(problem.lower, dt), jnp.asarray(problem.upper, dt)
             proposal = st.x + move * jnp.asarray(self.step_width, dt)
-            if problem.periodic.any():  # ODAT-SE's pbc_list: wrapped into [lower, upper)
-                wrapped = lo + jnp.mod(proposal - lo, hi - lo)
-                wrapped = jnp.where(wrapped >= hi, lo, wrapped)  # rounding can land on upper
-                proposal = jnp.where(jnp.asarray(problem.periodic), wrapped, proposal)
+            proposal = wrap_periodic(problem, proposal, lo, hi)  # ODAT-SE's pbc_list
             inside = jnp.all((proposal >= lo) & (proposal < hi), axis=1) & self.feasible(proposal)
             node_new = st.node
             log_weight = jnp.zeros(R, dt)

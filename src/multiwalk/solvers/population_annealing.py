@@ -47,6 +47,7 @@ from ._common import (
     evaluate_walkers,
     hashable_vector,
     uniform_in_box,
+    wrap_periodic,
 )
 from .base import Phase, RunPlan, Solver, end_status, value_at_point
 
@@ -134,6 +135,8 @@ class PopulationAnnealing(Solver):
     numsteps_for_T : Monte Carlo steps at each temperature (T,), each at least 1 (:func:`annealing_schedule`).
     n_replicas : the population's size N (ODAT-SE: processes x ``nreplica_per_proc``).
     step_width : Gaussian step width of each coordinate (continuous space; needs a box on the problem).
+        A periodic parameter of the problem (``Problem(periodic=...)``, ODAT-SE's ``pbc_list``) is
+        wrapped into ``[lower, upper)`` after each step instead of leaving the box.
     mesh : a :class:`~multiwalk.spaces.Mesh` for a discrete space (then ``step_width`` is not used).
     resampling_interval : resample every this many temperatures; None: never (ODAT-SE's
         ``resampling_interval < 1``), the weights then carry the whole annealing.
@@ -154,6 +157,7 @@ class PopulationAnnealing(Solver):
 
     resumable_options = ("max_chunk_steps",)  # how, not what
     evaluates_once_per_step = True  # one batch of walkers a step: a non-JAX objective runs as a host loop
+    wraps_periodic = True  # ODAT-SE's pbc_list: a move across a periodic parameter wraps into [min, max)
 
     def __post_init__(self) -> None:
         b = check_vector_option("betas", self.betas, non_negative=True)
@@ -200,6 +204,8 @@ class PopulationAnnealing(Solver):
                 raise ValueError(f"step_width has {len(self.step_width)} entries but the problem has {problem.n} parameters")
         if problem.fixed:
             raise ValueError("PopulationAnnealing moves every coordinate: fixed parameters are not supported")
+        if self.mesh is not None and problem.periodic.any():
+            raise ValueError("periodic parameters are for a continuous space; a mesh's neighbour list says what is near")
 
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("annealing", int(sum(self.numsteps_for_T)))]
@@ -277,8 +283,8 @@ class PopulationAnnealing(Solver):
         dt, N = problem.dtype, self.n_replicas
         if self.mesh is None:
             move = jax.random.normal(k_move, (N, problem.n), dt)
-            proposal = st.x + move * jnp.asarray(self.step_width, dt)
             lo, hi = jnp.asarray(problem.lower, dt), jnp.asarray(problem.upper, dt)
+            proposal = wrap_periodic(problem, st.x + move * jnp.asarray(self.step_width, dt), lo, hi)  # pbc_list
             inside = jnp.all((proposal >= lo) & (proposal < hi), axis=1)
             node_new, log_weight = st.node, jnp.zeros(N, dt)
         else:
