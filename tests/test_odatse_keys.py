@@ -137,7 +137,7 @@ def test_limitation_and_dimension_rules(tmp_path):
         build_setup(write_input(tmp_path, no_map))
     tempering = KEYS.replace('name = "exchange"', 'name = "tempering"').split("[algorithm.exchange]")[0] + "[solver]" + \
         KEYS.split("[solver]")[1]
-    with pytest.raises(InputError, match=r"\[runner.limitation\] is supported for exchange .* not 'tempering'"):
+    with pytest.raises(InputError, match=r"\[runner.limitation\] is supported for exchange and pamc .* not 'tempering'"):
         build_setup(write_input(tmp_path, tempering))
     pattern = KEYS.replace('name = "exchange"', 'name = "pattern"').split("[algorithm.exchange]")[0] + "[solver]" + \
         KEYS.split("[solver]")[1].split("[runner.limitation]")[0]

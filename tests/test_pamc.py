@@ -246,3 +246,46 @@ def test_pbc_list_wraps_the_moves(tmp_path):
     assert np.all((trial[:, 4] >= -6.0) & (trial[:, 4] < 6.0))
     left = (trial[:, 5] < -6.0) | (trial[:, 5] >= 6.0)
     assert left.any() and np.all(np.isinf(trial[left, 3]))
+
+
+def test_initial_list_and_limitation(tmp_path, capsys):
+    # ODAT-SE's initial_list starts the first walkers of every process; [runner.limitation]
+    # (x1 + x2 + 1 > 0, half the box; steps of 2 to reach its edge) holds for every start and every result, and the trials that
+    # break it are rejected (fx = inf in trial.txt).  Exact comparisons: the points are written as read.
+    text = PAMC_INPUT.replace("step_list = [0.5, 0.5]", "step_list = [2.0, 2.0]\ninitial_list = [[1.0, 1.0], [-2.5, 3.0]]")
+    text = text.replace("[algorithm.pamc]", "[runner.limitation]\nco_a = [[1.0, 1.0]]\nco_b = [[1.0]]\n[algorithm.pamc]")
+    (tmp_path / "input.toml").write_text(text)
+    assert run_cli(tmp_path, "input.toml", "--nprocs", "2") == 0
+    for p in ("0", "1"):
+        result = np.loadtxt(tmp_path / "output" / p / "result.txt", ndmin=2)  # step walker T fx x1 x2 weight ancestor
+        start = result[result[:, 0] == 0]
+        np.testing.assert_array_equal(start[:2, 4:6], [[1.0, 1.0], [-2.5, 3.0]])
+        assert np.all(result[:, 4] + result[:, 5] + 1.0 > 0)
+        trial = np.loadtxt(tmp_path / "output" / p / "trial.txt", ndmin=2)
+        broken = (trial[:, 4] + trial[:, 5] + 1.0 <= 0)
+        assert broken.any() and np.all(np.isinf(trial[broken, 3]))
+    # a start point breaking the limitation: refused before the run, naming the file
+    bad = text.replace("[-2.5, 3.0]]", "[-2.5, 1.0]]")
+    (tmp_path / "bad.toml").write_text(bad)
+    assert run_cli(tmp_path, "bad.toml") == 2
+    assert "bad.toml: [algorithm.param] initial_list[1] = [-2.5, 1.0] violates [runner.limitation]" in capsys.readouterr().err
+
+
+def test_initial_and_constraints_checked_before_compiling():
+    problem = mw.Problem(objective=grid_energy, lower=[-1.0, -1.0], upper=[1.0, 1.0])
+    base = dict(betas=(0.5, 1.0), numsteps_for_T=(2, 2), n_replicas=4, step_width=(0.1, 0.1))
+    with pytest.raises(ValueError, match="initial has 3 points but there are only 2 replicas per process"):
+        mw.PopulationAnnealing(**base, nreplica_per_proc=2, initial=((0.0, 0.0),) * 3)
+    with pytest.raises(ValueError, match="nreplica_per_proc=3 does not divide n_replicas=4"):
+        mw.PopulationAnnealing(**base, nreplica_per_proc=3)
+    with pytest.raises(ValueError, match=r"constraint_a must be a matrix \(m, d\) and constraint_b m numbers"):
+        mw.PopulationAnnealing(**base, constraint_a=((1.0, 1.0),), constraint_b=(0.0, 1.0))
+    cases = [  # (options, message): each refused by solve() before anything compiles
+        (dict(initial=((0.5, 0.5),), constraint_a=((1.0, 0.0),), constraint_b=(-0.6,)), r"initial\[0\] = \[0.5, 0.5\] violates"),
+        (dict(initial=((0.5, 1.0),)), r"initial\[0\] = \[0.5, 1.0\] is outside the box"),
+        (dict(constraint_a=((1.0, 0.0),), constraint_b=(-2.0,)), "holds at none of 10000 uniform points"),
+        (dict(constraint_a=((1.0, 0.0),), constraint_b=(-0.999,)), r"about [0-9.]+ would start outside; shrink the box"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ValueError, match=message):
+            mw.solve(problem, mw.PopulationAnnealing(**base, **options), seed=0, progress=False)

@@ -356,9 +356,9 @@ def _base_setup(path: Path, data: dict[str, Any]) -> RunSetup:
     setup = RunSetup(path, name, dimension, list(labels), root_dir, output_dir, seed, fn, flabel, mapping=mapping)
     setup.ignore_error = runner.get("ignore_error", False)
     setup.constraint = _read_limitation(path, runner.get("limitation"), dimension)
-    if setup.constraint is not None and name not in ("exchange", "minsearch"):
+    if setup.constraint is not None and name not in ("exchange", "pamc", "minsearch"):
         raise InputError(
-            f"{path}: [runner.limitation] is supported for exchange (a move outside it is rejected) and minsearch "
+            f"{path}: [runner.limitation] is supported for exchange and pamc (a move outside it is rejected) and minsearch "
             f"(f = inf outside it), not {name!r}, whose walkers start and move without it"
         )
     _read_backend(path, data, setup)

@@ -73,16 +73,19 @@ def pamc_solver(setup: Any, opts: dict[str, Any], nprocs: int, record: int) -> t
         raise ValueError(f"{path}: [algorithm.pamc] {err}") from None
     if setup.mesh is None and setup.step_list is None:
         raise ValueError(f"{path}: [algorithm.param] step_list is required (the Gaussian step of each coordinate)")
-    if setup.initial is not None:
-        raise ValueError(f"{path}: [algorithm.param] initial_list is not supported by pamc: multiwalk's walkers start "
-                         "uniformly in the box (ODAT-SE's first walkers start at initial_list): remove it")
+    per = opts.get("nreplica_per_proc", 1)
+    if setup.initial is not None and len(setup.initial) > per:  # each process starts its first walkers there
+        raise ValueError(f"{path}: [algorithm.param] initial_list has {len(setup.initial)} points but [algorithm.pamc] "
+                         f"nreplica_per_proc = {per}: at most one per walker of a process")
     interval = opts.get("resampling_interval", 1)
+    a, b = ((), ()) if setup.constraint is None else (tuple(map(tuple, setup.constraint[0].tolist())),
+                                                      tuple(setup.constraint[1].tolist()))
     try:
         solver = PopulationAnnealing(
-            betas=tuple(betas.tolist()), numsteps_for_T=tuple(steps.tolist()),
-            n_replicas=nprocs * opts.get("nreplica_per_proc", 1),
+            betas=tuple(betas.tolist()), numsteps_for_T=tuple(steps.tolist()), n_replicas=nprocs * per,
             step_width=None if setup.step_list is None else tuple(setup.step_list), mesh=setup.mesh,
-            resampling_interval=interval if interval >= 1 else None, record=record,
+            resampling_interval=interval if interval >= 1 else None, record=record, nreplica_per_proc=per,
+            initial=() if setup.initial is None else tuple(map(tuple, setup.initial.tolist())), constraint_a=a, constraint_b=b,
         )
     except ValueError as err:
         raise ValueError(f"{path}: [algorithm.pamc] {err}") from None
@@ -248,6 +251,10 @@ def run_pamc(setup: Any, args: Any, opts: dict[str, Any], seed: int) -> int:
         box = {} if setup.mesh is not None else {"lower": setup.lower, "upper": setup.upper,
                                                  "periodic": setup.periodic}  # pbc_list
         problem = checked_problem(setup, args, **box)
+        try:
+            solver.check(problem)  # before compiling: start points and [runner.limitation] against the box
+        except ValueError as err:
+            raise ValueError(f"{setup.input_path}: {err}") from None
         t0 = time.perf_counter()
         result = solve(problem, solver, seed=seed, progress=args.progress, time_limit=args.time_limit,
                        checkpoint=ckpt if setup.checkpoint else None, resume=ckpt if args.resume else None,

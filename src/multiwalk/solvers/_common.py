@@ -335,3 +335,130 @@ def wrap_periodic(problem: Any, proposal: jax.Array, lo: jax.Array, hi: jax.Arra
     wrapped = lo + jnp.mod(proposal - lo, hi - lo)
     wrapped = jnp.where(wrapped >= hi, lo, wrapped)  # rounding can land on hi
     return jnp.where(jnp.asarray(problem.periodic), wrapped, proposal)
+
+
+# ---------------------------------------------------------------------------- given starts, linear constraints
+START_DRAWS = 1000  # uniform draws of a start point in the box, at most, until it satisfies the constraints
+_VOLUME_PROBES = 10_000  # uniform points of the box tried before compiling: does any satisfy the constraints?
+
+
+def check_initial_option(solver: Any, per: int) -> None:
+    """``solver.initial``: start points ``(K, d)`` (one point (d,) is one row), finite, at most
+    ``per`` (the walkers of one emulated process), stored as a tuple of tuples."""
+    try:
+        init = np.asarray(solver.initial, dtype=np.float64) if len(solver.initial) else np.zeros((0, 0))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"initial must be points (K, d) of numbers, got {solver.initial!r}") from err
+    if init.size and (init.ndim > 2 or not np.all(np.isfinite(init))):
+        raise ValueError(f"initial must be points (K, d) of finite numbers, got {solver.initial!r}")
+    if init.ndim == 1:
+        init = init[None, :]
+    if init.size and len(init) > per:
+        raise ValueError(f"initial has {len(init)} points but there are only {per} replicas per process")
+    object.__setattr__(solver, "initial", tuple(tuple(float(v) for v in row) for row in init))
+
+
+def check_constraint_options(solver: Any) -> None:
+    """``solver.constraint_a`` ``(m, d)`` and ``constraint_b`` ``(m,)`` (``a @ x + b > 0``): both or
+    neither, finite, shapes agreeing, continuous space only; stored hashable."""
+    a, b = solver.constraint_a, solver.constraint_b
+    if not len(a) and not len(b):
+        object.__setattr__(solver, "constraint_a", ())
+        object.__setattr__(solver, "constraint_b", ())
+        return
+    try:
+        a_arr, b_arr = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"constraint_a must be rows of numbers and constraint_b numbers, got {a!r}, {b!r}") from err
+    if a_arr.ndim != 2 or b_arr.shape != (a_arr.shape[0],):
+        raise ValueError(
+            f"constraint_a must be a matrix (m, d) and constraint_b m numbers, got shapes {a_arr.shape} and "
+            f"{b_arr.shape}: give both (constraint_a @ x + constraint_b > 0) or neither"
+        )
+    if not (np.all(np.isfinite(a_arr)) and np.all(np.isfinite(b_arr))):
+        raise ValueError(f"constraint_a and constraint_b must be finite, got {a!r}, {b!r}")
+    if solver.mesh is not None:
+        raise ValueError("constraint_a/constraint_b are for a continuous space; on a mesh leave out the nodes instead")
+    object.__setattr__(solver, "constraint_a", tuple(tuple(float(v) for v in row) for row in a_arr))
+    object.__setattr__(solver, "constraint_b", hashable_vector(b_arr))
+
+
+def satisfies_constraints(solver: Any, x: Any) -> Any:
+    """True where the points ``x`` ``(..., d)`` satisfy every row of ``solver.constraint_a @ x +
+    constraint_b > 0`` (all True without constraints); numpy or jax in, same out."""
+    if not solver.constraint_a:
+        return np.ones(np.shape(x)[:-1], bool) if isinstance(x, np.ndarray) else jnp.ones(x.shape[:-1], bool)
+    xp = np if isinstance(x, np.ndarray) else jnp
+    a = xp.asarray(np.asarray(solver.constraint_a), dtype=x.dtype)
+    b = xp.asarray(np.asarray(solver.constraint_b), dtype=x.dtype)
+    return xp.all(x @ a.T + b > 0, axis=-1)
+
+
+def check_starts(solver: Any, problem: Any, n_walkers: int | None = None) -> None:
+    """Before compiling: ``solver.initial`` fits the problem (its size, a continuous space, inside
+    the box ``lower <= x < upper``, inside the constraints) and the constraints leave some of the
+    box (at least one of ``_VOLUME_PROBES`` uniform points; ODAT-SE gives up drawing a start after
+    100 rounds).  With ``n_walkers`` (a solver whose walkers must all start inside), enough of it
+    that fewer than 0.01 of them are expected outside after ``START_DRAWS`` draws each."""
+    if solver.initial and len(solver.initial[0]) != problem.n:
+        raise ValueError(f"initial points have {len(solver.initial[0])} coordinates, the problem {problem.n}")
+    if solver.initial and solver.mesh is not None:
+        raise ValueError("initial points are for a continuous space: on a mesh the replicas start at random nodes")
+    if solver.initial:
+        initial = np.asarray(solver.initial)
+        inside = (initial >= problem.lower) & (initial < problem.upper)
+        if not inside.all():  # a walker started outside would stay there: every move from it is rejected
+            k, i = (int(v) for v in np.argwhere(~inside)[0])
+            raise ValueError(
+                f"initial[{k}] = {initial[k].tolist()} is outside the box: coordinate {i} = {initial[k, i]} is not in "
+                f"[lower[{i}], upper[{i}]) = [{problem.lower[i]}, {problem.upper[i]}): start inside the box")
+    if not solver.constraint_a:
+        return
+    if len(solver.constraint_a[0]) != problem.n:
+        raise ValueError(f"constraint_a has {len(solver.constraint_a[0])} columns but the problem has {problem.n} parameters")
+    if solver.initial:
+        bad = np.flatnonzero(~satisfies_constraints(solver, np.asarray(solver.initial)))
+        if bad.size:
+            raise ValueError(f"initial[{bad[0]}] = {list(solver.initial[bad[0]])} violates constraint_a @ x + constraint_b > 0")
+    probes = np.random.default_rng(0).uniform(problem.lower, problem.upper, (_VOLUME_PROBES, problem.n))
+    share = float(np.mean(satisfies_constraints(solver, probes)))
+    if share == 0.0:
+        raise ValueError(
+            f"constraint_a @ x + constraint_b > 0 holds at none of {_VOLUME_PROBES} uniform points of the box "
+            f"[lower, upper): no start point can be drawn; check the signs of constraint_a and constraint_b")
+    left_out = 0.0 if n_walkers is None else n_walkers * (1.0 - share) ** START_DRAWS
+    if left_out >= 0.01:
+        raise ValueError(
+            f"constraint_a @ x + constraint_b > 0 holds in about {share:.3g} of the box [lower, upper): of {n_walkers} "
+            f"walkers drawn up to {START_DRAWS} times each, about {left_out:.3g} would start outside; shrink the box "
+            "(lower/upper, ODAT-SE's min_list/max_list) around the allowed region")
+
+
+def feasible_starts(solver: Any, problem: Any, k_init: jax.Array, x: jax.Array) -> jax.Array:
+    """The start points ``x`` (N, d), each redrawn uniformly in the box until it satisfies the
+    constraints, at most ``START_DRAWS - 1`` times (as ODAT-SE draws them); a walker still outside
+    then starts there (the solver gives it f = inf)."""
+
+    def redraw(carry: tuple) -> tuple:
+        j, x = carry
+        new = uniform_in_box(jax.random.fold_in(k_init, j), x.shape, problem.lower, problem.upper, x.dtype,
+                             width_in_float64=False)
+        return j + 1, jnp.where(satisfies_constraints(solver, x)[:, None], x, new)
+
+    def more(carry: tuple) -> jax.Array:
+        j, x = carry
+        return (j < START_DRAWS) & ~jnp.all(satisfies_constraints(solver, x))
+
+    return jax.lax.while_loop(more, redraw, (jnp.asarray(1, jnp.int32), x))[1]
+
+
+def place_initial(solver: Any, x: jax.Array, per: int) -> jax.Array:
+    """``x`` (N, d) with walker ``r`` at ``solver.initial[r % per]`` where that row exists (ODAT-SE
+    gives every MPI process of ``per`` walkers the same ``initial_list``)."""
+    if not solver.initial:
+        return x
+    init = np.asarray(solver.initial)
+    walker = np.arange(x.shape[0]) % per
+    given = walker < len(init)
+    rows = np.where(given[:, None], init[np.minimum(walker, len(init) - 1)], 0.0)
+    return jnp.where(jnp.asarray(given)[:, None], jnp.asarray(rows, x.dtype), x)

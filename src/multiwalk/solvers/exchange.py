@@ -60,14 +60,20 @@ from ..spaces import Mesh
 from . import exchange_kernel
 from ._common import (
     INIT_STREAM,
+    check_constraint_options,
     check_finite_box,
+    check_initial_option,
     check_int_option,
     check_space_options,
+    check_starts,
     check_vector_option,
     evaluate_walkers,
+    feasible_starts,
     hashable_vector,
     keep_better,
     ladder_values,
+    place_initial,
+    satisfies_constraints,
     uniform_in_box,
     wrap_periodic,
 )
@@ -75,7 +81,6 @@ from .base import Phase, RunPlan, Solver, end_status, value_at_point
 
 __all__ = ["Exchange", "ExchangeResult", "ExchangeState", "replica_order", "temperature_ladder"]
 
-START_DRAWS = 1000  # uniform draws of a start point in the box, at most, until it satisfies the constraints
 _ATOL, _RTOL = 1e-8, 1e-5  # numpy.allclose's defaults: ODAT-SE's test of "the point changed"
 
 
@@ -232,19 +237,6 @@ class ReplicaOrderWriter:
         self.files.flush()
 
 
-def _check_initial_in_box(initial: np.ndarray, problem: Problem) -> None:
-    """ValueError unless every initial point ``(K, d)`` lies in the box ``lower <= x < upper``: a
-    replica started outside would stay there (every move from it lands outside and is rejected)."""
-    inside = (initial >= problem.lower) & (initial < problem.upper)
-    if inside.all():
-        return
-    k, i = (int(v) for v in np.argwhere(~inside)[0])
-    raise ValueError(
-        f"initial[{k}] = {initial[k].tolist()} is outside the box: coordinate {i} = {initial[k, i]} is not in "
-        f"[lower[{i}], upper[{i}]) = [{problem.lower[i]}, {problem.upper[i]}): start inside the box"
-    )
-
-
 def checkpoint_replica_rows(leaves: list[np.ndarray]) -> dict[str, np.ndarray]:
     """``x``, ``fun`` and ``node`` of each replica, in replica order, from a checkpoint's arrays (the
     leaves of an :class:`ExchangeState`, in field order): where a continued run's step files
@@ -334,50 +326,12 @@ class Exchange(Solver):
         if self.n_replicas % per:
             raise ValueError(f"nreplica_per_proc={per} does not divide the {self.n_replicas} replicas")
         check_space_options(self)
-        try:
-            init = np.asarray(self.initial, dtype=np.float64) if len(self.initial) else np.zeros((0, 0))
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"initial must be points (K, d) of numbers, got {self.initial!r}") from err
-        if init.size and (init.ndim > 2 or not np.all(np.isfinite(init))):
-            raise ValueError(f"initial must be points (K, d) of finite numbers, got {self.initial!r}")
-        if init.ndim == 1:
-            init = init[None, :]
-        if init.size and len(init) > per:
-            raise ValueError(f"initial has {len(init)} points but there are only {per} replicas per process")
-        object.__setattr__(self, "initial", tuple(tuple(float(v) for v in row) for row in init))
-        self._check_constraints()
-
-    def _check_constraints(self) -> None:
-        """constraint_a ``(m, d)`` and constraint_b ``(m,)``: both or neither, finite, shapes agreeing."""
-        a, b = self.constraint_a, self.constraint_b
-        if not len(a) and not len(b):
-            object.__setattr__(self, "constraint_a", ())
-            object.__setattr__(self, "constraint_b", ())
-            return
-        try:
-            a_arr, b_arr = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"constraint_a must be rows of numbers and constraint_b numbers, got {a!r}, {b!r}") from err
-        if a_arr.ndim != 2 or b_arr.shape != (a_arr.shape[0],):
-            raise ValueError(
-                f"constraint_a must be a matrix (m, d) and constraint_b m numbers, got shapes {a_arr.shape} and "
-                f"{b_arr.shape}: give both (constraint_a @ x + constraint_b > 0) or neither"
-            )
-        if not (np.all(np.isfinite(a_arr)) and np.all(np.isfinite(b_arr))):
-            raise ValueError(f"constraint_a and constraint_b must be finite, got {a!r}, {b!r}")
-        if self.mesh is not None:
-            raise ValueError("constraint_a/constraint_b are for a continuous space; on a mesh leave out the nodes instead")
-        object.__setattr__(self, "constraint_a", tuple(tuple(float(v) for v in row) for row in a_arr))
-        object.__setattr__(self, "constraint_b", hashable_vector(b_arr))
+        check_initial_option(self, per)
+        check_constraint_options(self)
 
     def feasible(self, x: Any) -> Any:
         """True where the points ``x`` ``(..., d)`` satisfy every constraint (numpy or jax in, same out)."""
-        if not self.constraint_a:
-            return np.ones(np.shape(x)[:-1], bool) if isinstance(x, np.ndarray) else jnp.ones(x.shape[:-1], bool)
-        xp = np if isinstance(x, np.ndarray) else jnp
-        a = xp.asarray(np.asarray(self.constraint_a), dtype=x.dtype)
-        b = xp.asarray(np.asarray(self.constraint_b), dtype=x.dtype)
-        return xp.all(x @ a.T + b > 0, axis=-1)
+        return satisfies_constraints(self, x)
 
     # ----------------------------------------------------------------- set-up
     @property
@@ -420,18 +374,7 @@ class Exchange(Solver):
                 raise ValueError(f"step_width has {len(self.step_width)} entries but the problem has {problem.n} parameters")
         if problem.fixed:
             raise ValueError("Exchange moves every coordinate: fixed parameters are not supported")
-        if self.initial and len(self.initial[0]) != problem.n:
-            raise ValueError(f"initial points have {len(self.initial[0])} coordinates, the problem {problem.n}")
-        if self.initial and self.mesh is not None:
-            raise ValueError("initial points are for a continuous space: on a mesh the replicas start at random nodes")
-        if self.initial:
-            _check_initial_in_box(np.asarray(self.initial), problem)
-        if self.constraint_a and len(self.constraint_a[0]) != problem.n:
-            raise ValueError(f"constraint_a has {len(self.constraint_a[0])} columns but the problem has {problem.n} parameters")
-        if self.initial and self.constraint_a:
-            bad = np.flatnonzero(~self.feasible(np.asarray(self.initial)))
-            if bad.size:
-                raise ValueError(f"initial[{bad[0]}] = {list(self.initial[bad[0]])} violates constraint_a @ x + constraint_b > 0")
+        check_starts(self, problem)  # initial and the constraints
         if self.mesh is not None and problem.periodic.any():
             raise ValueError("periodic parameters are for a continuous space; a mesh's neighbour list says what is near")
 
@@ -498,14 +441,8 @@ class Exchange(Solver):
         if self.mesh is None:
             x = uniform_in_box(k_init, (R, d), problem.lower, problem.upper, dt, width_in_float64=False)
             if self.constraint_a:
-                x = self._feasible_starts(problem, k_init, x)
-            if self.initial:
-                per = self.nreplica_per_proc or R
-                init = np.asarray(self.initial)
-                walker = np.arange(R) % per
-                given = walker < len(init)
-                rows = np.where(given[:, None], init[np.minimum(walker, len(init) - 1)], 0.0)
-                x = jnp.where(jnp.asarray(given)[:, None], jnp.asarray(rows, dt), x)
+                x = feasible_starts(self, problem, k_init, x)
+            x = place_initial(self, x, self.nreplica_per_proc or R)
         else:
             node = jax.random.randint(k_init, (R,), 0, self.mesh.n_nodes, jnp.int32)
             x = jnp.asarray(self.mesh.coordinates, dt)[node]
@@ -544,23 +481,6 @@ class Exchange(Solver):
         if B:
             state = self._record(state, 0, x, node, fun, jnp.ones(R, bool))
         return state
-
-    def _feasible_starts(self, problem: Problem, k_init: jax.Array, x: jax.Array) -> jax.Array:
-        """The start points ``x`` (R, d), each redrawn uniformly in the box until it satisfies the
-        constraints, at most ``START_DRAWS - 1`` times (as ODAT-SE draws them); a replica still
-        outside then starts there with f = inf and takes the first allowed move."""
-
-        def redraw(carry: tuple) -> tuple:
-            j, x = carry
-            new = uniform_in_box(jax.random.fold_in(k_init, j), x.shape, problem.lower, problem.upper, x.dtype,
-                                 width_in_float64=False)
-            return j + 1, jnp.where(self.feasible(x)[:, None], x, new)
-
-        def more(carry: tuple) -> jax.Array:
-            j, x = carry
-            return (j < START_DRAWS) & ~jnp.all(self.feasible(x))
-
-        return jax.lax.while_loop(more, redraw, (jnp.asarray(1, jnp.int32), x))[1]
 
     def _record(self, st: ExchangeState, s: Any, x, node, fun, accepted) -> ExchangeState:
         """Step ``s``'s trials into slot ``s % record``: two row updates (one per buffer), as

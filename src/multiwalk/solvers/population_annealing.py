@@ -40,12 +40,18 @@ from ..result import NOT_SAVED, Result, Status
 from ..spaces import Mesh
 from ._common import (
     INIT_STREAM,
+    check_constraint_options,
     check_finite_box,
+    check_initial_option,
     check_int_option,
     check_space_options,
+    check_starts,
     check_vector_option,
     evaluate_walkers,
+    feasible_starts,
     hashable_vector,
+    place_initial,
+    satisfies_constraints,
     uniform_in_box,
     wrap_periodic,
 )
@@ -117,8 +123,9 @@ def weighted_statistics(fun: jax.Array, logw: jax.Array) -> tuple[jax.Array, jax
     n = fun.shape[0]
     top = jnp.max(logw)
     w = jnp.exp(logw - top)  # the largest weight is 1: no overflow
-    fw, ws = jnp.sum(fun * w), jnp.sum(w)
-    loo = (fw - fun * w) / (ws - w)  # (N,) the weighted mean without walker i
+    fun_w = jnp.where(w > 0, fun * w, 0.0)  # a walker of weight 0 counts for nothing, even at f = inf
+    fw, ws = jnp.sum(fun_w), jnp.sum(w)
+    loo = (fw - fun_w) / (ws - w)  # (N,) the weighted mean without walker i
     mean = n * (fw / ws) - (n - 1) * jnp.mean(loo)
     error = jnp.sqrt((n - 1) * jnp.var(loo))
     log_mean_w = top + jnp.log(ws / n)
@@ -144,6 +151,20 @@ class PopulationAnnealing(Solver):
         step-file writer (0: none; at least 2 otherwise).
     max_chunk_steps : at most this many steps per driver chunk (a checkpoint may follow each:
         ODAT-SE's ``checkpoint_steps``); None: no limit.  Results never depend on it.
+    initial : start points ``(K, d)`` (ODAT-SE's ``initial_list``): walker ``r`` starts at
+        ``initial[r % nreplica_per_proc]`` when that row exists (ODAT-SE gives every MPI process
+        the same list for its ``nreplica_per_proc`` walkers), the others uniformly in the box.
+        Continuous space only; each point inside the box and the constraints.
+    nreplica_per_proc : walkers per emulated MPI process, dividing ``n_replicas`` (default: all in one).
+    constraint_a, constraint_b : linear inequality constraints ``constraint_a @ x + constraint_b > 0``
+        (every row strictly; ODAT-SE's ``[runner.limitation]`` ``co_a`` ``(m, d)`` and ``co_b``
+        ``(m,)``): a move to a point violating one is rejected like a move out of the box (its f
+        is inf in the trial records), and the random start points are redrawn (up to
+        ``START_DRAWS`` times) until they satisfy them.  The constraints must leave enough of the
+        box that no walker is expected to be left outside after those draws (checked before
+        compiling on uniform points of the box; ODAT-SE gives up after 100 draws); one left
+        outside nevertheless starts with f = inf and weight 0 at the next temperature.
+        Continuous space only; empty: no constraint.
     """
 
     betas: tuple[float, ...]
@@ -154,6 +175,10 @@ class PopulationAnnealing(Solver):
     resampling_interval: int | None = 1
     record: int = 0
     max_chunk_steps: int | None = None
+    initial: tuple[tuple[float, ...], ...] = ()
+    nreplica_per_proc: int | None = None
+    constraint_a: tuple[tuple[float, ...], ...] = ()
+    constraint_b: tuple[float, ...] = ()
 
     resumable_options = ("max_chunk_steps",)  # how, not what
     evaluates_once_per_step = True  # one batch of walkers a step: a non-JAX objective runs as a host loop
@@ -178,8 +203,21 @@ class PopulationAnnealing(Solver):
         if self.record == 1:
             raise ValueError("record must be 0 (no per-step records) or at least 2")
         check_space_options(self)
+        check_int_option("nreplica_per_proc", self.nreplica_per_proc, 1, none_ok=True)
+        if self.n_replicas % self.walkers_per_process:
+            raise ValueError(f"nreplica_per_proc={self.nreplica_per_proc} does not divide n_replicas={self.n_replicas}")
+        check_initial_option(self, self.walkers_per_process)
+        check_constraint_options(self)
 
     # ----------------------------------------------------------------- set-up
+    @property
+    def walkers_per_process(self) -> int:
+        return self.nreplica_per_proc or self.n_replicas
+
+    def feasible(self, x: Any) -> Any:
+        """True where the points ``x`` ``(..., d)`` satisfy every constraint (numpy or jax in, same out)."""
+        return satisfies_constraints(self, x)
+
     @property
     def n_temperatures(self) -> int:
         return len(self.betas)
@@ -206,6 +244,7 @@ class PopulationAnnealing(Solver):
             raise ValueError("PopulationAnnealing moves every coordinate: fixed parameters are not supported")
         if self.mesh is not None and problem.periodic.any():
             raise ValueError("periodic parameters are for a continuous space; a mesh's neighbour list says what is near")
+        check_starts(self, problem, n_walkers=self.n_replicas)  # initial and the constraints
 
     def phases(self, problem: Problem) -> list[Phase]:
         return [Phase("annealing", int(sum(self.numsteps_for_T)))]
@@ -229,6 +268,9 @@ class PopulationAnnealing(Solver):
         out["numsteps_for_T"] = list(self.numsteps_for_T)
         out["step_width"] = None if self.step_width is None else list(self.step_width)
         out["mesh"] = None if self.mesh is None else self.mesh.digest()
+        out["initial"] = [list(r) for r in self.initial]
+        out["constraint_a"] = [list(r) for r in self.constraint_a]
+        out["constraint_b"] = list(self.constraint_b)
         return out
 
     def init(self, problem: Problem, key: jax.Array) -> PopulationAnnealingState:
@@ -236,11 +278,16 @@ class PopulationAnnealing(Solver):
         k_init = jax.random.fold_in(key, INIT_STREAM)
         if self.mesh is None:
             x = uniform_in_box(k_init, (N, d), problem.lower, problem.upper, dt, width_in_float64=False)
+            if self.constraint_a:
+                x = feasible_starts(self, problem, k_init, x)
+            x = place_initial(self, x, self.walkers_per_process)  # ODAT-SE's initial_list
             node = jnp.zeros(N, jnp.int32)
         else:
             node = jax.random.randint(k_init, (N,), 0, self.mesh.n_nodes, jnp.int32)
             x = jnp.asarray(self.mesh.coordinates, dt)[node]
         fun, bad = evaluate_walkers(problem.chi2_full, x)
+        if self.constraint_a:  # a start left outside the constraints (START_DRAWS draws) is not a sample
+            fun = jnp.where(self.feasible(x), fun, jnp.inf)
         i32 = jnp.int32
         first = jnp.argmin(fun).astype(i32)
         nan_t = jnp.full(T, jnp.nan, dt)
@@ -279,13 +326,13 @@ class PopulationAnnealing(Solver):
         self, problem: Problem, st: PopulationAnnealingState, k_move: jax.Array, k_accept: jax.Array, beta: jax.Array
     ) -> tuple[PopulationAnnealingState, jax.Array, jax.Array]:
         """One Metropolis move of every walker at ``beta``: ``(state, proposals (N, d), their f (N,))``,
-        f = inf for a proposal outside the box (rejected, as ODAT-SE does)."""
+        f = inf for a proposal outside the box or the constraints (rejected, as ODAT-SE does)."""
         dt, N = problem.dtype, self.n_replicas
         if self.mesh is None:
             move = jax.random.normal(k_move, (N, problem.n), dt)
             lo, hi = jnp.asarray(problem.lower, dt), jnp.asarray(problem.upper, dt)
             proposal = wrap_periodic(problem, st.x + move * jnp.asarray(self.step_width, dt), lo, hi)  # pbc_list
-            inside = jnp.all((proposal >= lo) & (proposal < hi), axis=1)
+            inside = jnp.all((proposal >= lo) & (proposal < hi), axis=1) & self.feasible(proposal)  # [runner.limitation]
             node_new, log_weight = st.node, jnp.zeros(N, dt)
         else:
             counts = jnp.asarray(self.mesh.counts)
