@@ -1,5 +1,6 @@
 """Population annealing (ODAT-SE's pamc): statistics against exact sums on a mesh, the output
-files of ``multiwalk run`` (weight.txt included), a resumed run, a NumPy objective refused."""
+files of ``multiwalk run`` (weight.txt included), a resumed run, a NumPy objective refused,
+ODAT-SE's initial_list and [runner.limitation], the start points and constraints checked before compiling."""
 
 from __future__ import annotations
 
