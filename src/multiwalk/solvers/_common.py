@@ -14,6 +14,10 @@
   :func:`hashable_vector` stores a checked vector option in a frozen (hashable) solver.
 * :func:`check_state_fits`: the state a solver would make, estimated from its options, the
   problem's size and dtype, against the memory of the devices it may run on.
+* given start points and linear constraints (ODAT-SE's ``initial_list`` and ``[runner.limitation]``,
+  for ``Exchange`` and ``PopulationAnnealing``): :func:`check_initial_option`,
+  :func:`check_constraint_options`, :func:`check_starts` (before compiling),
+  :func:`satisfies_constraints`, :func:`feasible_starts` (redrawn starts), :func:`place_initial`.
 """
 
 from __future__ import annotations
