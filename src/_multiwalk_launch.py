@@ -135,7 +135,7 @@ def start_pool_early() -> None:
     and its input asks for them (the module's docstring says when); otherwise do nothing."""
     if _EARLY or not _is_the_command():
         return
-    if sys.argv[1:2] == ["run"]:
+    if sys.argv[1:2] in (["run"], ["demo"]):  # the commands that end by end_after_cleanup
         import atexit
 
         atexit.register(_end_without_teardown)  # registered before JAX's own: called after them
@@ -217,10 +217,10 @@ def shutdown_early_pool() -> None:
 
 
 def end_after_cleanup(status: int) -> None:
-    """``multiwalk run`` returned ``status``: once the interpreter has joined the threads and called
-    every exit handler (JAX's, multiprocessing's, MPI's, the pool's, ...), the process ends with it
-    at once (``os._exit``) rather than tearing down every module and XLA object one by one, which
-    took ~0.1-0.2 s after a run.  Every file of the run is closed by then."""
+    """``multiwalk run`` or ``multiwalk demo`` returned ``status``: once the interpreter has joined the
+    threads and called every exit handler (JAX's, multiprocessing's, MPI's, the pool's, ...), the
+    process ends with it at once (``os._exit``) rather than tearing down every module and XLA object
+    one by one, which took ~0.1-0.4 s after a run.  Every file of the run is closed by then."""
     _EXIT_STATUS[:] = [status]
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +97,24 @@ def test_demo_command_tiny(tmp_path: Path, capsys) -> None:
         assert (out / name).stat().st_size > 0, name
     back = read_uvdata(out / "sgra_uvdata.txt")
     assert back.stations[1] == "PV" and len(back) > 20
+
+
+def test_demo_process_ends_at_once_with_its_report_flushed(tmp_path: Path) -> None:
+    # a real `python -m multiwalk demo`, the tiny run above (its loop comes from the tests' compile cache):
+    # after the exit handlers it ends by os._exit, so a handler registered before the command's own
+    # (here by a sitecustomize, at start-up) never runs, while the report is whole and the status kept
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import atexit\natexit.register(print, 'torn down one by one')\n")
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(site)]), JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-m", "multiwalk", "demo", "--out", str(tmp_path / "demo"), "--nbeta", "2",
+                           "--nseq", "2", "--nburn", "0", "--niter", "3", "--cadence-seconds", "7200", "--no-progress",
+                           "--no-plots"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.rstrip().splitlines()[-1].startswith("Total wall time"), done.stdout[-2000:]
+    assert "torn down one by one" not in done.stdout
+    assert (tmp_path / "demo" / "fit.npz").stat().st_size > 0
 
 
 @pytest.mark.parametrize(

@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command_parser: Any = args.command_parser
         try:
             status = handler(args, command_parser)
-            if args.command == "run":
+            if args.command in ("run", "demo"):  # end without tearing down every module (the launcher says)
                 _multiwalk_launch.end_after_cleanup(status)
             return status
         except KeyboardInterrupt:  # before or after solve()'s own Ctrl-C handling (a second Ctrl-C aborts)

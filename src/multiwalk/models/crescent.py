@@ -30,7 +30,6 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-from scipy import signal, special
 
 from .base import (
     GAUSS_FT,
@@ -135,6 +134,8 @@ def _blurred(values: np.ndarray, fwhm: float, step: float) -> np.ndarray:
     t = np.arange(-half, half + 1) * step
     g = np.exp(-0.5 * (t / sigma) ** 2)
     kernel = np.outer(g, g) / np.sum(g) ** 2
+    from scipy import signal  # here, not at import: scipy.signal takes ~0.4 s, and only images need it
+
     return signal.fftconvolve(values, kernel, mode="same")
 
 
@@ -166,6 +167,7 @@ def _blurred_top_hat_fwhm(thickness: np.ndarray, blur: np.ndarray) -> np.ndarray
     """
     t, b = np.broadcast_arrays(np.asarray(thickness, np.float64), np.asarray(blur, np.float64))
     sigma = np.maximum(b, 1e-300) / (2 * np.sqrt(2 * np.log(2.0)))
+    from scipy import special  # here, not at import (~0.1 s), as scipy.signal above
 
     def profile(s):
         k = 1 / (np.sqrt(2.0) * sigma)
