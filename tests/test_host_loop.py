@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import multiwalk as mw
-from multiwalk import host_loop
+from multiwalk import compile_cache, host_loop
 
 HERE = Path(__file__).parent
 BOX = {"lower": [-2.0, -2.0], "upper": [2.0, 2.0]}
@@ -156,3 +156,13 @@ def test_a_tap_is_seen_only_by_the_thread_that_traces():
         other.join()
         assert host.tap is tap
     assert seen == [None] and host.tap is None
+
+
+def test_a_kept_host_loop_reads_as_text_like_a_compiled_loop():
+    # compile_cache.compiled_loops() lists host loops beside compiled loops: callers read any of
+    # them with as_text() (e.g. to look for copies in a loop), so a host loop gives both programs
+    problem = mw.Problem(objective=bumpy, backend="python", executor="serial", **BOX)
+    mw.solve(problem, mw.Exchange(betas=(2.0, 0.5), numsteps=3, numsteps_exchange=2, step_width=(0.6, 0.6)),
+             seed=0, progress=False)
+    loops = [c for c in compile_cache.compiled_loops() if isinstance(c, host_loop.HostLoop)]
+    assert loops and all(c.as_text().count("HloModule") == 2 for c in loops)

@@ -222,7 +222,8 @@ def note_step_seconds(key: tuple, seconds: float) -> None:
 
 
 def compiled_loops() -> list[Any]:
-    """The kept loops' executables, oldest first (the last is the most recently compiled)."""
+    """The kept loops' executables, oldest first (the last is the most recently compiled); a host
+    loop's (:class:`multiwalk.host_loop.HostLoop`) holds two programs, ``as_text`` gives both."""
     return list(_LOOPS.values())
 
 

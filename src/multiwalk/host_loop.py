@@ -138,6 +138,10 @@ class HostLoop:
             self.finish = compile(lowered_finish, who)
             self.capture = points.result()
 
+    def as_text(self) -> str:
+        """The two compiled programs' text (capture, then finish), as a compiled loop's ``as_text``."""
+        return self.capture.as_text() + "\n" + self.finish.as_text()
+
     def __call__(self, state: Any, n: Any, arrays: Any) -> tuple[Any, jax.Array]:
         for i in range(int(n)):
             points, done = jax.device_get(self.capture(state, arrays))  # one transfer a step
