@@ -136,9 +136,7 @@ def start_pool_early() -> None:
     if _EARLY or not _is_the_command():
         return
     if sys.argv[1:2] in (["run"], ["demo"]):  # the commands that end by end_after_cleanup
-        import atexit
-
-        atexit.register(_end_without_teardown)  # registered before JAX's own: called after them
+        _register_fast_exit()
     options = run_options_read_early(sys.argv[1:])
     plan = None if options is None else _pool_plan(options)
     if plan is None:
@@ -150,11 +148,7 @@ def start_pool_early() -> None:
     import _multiwalk_worker
 
     workers, root_dir = plan
-    if not (os.environ.get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORM_NAME")):
-        # the sampler of a Python objective runs on the CPU (multiwalk.commands.run._sampler_on_the_cpu);
-        # said before JAX is imported, its import skips the GPU plugins (0.1-0.4 s on an H100 host)
-        os.environ["JAX_PLATFORMS"] = "cpu"
-        _CHOSE_CPU.append(True)
+    _say_cpu_before_jax()
     main = sys.modules.get("__main__")
     if main is not None and getattr(main, "__spec__", None) is None:
         # the workers do not import the console script again (multiwalk.executors.workers_for_the_command)
@@ -168,6 +162,32 @@ def start_pool_early() -> None:
     threading.Thread(target=start_every_worker, args=(pool, workers), name="multiwalk-start-workers-early",
                      daemon=True).start()
     mark("worker pool started in the background")
+
+
+def _say_cpu_before_jax() -> None:
+    """``JAX_PLATFORMS=cpu`` when the user chose no platform and JAX is not imported yet: the
+    sampler of a Python objective runs on the CPU (multiwalk.commands.run._sampler_on_the_cpu);
+    said before JAX is imported, its import skips the GPU plugins (0.1-0.4 s on an H100 host).
+    A JAX imported already (a ``sitecustomize``, perhaps with its own ``jax.config`` choice) has
+    read its platforms: the variable would change nothing here, and the command decides later."""
+    if os.environ.get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORM_NAME") or "jax" in sys.modules:
+        return
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    _CHOSE_CPU.append(True)
+
+
+def _register_fast_exit() -> bool:
+    """Register :func:`_end_without_teardown` as the first exit handler, so that it runs last (after
+    JAX's, multiprocessing's, logging's, ...); True when registered.  Not when a handler is there
+    already (a ``sitecustomize`` or ``.pth`` file's: coverage's, a log's, ...), which ``os._exit``
+    would skip, nor where the count of handlers cannot be read: the process then ends as usual."""
+    import atexit
+
+    count = getattr(atexit, "_ncallbacks", None)
+    if count is None or count() != 0:
+        return False
+    atexit.register(_end_without_teardown)
+    return True
 
 
 def chose_the_cpu() -> bool:
@@ -220,7 +240,9 @@ def end_after_cleanup(status: int) -> None:
     """``multiwalk run`` or ``multiwalk demo`` returned ``status``: once the interpreter has joined the
     threads and called every exit handler (JAX's, multiprocessing's, MPI's, the pool's, ...), the
     process ends with it at once (``os._exit``) rather than tearing down every module and XLA object
-    one by one, which took ~0.1-0.4 s after a run.  Every file of the run is closed by then."""
+    one by one, which took ~0.1-0.4 s after a run.  Every file of the run is closed by then.  Only
+    for the process's own command line, and only where no exit handler came before this module's
+    (:func:`_register_fast_exit`); otherwise the process ends as usual."""
     _EXIT_STATUS[:] = [status]
 
 

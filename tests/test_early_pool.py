@@ -117,3 +117,40 @@ def test_an_input_error_after_the_early_start_leaves_no_worker_process(tmp_path:
     while _tagged_processes(tag) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _tagged_processes(tag) == []
+
+
+def test_jax_platforms_is_said_only_before_jax_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    # once JAX is imported (here by multiwalk; in a command, by a sitecustomize), it has read its
+    # platforms: the variable would change nothing in this process, yet say "cpu" to the workers
+    environ = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "JAX_PLATFORM_NAME")}
+    monkeypatch.setattr(launch.os, "environ", environ)
+    monkeypatch.setattr(launch, "_CHOSE_CPU", [])
+    launch._say_cpu_before_jax()
+    assert "JAX_PLATFORMS" not in environ and not launch.chose_the_cpu()
+    monkeypatch.delitem(sys.modules, "jax")  # as at the top of multiwalk/__init__ in the command
+    launch._say_cpu_before_jax()
+    assert environ["JAX_PLATFORMS"] == "cpu" and launch.chose_the_cpu()
+    environ["JAX_PLATFORMS"], launch._CHOSE_CPU[:] = "cuda", []  # the user's choice stays
+    launch._say_cpu_before_jax()
+    assert environ["JAX_PLATFORMS"] == "cuda" and not launch.chose_the_cpu()
+
+
+def test_the_fast_exit_never_skips_an_earlier_exit_handler(monkeypatch: pytest.MonkeyPatch) -> None:
+    import atexit
+
+    registered: list = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setattr(atexit, "_ncallbacks", lambda: 1, raising=False)  # e.g. coverage's, from a .pth file
+    assert not launch._register_fast_exit() and registered == []
+    monkeypatch.setattr(atexit, "_ncallbacks", lambda: 0, raising=False)
+    assert launch._register_fast_exit() and registered == [launch._end_without_teardown]
+
+
+def test_a_call_of_main_with_its_own_arguments_never_ends_the_process(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # a script (perhaps named multiwalk) calling main([...]) goes on after it, to its own exit status
+    from multiwalk import cli
+
+    monkeypatch.setattr(launch, "_EXIT_STATUS", [])
+    assert cli.main(["run", str(tmp_path / "missing.toml")]) != 0
+    assert launch._EXIT_STATUS == []

@@ -253,7 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command_parser: Any = args.command_parser
         try:
             status = handler(args, command_parser)
-            if args.command in ("run", "demo"):  # end without tearing down every module (the launcher says)
+            if argv is None and args.command in ("run", "demo"):  # the process's own command (not a
+                # caller's main([...]), which goes on after it): end without tearing down every module
                 _multiwalk_launch.end_after_cleanup(status)
             return status
         except KeyboardInterrupt:  # before or after solve()'s own Ctrl-C handling (a second Ctrl-C aborts)
