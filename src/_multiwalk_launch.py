@@ -159,8 +159,10 @@ def start_pool_early() -> None:
                                   initargs=((root_dir,),))
     _EARLY.update(pool=pool, workers=workers, paths=(root_dir,), pid=os.getpid())
 
-    threading.Thread(target=start_every_worker, args=(pool, workers), name="multiwalk-start-workers-early",
-                     daemon=True).start()
+    starter = threading.Thread(target=start_every_worker, args=(pool, workers), name="multiwalk-start-workers-early",
+                               daemon=True)
+    starter.start()
+    _EARLY["starter"] = starter
     mark("worker pool started in the background")
 
 
@@ -231,7 +233,10 @@ def claim_early_pool(workers: int, paths: tuple[str, ...]) -> Any:
 def shutdown_early_pool() -> None:
     """Stop a pool started early that nobody claimed (the run failed before it, or used another)."""
     pool = _EARLY.pop("pool", None)
+    starter = _EARLY.pop("starter", None)
     _EARLY.clear()
+    if starter is not None:  # its workers all launched before the pool is shut down: none is left behind
+        starter.join(timeout=30)
     if pool is not None:
         pool.shutdown(wait=True, cancel_futures=True)
 

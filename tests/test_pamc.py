@@ -290,3 +290,20 @@ def test_initial_and_constraints_checked_before_compiling():
     for options, message in cases:
         with pytest.raises(ValueError, match=message):
             mw.solve(problem, mw.PopulationAnnealing(**base, **options), seed=0, progress=False)
+
+
+def test_equal_betas_keep_the_weights_of_walkers_outside_the_support():
+    # betas may repeat (ascending, not strictly); a walker with f = inf (here: started where the
+    # objective is +inf) must not turn its weight into 0 * inf = NaN between two equal betas, which
+    # made every statistic of the population NaN
+    def half(x):
+        return jnp.where(x[0] > 0.5, jnp.inf, x[0] ** 2 + x[1] ** 2)
+
+    problem = mw.Problem(objective=half, lower=[-1.0, -1.0], upper=[1.0, 1.0])
+    solver = mw.PopulationAnnealing(betas=(0.0, 1.0, 1.0, 2.0), numsteps_for_T=(1, 1, 1, 1), n_replicas=64,
+                                    step_width=(0.1, 0.1), resampling_interval=None)
+    result = mw.solve(problem, solver, seed=0, progress=False)
+    # at beta = 0 those walkers weigh as much as any (the mean there is not finite); from beta = 1 on
+    # they weigh nothing, through the repeated beta too
+    assert np.all(np.isfinite(result.statistics["mean"][1:])), result.statistics
+    assert not np.any(np.isnan(result.logw))

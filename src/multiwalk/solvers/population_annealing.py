@@ -373,7 +373,10 @@ class PopulationAnnealing(Solver):
         if T == 1:
             return st
         betas = jnp.asarray(self.betas, dt)
-        logw = st.logw - (betas[jnp.minimum(t + 1, T - 1)] - betas[t]) * st.fun
+        dbeta = betas[jnp.minimum(t + 1, T - 1)] - betas[t]
+        # equal neighbouring betas leave the weights as they are: 0 * inf (a walker outside the
+        # objective's support, or the limitation) would make them NaN
+        logw = st.logw - jnp.where(dbeta == 0, jnp.zeros_like(st.fun), dbeta * st.fun)
         last = t == T - 1  # the end of the run: nothing carried, nothing resampled
         since = st.since_reset + 1
         interval = self.resampling_interval or T + 1
