@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MPI_SIZE_VARIABLES", "claim_early_pool", "end_after_cleanup", "mark", "run_options_read_early",
-           "shutdown_early_pool", "start_every_worker", "start_pool_early"]
+__all__ = ["MPI_SIZE_VARIABLES", "claim_early_pool", "default_workers", "end_after_cleanup", "mark",
+           "mpi_launch_environment", "run_options_read_early", "shutdown_early_pool", "start_every_worker",
+           "start_pool_early"]
 
 # environment variables that MPI launchers set in every rank: the world size
 MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
@@ -54,6 +55,27 @@ def mark(label: str) -> None:
     (the interpreter's first ~20 ms are before it) and ``label``."""
     if os.environ.get("MULTIWALK_TIMELINE"):
         print(f"multiwalk timeline: {time.perf_counter() - _START:7.3f} s  {label}", file=sys.stderr, flush=True)
+
+
+def default_workers() -> int:
+    """The CPUs this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` elsewhere): the
+    processes executor's default worker count (:mod:`multiwalk.executors` uses this one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def mpi_launch_environment() -> bool:
+    """Whether an MPI launcher's environment variables give this process a world of more than one
+    rank (MPI itself is not started to find out)."""
+    for name in MPI_SIZE_VARIABLES:
+        try:
+            if int(os.environ.get(name, "1")) > 1:
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def _is_the_command() -> bool:
@@ -104,7 +126,7 @@ def _pool_plan(options: dict[str, Any]) -> tuple[int, str] | None:
 
     if options["executor"] not in (None, "processes") or options["workers"] is not None and options["workers"] < 1:
         return None
-    if options["executor"] is None and any(_int(os.environ.get(v)) > 1 for v in MPI_SIZE_VARIABLES):
+    if options["executor"] is None and mpi_launch_environment():
         return None  # under mpiexec the executor is MPI
     try:
         with open(options["input"], "rb") as file:
@@ -117,17 +139,7 @@ def _pool_plan(options: dict[str, Any]) -> tuple[int, str] | None:
         return None
     if not python or algorithm.get("name") not in _ALGORITHMS_WITH_WORKERS:
         return None
-    workers = options["workers"]
-    if workers is None:  # multiwalk.executors.default_workers
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return workers, root_dir
-
-
-def _int(text: str | None) -> int:
-    try:
-        return int(text or 1)
-    except ValueError:
-        return 1
+    return options["workers"] or default_workers(), root_dir
 
 
 def start_pool_early() -> None:

@@ -38,8 +38,6 @@ __all__ = ["EXECUTORS", "Engine", "check_executor", "default_workers", "launched
 
 EXECUTORS = ("processes", "mpi", "dask", "serial")
 
-# environment variables that MPI launchers set in every rank: the world size
-_MPI_SIZE_VARIABLES = _multiwalk_launch.MPI_SIZE_VARIABLES
 
 # the MPICommExecutor of a plain ``mpiexec -n N multiwalk run`` (see mpi_comm_executor), on rank 0
 _COMM_EXECUTOR: list[cf.Executor] = []
@@ -64,12 +62,7 @@ def workers_for_the_command(root_dir: str | os.PathLike | None = None) -> None:
         main.__spec__ = importlib.machinery.ModuleSpec("multiwalk.__main__", None)
 
 
-def default_workers() -> int:
-    """The CPUs this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` elsewhere)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+default_workers = _multiwalk_launch.default_workers  # the CPUs this process may run on
 
 
 def mpi_futures_pool_launched() -> bool:
@@ -81,15 +74,7 @@ def mpi_futures_pool_launched() -> bool:
 def launched_under_mpi() -> bool:
     """Whether an MPI launcher started this process with other ranks (the launchers' environment
     variables say so; MPI itself is not started to find out) or ``python -m mpi4py.futures`` did."""
-    if mpi_futures_pool_launched():
-        return True
-    for name in _MPI_SIZE_VARIABLES:
-        try:
-            if int(os.environ.get(name, "1")) > 1:
-                return True
-        except ValueError:
-            continue
-    return False
+    return mpi_futures_pool_launched() or _multiwalk_launch.mpi_launch_environment()
 
 
 def launched_rank() -> int:
