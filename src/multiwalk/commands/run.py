@@ -1038,8 +1038,6 @@ def _sampler_on_the_cpu(setup: RunSetup) -> None:
     """A Python objective: the solver runs on the CPU, and no GPU is started.  Its points go to the
     host at every step anyway, and its arithmetic is negligible next to the objective; starting a
     GPU and compiling for it cost seconds.  ``JAX_PLATFORMS`` (JAX's own setting) chooses otherwise."""
-    import _multiwalk_launch
-
     if _multiwalk_launch.chose_the_cpu():  # already so, before JAX was imported
         _note_cpu_sampler(setup)
         return

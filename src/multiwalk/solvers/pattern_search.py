@@ -466,7 +466,7 @@ class PatternSearch(Solver):
             stats=stats,
             walkers=Deferred(expand_as_now(problem), state.x),  # this run's fixed values, read later
             funs=state.fun,
-            steps=Deferred(lambda: np.asarray(state.scale)[:, None] * delta0[None, :]),
+            steps=Deferred(lambda: to_host(state.scale)[:, None] * delta0[None, :]),
             evaluations=stats["evaluations"],
             halvings=state.n_halvings,
             resets=state.n_resets,

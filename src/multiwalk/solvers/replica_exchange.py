@@ -37,7 +37,7 @@ from ..evidence import evidence as _evidence
 from ..polish import Roots, polish
 from ..polish import default_root_tol as _default_root_tol
 from ..problem import Problem
-from ..result import NOT_SAVED, Deferred, Result, Status
+from ..result import NOT_SAVED, Deferred, Result, Status, to_host
 from ._common import (
     INIT_STREAM,
     check_bool_option,
@@ -65,6 +65,7 @@ _ADAPT_FACTOR = 1.01
 # equations of unrolled objective copies one trip of the parameter loop may hold (unrolled_updates):
 # a cheap function (tens of equations) is unrolled 8 times, a model of 512 or more not at all
 UNROLL_EQUATIONS = 512
+
 
 class ReplicaExchangeState(NamedTuple):
     key: jax.Array  # (2,) uint32, the run's key; each iteration folds in `iteration`
@@ -313,7 +314,7 @@ class ReplicaExchange(Solver):
     def unrolled_updates(self, problem: Problem) -> int:
         """How many parameter updates one trip of the iteration's loop holds: ``metropolis_unroll``
         when given, else as many copies of the objective as :data:`UNROLL_EQUATIONS` equations
-        allow, from 1 (a large model: the xringaus fit's 686 equations) to 8."""
+        allow, from 1 (a large model: the xringaus fit's 736 equations) to 8."""
         nf = problem.n_free
         if self.metropolis_unroll is not None:
             return min(nf, self.metropolis_unroll)
@@ -550,11 +551,12 @@ class ReplicaExchange(Solver):
         ``steps``, ``n_accepted``, ``n_trials``, ``n_swaps``, ``labels``."""
         nb, ns = self.nbeta, self.nseq
 
+        # each read comes to the host through to_host (pinned memory on a GPU), then NumPy computes
         def chains_last(a: jax.Array) -> np.ndarray:  # (nseq, nbeta, n_free) -> (n_free, nbeta, nseq)
-            return np.transpose(np.asarray(a), (2, 1, 0))
+            return np.transpose(to_host(a), (2, 1, 0))
 
         def rate(hits: jax.Array, tries: jax.Array) -> np.ndarray:  # NaN where never tried
-            hits, tries = np.asarray(hits), np.asarray(tries)
+            hits, tries = to_host(hits), to_host(tries)
             with np.errstate(invalid="ignore", divide="ignore"):
                 return np.where(tries > 0, hits / np.maximum(tries, 1), np.nan)
 
@@ -562,7 +564,7 @@ class ReplicaExchange(Solver):
             return rate(state.n_swaps, state.n_swap_tries).T if nb > 1 else np.zeros((0, ns))
 
         def swaps() -> np.ndarray:
-            return np.asarray(state.n_swaps).T if nb > 1 else np.zeros((0, ns), np.int32)
+            return to_host(state.n_swaps).T if nb > 1 else np.zeros((0, ns), np.int32)
 
         return {
             "acceptance": Deferred(lambda: chains_last(rate(state.n_accepted, state.n_trials))),
@@ -571,7 +573,7 @@ class ReplicaExchange(Solver):
             "n_accepted": Deferred(chains_last, state.n_accepted),
             "n_trials": Deferred(chains_last, state.n_trials),
             "n_swaps": Deferred(swaps),
-            "labels": Deferred(lambda: np.asarray(state.label).T),
+            "labels": Deferred(lambda: to_host(state.label).T),
         }
 
     def result(
