@@ -11,15 +11,6 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 
-def best(f, k=7):
-    out = []
-    for _ in range(k):
-        t0 = time.perf_counter()
-        f()
-        out.append(time.perf_counter() - t0)
-    return min(out), float(np.median(out))
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, default=10_000_000)
