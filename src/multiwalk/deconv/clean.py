@@ -139,6 +139,10 @@ class Clean(Solver):
             component = self.gain * s.residual[i, j] / s.peak_value
             x = s.x.at[i, j].add(component)
             residual, start = greedy.subtract_kernel(s.residual, s.kernel, component, i, j, geo)
+            # Kept apart from the rescan's reduction: fused with it, the subtraction wrote a new
+            # residual that XLA then copied into the loop's own (on a GPU, a whole-image copy per
+            # iteration); alone it is done in place.
+            residual = jax.lax.optimization_barrier(residual)
             best, pixel = greedy.rescan(self._score, (residual, x), s.block_best, s.block_pixel, start, geo)
         k = s.iteration
         return s._replace(

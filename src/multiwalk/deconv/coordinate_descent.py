@@ -325,6 +325,20 @@ class CoordinateDescent(Solver):
             refreshes=s.refreshes + 1,
         )
 
+    def _refreshed_if(self, problem: Deconvolution, s: CDState, refreshed: jax.Array) -> CDState:
+        """``_refresh(s)`` where ``refreshed``, else ``s``: a loop of at most one trip over what a
+        refresh changes, the rest of the state read in place.  A ``lax.cond`` whose other branch
+        returned the state unchanged made XLA copy the state's image-sized arrays on every
+        iteration without a refresh (a branch cannot hand its operand back in place)."""
+        changed = ("gradient", "block_best", "block_pixel", "block_values", "fun", "refreshes")
+
+        def once(carry: tuple) -> tuple:
+            new = self._refresh(problem, s._replace(**dict(zip(changed, carry[1:]))))
+            return (jnp.asarray(False), *(getattr(new, name) for name in changed))
+
+        carry = jax.lax.while_loop(lambda c: c[0], once, (refreshed, *(getattr(s, name) for name in changed)))
+        return s._replace(**dict(zip(changed, carry[1:])))
+
     def _exact(
         self, problem: Deconvolution, x: jax.Array, dirty: jax.Array, start: jax.Array, fp: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
@@ -354,7 +368,7 @@ class CoordinateDescent(Solver):
         if self.refresh_every is not None:
             due = due | (s.iteration % self.refresh_every == 0)
         refreshed = live & (s.iteration > 0) & due
-        s = jax.lax.cond(refreshed, lambda t: self._refresh(problem, t), lambda t: t, s)
+        s = self._refreshed_if(problem, s, refreshed)
         verified = refreshed & (jnp.max(s.block_best) <= s.tolerance)
         plan = self.kernel_plan()
         mesh = None if plan.use_pallas else patches.row_mesh()  # the XLA form split in row patches

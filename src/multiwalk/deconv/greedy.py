@@ -129,13 +129,15 @@ def _block_best(scores: jax.Array, origin: tuple[Any, Any], geo: Geometry) -> tu
     cols = origin[1] + jnp.arange(c)[None, :]
     scores = jnp.where((rows < geo.shape[0]) & (cols < geo.shape[1]), scores, -1.0)
     tiles = scores.reshape(r // b1, b1, c // b2, b2).transpose(0, 2, 1, 3).reshape(r // b1, c // b2, b1 * b2)
-    best = jnp.max(tiles, axis=-1)
     local = jnp.argmax(tiles, axis=-1).astype(jnp.int32)  # row-major inside the block: local = row * b2 + col
     bi = jnp.arange(r // b1, dtype=jnp.int32)[:, None]
     bj = jnp.arange(c // b2, dtype=jnp.int32)[None, :]
-    row = origin[0] + bi * b1 + local // b2
-    col = origin[1] + bj * b2 + local % b2
-    return best, row * geo.padded[1] + col
+    row = bi * b1 + local // b2
+    col = bj * b2 + local % b2
+    # The maximum read at the argmax (the same value as a max over the tiles): one pass over the
+    # region instead of two.
+    best = scores[row, col]
+    return best, (origin[0] + row) * geo.padded[1] + origin[1] + col
 
 
 def all_blocks(score_fn: Any, arrays: tuple[jax.Array, ...], geo: Geometry) -> tuple[jax.Array, jax.Array]:
@@ -168,8 +170,13 @@ def subtract_kernel(mapping: jax.Array, kernel: jax.Array, amount: jax.Array, i:
     s1, s2 = geo.window
     start = window_start(i, j, geo)
     offset = (start[0] - i + geo.centre[0] + geo.kernel_pad[0], start[1] - j + geo.centre[1] + geo.kernel_pad[1])
-    window = jax.lax.dynamic_slice(mapping, start, (s1, s2))
     patch = jax.lax.dynamic_slice(kernel, offset, (s1, s2))
+    if (s1, s2) == mapping.shape:
+        # The window is the whole map (a PSF at least as large as the image; the start is then 0):
+        # an elementwise update XLA does in place.  Written as a slice and an update of the whole
+        # map it computed a map-sized temporary and copied it back, every iteration.
+        return mapping - amount * patch, start
+    window = jax.lax.dynamic_slice(mapping, start, (s1, s2))
     return jax.lax.dynamic_update_slice(mapping, window - amount * patch, start), start
 
 
