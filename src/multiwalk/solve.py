@@ -93,6 +93,27 @@ def run_key(seed: int) -> jax.Array:
     return jax.random.fold_in(key, seed >> 32) if seed >> 32 else key
 
 
+# (seed, PRNG implementation, 64-bit flag, default device) -> the run's key on the device: making it
+# is a transfer of the seed and a program of its own (with fold_in two), paid before the start in
+# every call otherwise; the last few seeds are kept
+_RUN_KEYS: dict[tuple, jax.Array] = {}
+_RUN_KEYS_MAX = 16
+
+
+def _kept_run_key(seed: int) -> jax.Array:
+    """:func:`run_key` made once per seed and kept.  The start copies it into the state (a compiled
+    program's output never is its input's buffer), so donating the state leaves it alone; a key
+    that was deleted anyway is made again."""
+    cache_key = (seed, str(jax.config.jax_default_prng_impl), bool(jax.config.jax_enable_x64),
+                 str(jax.config.jax_default_device))
+    key = _RUN_KEYS.get(cache_key)
+    if key is None or key.is_deleted():
+        if len(_RUN_KEYS) >= _RUN_KEYS_MAX:
+            _RUN_KEYS.pop(next(iter(_RUN_KEYS)))
+        key = _RUN_KEYS[cache_key] = run_key(seed)
+    return key
+
+
 def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any, plan: RunPlan | None = None) -> Callable:
     """``(state, n, arrays) -> (state, n_run)``: up to ``n`` steps of ``phase``, fewer if
     ``solver.done`` (``solver.run_chunk`` with this solve's ``plan``: by default a ``while_loop``
@@ -346,7 +367,7 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     saved = None
     if resume is not None:  # read and checked before anything compiles
         saved = (*ckpt.read_resume(Path(resume), seed, identity), Path(resume))
-    key = run_key(seed)
+    key = _kept_run_key(seed)
     init_fn = solver.initial_state_fn(problem, None, plan)
     placement = _placement(problem, solver, init_fn, key, devices)
     plan = dataclasses.replace(plan, mesh=placement.mesh)
