@@ -115,17 +115,20 @@ def _kept_run_key(seed: int) -> jax.Array:
 
 
 def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any, plan: RunPlan | None = None) -> Callable:
-    """``(state, n, arrays) -> (state, n_run)``: up to ``n`` steps of ``phase``, fewer if
+    """``(state, n, arrays) -> (state, n_run, summary)``: up to ``n`` steps of ``phase``, fewer if
     ``solver.done`` (``solver.run_chunk`` with this solve's ``plan``: by default a ``while_loop``
-    over ``step``).
+    over ``step``), and the progress summary of the state it ends with (``solver.summary``), so a
+    chunk is one program, read back once.
 
     The trip count is dynamic, so one executable serves chunks of every length; ``arrays`` are
     the problem's data, sigma and ``args`` arrays (:func:`~multiwalk.compile_cache.problem_arrays`), arguments rather
     than constants, so one executable also serves every dataset of the same shapes.
     """
 
-    def run_chunk(state: Any, n: jax.Array, arrays: Any) -> tuple[Any, jax.Array]:
-        return solver.run_chunk(compile_cache.with_arrays(problem, arrays, static), state, phase, n, plan=plan)
+    def run_chunk(state: Any, n: jax.Array, arrays: Any) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+        with_arrays = compile_cache.with_arrays(problem, arrays, static)
+        state, n_run = solver.run_chunk(with_arrays, state, phase, n, plan=plan)
+        return state, n_run, solver.summary(with_arrays, state)
 
     return run_chunk
 
@@ -164,7 +167,7 @@ def _compiled_chunk_runner(
         if sharded:
             rep = placement.replicated
             jitted = jax.jit(runner, donate_argnums=0, in_shardings=(placement.shardings, rep, rep),
-                             out_shardings=(placement.shardings, rep))
+                             out_shardings=(placement.shardings, rep, rep))
         else:
             jitted = jax.jit(runner, donate_argnums=0)
         with dist.mesh_context(placement.mesh if sharded else None):  # for the image solvers' collectives
@@ -321,7 +324,8 @@ class _Run:
     # Under jax.distributed the writers get the state gathered; every process gathers (a collective)
     # when process 0 has writers, whatever its own writers then do with it.
     gather_for_writers: bool
-    summary: Callable[[Any], dict]  # state -> the progress summary's scalars
+    # state -> the progress summary's scalars, for a host loop (a compiled loop returns them itself)
+    summary: Callable[[Any], dict] | None
     state: Any
     done: list[int]  # iterations run of each phase
     phase_index: int  # the phase running
@@ -377,9 +381,11 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     done, phase_index = ckpt.resumed_position(saved[0], phases, saved[2]) if saved else ([0] * len(phases), 0)
     writers = tuple(w for w in (solver.writer(problem), writer) if w is not None)
     gather = dist.multi_process() and bool(dist.broadcast(np.int32(bool(writers))))
+    # a compiled loop ends with the progress summary; a host loop's is a program of its own
+    summary = _summary(problem, solver, state, placement) if host_loop.applies(problem, solver, placement) else None
     return _Run(problem, solver, plan, placement, phases, seed, identity, checkpoint_path, checkpoint_every,
-                time_limit, chunk_seconds, callback, writers, gather, _summary(problem, solver, state, placement),
-                state, done, phase_index, _first_stats(placement))
+                time_limit, chunk_seconds, callback, writers, gather, summary, state, done, phase_index,
+                _first_stats(placement))
 
 
 def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]:
@@ -391,8 +397,8 @@ def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]
         for i in range(run.phase_index, len(run.phases)):
             if run.done[i] < run.phases[i].length:
                 executables[i] = _compiled_chunk_runner(run.problem, run.solver, i, run.state, run.placement, run.plan)
-        if executables:
-            run.summary(run.state)  # the progress summary too (compiled on first use)
+        if executables and run.summary is not None:
+            run.summary(run.state)  # a host loop's progress summary too (compiled on first use)
     except BaseException:
         ctrl_c.restore()
         raise
@@ -410,11 +416,15 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     run.unaccounted = True  # the state is ahead of ``done`` until the chunk is counted
     # n as a numpy scalar: the executable copies it in with its call (jnp.asarray first
     # was a dispatch of its own, ~0.1 ms of every chunk's time on a CPU)
-    run.state, n_run = compiled(run.state, np.int32(n), arrays)
+    if run.summary is None:  # the compiled loop returns the progress summary with the state
+        run.state, n_run, info = compiled(run.state, np.int32(n), arrays)
+    else:
+        run.state, n_run = compiled(run.state, np.int32(n), arrays)
+        info = run.summary(run.state)
     jax.block_until_ready(run.state)
     dt = time.perf_counter() - t0
     # One read from the device per chunk: the steps run and the progress summary's scalars.
-    n_run, info = prog.fetch((n_run, run.summary(run.state)))
+    n_run, info = prog.fetch((n_run, info))
     info = {k: float(v) for k, v in info.items()}
     # Every decision below derives from dt and the flags: under jax.distributed all
     # processes take process 0's, so they run the same chunks and stop together.
