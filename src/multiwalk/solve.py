@@ -410,16 +410,16 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
                ctrl_c: prog.CtrlC) -> tuple[int, float]:
     """One chunk of up to ``n`` iterations of the current phase, then what follows it (:func:`_after_chunk`).
     ``(iterations run, seconds)``."""
+    # made before the clock: a new trip count is a transfer (the first in a process, a compilation)
+    trip_count = _trip_count(run, n) if run.summary is None else np.int32(n)  # a host loop reads n on the host
     t0 = time.perf_counter()
     # The state is donated (updated in place), so it is replaced in one statement;
     # Ctrl-C only sets a flag (see CtrlC), so nothing interrupts this.
     run.unaccounted = True  # the state is ahead of ``done`` until the chunk is counted
-    # n as a numpy scalar: the executable copies it in with its call (jnp.asarray first
-    # was a dispatch of its own, ~0.1 ms of every chunk's time on a CPU)
     if run.summary is None:  # the compiled loop returns the progress summary with the state
-        run.state, n_run, info = compiled(run.state, np.int32(n), arrays)
+        run.state, n_run, info = compiled(run.state, trip_count, arrays)
     else:
-        run.state, n_run = compiled(run.state, np.int32(n), arrays)
+        run.state, n_run = compiled(run.state, trip_count, arrays)
         info = run.summary(run.state)
     jax.block_until_ready(run.state)
     dt = time.perf_counter() - t0
@@ -434,6 +434,28 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     run.t_run += dt
     _after_chunk(run, int(n_run), info, checkpoint_due, bar)
     return int(n_run), dt
+
+
+# n -> n as an int32 on the default device: the trip counts of recent chunks, which a second call
+# of the same run repeats
+_TRIP_COUNTS: dict[tuple[int, str], jax.Array] = {}
+_TRIP_COUNTS_MAX = 64
+
+
+def _trip_count(run: _Run, n: int) -> Any:
+    """A chunk's trip count ``n`` as the compiled loop takes it: a device scalar kept across chunks
+    and calls when the run is on the default device (as a NumPy scalar it was a host->device copy
+    before every chunk; ``jnp.asarray`` each time was a dispatch of its own, ~0.1 ms on a CPU),
+    else a NumPy scalar, which the executable copies in where it runs (a split or pinned run)."""
+    if run.placement.sharded or run.placement.devices[0] is not None:
+        return np.int32(n)
+    key = (n, str(jax.config.jax_default_device))
+    count = _TRIP_COUNTS.get(key)
+    if count is None or count.is_deleted():
+        if len(_TRIP_COUNTS) >= _TRIP_COUNTS_MAX:
+            _TRIP_COUNTS.pop(next(iter(_TRIP_COUNTS)))
+        count = _TRIP_COUNTS[key] = jnp.asarray(np.int32(n))
+    return count
 
 
 def _after_chunk(run: _Run, n_run: int, info: dict[str, float], checkpoint_due: bool, bar: prog.ProgressBar) -> None:
