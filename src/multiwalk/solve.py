@@ -421,6 +421,7 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     else:
         run.state, n_run = compiled(run.state, trip_count, arrays)
         info = run.summary(run.state)
+    prog.start_copies((n_run, info))  # queued behind the chunk: read without a second round trip
     jax.block_until_ready(run.state)
     dt = time.perf_counter() - t0
     # One read from the device per chunk: the steps run and the progress summary's scalars.
