@@ -475,8 +475,9 @@ class PatternSearch(Solver):
         :func:`value_at_point`'s one-point program, ``nonfinite`` the count of non-finite values.
 
         Two programs (the point expanded and the counts summed; the point's value), queued
-        without waiting, and one read back of a few numbers: on a GPU each program whose output
-        is read before the next starts costs a round trip, a third of a short run's wall time."""
+        without waiting, and one read back of a few numbers: on a GPU each read between two
+        programs is a round trip of its own (the host waits for the device, then the device for
+        the host)."""
         one_point = point_value_program(problem)
         on_one_device = len(getattr(getattr(state.best_x, "sharding", None), "device_set", ())) <= 1
         small = compile_cache.cached_jit(problem, self, "result", lambda best_x, n_bad: (
