@@ -86,16 +86,20 @@ def test_initial_state_fn_works_under_eval_shape(problem):
 def test_a_solved_problem_is_collected_and_its_entries_forgotten():
     # The caches hold executables keyed by id(problem), never the problem itself: once the user
     # drops it (and its result), it is garbage, and the finalizer forgets its entries.
+    held = {}
     for name, solver in SOLVERS.items():
         p = make_problem(box=name != "LBFGS")  # L-BFGS refuses a box it would ignore
         pid = id(p)
         result = mw.solve(p, solver, seed=0, progress=True)
-        assert compile_cache.holds(pid)
+        held[name] = compile_cache.holds(pid)
         ref = weakref.ref(p)
         del p, result
         gc.collect()
         assert ref() is None, f"a cache kept the problem alive ({name})"
         assert not compile_cache.holds(pid)
+    # ReplicaExchange's programs are all shared by the problem's functions (none by its id); L-BFGS
+    # keeps some by the object's id, so the forgetting above is exercised
+    assert held == {"ReplicaExchange": False, "LBFGS": True}, held
 
 
 def test_a_new_problem_of_the_same_functions_shares_the_start_even_with_another_x0():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -112,3 +113,63 @@ def test_a_short_pattern_search_whose_loop_ran_before_is_one_chunk():
     third = mw.solve(problem, solver, seed=1, progress=False, callback=seen.append)
     assert seen[0]["done"] == [1] and third.stats["chunks"] == len(seen) > 1
     assert all(np.array_equal(first.x, r.x) and first.fun == r.fun for r in (second, third))
+
+
+class DeviceWork:
+    """Counts, while entered, what a call asks of the device: compiled programs run
+    (``jax.stages.Compiled.__call__``, through which every kept executable runs) and primitives
+    bound outside any program (``EvalTrace.process_primitive``: ``lax`` operations, ``jnp.asarray``,
+    ``PRNGKey``, each dispatched on its own, on a GPU a launch and often a wait; jitted ``jnp``
+    functions found in JAX's C++ cache are not seen), with every host->device transfer refused
+    (``jax.transfer_guard_host_to_device("disallow_explicit")``: implicit ones too)."""
+
+    def __init__(self, monkeypatch) -> None:
+        from jax._src import core
+
+        self.programs = self.ops = 0
+        run, bind = jax.stages.Compiled.__call__, core.EvalTrace.process_primitive
+
+        def counting_run(compiled, *args, **kwargs):
+            self.programs += 1
+            return run(compiled, *args, **kwargs)
+
+        def counting_bind(trace, *args, **kwargs):
+            self.ops += 1
+            return bind(trace, *args, **kwargs)
+
+        monkeypatch.setattr(jax.stages.Compiled, "__call__", counting_run)
+        monkeypatch.setattr(core.EvalTrace, "process_primitive", counting_bind)
+        self._guard = jax.transfer_guard_host_to_device("disallow_explicit")
+
+    def __enter__(self) -> DeviceWork:
+        self._guard.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._guard.__exit__(*exc)
+
+
+def test_a_second_short_pattern_search_runs_four_programs_and_sends_nothing(monkeypatch):
+    # A second call of a one-iteration search (the shortest run there is) pays only what it must:
+    # the start, the chunk (its progress summary inside), the result's point and counts, and the
+    # point's value: 4 programs, no operation dispatched on its own, and no host->device copy
+    # (the run's key and the trip count are kept from the first call; the point's value is computed
+    # from the point on the device).  What it reads back is not counted here: on a CPU the guard
+    # does not see device->host copies.
+    problem = mw.Problem(objective=shifted_sphere, lower=[-2.0] * 3, upper=[2.0] * 3)
+    solver = mw.PatternSearch(n_walkers=64, iterations=1)
+    first = mw.solve(problem, solver, seed=1, progress=False)
+    on_device = jnp.ones(2)
+    work = DeviceWork(monkeypatch)
+    with work:
+        jax.lax.neg(on_device)  # the counters see an operation outside a program ...
+        assert work.ops >= 1
+        with pytest.raises(Exception, match="[Dd]isallowed host-to-device transfer"):
+            jnp.asarray(np.ones(2))  # ... and the guard refuses a transfer
+        work.ops = 0
+        second = mw.solve(problem, solver, seed=1, progress=False)
+    assert (work.programs, work.ops) == (4, 0)
+    # the same run, read the same way: bit for bit the first call's result and counts
+    assert np.array_equal(first.x, second.x) and first.fun == second.fun and isinstance(second.fun, float)
+    assert second.stats["nonfinite"] == first.stats["nonfinite"] == 0 and second.stats["chunks"] == 1
+    np.testing.assert_array_equal(first.walkers, second.walkers)

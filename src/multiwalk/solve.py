@@ -93,18 +93,42 @@ def run_key(seed: int) -> jax.Array:
     return jax.random.fold_in(key, seed >> 32) if seed >> 32 else key
 
 
+# (seed, PRNG implementation, 64-bit flag, default device) -> the run's key on the device: making it
+# is a transfer of the seed and a program of its own (with fold_in two), paid before the start in
+# every call otherwise; the last few seeds are kept
+_RUN_KEYS: dict[tuple, jax.Array] = {}
+_RUN_KEYS_MAX = 16
+
+
+def _kept_run_key(seed: int) -> jax.Array:
+    """:func:`run_key` made once per seed and kept.  The start copies it into the state (a compiled
+    program's output never is its input's buffer), so donating the state leaves it alone; a key
+    that was deleted anyway is made again."""
+    cache_key = (seed, str(jax.config.jax_default_prng_impl), bool(jax.config.jax_enable_x64),
+                 str(jax.config.jax_default_device))
+    key = _RUN_KEYS.get(cache_key)
+    if key is None or key.is_deleted():
+        if len(_RUN_KEYS) >= _RUN_KEYS_MAX:
+            _RUN_KEYS.pop(next(iter(_RUN_KEYS)))
+        key = _RUN_KEYS[cache_key] = run_key(seed)
+    return key
+
+
 def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any, plan: RunPlan | None = None) -> Callable:
-    """``(state, n, arrays) -> (state, n_run)``: up to ``n`` steps of ``phase``, fewer if
+    """``(state, n, arrays) -> (state, n_run, summary)``: up to ``n`` steps of ``phase``, fewer if
     ``solver.done`` (``solver.run_chunk`` with this solve's ``plan``: by default a ``while_loop``
-    over ``step``).
+    over ``step``), and the progress summary of the state it ends with (``solver.summary``), so a
+    chunk is one program, read back once.
 
     The trip count is dynamic, so one executable serves chunks of every length; ``arrays`` are
     the problem's data, sigma and ``args`` arrays (:func:`~multiwalk.compile_cache.problem_arrays`), arguments rather
     than constants, so one executable also serves every dataset of the same shapes.
     """
 
-    def run_chunk(state: Any, n: jax.Array, arrays: Any) -> tuple[Any, jax.Array]:
-        return solver.run_chunk(compile_cache.with_arrays(problem, arrays, static), state, phase, n, plan=plan)
+    def run_chunk(state: Any, n: jax.Array, arrays: Any) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+        with_arrays = compile_cache.with_arrays(problem, arrays, static)
+        state, n_run = solver.run_chunk(with_arrays, state, phase, n, plan=plan)
+        return state, n_run, solver.summary(with_arrays, state)
 
     return run_chunk
 
@@ -143,7 +167,7 @@ def _compiled_chunk_runner(
         if sharded:
             rep = placement.replicated
             jitted = jax.jit(runner, donate_argnums=0, in_shardings=(placement.shardings, rep, rep),
-                             out_shardings=(placement.shardings, rep))
+                             out_shardings=(placement.shardings, rep, rep))
         else:
             jitted = jax.jit(runner, donate_argnums=0)
         with dist.mesh_context(placement.mesh if sharded else None):  # for the image solvers' collectives
@@ -300,7 +324,8 @@ class _Run:
     # Under jax.distributed the writers get the state gathered; every process gathers (a collective)
     # when process 0 has writers, whatever its own writers then do with it.
     gather_for_writers: bool
-    summary: Callable[[Any], dict]  # state -> the progress summary's scalars
+    # state -> the progress summary's scalars, for a host loop (a compiled loop returns them itself)
+    summary: Callable[[Any], dict] | None
     state: Any
     done: list[int]  # iterations run of each phase
     phase_index: int  # the phase running
@@ -346,7 +371,7 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     saved = None
     if resume is not None:  # read and checked before anything compiles
         saved = (*ckpt.read_resume(Path(resume), seed, identity), Path(resume))
-    key = run_key(seed)
+    key = _kept_run_key(seed)
     init_fn = solver.initial_state_fn(problem, None, plan)
     placement = _placement(problem, solver, init_fn, key, devices)
     plan = dataclasses.replace(plan, mesh=placement.mesh)
@@ -356,9 +381,11 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     done, phase_index = ckpt.resumed_position(saved[0], phases, saved[2]) if saved else ([0] * len(phases), 0)
     writers = tuple(w for w in (solver.writer(problem), writer) if w is not None)
     gather = dist.multi_process() and bool(dist.broadcast(np.int32(bool(writers))))
+    # a compiled loop ends with the progress summary; a host loop's is a program of its own
+    summary = _summary(problem, solver, state, placement) if host_loop.applies(problem, solver, placement) else None
     return _Run(problem, solver, plan, placement, phases, seed, identity, checkpoint_path, checkpoint_every,
-                time_limit, chunk_seconds, callback, writers, gather, _summary(problem, solver, state, placement),
-                state, done, phase_index, _first_stats(placement))
+                time_limit, chunk_seconds, callback, writers, gather, summary, state, done, phase_index,
+                _first_stats(placement))
 
 
 def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]:
@@ -370,8 +397,8 @@ def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]
         for i in range(run.phase_index, len(run.phases)):
             if run.done[i] < run.phases[i].length:
                 executables[i] = _compiled_chunk_runner(run.problem, run.solver, i, run.state, run.placement, run.plan)
-        if executables:
-            run.summary(run.state)  # the progress summary too (compiled on first use)
+        if executables and run.summary is not None:
+            run.summary(run.state)  # a host loop's progress summary too (compiled on first use)
     except BaseException:
         ctrl_c.restore()
         raise
@@ -383,17 +410,22 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
                ctrl_c: prog.CtrlC) -> tuple[int, float]:
     """One chunk of up to ``n`` iterations of the current phase, then what follows it (:func:`_after_chunk`).
     ``(iterations run, seconds)``."""
+    # made before the clock: a new trip count is a transfer (the first in a process, a compilation)
+    trip_count = _trip_count(run, n) if run.summary is None else np.int32(n)  # a host loop reads n on the host
     t0 = time.perf_counter()
     # The state is donated (updated in place), so it is replaced in one statement;
     # Ctrl-C only sets a flag (see CtrlC), so nothing interrupts this.
     run.unaccounted = True  # the state is ahead of ``done`` until the chunk is counted
-    # n as a numpy scalar: the executable copies it in with its call (jnp.asarray first
-    # was a dispatch of its own, ~0.1 ms of every chunk's time on a CPU)
-    run.state, n_run = compiled(run.state, np.int32(n), arrays)
+    if run.summary is None:  # the compiled loop returns the progress summary with the state
+        run.state, n_run, info = compiled(run.state, trip_count, arrays)
+    else:
+        run.state, n_run = compiled(run.state, trip_count, arrays)
+        info = run.summary(run.state)
+    prog.start_copies((n_run, info))  # queued behind the chunk: read without a second round trip
     jax.block_until_ready(run.state)
     dt = time.perf_counter() - t0
     # One read from the device per chunk: the steps run and the progress summary's scalars.
-    n_run, info = prog.fetch((n_run, run.summary(run.state)))
+    n_run, info = prog.fetch((n_run, info))
     info = {k: float(v) for k, v in info.items()}
     # Every decision below derives from dt and the flags: under jax.distributed all
     # processes take process 0's, so they run the same chunks and stop together.
@@ -403,6 +435,28 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     run.t_run += dt
     _after_chunk(run, int(n_run), info, checkpoint_due, bar)
     return int(n_run), dt
+
+
+# n -> n as an int32 on the default device: the trip counts of recent chunks, which a second call
+# of the same run repeats
+_TRIP_COUNTS: dict[tuple[int, str], jax.Array] = {}
+_TRIP_COUNTS_MAX = 64
+
+
+def _trip_count(run: _Run, n: int) -> Any:
+    """A chunk's trip count ``n`` as the compiled loop takes it: a device scalar kept across chunks
+    and calls when the run is on the default device (as a NumPy scalar it was a host->device copy
+    before every chunk; ``jnp.asarray`` each time was a dispatch of its own, ~0.1 ms on a CPU),
+    else a NumPy scalar, which the executable copies in where it runs (a split or pinned run)."""
+    if run.placement.sharded or run.placement.devices[0] is not None:
+        return np.int32(n)
+    key = (n, str(jax.config.jax_default_device))
+    count = _TRIP_COUNTS.get(key)
+    if count is None or count.is_deleted():
+        if len(_TRIP_COUNTS) >= _TRIP_COUNTS_MAX:
+            _TRIP_COUNTS.pop(next(iter(_TRIP_COUNTS)))
+        count = _TRIP_COUNTS[key] = jnp.asarray(np.int32(n))
+    return count
 
 
 def _after_chunk(run: _Run, n_run: int, info: dict[str, float], checkpoint_due: bool, bar: prog.ProgressBar) -> None:

@@ -64,12 +64,29 @@ def value_at_point(problem: Problem, x: np.ndarray, found: float | np.floating) 
     if not np.isfinite(found):
         return found
     point = np.asarray(x, dtype=problem.dtype)
-    host = getattr(problem, "host_objective", None)
-    if host is not None:  # a non-JAX objective: evaluated on the host, as in the run; no program to compile
-        value = host.evaluate(point[None])[0]
+    one_point = point_value_program(problem)
+    if one_point is None:  # a non-JAX objective: evaluated on the host, as in the run; no program to compile
+        value = problem.host_objective.evaluate(point[None])[0]
     else:
-        value = np.asarray(shared_jit(problem, None, "value_at_point", lambda p: p.chi2_full, reads_x0=False)(point))
-    # the type the solver reports (a NumPy scalar of the run's dtype, or a Python float)
+        value = np.asarray(one_point(point))
+    return reported_value(value, found)
+
+
+def point_value_program(problem: Problem) -> Callable[[Any], jax.Array] | None:
+    """:func:`value_at_point`'s one-point program, ``x (n,) of the problem's dtype -> chi2 ()``, for a
+    solver that keeps the point on the device and reads the value back with its other results;
+    None for a non-JAX objective (evaluated on the host)."""
+    if getattr(problem, "host_objective", None) is not None:
+        return None
+    return shared_jit(problem, None, "value_at_point", lambda p: p.chi2_full, reads_x0=False)
+
+
+def reported_value(value: Any, found: float | np.floating) -> float | np.floating:
+    """The one-point program's ``value`` as :func:`value_at_point` reports it: ``found`` (the run's
+    own value) where that is not finite, else ``value`` in the type of ``found`` (a NumPy scalar of
+    the run's dtype, or a Python float)."""
+    if not np.isfinite(found):
+        return found
     return found.dtype.type(value) if isinstance(found, np.generic) else float(value)
 
 

@@ -68,7 +68,7 @@ from ._common import (
     keep_better,
     uniform_in_box,
 )
-from .base import Phase, RunPlan, Solver, end_status, value_at_point
+from .base import Phase, RunPlan, Solver, end_status, point_value_program, reported_value, value_at_point
 
 __all__ = ["PatternSearch", "PatternSearchResult"]
 
@@ -434,12 +434,10 @@ class PatternSearch(Solver):
     def result(
         self, problem: Problem, state: PatternSearchState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> PatternSearchResult:
-        # the best point, its value and the non-finite counts (4 bytes a walker, summed here in int64:
-        # an int32 sum on the device overflows past 2**31 evaluations) come to the host now; every
-        # walker's record (n_walkers rows: 240 MB at 1M walkers in 30-D) when the caller first reads
-        # it (lazy_fields)
-        st = SimpleNamespace(**jax.device_get({"best_x": state.best_x, "best_fun": state.best_fun}))
-        st.n_nonfinite = to_host(state.n_nonfinite)  # 4 MB at 1M walkers: through pinned memory on a GPU
+        # the best point, its value and the count of non-finite values come to the host now, in
+        # one read back (_reported); every walker's record (n_walkers rows: 240 MB at 1M walkers
+        # in 30-D) when the caller first reads it (lazy_fields)
+        st = self._reported(problem, state)
         delta0 = self.steps(problem)[0]  # from the box as it is now (the caller may change it in place)
         iters = int(done[0])
         rounds = max(1, -(-iters // self.iterations)) if iters else 1
@@ -448,7 +446,7 @@ class PatternSearch(Solver):
         # Evaluations: one per walker per round start, two per walker per coordinate per iteration.
         stats["evaluations"] = self.n_walkers * (rounds + 2 * problem.n_free * iters)
         stats["walkers"] = self.n_walkers
-        stats["nonfinite"] = int(st.n_nonfinite.sum(dtype=np.int64))
+        stats["nonfinite"] = st.nonfinite
         plan = self.kernel_plan(problem)
         stats["kernel"], stats["kernel_reason"] = plan.name, plan.reason
         status, message = end_status(
@@ -457,10 +455,9 @@ class PatternSearch(Solver):
             bool(np.isfinite(st.best_fun)),
             f"no finite objective value in {stats['evaluations']} evaluations (all NaN or inf)",
         )
-        x_best = np.asarray(problem.expand(st.best_x))
         return PatternSearchResult(
-            x=x_best,
-            fun=value_at_point(problem, x_best, float(st.best_fun)),
+            x=st.x,
+            fun=st.fun,
             status=status,
             message=message,
             stats=stats,
@@ -471,6 +468,34 @@ class PatternSearch(Solver):
             halvings=state.n_halvings,
             resets=state.n_resets,
         )
+
+    def _reported(self, problem: Problem, state: PatternSearchState) -> SimpleNamespace:
+        """What the result reads of the final state, on the host: ``x`` the best point (n,) with the
+        fixed values, ``best_fun`` the run's value there, ``fun`` its value by
+        :func:`value_at_point`'s one-point program, ``nonfinite`` the count of non-finite values.
+
+        Two programs (the point expanded and the counts summed; the point's value), queued
+        without waiting, and one read back of a few numbers: on a GPU each read between two
+        programs is a round trip of its own (the host waits for the device, then the device for
+        the host)."""
+        one_point = point_value_program(problem)
+        on_one_device = len(getattr(getattr(state.best_x, "sharding", None), "device_set", ())) <= 1
+        small = compile_cache.cached_jit(problem, self, "result", lambda best_x, n_bad: (
+            problem.expand(best_x), jnp.sum(n_bad), jnp.max(n_bad)))
+        x, n_sum, n_max = small(state.best_x, state.n_nonfinite)
+        # the one-point value on one device only: a point split over a mesh would compile it for the
+        # mesh, and the reported value must not depend on how the run was split
+        value = one_point(x) if one_point is not None and on_one_device else None
+        st = SimpleNamespace(**jax.device_get({"x": x, "best_fun": state.best_fun, "value": value,
+                                               "n_sum": n_sum, "n_max": n_max}))
+        st.x = np.asarray(st.x)
+        found = float(st.best_fun)
+        st.fun = reported_value(st.value, found) if value is not None else value_at_point(problem, st.x, found)
+        # the int32 sum on the device is exact while no partial sum can pass 2**31 (max * walkers
+        # below it); else the counts (4 bytes a walker) are summed on the host in int64
+        exact = int(st.n_max) * self.n_walkers < 2**31
+        st.nonfinite = int(st.n_sum) if exact else int(to_host(state.n_nonfinite).sum(dtype=np.int64))
+        return st
 
 
 @dataclass(repr=False, kw_only=True)
