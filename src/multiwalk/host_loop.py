@@ -105,8 +105,12 @@ def initial_state_fn(problem: Any, solver: Solver, init_fn: Callable[[jax.Array]
         if prepare is None or host.engine.name != "processes":
             return start_of(key, host.evaluate(points))
         values = _in_background(host.evaluate, points)
-        start_of.compile_for(key, np.zeros(points.shape[:-1], host.dtype))  # host.evaluate's array: same key
-        prepare(shapes)
+        try:
+            start_of.compile_for(key, np.zeros(points.shape[:-1], host.dtype))  # host.evaluate's array: same key
+            prepare(shapes)
+        except BaseException:
+            values.exception()  # the batch ends before the error goes on (a second Ctrl-C does not wait)
+            raise
         return start_of(key, values.result())
 
     return start
@@ -172,14 +176,14 @@ class HostLoop:
             p = compile_cache.with_arrays(problem, arrays, static)
             return _fed(self.host, values, lambda: solver.step(p, state, phase))
 
-        lowered = jax.jit(capture).lower(state, arrays)
-        values = jax.ShapeDtypeStruct(lowered.out_info[0].shape[:-1], self.host.dtype)
-        lowered_finish = jax.jit(finish, donate_argnums=0).lower(state, values, arrays)
         # XLA compiles the two at once (it releases the GIL): where there is a core to spare, the
-        # first run of a problem waits for the longer of the two rather than for both
+        # first run of a problem waits for the longer of the two rather than for both; the capture
+        # compiles (or loads from the persistent cache) while this thread traces and lowers the finish
+        lowered = jax.jit(capture).lower(state, arrays)
         with ThreadPoolExecutor(1) as other:
             points = other.submit(compile, lowered, f"{who} (its points)")
-            self.finish = compile(lowered_finish, who)
+            values = jax.ShapeDtypeStruct(lowered.out_info[0].shape[:-1], self.host.dtype)
+            self.finish = compile(jax.jit(finish, donate_argnums=0).lower(state, values, arrays), who)
             self.capture = points.result()
 
     def as_text(self) -> str:
