@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import host_objective_cases as cases
@@ -26,6 +27,8 @@ import multiwalk as mw
 from multiwalk import host_objective
 from multiwalk.executors import Engine
 from multiwalk.host_objective import ObjectiveError, WorkerCrashError
+
+solve_module = sys.modules["multiwalk.solve"]  # the package exports the function solve
 
 HERE = Path(__file__).parent
 SEED = 5
@@ -81,6 +84,26 @@ def test_two_worker_processes_give_the_same_result(problem, serial):
     _same(result, serial)
     assert result.stats["host_objective"]["workers"] == 2
     assert result.stats["host_objective"]["restarts"] == 1 and not marker.exists()
+
+
+def test_the_start_is_evaluated_by_the_workers_while_the_loops_are_prepared(problem, serial, monkeypatch):
+    # on worker processes the start's batch is evaluated on a thread of its own while this thread
+    # traces and loads the step's programs (solve._prepare_loops, once, for the start's shapes);
+    # every later batch here; the numbers are the serial run's
+    host = problem.host_objective
+    on_main, prepared = [], []
+    evaluate, prepare_loops = host.evaluate, solve_module._prepare_loops
+    monkeypatch.setattr(host, "evaluate", lambda X: on_main.append(threading.current_thread() is threading.main_thread())
+                        or evaluate(X))
+    monkeypatch.setattr(solve_module, "_prepare_loops", lambda *args: prepared.append(args[-1]) or prepare_loops(*args))
+    host.engine = engine = Engine("processes", 2)
+    try:
+        result = mw.solve(problem, cases.solver(), seed=SEED)
+    finally:
+        engine.shutdown()
+    _same(result, serial)
+    assert on_main[0] is False and all(on_main[1:]) and len(on_main) == cases.STEPS + 1
+    assert len(prepared) == 1 and jax.tree_util.tree_structure(prepared[0]) == jax.tree_util.tree_structure(result.state)
 
 
 def test_dask_local_cluster_gives_the_same_result(problem, serial):

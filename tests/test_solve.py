@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -508,6 +509,11 @@ def test_64_bit_seeds_keep_their_high_half():
     assert not np.array_equal(low, np.asarray(run_key(2**32 + 5)))
     assert not np.array_equal(np.asarray(run_key(2**32 + 5)), np.asarray(run_key(2**33 + 5)))
     assert np.array_equal(low, np.asarray(run_key(5)))
+    # a 32-bit seed's key, made on the host, is jax.random.PRNGKey's, bit for bit, and its array alike
+    for seed in (0, 5, 2**31, 2**32 - 1):
+        key, expected = run_key(seed), jax.random.PRNGKey(seed)
+        assert np.array_equal(np.asarray(key), np.asarray(expected)), seed
+        assert (key.dtype, key.shape, key.weak_type, key.committed) == (expected.dtype, expected.shape, False, False)
 
 
 def test_a_second_solve_reuses_the_compiled_loop_and_a_changed_problem_does_not():

@@ -263,9 +263,16 @@ def _kept_call(fun: Callable, options: dict[str, Any], args: tuple, key_of: Call
     """``jax.jit(fun, **options)(*args)`` through the executable kept under ``key_of(tree, the
     arguments' keys, out_shardings' leaves and tree)``, compiled and kept on first use (tied to
     ``owner``'s life when given); traced arguments just trace ``fun``."""
-    leaves, tree = jax.tree_util.tree_flatten(args)
+    leaves = jax.tree_util.tree_leaves(args)
     if any(isinstance(x, jax.core.Tracer) for x in leaves):
         return jax.jit(fun, **options)(*args)
+    return _kept_executable(fun, options, args, key_of, owner)(*args)
+
+
+def _kept_executable(fun: Callable, options: dict[str, Any], args: tuple, key_of: Callable[..., tuple],
+                     owner: Any = None) -> Any:
+    """The executable :func:`_kept_call` runs for ``args`` (arrays): kept, or compiled and kept now."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
     placed = jax.tree_util.tree_flatten(options.get("out_shardings"))
     key = key_of(tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
     compiled = _SMALL.get(key)
@@ -275,7 +282,7 @@ def _kept_call(fun: Callable, options: dict[str, Any], args: tuple, key_of: Call
             _keep_small(key, compiled)
         else:
             keep(owner, key, compiled)
-    return compiled(*args)
+    return compiled
 
 
 def kept_for(problem: Any) -> list[tuple[str, Any]]:
@@ -322,9 +329,15 @@ def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_sharding
     one solver apart."""
     options = _jit_options(problem, out_shardings)
 
-    def call(*args: Any) -> Any:
-        return _kept_call(fun, options, args, lambda *parts: small_key(problem, solver, name, *parts), owner=problem)
+    def key_of(*parts: Any) -> tuple:
+        return small_key(problem, solver, name, *parts)
 
+    def call(*args: Any) -> Any:
+        return _kept_call(fun, options, args, key_of, owner=problem)
+
+    # call.compile_for(*args): compile (or find) the executable for arrays like ``args`` without
+    # running it, ahead of the call (multiwalk.host_loop's start, while its points are evaluated)
+    call.compile_for = lambda *args: _kept_executable(fun, options, args, key_of, owner=problem)  # type: ignore[attr-defined]
     return call
 
 

@@ -17,7 +17,9 @@ objective once, on one batch of static shape, outside any loop or cond
 
 The step's work before the evaluation (draws, proposals) runs twice, microseconds next to the
 objective.  Both programs are plain: a second process loads them from the persistent cache and
-compiles nothing.  The start (``init``) is split the same way when it evaluates the objective.
+compiles nothing.  The start (``init``) is split the same way when it evaluates the objective;
+while worker processes evaluate the start's points, this thread traces and loads the step's
+programs (the driver's ``prepare``), so that a short run does not wait for both one after the other.
 The numbers are those of the step's own code: the same seed gives the same run for any executor,
 worker count and chunking (each step is its own call).  A run split over several devices or
 processes, and solvers that evaluate several times a step (ReplicaExchange's inner Metropolis
@@ -26,8 +28,9 @@ loop, PatternSearch's directions), keep the callback inside their compiled loop.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -53,10 +56,14 @@ def _captured(host: HostObjective, trace: Callable[[], Any], who: str) -> Any:
     an array of the program being traced; None when it evaluates nothing."""
     with host.tapping(Tap()) as tap:
         trace()
+    _at_most_one_batch(tap, who)
+    return tap.points if tap.calls else None
+
+
+def _at_most_one_batch(tap: Tap, who: str) -> None:
     if tap.calls > 1:
         raise RuntimeError(f"{who} evaluated the objective {tap.calls} times; a host loop needs one batch a step "
                            "(set evaluates_once_per_step only for a solver whose step evaluates once)")
-    return tap.points if tap.calls else None
 
 
 def _fed(host: HostObjective, values: Any, trace: Callable[[], Any]) -> Any:
@@ -69,11 +76,19 @@ def _fed(host: HostObjective, values: Any, trace: Callable[[], Any]) -> Any:
     return out
 
 
-def initial_state_fn(problem: Any, solver: Solver, init_fn: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
+def initial_state_fn(problem: Any, solver: Solver, init_fn: Callable[[jax.Array], Any],
+                     prepare: Callable[[Any], None] | None = None) -> Callable[[jax.Array], Any]:
     """``key -> the start``: ``solver.init``'s points (one program), their values on the host,
     then the start (a second program); ``init_fn`` (the solver's own, which then holds no
     callback) when ``init`` evaluates nothing (Mapper).  Both programs are kept across solve()
-    calls (:func:`~multiwalk.compile_cache.cached_jit`)."""
+    calls (:func:`~multiwalk.compile_cache.cached_jit`).
+
+    ``prepare(shapes)`` (the start's shapes, ``jax.ShapeDtypeStruct`` leaves): work for this thread
+    while worker processes evaluate the start's points (the driver traces and loads the step's
+    programs then), done before the start is made; the start's own second program is loaded in
+    that time too.  Only where the points go to other processes (the processes executor): a
+    serial objective runs in this thread, as does all tracing (JAX's settings such as
+    ``jax.enable_x64`` are per thread)."""
     host = problem.host_objective
     who = f"{type(solver).__name__}.init"
     points_of = compile_cache.cached_jit(
@@ -83,24 +98,57 @@ def initial_state_fn(problem: Any, solver: Solver, init_fn: Callable[[jax.Array]
         problem, solver, "host loop: start", lambda key, values: _fed(host, values, lambda: solver.init(problem, key)))
 
     def start(key: jax.Array) -> Any:
-        if not _start_evaluates(problem, solver, key):
+        evaluates, shapes = _start_facts(problem, solver, key)
+        if not evaluates:
             return init_fn(key)
-        return start_of(key, host.evaluate(np.asarray(points_of(key))))
+        points = np.asarray(points_of(key))
+        if prepare is None or host.engine.name != "processes":
+            return start_of(key, host.evaluate(points))
+        values = _in_background(host.evaluate, points)
+        try:
+            start_of.compile_for(key, np.zeros(points.shape[:-1], host.dtype))  # host.evaluate's array: same key
+            prepare(shapes)
+        except BaseException:
+            values.exception()  # the batch ends before the error goes on (a second Ctrl-C does not wait)
+            raise
+        return start_of(key, values.result())
 
     return start
 
 
-def _start_evaluates(problem: Any, solver: Solver, key: jax.Array) -> bool:
-    """Whether ``solver.init`` evaluates the objective (one abstract trace, kept across solve() calls)."""
-    cache_key = compile_cache.small_key(problem, solver, "host loop: start evaluates", key.shape, str(key.dtype))
-    evaluates = compile_cache.kept(cache_key)
-    if evaluates is None:
-        found = []
-        jax.eval_shape(lambda k: found.append(_captured(problem.host_objective, lambda: solver.init(problem, k),
-                                                        f"{type(solver).__name__}.init") is not None), key)
-        evaluates = found[0]
-        compile_cache.keep(problem, cache_key, evaluates)
-    return evaluates
+def _in_background(fun: Callable[..., Any], *args: Any) -> Future:
+    """``fun(*args)`` on a daemon thread: its result or exception in the future returned (a
+    KeyboardInterrupt here does not wait for it, as it would for a thread pool's)."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fun(*args))
+        except BaseException as err:  # noqa: BLE001 - handed to the caller by result()
+            future.set_exception(err)
+
+    threading.Thread(target=run, name="multiwalk-start-batch", daemon=True).start()
+    return future
+
+
+def _start_facts(problem: Any, solver: Solver, key: jax.Array) -> tuple[bool, Any]:
+    """Whether ``solver.init`` evaluates the objective, and the start's shapes (``jax.ShapeDtypeStruct``
+    leaves, weak types kept), from one abstract trace kept across solve() calls."""
+    cache_key = compile_cache.small_key(problem, solver, "host loop: start's facts", key.shape, str(key.dtype))
+    facts = compile_cache.kept(cache_key)
+    if facts is None:
+        taps = []
+
+        def init(k: jax.Array) -> Any:
+            with problem.host_objective.tapping(Tap()) as tap:
+                taps.append(tap)
+                return solver.init(problem, k)
+
+        shapes = jax.eval_shape(init, key)
+        _at_most_one_batch(taps[0], f"{type(solver).__name__}.init")
+        facts = (taps[0].calls == 1, shapes)
+        compile_cache.keep(problem, cache_key, facts)
+    return facts
 
 
 class HostLoop:
@@ -128,14 +176,14 @@ class HostLoop:
             p = compile_cache.with_arrays(problem, arrays, static)
             return _fed(self.host, values, lambda: solver.step(p, state, phase))
 
-        lowered = jax.jit(capture).lower(state, arrays)
-        values = jax.ShapeDtypeStruct(lowered.out_info[0].shape[:-1], self.host.dtype)
-        lowered_finish = jax.jit(finish, donate_argnums=0).lower(state, values, arrays)
         # XLA compiles the two at once (it releases the GIL): where there is a core to spare, the
-        # first run of a problem waits for the longer of the two rather than for both
+        # first run of a problem waits for the longer of the two rather than for both; the capture
+        # compiles (or loads from the persistent cache) while this thread traces and lowers the finish
+        lowered = jax.jit(capture).lower(state, arrays)
         with ThreadPoolExecutor(1) as other:
             points = other.submit(compile, lowered, f"{who} (its points)")
-            self.finish = compile(lowered_finish, who)
+            values = jax.ShapeDtypeStruct(lowered.out_info[0].shape[:-1], self.host.dtype)
+            self.finish = compile(jax.jit(finish, donate_argnums=0).lower(state, values, arrays), who)
             self.capture = points.result()
 
     def as_text(self) -> str:

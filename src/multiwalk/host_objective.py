@@ -330,17 +330,20 @@ def compiler_options(problem: Any) -> dict[str, Any]:
 def _supported(options: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
     """Those of ``options`` this XLA accepts as compile options (an option is dropped by a later
     release: XLA 0.11 has no ``xla_cpu_use_fusion_emitters``), found by compiling a one-operation
-    program with each, once per process."""
+    program with all of them (one compile, read from the persistent cache, where XLA takes them
+    all), else with each, once per process."""
     import jax
 
-    kept = {}
-    for name, value in options:
+    def accepted(chosen: dict[str, Any]) -> bool:
         try:
-            jax.jit(lambda v: v + 1).lower(np.float32(0)).compile(compiler_options={name: value})
+            jax.jit(lambda v: v + 1).lower(np.float32(0)).compile(compiler_options=chosen)
         except Exception:  # noqa: BLE001 - XLA's error for an unknown option (INVALID_ARGUMENT)
-            continue
-        kept[name] = value
-    return kept
+            return False
+        return True
+
+    if accepted(dict(options)):
+        return dict(options)
+    return {name: value for name, value in options if accepted({name: value})}
 
 
 def plain_error(problem: Any, err: BaseException) -> BaseException | None:

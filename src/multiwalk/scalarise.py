@@ -27,19 +27,29 @@ complex numbers, scatter-add, out-of-bounds gathers, and graphs above the size l
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax as _public_lax
 
-try:  # jax.extend.core is the public home of these (JAX >= 0.4.36); jax.core keeps them in older ones
-    from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
-except ImportError:  # pragma: no cover
-    from jax.core import ClosedJaxpr, Jaxpr, Literal  # type: ignore[no-redef]
+if TYPE_CHECKING:
+    from jax.extend.core import Jaxpr
+
+
+@functools.cache
+def _jaxpr_types() -> tuple[type, type]:
+    """``(ClosedJaxpr, Literal)``, imported on first use: ``jax.extend`` imports every one of its
+    modules, Pallas's among them (~20 ms), which ``import multiwalk`` need not pay."""
+    try:  # jax.extend.core is the public home of these (JAX >= 0.4.36); jax.core keeps them in older ones
+        from jax.extend.core import ClosedJaxpr, Literal
+    except ImportError:  # pragma: no cover
+        from jax.core import ClosedJaxpr, Literal  # type: ignore[no-redef]
+    return ClosedJaxpr, Literal
 
 
 
@@ -283,9 +293,10 @@ class _Builder:
     # ------------------------------------------------------------------ the interpreter
     def run(self, jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[np.ndarray]) -> list[np.ndarray]:
         env: dict[Any, np.ndarray] = {}
+        literal = _jaxpr_types()[1]
 
         def read(v: Any) -> np.ndarray:
-            if isinstance(v, Literal):
+            if isinstance(v, literal):
                 return self.array(v.val, v.aval.dtype)
             return env[v]
 
@@ -360,7 +371,7 @@ class _Builder:
             inner = params.get("call_jaxpr") or params.get("jaxpr") or params.get("fun_jaxpr")
             if inner is None:
                 raise Unsupported(f"call primitive {name!r} without a jaxpr")
-            if isinstance(inner, ClosedJaxpr):
+            if isinstance(inner, _jaxpr_types()[0]):
                 return self.run(inner.jaxpr, inner.consts, ins)
             return self.run(inner, [], ins)
         raise Unsupported(f"the objective uses primitive {name!r}, which the scalariser does not support")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -89,6 +90,11 @@ def _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpo
 
 def run_key(seed: int) -> jax.Array:
     """The run's key from a 64-bit seed: both halves count (PRNGKey alone keeps 32 bits)."""
+    if not seed >> 32 and jax.config.jax_default_prng_impl == "threefry2x32" and not jax.config.jax_enable_custom_prng:
+        # threefry's PRNGKey of a 32-bit seed is the pair [0, seed] (jax.random.PRNGKey's bits, which
+        # tests/test_solve.py compares): put on the device as it is, where PRNGKey traces and runs two
+        # small programs (~15 ms of a new process)
+        return jax.device_put(np.array([0, seed], np.uint32))
     key = jax.random.PRNGKey(seed & 0xFFFFFFFF)
     return jax.random.fold_in(key, seed >> 32) if seed >> 32 else key
 
@@ -375,17 +381,33 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     init_fn = solver.initial_state_fn(problem, None, plan)
     placement = _placement(problem, solver, init_fn, key, devices)
     plan = dataclasses.replace(plan, mesh=placement.mesh)
+    prepared_seconds = [0.0]
     if host_loop.applies(problem, solver, placement):  # the start's evaluation on the host too
-        init_fn = host_loop.initial_state_fn(problem, solver, init_fn)
+        prepare = None
+        if saved is None and devices is None:  # the loops for the start's shapes, while its points are evaluated
+            prepare = functools.partial(_prepare_loops, problem, solver, phases, placement, plan, prepared_seconds)
+        init_fn = host_loop.initial_state_fn(problem, solver, init_fn, prepare)
     state = _first_state(problem, solver, init_fn, key, placement, plan, devices is not None, saved)
     done, phase_index = ckpt.resumed_position(saved[0], phases, saved[2]) if saved else ([0] * len(phases), 0)
     writers = tuple(w for w in (solver.writer(problem), writer) if w is not None)
     gather = dist.multi_process() and bool(dist.broadcast(np.int32(bool(writers))))
     # a compiled loop ends with the progress summary; a host loop's is a program of its own
     summary = _summary(problem, solver, state, placement) if host_loop.applies(problem, solver, placement) else None
+    stats = _first_stats(placement)
+    stats["compile_seconds"] = prepared_seconds[0]
     return _Run(problem, solver, plan, placement, phases, seed, identity, checkpoint_path, checkpoint_every,
-                time_limit, chunk_seconds, callback, writers, gather, summary, state, done, phase_index,
-                _first_stats(placement))
+                time_limit, chunk_seconds, callback, writers, gather, summary, state, done, phase_index, stats)
+
+
+def _prepare_loops(problem: Any, solver: Solver, phases: list[Phase], placement: dist.Placement, plan: RunPlan,
+                   seconds: list[float], shapes: Any) -> None:
+    """The compiled loops of every phase of a fresh run, for a start of ``shapes`` (kept, so that
+    :func:`_compile` finds them); their time added to ``seconds[0]``."""
+    t0 = time.perf_counter()
+    for i, phase in enumerate(phases):
+        if phase.length > 0:
+            _compiled_chunk_runner(problem, solver, i, shapes, placement, plan)
+    seconds[0] += time.perf_counter() - t0
 
 
 def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]:
@@ -402,7 +424,7 @@ def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]
     except BaseException:
         ctrl_c.restore()
         raise
-    run.stats["compile_seconds"] = time.perf_counter() - t0
+    run.stats["compile_seconds"] += time.perf_counter() - t0  # after what the start compiled (_prepare_loops)
     return executables
 
 

@@ -218,10 +218,10 @@ class RunSetup:
 
 
 def _function(path: Path, solver: dict[str, Any], dimension: int, root_dir: Path) -> tuple[Any, str]:
-    from ..functions import odatse as analytical
-
     name = _need(path, solver, "solver", "name")
     if name == "analytical":
+        from ..functions import odatse as analytical  # the test functions: only for them (~5 ms)
+
         if "function" in solver:
             raise InputError(f'{path}: [solver] function goes with name = "python", not "analytical"')
         fname = solver.get("function_name", "quadratics")

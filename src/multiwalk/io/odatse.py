@@ -360,11 +360,11 @@ class StepWriter:
         self.n = nprocs * per
         self.separate_T = separate_T
         self.coordinates = None if coordinates is None else np.asarray(coordinates, dtype=np.float64)
-        import polars as pl
-
         values = np.asarray(betas) if as_beta else 1.0 / np.asarray(betas)
         self.t_strings = [number(v) for v in values]
-        self._t_series = pl.Series(self.t_strings, dtype=pl.String)
+        # polars (~0.1 s to import) is first imported by the first chunk's formatting, on the writer
+        # thread while the run goes on, not here, before the run: see _temperature_series
+        self._t_series: pl.Series | None = None
         self.proc_dirs = [self.output_dir / str(p) for p in range(nprocs)]
         for d in self.proc_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -472,6 +472,14 @@ class StepWriter:
             self._pending.append(self._writer.submit(self._write, steps, values, ints))
         self.seconds += time.perf_counter() - t0
 
+    def _temperature_series(self) -> pl.Series:
+        """The temperatures' strings as a polars column (made, and polars imported, on first use)."""
+        if self._t_series is None:
+            import polars as pl
+
+            self._t_series = pl.Series(self.t_strings, dtype=pl.String)
+        return self._t_series
+
     def _raise_failed(self) -> None:
         """Raise the error of a chunk the writer thread failed to write (and forget it)."""
         while self._pending and self._pending[0].done():
@@ -548,11 +556,12 @@ class StepWriter:
         m = steps.size
         trial, result, self.last_result = _chunk_rows(values, ints, self.coordinates, self.last_result)
         parts = max(1, self.threads)
+        t_series = self._temperature_series()  # before the formatting threads share it
         for p, d in enumerate(self.proc_dirs):
             # process p's lines in pieces of whole steps, each formatted on its own thread
             def lines(ab: tuple[int, int], p: int = p) -> list[bytes]:  # trial and result in one polars call
                 return _proc_lines_many(steps, ints, [(trial.__getitem__, p), (result.__getitem__, p)], self.per,
-                                        self._t_series, ab[0] * self.per, ab[1] * self.per)
+                                        t_series, ab[0] * self.per, ab[1] * self.per)
 
             pieces = self._map(lines, _split(m, min(parts, -(-m * self.per // ROWS_PER_PIECE))))
             for k, name in enumerate(("trial.txt", "result.txt")):
