@@ -34,10 +34,12 @@ import numpy as np
 from .. import diagnostics
 from ..evidence import Evidence
 from ..evidence import evidence as _evidence
+from ..kernels import KernelPlan, check_kernel_option
 from ..polish import Roots, polish
 from ..polish import default_root_tol as _default_root_tol
 from ..problem import Problem
 from ..result import NOT_SAVED, Deferred, Result, Status, to_host
+from . import replica_exchange_swaps_kernel as swaps_kernel
 from ._common import (
     INIT_STREAM,
     check_bool_option,
@@ -53,7 +55,7 @@ from ._common import (
     objective_equations,
     uniform_in_box,
 )
-from .base import Phase, Solver, end_status, value_at_point
+from .base import Phase, RunPlan, Solver, end_status, value_at_point
 from .ladder_adaptation import adapt_ladder, track_round_trips
 
 __all__ = ["ReplicaExchange", "ReplicaExchangeResult", "Roots"]
@@ -126,6 +128,13 @@ class ReplicaExchange(Solver):
         cost compile time in proportion (the xringaus fit on an H100: 39 s of compiling and
         0.344 s of run at 8, 11 s and 0.387 s at 1).  ``None``: from the objective's size
         (:meth:`unrolled_updates`): 8 for a cheap function, 1 for a large model.
+    kernel : ``"auto"`` (default), ``"xla"`` or ``"pallas"``: how the exchange's ``nbeta``
+        sequential swap attempts run; results do not depend on it (bit for bit).  ``"xla"``: a
+        loop of a few XLA kernels per attempt.  ``"pallas"``: all attempts in ONE Pallas (Triton)
+        kernel (:mod:`.replica_exchange_swaps_kernel`; Pallas' interpret mode off GPUs, slow, for
+        tests).  ``"auto"``: the kernel on a GPU, XLA elsewhere.  A run split over several devices
+        uses the XLA form (the kernel is one custom call XLA cannot split).
+        ``result.stats["kernel"]`` and ``["kernel_reason"]`` say which ran and why.
     adapt_ladder : move the inner temperatures during burn-in so that every adjacent pair
         swaps equally often (Vousden, Farr & Mandel 2016; :mod:`.ladder_adaptation`); the
         coldest and hottest stay, and the ladder is frozen for sampling (``result.betas``).
@@ -154,6 +163,7 @@ class ReplicaExchange(Solver):
     step0: float = field(default=1.0 / 50.0)
     exchange_unroll: int | None = None
     metropolis_unroll: int | None = None
+    kernel: str = "auto"
     adapt_ladder: bool = False
     adaptation_lag: int = 10000
     adaptation_time: float = 100.0
@@ -161,7 +171,7 @@ class ReplicaExchange(Solver):
 
     samples_log_prior = True  # the problem's log_prior enters the Metropolis ratio, untempered
     wraps_periodic = True  # a step that leaves the box across a periodic parameter wraps into it
-    resumable_options = ("niter", "exchange_unroll", "metropolis_unroll")
+    resumable_options = ("niter", "exchange_unroll", "metropolis_unroll", "kernel")  # how, not what
 
     def __post_init__(self) -> None:
         for name in ("nbeta", "nseq", "nadj"):
@@ -182,6 +192,7 @@ class ReplicaExchange(Solver):
             check_number_option("betan", self.betan, 0, beta1, low_open=True)
         check_int_option("exchange_unroll", self.exchange_unroll, 1, none_ok=True)
         check_int_option("metropolis_unroll", self.metropolis_unroll, 1, none_ok=True)
+        check_kernel_option(self.kernel)
         check_number_option("step0", self.step0, 0, 1, low_open=True)
         check_bool_option("record_temperatures", self.record_temperatures)
         self._check_adaptation()
@@ -321,8 +332,33 @@ class ReplicaExchange(Solver):
         return min(nf, 8, max(1, UNROLL_EQUATIONS // max(1, objective_equations(problem))))
 
     # ----------------------------------------------------------------- one iteration
+    def kernel_plan(self, split: bool = False) -> KernelPlan:
+        """Which form runs the exchange's swap attempts, and why; ``split``: the state is split
+        over several devices (then the XLA form)."""
+        return swaps_kernel.plan(self.kernel, split)
+
+    def run_chunk(
+        self, problem: Problem, state: ReplicaExchangeState, phase: int, n: jax.Array, plan: RunPlan | None = None
+    ) -> tuple[ReplicaExchangeState, jax.Array]:
+        """``n`` iterations (a ``while_loop`` over :meth:`step`), the swap attempts in the form the
+        plan's devices allow: the kernel only when the loop is not split (``plan.mesh_size == 1``)."""
+        kplan = self.kernel_plan(split=plan is not None and plan.mesh_size > 1)
+
+        def body(carry: tuple) -> tuple:
+            i, s = carry
+            return i + 1, self._iteration(problem, s, phase, kplan)
+
+        n_run, state = jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.asarray(0, jnp.int32), state))
+        return state, n_run
+
     def step(self, problem: Problem, state: ReplicaExchangeState, phase: int) -> ReplicaExchangeState:
         """One iteration of every chain (the module docstring's steps 1-3); ``phase`` 0 is burn-in."""
+        return self._iteration(problem, state, phase, self.kernel_plan())
+
+    def _iteration(
+        self, problem: Problem, state: ReplicaExchangeState, phase: int, kplan: KernelPlan
+    ) -> ReplicaExchangeState:
+        """:meth:`step` with the swap attempts run as ``kplan`` says."""
         burn = phase == 0
         lo, hi, per = problem.free_bounds()
         dt = problem.dtype
@@ -362,7 +398,7 @@ class ReplicaExchange(Solver):
 
         state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=self.unrolled_updates(problem))
         if nb > 1:
-            state = self._exchange(state, k_exchange, beta, record=not burn)
+            state = self._exchange(state, k_exchange, beta, record=not burn, kplan=kplan)
             trip_phase, round_trips = track_round_trips(state.trip_phase, state.label, state.round_trips, not burn)
             state = state._replace(trip_phase=trip_phase, round_trips=round_trips)
         if burn and self.adapt_ladder:  # frozen from the first sampling iteration on
@@ -462,13 +498,37 @@ class ReplicaExchange(Solver):
         return state._replace(best_x=best_x, best_fun=best_fun)
 
     def _exchange(
-        self, state: ReplicaExchangeState, key: jax.Array, beta: jax.Array, record: bool
+        self, state: ReplicaExchangeState, key: jax.Array, beta: jax.Array, record: bool,
+        kplan: KernelPlan | None = None,
     ) -> ReplicaExchangeState:
-        """nbeta sequential swap attempts per sequence, on a permutation; the points move once."""
+        """nbeta sequential swap attempts per sequence, on a permutation; the points move once.
+        The attempts run in the XLA form (:meth:`_swap_attempts`) or, as ``kplan`` says, in one
+        Pallas kernel (:func:`.replica_exchange_swaps_kernel.swap_attempts`), alike bit for bit."""
         ns, nb = self.nseq, self.nbeta
         k_pair, k_u = jax.random.split(key)
         pairs = jax.random.randint(k_pair, (nb, ns, 1), 0, nb - 1)
         log_u = jnp.log(jax.random.uniform(k_u, (nb, ns, 1), state.fun.dtype))
+        if kplan is not None and kplan.use_pallas:
+            fun, perm, tries, swaps = swaps_kernel.swap_attempts(
+                state.fun, pairs[..., 0], log_u[..., 0], beta, interpret=kplan.interpret)
+        else:
+            fun, perm, tries, swaps = self._swap_attempts(state.fun, pairs, log_u, beta)
+        state = state._replace(
+            x=jnp.take_along_axis(state.x, perm[..., None], axis=1),
+            fun=fun,
+            label=jnp.take_along_axis(state.label, perm, axis=1),
+            log_prior=jnp.take_along_axis(state.log_prior, perm, axis=1),
+        )
+        if record:
+            state = state._replace(n_swap_tries=state.n_swap_tries + tries, n_swaps=state.n_swaps + swaps)
+        return state
+
+    def _swap_attempts(
+        self, fun: jax.Array, pairs: jax.Array, log_u: jax.Array, beta: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        """The XLA form of the swap attempts: ``pairs`` (nbeta, nseq, 1) int and ``log_u`` (nbeta,
+        nseq, 1) -> ``(fun, perm, tries, swaps)`` (nseq x nbeta; the counters nseq x (nbeta - 1))."""
+        ns, nb = self.nseq, self.nbeta
         cols = jnp.arange(nb)
         pair_cols = jnp.arange(nb - 1)
 
@@ -490,22 +550,13 @@ class ReplicaExchange(Solver):
             return fun, perm, tries + hit, swaps + (hit & swap)
 
         init = (
-            state.fun,
+            fun,
             jnp.broadcast_to(cols, (ns, nb)),
             jnp.zeros((ns, nb - 1), jnp.int32),
             jnp.zeros((ns, nb - 1), jnp.int32),
         )
         unroll = self.exchange_unroll or (1 if jax.default_backend() == "cpu" else 8)
-        fun, perm, tries, swaps = jax.lax.fori_loop(0, nb, attempt, init, unroll=min(unroll, nb))
-        state = state._replace(
-            x=jnp.take_along_axis(state.x, perm[..., None], axis=1),
-            fun=fun,
-            label=jnp.take_along_axis(state.label, perm, axis=1),
-            log_prior=jnp.take_along_axis(state.log_prior, perm, axis=1),
-        )
-        if record:
-            state = state._replace(n_swap_tries=state.n_swap_tries + tries, n_swaps=state.n_swaps + swaps)
-        return state
+        return jax.lax.fori_loop(0, nb, attempt, init, unroll=min(unroll, nb))
 
     # ----------------------------------------------------------------- reporting
     def iterate(self, problem: Problem, state: ReplicaExchangeState) -> tuple[np.ndarray, float]:
@@ -589,6 +640,9 @@ class ReplicaExchange(Solver):
         stats = dict(stats)
         stats["nonfinite"] = int(st.n_nonfinite.sum(dtype=np.int64))  # per sequence on the device: no int32 overflow
         stats["chains"] = self.nseq * self.nbeta
+        if self.nbeta > 1:  # one temperature: no exchange, no kernel
+            kplan = self.kernel_plan(split=stats.get("devices", 1) > 1)  # as run_chunk decided from the mesh
+            stats["kernel"], stats["kernel_reason"] = kplan.name, kplan.reason
         stats["updates"] = int(sum(done)) * self.nseq * self.nbeta * problem.n_free
         status, message = end_status(
             status,

@@ -1,0 +1,84 @@
+"""ReplicaExchange's swap attempts in one Pallas kernel (interpret mode on the CPU) against the XLA form."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multiwalk as mw
+from multiwalk.solvers import replica_exchange_swaps_kernel as swaps_kernel
+
+
+def _bits(a: jax.Array) -> np.ndarray:
+    """The bit patterns of a float array: equality of these is equality bit for bit (NaN, -0.0)."""
+    a = np.asarray(a)
+    return a.view({4: np.int32, 8: np.int64}[a.dtype.itemsize])
+
+
+@pytest.mark.parametrize("nbeta", [6, 8])
+def test_swap_attempts_equal_the_xla_form_bit_for_bit(nbeta):
+    nseq = 5
+    solver = mw.ReplicaExchange(nbeta=nbeta, nseq=nseq, kernel="xla")
+    rng = np.random.default_rng(nbeta)
+    with jax.enable_x64(True):
+        fun = rng.exponential(3.0, (nseq, nbeta))
+        fun[0, 1] = np.nan  # NaN never swaps
+        fun[1, 2], fun[1, 3] = np.inf, np.inf  # inf - inf: NaN, never swaps
+        fun[2, 0] = -np.inf
+        fun[3, 1] = fun[3, 2] = 1.5  # equal neighbours: always swap
+        fun[4, :] = -0.0  # all equal, and the sign of zero must survive the kernel's exact reads
+        fun = jnp.asarray(fun)
+        key_pairs, key_u = jax.random.split(jax.random.key(1))
+        pairs = jax.random.randint(key_pairs, (nbeta, nseq), 0, nbeta - 1)
+        log_u = jnp.log(jax.random.uniform(key_u, (nbeta, nseq), fun.dtype))
+        beta = jnp.asarray(solver.ladder())
+        want = solver._swap_attempts(fun, pairs[..., None], log_u[..., None], beta)
+        got = swaps_kernel.swap_attempts(fun, pairs, log_u, beta, block=4, interpret=True)  # 2 programs
+    np.testing.assert_array_equal(_bits(got[0]), _bits(want[0]))  # exact: the same operations in order
+    for name, g, w in zip(("perm", "tries", "swaps"), got[1:], want[1:]):
+        assert g.shape == w.shape, name  # (perm: int32 here, the XLA form's default int there)
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
+    swaps = np.asarray(want[3])
+    assert swaps.sum() > 0 and swaps.sum() < np.asarray(want[2]).sum()  # some swapped, some did not
+    assert swaps[0, 0] == 0 or swaps[0, 1] == 0  # the NaN at column 1 of row 0 never moved
+    assert np.asarray(want[2]).sum() == nseq * nbeta  # every attempt counted once
+
+
+def _sphere(x):
+    return jnp.sum((x - 0.3) ** 2)
+
+
+@pytest.fixture(scope="module")
+def solves():
+    problem = mw.Problem(objective=_sphere, lower=[-1.0, -1.0], upper=[1.0, 1.0])
+    xla = mw.ReplicaExchange(nbeta=6, nseq=5, nburn=3, niter=3, kernel="xla")
+    pallas = dataclasses.replace(xla, kernel="pallas")
+    return mw.solve(problem, xla, seed=3, progress=False), mw.solve(problem, pallas, seed=3, progress=False)
+
+
+def test_a_solve_with_the_kernel_equals_the_xla_form_in_every_field(solves):
+    xla, pallas = solves
+    assert xla.stats["kernel"] == "xla" and pallas.stats["kernel"] == "pallas (interpret mode)"
+    assert "swap kernel" in pallas.stats["kernel_reason"]
+    names = ["x", "fun", "samples", "fun_trace", "fun_trace_all", "acceptance", "exchange_rate", "steps",
+             "n_accepted", "n_trials", "n_swaps", "labels", "round_trips", "accept_history"]
+    for name in names:  # bit for bit (NaN where never tried counts as equal)
+        np.testing.assert_array_equal(np.asarray(getattr(pallas, name)), np.asarray(getattr(xla, name)),
+                                      err_msg=name)
+    assert np.asarray(xla.n_swaps).sum() > 0  # exchanges happened: the comparison is not vacuous
+
+
+def test_kernel_option_and_plan():
+    with pytest.raises(ValueError, match=r"kernel must be one of \('auto', 'xla', 'pallas'\), got 'triton'"):
+        mw.ReplicaExchange(kernel="triton")
+    solver = mw.ReplicaExchange(kernel="auto")
+    if jax.default_backend() == "cpu":
+        assert not solver.kernel_plan().use_pallas and "GPUs only" in solver.kernel_plan().reason
+    with pytest.warns(RuntimeWarning, match="split over devices"):
+        split = mw.ReplicaExchange(kernel="pallas").kernel_plan(split=True)
+    assert not split.use_pallas
+    assert "kernel" in mw.ReplicaExchange.resumable_options  # how the attempts run, not what they compute
