@@ -35,11 +35,12 @@ def elements(shapes: str) -> int:
 
 
 def loop_collectives(run) -> dict[int, list[list]]:
-    """Run ``run()`` (one mw.solve) and return, per phase index, the collectives of the loops it compiled."""
+    """Run ``run()`` (one mw.solve) and return, per loop it compiled (in phase order: one per phase,
+    or one for all, ReplicaExchange's), the collectives of that loop."""
     compile_cache.clear_loops()
     run()
     out: dict[int, list[list]] = {}
-    # the driver compiles every phase before running, in phase order
+    # the driver compiles every phase's loop before running, in phase order
     for phase, compiled in enumerate(compile_cache.compiled_loops()):
         out[phase] = [[kind, elements(shapes)] for shapes, kind in COLLECTIVE.findall(compiled.as_text())]
     return out
