@@ -488,12 +488,17 @@ class _LoopPerPhase(mw.ReplicaExchange):
     traced_phase = False
 
 
-def test_burn_in_and_sampling_are_one_compiled_loop():
+@pytest.mark.parametrize("branch", [True, False], ids=["cond", "selects"])
+def test_burn_in_and_sampling_are_one_compiled_loop(branch, monkeypatch):
     # ReplicaExchange.traced_phase: one loop serves both phases (the phase is its argument), so the
     # objective is compiled once; the run must equal, bit for bit, the one of a loop per phase
-    # (the same operations: the phase's selects only pick what the static branches computed)
+    # (the same operations: the phase's cond or selects only pick what the static branches
+    # computed).  Both forms of the trial's bookkeeping: lax.cond (the CPU's) and selects (GPUs').
     from multiwalk import compile_cache
+    from multiwalk.solvers import replica_exchange
 
+    monkeypatch.setattr(replica_exchange, "_branch_on_phase", lambda: branch)
+    # a new function per form: the compiled loops are kept by the problem's functions
     problem = mw.Problem(objective=lambda x: jnp.sum((x - 0.25) ** 2), lower=[-2.0] * 2, upper=[2.0] * 2)
     opts = dict(nbeta=4, nseq=2, nburn=6, niter=5, record_temperatures=True)
     kept = {id(loop) for loop in compile_cache.compiled_loops()}
