@@ -402,9 +402,9 @@ class ReplicaExchange(Solver):
                      accept: jax.Array, acc_i: jax.Array, dt: Any) -> ReplicaExchangeState:
         """A trial's bookkeeping: in burn-in (``burn``, a () bool) the chosen parameter's step adapts
         (:meth:`_adapt_step`), in sampling the trial and its acceptance are counted.  On the CPU a
-        ``lax.cond`` (a branch taken on the host: the burn-in and sampling loops ran 20 % faster than
-        with both computed and selected, and faster than two loops); elsewhere both, selected: a cond
-        in the loop of trials would cost a GPU a round trip to the host per trial."""
+        ``lax.cond``, a branch taken on the host (ReplicaExchange() on a cheap 2-D objective ran in
+        0.12 s so, 0.16 s with both computed and selected, 0.14 s as two loops); elsewhere both,
+        selected: on a GPU a cond in the loop of trials may cost a round trip to the host per trial."""
 
         def counted(st: ReplicaExchangeState, mask: jax.Array) -> ReplicaExchangeState:
             return st._replace(n_trials=st.n_trials + mask, n_accepted=st.n_accepted + mask * acc_i[..., None])
