@@ -35,11 +35,12 @@ def elements(shapes: str) -> int:
 
 
 def loop_collectives(run) -> dict[int, list[list]]:
-    """Run ``run()`` (one mw.solve) and return, per phase index, the collectives of the loops it compiled."""
+    """Run ``run()`` (one mw.solve) and return, per loop it compiled (in phase order: one per phase,
+    or one for all, ReplicaExchange's), the collectives of that loop."""
     compile_cache.clear_loops()
     run()
     out: dict[int, list[list]] = {}
-    # the driver compiles every phase before running, in phase order
+    # the driver compiles every phase's loop before running, in phase order
     for phase, compiled in enumerate(compile_cache.compiled_loops()):
         out[phase] = [[kind, elements(shapes)] for shapes, kind in COLLECTIVE.findall(compiled.as_text())]
     return out
@@ -117,6 +118,7 @@ def solve_others(box: mw.Problem, report: dict) -> None:
     re_run = {}
     report["re"] = loop_collectives(lambda: re_run.setdefault("r", mw.solve(box, re_solver, progress=False, devices=2)))
     report["re_devices"] = re_run["r"].stats["devices"]
+    report["re_loops"] = loop_structure(compile_cache.compiled_loops()[-1].as_text(), "f64[24,4,3]")
     ps_run = {}
     report["ps"] = loop_collectives(lambda: ps_run.setdefault("r", mw.solve(box, ps_solver, progress=False, devices=2)))
     report["ps_devices"] = ps_run["r"].stats["devices"]

@@ -479,3 +479,35 @@ def test_metropolis_unroll_changes_no_decision():
     np.testing.assert_array_equal(one.n_accepted, three.n_accepted)
     np.testing.assert_array_equal(one.n_swaps, three.n_swaps)
     np.testing.assert_allclose(one.fun_trace_all, three.fun_trace_all, rtol=64 * np.finfo(np.float32).eps, atol=1e-6)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LoopPerPhase(mw.ReplicaExchange):
+    """The same sampler with its phase static: the driver compiles one loop per phase."""
+
+    traced_phase = False
+
+
+@pytest.mark.parametrize("branch", [True, False], ids=["cond", "selects"])
+def test_burn_in_and_sampling_are_one_compiled_loop(branch, monkeypatch):
+    # ReplicaExchange.traced_phase: one loop serves both phases (the phase is its argument), so the
+    # objective is compiled once; the run must equal, bit for bit, the one of a loop per phase
+    # (the same operations: the phase's cond or selects only pick what the static branches
+    # computed).  Both forms of the trial's bookkeeping: lax.cond (the CPU's) and selects (GPUs').
+    from multiwalk import compile_cache
+    from multiwalk.solvers import replica_exchange
+
+    monkeypatch.setattr(replica_exchange, "_branch_on_phase", lambda: branch)
+    # a new function per form: the compiled loops are kept by the problem's functions
+    problem = mw.Problem(objective=lambda x: jnp.sum((x - 0.25) ** 2), lower=[-2.0] * 2, upper=[2.0] * 2)
+    opts = dict(nbeta=4, nseq=2, nburn=6, niter=5, record_temperatures=True)
+    kept = {id(loop) for loop in compile_cache.compiled_loops()}
+    one = _run(problem, **opts)
+    assert len([loop for loop in compile_cache.compiled_loops() if id(loop) not in kept]) == 1
+    kept = {id(loop) for loop in compile_cache.compiled_loops()}
+    per_phase = mw.solve(problem, _LoopPerPhase(**opts), progress=False)
+    assert len([loop for loop in compile_cache.compiled_loops() if id(loop) not in kept]) == 2
+    assert one.stats["iterations"] == per_phase.stats["iterations"] == {"burn-in": 6, "sampling": 5}
+    for name in ("samples", "fun_trace_all", "samples_all", "label_trace", "accept_history", "steps",
+                 "n_accepted", "n_trials", "n_swaps", "labels", "round_trips"):
+        np.testing.assert_array_equal(getattr(one, name), getattr(per_phase, name), err_msg=name)

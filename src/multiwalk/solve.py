@@ -2,8 +2,9 @@
 
 The loop, as optimistix's ``_iterate``: checks, then ``solver.plan`` (one :class:`RunPlan` for
 the whole solve), then :func:`_start` (the start or the resumed state, placed on the devices),
-:func:`_compile` (one loop per phase: ``solver.run_chunk``, by default a ``lax.while_loop`` over
-``solver.step`` with a dynamic trip count, so chunks of any length reuse the same executable),
+:func:`_compile` (one loop per phase, or one for all phases where ``solver.traced_phase``:
+``solver.run_chunk``, by default a ``lax.while_loop`` over ``solver.step`` with a dynamic trip
+count, so chunks of any length reuse the same executable),
 :func:`_run_phases` (chunks of about ``chunk_seconds`` of work; between chunks the writers, the
 progress bar, the checkpoint and the clock) and :func:`_finish` (``solver.result``).  Ctrl-C or
 the time limit end the run with the last finished chunk's state, so nothing computed is lost.
@@ -120,23 +121,27 @@ def _kept_run_key(seed: int) -> jax.Array:
     return key
 
 
-def _chunk_runner(problem: Any, solver: Solver, phase: int, static: Any, plan: RunPlan | None = None) -> Callable:
+def _chunk_runner(problem: Any, solver: Solver, phase: int | None, static: Any, plan: RunPlan | None = None) -> Callable:
     """``(state, n, arrays) -> (state, n_run, summary)``: up to ``n`` steps of ``phase``, fewer if
     ``solver.done`` (``solver.run_chunk`` with this solve's ``plan``: by default a ``while_loop``
     over ``step``), and the progress summary of the state it ends with (``solver.summary``), so a
-    chunk is one program, read back once.
+    chunk is one program, read back once.  ``phase`` None (a ``traced_phase`` solver's one loop
+    for all its phases): ``(state, n, arrays, phase) -> ...``, the phase index an int32 argument.
 
     The trip count is dynamic, so one executable serves chunks of every length; ``arrays`` are
     the problem's data, sigma and ``args`` arrays (:func:`~multiwalk.compile_cache.problem_arrays`), arguments rather
     than constants, so one executable also serves every dataset of the same shapes.
     """
 
-    def run_chunk(state: Any, n: jax.Array, arrays: Any) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+    def run_chunk_of_phase(state: Any, n: jax.Array, arrays: Any, phase: Any) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
         with_arrays = compile_cache.with_arrays(problem, arrays, static)
         state, n_run = solver.run_chunk(with_arrays, state, phase, n, plan=plan)
         return state, n_run, solver.summary(with_arrays, state)
 
-    return run_chunk
+    def run_chunk(state: Any, n: jax.Array, arrays: Any) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+        return run_chunk_of_phase(state, n, arrays, phase)
+
+    return run_chunk if phase is not None else run_chunk_of_phase
 
 
 def _compiled_chunk_runner(
@@ -146,7 +151,11 @@ def _compiled_chunk_runner(
     placement and plan (the state's shardings are the loop's input and output shardings, so the
     state stays split from chunk to chunk and is donated in place), the problem's arrays to pass
     it (:func:`~multiwalk.compile_cache.problem_arrays`; on every device when the state is split),
-    and the key it is kept under (its timing from the last call is kept there too)."""
+    and the key it is kept under (its timing from the last call is kept there too).
+
+    A ``traced_phase`` solver's loop is one for all its phases (its key holds no phase index): it
+    is compiled at the first phase's call and called with ``phase`` as its last argument, so what
+    is returned is that loop with the phase bound (``(state, n, arrays)`` as for other solvers)."""
     arrays, static = compile_cache.problem_arrays(problem, plan.arrays_as_arguments)
     sharded = placement.sharded
     if sharded and arrays is not None:
@@ -155,8 +164,9 @@ def _compiled_chunk_runner(
     fingerprint = (compile_cache.arguments_fingerprint(problem) if arrays is not None
                    else compile_cache.full_fingerprint(problem))
     on_host = host_loop.applies(problem, solver, placement)  # a non-JAX objective between compiled steps
+    shared = solver.traced_phase and not on_host  # one loop for every phase, the phase an argument
     common = (
-        fingerprint, solver, phase, jax.tree_util.tree_structure(state), avals,
+        fingerprint, solver, None if shared else phase, jax.tree_util.tree_structure(state), avals,
         placement.key() if sharded else (), tuple(sorted(plan.compiler_options)), on_host,
     )
     if arrays is None:  # compiled for this very problem object
@@ -169,19 +179,34 @@ def _compiled_chunk_runner(
                                       lambda lowered, who: _compile_lowered(lowered, dict(plan.compiler_options), who))
         compile_cache.keep_loop(key, compiled, owner=problem if arrays is None else None)
     elif compiled is None:
-        runner = _chunk_runner(problem, solver, phase, static, plan)
+        runner = _chunk_runner(problem, solver, None if shared else phase, static, plan)
+        scalars = (jnp.asarray(1, jnp.int32),) + ((jnp.asarray(phase, jnp.int32),) if shared else ())
         if sharded:
             rep = placement.replicated
-            jitted = jax.jit(runner, donate_argnums=0, in_shardings=(placement.shardings, rep, rep),
+            in_shardings = (placement.shardings, rep, rep, rep) if shared else (placement.shardings, rep, rep)
+            jitted = jax.jit(runner, donate_argnums=0, in_shardings=in_shardings,
                              out_shardings=(placement.shardings, rep, rep))
         else:
             jitted = jax.jit(runner, donate_argnums=0)
         with dist.mesh_context(placement.mesh if sharded else None):  # for the image solvers' collectives
-            lowered = jitted.lower(state, jnp.asarray(1, jnp.int32), arrays)
+            lowered = jitted.lower(state, scalars[0], arrays, *scalars[1:])
         compiled = _compile_lowered(lowered, dict(plan.compiler_options), type(solver).__name__)
         # a loop compiled for this very problem object is forgotten once that is garbage
         compile_cache.keep_loop(key, compiled, owner=problem if arrays is None else None)
+    if shared:
+        compiled = _with_phase(compiled, phase)
     return compiled, arrays, key
+
+
+def _with_phase(compiled: Any, phase: int) -> Callable:
+    """A shared loop's ``(state, n, arrays, phase)`` called as ``(state, n, arrays)`` for ``phase``
+    (a NumPy int32, copied in with the call as ``n`` is)."""
+    phase_index = np.int32(phase)
+
+    def run(state: Any, n: Any, arrays: Any) -> Any:
+        return compiled(state, n, arrays, phase_index)
+
+    return run
 
 
 def _compile_lowered(lowered: Any, options: dict[str, Any], who: str) -> Any:
@@ -528,8 +553,9 @@ def _next_chunk_length(run: _Run, n: int, n_run: int, per_step: float) -> int:
 
 def _first_chunk_length(run: _Run, loop_key: tuple) -> int:
     """Iterations of a phase's first chunk: about half ``chunk_seconds`` of work at the longest
-    time per iteration this compiled loop took in an earlier call (so a short run is one
-    dispatch; half and the longest: the machine's load may have changed since), or one
+    time per iteration this compiled loop took in an earlier call, or in an earlier phase of this
+    one (a ``traced_phase`` solver's loop serves every phase), so a short run is one
+    dispatch (half and the longest: the machine's load may have changed since); or one
     iteration, which times a step, when it has not run before.  With a ``callback`` (which may
     stop the run after any chunk) chunks start at one iteration."""
     per_step = compile_cache.step_seconds(loop_key)

@@ -17,7 +17,8 @@ The contract, in one place (docs/architecture.md has the same table with who cal
 * optional, for devices: ``batch_axes``, ``batch_option``, ``state_memory``;
 * optional, for speed: ``plan`` (one :class:`RunPlan` per solve: kernel form, compiler options,
   the longest chunk, data as arguments, running until the time limit), ``run_chunk`` and
-  ``initial_state_fn`` (which receive that plan);
+  ``initial_state_fn`` (which receive that plan), ``traced_phase`` (one compiled loop for all
+  the phases);
 * optional, for the display and files: ``summary`` (progress bar), ``iterate`` (the current point,
   for ``solve(iteration_callback=...)``), ``writer`` (a :class:`Writer`
   the solver brings, such as LBFGS's printed table; files written as the run goes are writers
@@ -188,6 +189,13 @@ class Solver(abc.ABC):
     #: persistent cache keeps for the next process (:mod:`multiwalk.host_loop`)
     evaluates_once_per_step: bool = False
 
+    #: whether ``step`` (and ``done``) take ``phase`` as a traced int32 rather than a static Python
+    #: int: the driver then compiles ONE loop for all the phases, the phase index an argument of
+    #: it, so the objective is compiled once rather than once per phase (ReplicaExchange's burn-in
+    #: and sampling).  Such a step branches on the phase with ``jnp.where`` / ``lax.cond``, never a
+    #: Python ``if``, and must still accept a plain int (a step called outside the driver)
+    traced_phase: bool = False
+
     # ----------------------------------------------------------------- required
     def check(self, problem: Problem) -> None:
         """Raise ValueError/TypeError if this solver cannot run ``problem`` (before compiling)."""
@@ -202,7 +210,8 @@ class Solver(abc.ABC):
 
     @abc.abstractmethod
     def step(self, problem: Problem, state: Any, phase: int) -> Any:
-        """One iteration of phase ``phase`` (static); returns the new state."""
+        """One iteration of phase ``phase`` (a static int; a traced int32 where ``traced_phase``);
+        returns the new state."""
 
     def done(self, problem: Problem, state: Any, phase: int) -> jax.Array:
         """Whether the phase has converged and can stop early (a traced bool)."""
@@ -272,8 +281,9 @@ class Solver(abc.ABC):
     ) -> tuple[Any, jax.Array]:
         """Up to ``n`` (traced int32) iterations of ``phase``, fewer if ``done``: ``(state, iterations run)``.
 
-        The driver jits this once per phase (the trip count is dynamic, so one executable serves
-        chunks of every length) with this solve's ``plan`` (the mesh it compiles for).  The default
+        The driver jits this once per phase (once for all phases where ``traced_phase``: ``phase``
+        is then a traced int32; the trip count is dynamic, so one executable serves chunks of every
+        length) with this solve's ``plan`` (the mesh it compiles for).  The default
         is a ``while_loop`` over ``step``; a solver may run several iterations per loop trip
         (PatternSearch's Pallas form: one kernel per round) as long as the result is that of ``n`` steps."""
 

@@ -35,12 +35,13 @@ GOING_COLD = 2  # it went from the coldest to the hottest and heads back
 
 
 def track_round_trips(trip_phase: jax.Array, label: jax.Array, round_trips: jax.Array,
-                      count: bool) -> tuple[jax.Array, jax.Array]:
+                      count: bool | jax.Array) -> tuple[jax.Array, jax.Array]:
     """Update each replica's phase after an exchange; ``(trip_phase, round_trips)``.
 
     ``trip_phase`` (nseq, nbeta) int8 indexed by replica; ``label`` (nseq, nbeta) int32 the
     replica at each temperature, coldest first; ``round_trips`` (nseq,) int32 trips completed,
-    incremented only when ``count`` (the sampling phase; burn-in only moves the phases).
+    incremented only when ``count`` (a bool, or a traced () bool: the sampling phase; burn-in only
+    moves the phases).
     """
     # one-hot masks over the (few) replicas of a row, not indexed gathers and scatters: elementwise
     # along the sequences, so a run split over devices by sequence moves nothing between them
@@ -50,9 +51,7 @@ def track_round_trips(trip_phase: jax.Array, label: jax.Array, round_trips: jax.
     trip_phase = jnp.where(is_hot & (trip_phase == GOING_HOT), jnp.asarray(GOING_COLD, trip_phase.dtype), trip_phase)
     completed = jnp.any(is_cold & (trip_phase == GOING_COLD), axis=1)
     trip_phase = jnp.where(is_cold, jnp.asarray(GOING_HOT, trip_phase.dtype), trip_phase)
-    if count:
-        round_trips = round_trips + completed.astype(round_trips.dtype)
-    return trip_phase, round_trips
+    return trip_phase, round_trips + (completed & count).astype(round_trips.dtype)
 
 
 def pair_acceptance(betas: jax.Array, fun: jax.Array) -> jax.Array:

@@ -97,6 +97,12 @@ class ReplicaExchangeState(NamedTuple):
     log_prior: jax.Array  # (nseq, nbeta) log prior density at x (0 without a log_prior)
 
 
+def _branch_on_phase() -> bool:
+    """Whether the step branches on its traced phase with ``lax.cond`` (on the CPU) rather than
+    computing both phases' bookkeeping and selecting (elsewhere): :meth:`ReplicaExchange._after_trial`."""
+    return jax.default_backend() == "cpu"
+
+
 def _take(a: jax.Array, idx: jax.Array) -> jax.Array:
     """``a[s, b, idx[s, b]]`` for ``a`` of shape (nseq, nbeta, m) and ``idx`` (nseq, nbeta)."""
     return jnp.take_along_axis(a, idx[..., None], axis=-1)[..., 0]
@@ -172,6 +178,9 @@ class ReplicaExchange(Solver):
     samples_log_prior = True  # the problem's log_prior enters the Metropolis ratio, untempered
     wraps_periodic = True  # a step that leaves the box across a periodic parameter wraps into it
     resumable_options = ("niter", "exchange_unroll", "metropolis_unroll", "kernel")  # how, not what
+    # Burn-in and sampling are one compiled loop, the phase a traced int: the objective (the
+    # xringaus model: most of the compile time) is compiled once, not once per phase.
+    traced_phase = True
 
     def __post_init__(self) -> None:
         for name in ("nbeta", "nseq", "nadj"):
@@ -338,7 +347,8 @@ class ReplicaExchange(Solver):
         return swaps_kernel.plan(self.kernel, split)
 
     def run_chunk(
-        self, problem: Problem, state: ReplicaExchangeState, phase: int, n: jax.Array, plan: RunPlan | None = None
+        self, problem: Problem, state: ReplicaExchangeState, phase: int | jax.Array, n: jax.Array,
+        plan: RunPlan | None = None,
     ) -> tuple[ReplicaExchangeState, jax.Array]:
         """``n`` iterations (a ``while_loop`` over :meth:`step`), the swap attempts in the form the
         plan's devices allow: the kernel only when the loop is not split (``plan.mesh_size == 1``)."""
@@ -351,15 +361,17 @@ class ReplicaExchange(Solver):
         n_run, state = jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.asarray(0, jnp.int32), state))
         return state, n_run
 
-    def step(self, problem: Problem, state: ReplicaExchangeState, phase: int) -> ReplicaExchangeState:
-        """One iteration of every chain (the module docstring's steps 1-3); ``phase`` 0 is burn-in."""
+    def step(self, problem: Problem, state: ReplicaExchangeState, phase: int | jax.Array) -> ReplicaExchangeState:
+        """One iteration of every chain (the module docstring's steps 1-3); ``phase`` 0 is burn-in, 1
+        sampling: an int or a traced int32 (``traced_phase``: the two phases are one compiled loop,
+        so what differs between them is selected, never a Python ``if``)."""
         return self._iteration(problem, state, phase, self.kernel_plan())
 
     def _iteration(
-        self, problem: Problem, state: ReplicaExchangeState, phase: int, kplan: KernelPlan
+        self, problem: Problem, state: ReplicaExchangeState, phase: int | jax.Array, kplan: KernelPlan
     ) -> ReplicaExchangeState:
         """:meth:`step` with the swap attempts run as ``kplan`` says."""
-        burn = phase == 0
+        burn = jnp.asarray(phase) == 0  # () bool
         lo, hi, per = problem.free_bounds()
         dt = problem.dtype
         nf, nb = problem.n_free, self.nbeta
@@ -389,24 +401,18 @@ class ReplicaExchange(Solver):
                 fun=jnp.where(accept, fun_new, st.fun),
                 n_nonfinite=st.n_nonfinite + (inside & bad),
             )
-            if burn:
-                return self._adapt_step(st, j, onehot, accept, acc_i, dt)
-            return st._replace(
-                n_trials=st.n_trials + onehot,
-                n_accepted=st.n_accepted + onehot * acc_i[..., None],
-            )
+            return self._after_trial(st, j, onehot, burn, accept, acc_i, dt)
 
         state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=self.unrolled_updates(problem))
         if nb > 1:
-            state = self._exchange(state, k_exchange, beta, record=not burn, kplan=kplan)
-            trip_phase, round_trips = track_round_trips(state.trip_phase, state.label, state.round_trips, not burn)
+            state = self._exchange(state, k_exchange, beta, record=~burn, kplan=kplan)
+            trip_phase, round_trips = track_round_trips(state.trip_phase, state.label, state.round_trips, ~burn)
             state = state._replace(trip_phase=trip_phase, round_trips=round_trips)
-        if burn and self.adapt_ladder:  # frozen from the first sampling iteration on
-            state = state._replace(betas=adapt_ladder(
-                state.betas, state.fun, state.iteration, self.adaptation_lag, self.adaptation_time))
+        if self.adapt_ladder:  # during burn-in; frozen from the first sampling iteration on
+            state = state._replace(betas=jnp.where(burn, adapt_ladder(
+                state.betas, state.fun, state.iteration, self.adaptation_lag, self.adaptation_time), state.betas))
         state = self._keep_best(state)
-        if not burn:
-            state = self._record_sample(state)
+        state = self._record_sample(state, ~burn)
         return state._replace(iteration=state.iteration + 1)
 
     def _trial_draws(self, problem: Problem, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -429,43 +435,71 @@ class ReplicaExchange(Solver):
         normals = jax.lax.optimization_barrier(normals)
         return choices, normals, log_us, k_exchange
 
-    def _adapt_step(self, st: ReplicaExchangeState, j: jax.Array, onehot: jax.Array, accept: jax.Array,
-                    acc_i: jax.Array, dt: Any) -> ReplicaExchangeState:
+    def _after_trial(self, st: ReplicaExchangeState, j: jax.Array, onehot: jax.Array, burn: jax.Array,
+                     accept: jax.Array, acc_i: jax.Array, dt: Any) -> ReplicaExchangeState:
+        """A trial's bookkeeping: in burn-in (``burn``, a () bool) the chosen parameter's step adapts
+        (:meth:`_adapt_step`), in sampling the trial and its acceptance are counted.  On the CPU a
+        ``lax.cond``, a branch taken on the host (ReplicaExchange() on a cheap 2-D objective ran in
+        0.12 s so, 0.16 s with both computed and selected, 0.14 s as two loops); elsewhere both,
+        selected: on a GPU a cond in the loop of trials may cost a round trip to the host per trial."""
+
+        def counted(st: ReplicaExchangeState, mask: jax.Array) -> ReplicaExchangeState:
+            return st._replace(n_trials=st.n_trials + mask, n_accepted=st.n_accepted + mask * acc_i[..., None])
+
+        if _branch_on_phase():
+            return jax.lax.cond(burn, lambda st: self._adapt_step(st, j, onehot, jnp.asarray(True), accept, acc_i, dt),
+                                lambda st: counted(st, onehot), st)
+        return counted(self._adapt_step(st, j, onehot, burn, accept, acc_i, dt), onehot & ~burn)
+
+    def _adapt_step(self, st: ReplicaExchangeState, j: jax.Array, onehot: jax.Array, burn: jax.Array,
+                    accept: jax.Array, acc_i: jax.Array, dt: Any) -> ReplicaExchangeState:
         """Burn-in: the trial's outcome ``accept`` (nseq, nbeta) into the ring buffer of the chosen
         parameter ``j``'s last ``nadj`` outcomes (``acc_i``: as int32), and that parameter's step width
-        adapted to it."""
+        adapted to it; ``onehot`` (nseq, nbeta, n_free) marks ``j``.  Where ``burn`` (a () bool) is False
+        (sampling: one compiled loop runs both phases) the state comes back unchanged."""
+        adapting = onehot & burn
         ns, nb, nf = st.x.shape
         count = _take(st.n_count, j)
         flat_idx = j * self.nadj + count % self.nadj
         hist = st.history.reshape(ns, nb, nf * self.nadj)
-        old = _take(hist, flat_idx).astype(jnp.int32)
+        old = _take(hist, flat_idx)
+        entry = jnp.where(burn, accept.astype(jnp.int8), old)  # sampling: the old entry again
         # One entry per chain, written by a scatter vmapped over (nseq, nbeta): its batch
         # dimensions are the sequences, so on several devices each writes its own rows
         # (jnp.put_along_axis builds whole-batch indices, which XLA all-gathered per trial).
-        hist = jax.vmap(jax.vmap(lambda h, i, a: h.at[i].set(a)))(hist, flat_idx, accept.astype(jnp.int8))
-        hsum = st.history_sum + onehot * (acc_i - old)[..., None]
+        hist = jax.vmap(jax.vmap(lambda h, i, a: h.at[i].set(a)))(hist, flat_idx, entry)
+        hsum = st.history_sum + adapting * (acc_i - old.astype(jnp.int32))[..., None]
         rate = _take(hsum, j) / jnp.minimum(self.nadj, count + 1)
         factor = jnp.where(rate < _ADAPT_TARGET, 1.0 / _ADAPT_FACTOR, _ADAPT_FACTOR).astype(dt)
         return st._replace(
-            step=jnp.where(onehot, st.step * factor[..., None], st.step),
-            n_count=st.n_count + onehot,
+            step=jnp.where(adapting, st.step * factor[..., None], st.step),
+            n_count=st.n_count + adapting,
             history=hist.reshape(ns, nb, nf, self.nadj),
             history_sum=hsum,
         )
 
-    def _record_sample(self, state: ReplicaExchangeState) -> ReplicaExchangeState:
-        """Sampling phase: the coldest chain of each sequence into this iteration's row of ``samples``,
-        every temperature's chi2 into ``fun_trace_all`` (and points and labels, ``record_temperatures``)."""
-        row = state.iteration - self.nburn
-        put = jax.lax.dynamic_update_index_in_dim
+    def _record_sample(self, state: ReplicaExchangeState, sampling: jax.Array) -> ReplicaExchangeState:
+        """Sampling phase (``sampling``, a () bool): the coldest chain of each sequence into this
+        iteration's row of ``samples``, every temperature's chi2 into ``fun_trace_all`` (and points and
+        labels, ``record_temperatures``).  In burn-in row 0 is written with what it holds: a masked
+        write of one row (a ``lax.cond`` holding the records was slower on the CPU too)."""
+        samples = state.samples.shape[0]  # niter: buffers of 0 rows (niter=0) have nothing to write
+        if samples == 0:
+            return state
+        row = jnp.clip(state.iteration - self.nburn, 0, samples - 1)
+
+        def put(buffer: jax.Array, value: jax.Array) -> jax.Array:
+            kept = jax.lax.dynamic_index_in_dim(buffer, row, 0, keepdims=False)
+            return jax.lax.dynamic_update_index_in_dim(buffer, jnp.where(sampling, value, kept), row, 0)
+
         state = state._replace(
-            samples=put(state.samples, state.x[:, 0, :], row, 0),
-            fun_trace=put(state.fun_trace, state.fun[:, 0], row, 0),
-            fun_trace_all=put(state.fun_trace_all, state.fun, row, 0),
+            samples=put(state.samples, state.x[:, 0, :]),
+            fun_trace=put(state.fun_trace, state.fun[:, 0]),
+            fun_trace_all=put(state.fun_trace_all, state.fun),
         )
         if self.record_temperatures:
-            state = state._replace(samples_all=put(state.samples_all, state.x, row, 0),
-                                   label_trace=put(state.label_trace, state.label, row, 0))
+            state = state._replace(samples_all=put(state.samples_all, state.x),
+                                   label_trace=put(state.label_trace, state.label))
         return state
 
     @staticmethod
@@ -498,12 +532,13 @@ class ReplicaExchange(Solver):
         return state._replace(best_x=best_x, best_fun=best_fun)
 
     def _exchange(
-        self, state: ReplicaExchangeState, key: jax.Array, beta: jax.Array, record: bool,
+        self, state: ReplicaExchangeState, key: jax.Array, beta: jax.Array, record: jax.Array,
         kplan: KernelPlan | None = None,
     ) -> ReplicaExchangeState:
         """nbeta sequential swap attempts per sequence, on a permutation; the points move once.
         The attempts run in the XLA form (:meth:`_swap_attempts`) or, as ``kplan`` says, in one
-        Pallas kernel (:func:`.replica_exchange_swaps_kernel.swap_attempts`), alike bit for bit."""
+        Pallas kernel (:func:`.replica_exchange_swaps_kernel.swap_attempts`), alike bit for bit;
+        they and the swaps are counted where ``record`` (a () bool: the sampling phase)."""
         ns, nb = self.nseq, self.nbeta
         k_pair, k_u = jax.random.split(key)
         pairs = jax.random.randint(k_pair, (nb, ns, 1), 0, nb - 1)
@@ -519,9 +554,8 @@ class ReplicaExchange(Solver):
             label=jnp.take_along_axis(state.label, perm, axis=1),
             log_prior=jnp.take_along_axis(state.log_prior, perm, axis=1),
         )
-        if record:
-            state = state._replace(n_swap_tries=state.n_swap_tries + tries, n_swaps=state.n_swaps + swaps)
-        return state
+        return state._replace(n_swap_tries=state.n_swap_tries + jnp.where(record, tries, 0),
+                              n_swaps=state.n_swaps + jnp.where(record, swaps, 0))
 
     def _swap_attempts(
         self, fun: jax.Array, pairs: jax.Array, log_u: jax.Array, beta: jax.Array
