@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 
 import jax
 import jax.numpy as jnp
@@ -113,6 +114,31 @@ def test_a_short_pattern_search_whose_loop_ran_before_is_one_chunk():
     third = mw.solve(problem, solver, seed=1, progress=False, callback=seen.append)
     assert seen[0]["done"] == [1] and third.stats["chunks"] == len(seen) > 1
     assert all(np.array_equal(first.x, r.x) and first.fun == r.fun for r in (second, third))
+
+
+def test_a_slow_first_launch_does_not_split_the_next_call():
+    # A loop's first chunk ever (one iteration) also pays one-time costs (on a GPU, loading the
+    # program's kernels): here a callback sleeping 0.3 s in the loop's first evaluation.  Kept as the loop's time
+    # per iteration it made the next call's first chunk 0.5 s / 0.3 s = 1 iteration, so 20
+    # iterations took several chunks; the later chunks' timing is kept instead: one chunk.
+    calls = []
+
+    def first_call_slow(x: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 2:  # the loop's first evaluation (the first is the start's)
+            time.sleep(0.3)
+        return np.zeros(x.shape[:-1], np.float32)
+
+    def objective(x):
+        extra = jax.pure_callback(first_call_slow, jax.ShapeDtypeStruct((), jnp.float32), x, vmap_method="broadcast_all")
+        return shifted_sphere(x) + extra
+
+    problem = mw.Problem(objective=objective, lower=[-2.0] * 3, upper=[2.0] * 3)
+    solver = mw.PatternSearch(n_walkers=32, iterations=20, kernel="xla")
+    first = mw.solve(problem, solver, seed=2, progress=False)
+    second = mw.solve(problem, solver, seed=2, progress=False)
+    assert len(calls) > 2 and first.stats["chunks"] > 1
+    assert second.stats["chunks"] == 1
 
 
 class DeviceWork:

@@ -575,8 +575,14 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog
     time limit or Ctrl-C (``run.status`` says which).  The first chunk is sized by the loop's
     timing in an earlier call (:func:`_first_chunk_length`), else one iteration: it times a step."""
     remaining = run.phases[run.phase_index].length - run.done[run.phase_index]
+    # A loop's first chunk ever (one iteration) times a step, but on a GPU it also pays the
+    # program's first launch (loading its kernels), many times a step: kept as the loop's timing,
+    # the next call's first chunk came out a fraction of what fits in its time, so a short run took
+    # two chunks.  That chunk counts only when no other follows it.
+    untimed = compile_cache.step_seconds(loop_key) is None
     n_next = _first_chunk_length(run, loop_key)
     slowest = 0.0  # the longest time per iteration of this call's chunks, kept for the next call
+    chunks = 0
     converged = False
     while remaining > 0 and not converged:
         if run.time_limit is not None and run.t_run >= run.time_limit:
@@ -589,7 +595,8 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog
             return
         converged = n_run < n
         per_step = max(dt / max(n_run, 1), 1e-9)
-        slowest = max(slowest, per_step)
+        slowest = per_step if untimed and chunks == 1 else max(slowest, per_step)
+        chunks += 1
         compile_cache.note_step_seconds(loop_key, slowest)
         n_next = _next_chunk_length(run, n, n_run, per_step)
         if ctrl_c.pressed:
