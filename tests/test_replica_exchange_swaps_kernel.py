@@ -60,13 +60,15 @@ def solves():
     return mw.solve(problem, xla, seed=3, progress=False), mw.solve(problem, pallas, seed=3, progress=False)
 
 
+_FIELDS = ["x", "fun", "samples", "fun_trace", "fun_trace_all", "acceptance", "exchange_rate", "steps",
+           "n_accepted", "n_trials", "n_swaps", "labels", "round_trips", "accept_history"]
+
+
 def test_a_solve_with_the_kernel_equals_the_xla_form_in_every_field(solves):
     xla, pallas = solves
     assert xla.stats["kernel"] == "xla" and pallas.stats["kernel"] == "pallas (interpret mode)"
     assert "swap kernel" in pallas.stats["kernel_reason"]
-    names = ["x", "fun", "samples", "fun_trace", "fun_trace_all", "acceptance", "exchange_rate", "steps",
-             "n_accepted", "n_trials", "n_swaps", "labels", "round_trips", "accept_history"]
-    for name in names:  # bit for bit (NaN where never tried counts as equal)
+    for name in _FIELDS:  # bit for bit (NaN where never tried counts as equal)
         np.testing.assert_array_equal(np.asarray(getattr(pallas, name)), np.asarray(getattr(xla, name)),
                                       err_msg=name)
     assert np.asarray(xla.n_swaps).sum() > 0  # exchanges happened: the comparison is not vacuous
@@ -82,3 +84,42 @@ def test_kernel_option_and_plan():
         split = mw.ReplicaExchange(kernel="pallas").kernel_plan(split=True)
     assert not split.use_pallas
     assert "kernel" in mw.ReplicaExchange.resumable_options  # how the attempts run, not what they compute
+
+
+@pytest.mark.parametrize("stop_in", ["burn-in", "sampling"])
+def test_resume_with_the_kernel_in_either_phase_equals_one_run(stop_in, tmp_path):
+    # The one compiled loop of both phases (the phase its argument) with the swap kernel: a run
+    # stopped after the first chunk of burn-in or of sampling (a callback's first chunk of a phase
+    # is one iteration) and resumed from its checkpoint must equal one run bit for bit.
+    problem = mw.Problem(objective=_sphere, lower=[-1.0, -1.0], upper=[1.0, 1.0])
+    solver = mw.ReplicaExchange(nbeta=6, nseq=5, nburn=3, niter=3, kernel="pallas")
+    whole = mw.solve(problem, solver, seed=3, progress=False)
+
+    def stop(info: dict) -> None:
+        if info["phase"] == stop_in:
+            raise KeyboardInterrupt
+
+    checkpoint = tmp_path / "run.npz"
+    part = mw.solve(problem, solver, seed=3, progress=False, checkpoint=checkpoint, callback=stop)
+    assert part.status == mw.Status.INTERRUPTED
+    assert part.stats["iterations"] == ({"burn-in": 1, "sampling": 0} if stop_in == "burn-in"
+                                        else {"burn-in": 3, "sampling": 1})
+    resumed = mw.solve(problem, solver, seed=3, progress=False, resume=checkpoint)
+    assert resumed.stats["iterations"] == {"burn-in": 3, "sampling": 3}
+    for name in _FIELDS:
+        np.testing.assert_array_equal(np.asarray(getattr(resumed, name)), np.asarray(getattr(whole, name)),
+                                      err_msg=name)
+
+
+def test_exchange_unroll_is_never_ignored_by_the_kernel(monkeypatch):
+    # exchange_unroll shapes the XLA form only: with kernel='pallas' it is refused before anything
+    # compiles; with kernel='auto' on a GPU (the backend faked: only the plan is made) it picks the
+    # XLA form, which then honours it, and the reason says so.
+    from multiwalk import kernels
+
+    with pytest.raises(ValueError, match=r"exchange_unroll=4 .* kernel='pallas'.* leave exchange_unroll at None"):
+        mw.ReplicaExchange(kernel="pallas", exchange_unroll=4)
+    monkeypatch.setattr(kernels, "backend", lambda *args: ("cuda", True))
+    assert mw.ReplicaExchange(kernel="auto").kernel_plan().use_pallas  # the fake GPU: the kernel by default
+    unrolled = mw.ReplicaExchange(kernel="auto", exchange_unroll=4).kernel_plan()
+    assert not unrolled.use_pallas and "exchange_unroll=4" in unrolled.reason

@@ -127,7 +127,8 @@ class ReplicaExchange(Solver):
     exchange_unroll : how many of the nbeta sequential exchange attempts are unrolled in the
         compiled loop; results do not depend on it.  ``None``: 8 on GPUs (fewer loop
         round-trips, which dominate small runs) and 1 on CPUs (where unrolling only lengthens
-        compilation).
+        compilation).  It shapes the XLA form of the attempts only: given, ``kernel="auto"``
+        runs that form, and ``kernel="pallas"`` is refused.
     metropolis_unroll : how many of the n_free sequential parameter updates of an iteration are
         unrolled in the compiled loop; results do not depend on it.  Each unrolled update is a
         copy of the objective in the program: more copies save loop round-trips on a GPU and
@@ -202,6 +203,10 @@ class ReplicaExchange(Solver):
         check_int_option("exchange_unroll", self.exchange_unroll, 1, none_ok=True)
         check_int_option("metropolis_unroll", self.metropolis_unroll, 1, none_ok=True)
         check_kernel_option(self.kernel)
+        if self.kernel == "pallas" and self.exchange_unroll is not None:
+            raise ValueError(f"exchange_unroll={self.exchange_unroll} unrolls the XLA form's swap attempts, but "
+                             "kernel='pallas' runs them in one kernel: leave exchange_unroll at None, or "
+                             "use kernel='xla' (or 'auto')")
         check_number_option("step0", self.step0, 0, 1, low_open=True)
         check_bool_option("record_temperatures", self.record_temperatures)
         self._check_adaptation()
@@ -344,7 +349,7 @@ class ReplicaExchange(Solver):
     def kernel_plan(self, split: bool = False) -> KernelPlan:
         """Which form runs the exchange's swap attempts, and why; ``split``: the state is split
         over several devices (then the XLA form)."""
-        return swaps_kernel.plan(self.kernel, split)
+        return swaps_kernel.plan(self.kernel, split, self.exchange_unroll)
 
     def run_chunk(
         self, problem: Problem, state: ReplicaExchangeState, phase: int | jax.Array, n: jax.Array,

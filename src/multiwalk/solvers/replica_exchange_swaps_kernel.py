@@ -39,15 +39,20 @@ DEFAULT_BLOCK = 1  # sequences per Pallas program (a power of two)
 DEFAULT_WARPS = 1  # warps per program
 
 
-def plan(kernel: str, split: bool) -> KernelPlan:
+def plan(kernel: str, split: bool, exchange_unroll: int | None = None) -> KernelPlan:
     """Which form runs ``ReplicaExchange(kernel=kernel)``'s swap attempts, and why; ``split``: the
     state is split over several devices (the kernel is one custom call XLA cannot split, so the
-    XLA form runs there).  Never raises; ``kernel="pallas"`` that cannot run warns."""
+    XLA form runs there); ``exchange_unroll`` given: the XLA form it shapes runs under ``"auto"``
+    (ReplicaExchange refuses it with ``"pallas"``).  Never raises; ``kernel="pallas"`` that cannot
+    run warns."""
     name, on_gpu = kernels.backend()
     what = "the exchange's swap kernel"
     decided = kernels.xla_plan(kernel, name, on_gpu, what)
     if decided is not None:
         return decided
+    if kernel == "auto" and exchange_unroll is not None:
+        return kernels.KernelPlan(False, False, f"exchange_unroll={exchange_unroll} was given: it unrolls the "
+                                                "XLA form of the swap attempts, which kernel='auto' then runs")
     if split:
         return kernels.fallback_plan(
             kernel, "ReplicaExchange", "the run is split over devices and the swap kernel is one custom call "
