@@ -511,3 +511,20 @@ def test_burn_in_and_sampling_are_one_compiled_loop(branch, monkeypatch):
     for name in ("samples", "fun_trace_all", "samples_all", "label_trace", "accept_history", "steps",
                  "n_accepted", "n_trials", "n_swaps", "labels", "round_trips"):
         np.testing.assert_array_equal(getattr(one, name), getattr(per_phase, name), err_msg=name)
+
+
+@dataclasses.dataclass(frozen=True)
+class _StopsAfterTwo(mw.ReplicaExchange):
+    """A sampler whose phases converge after their second iteration (``done``), as a subclass may say
+    (the iteration counter goes on from burn-in's 2 into sampling)."""
+
+    def done(self, problem, state, phase):
+        return state.iteration >= jnp.where(jnp.asarray(phase) == 0, 2, 4)
+
+
+def test_a_subclass_done_ends_each_phase_of_the_one_loop():
+    # ReplicaExchange's own run_chunk (the swap kernel's form) keeps the driver's contract: up to
+    # n iterations, fewer when done says the phase has converged.  Exact counts: done is exact.
+    problem = mw.Problem(objective=lambda x: jnp.sum(x**2), lower=[-1.0] * 2, upper=[1.0] * 2)
+    result = mw.solve(problem, _StopsAfterTwo(nbeta=2, nseq=2, nburn=5, niter=5), progress=False)
+    assert result.stats["iterations"] == {"burn-in": 2, "sampling": 2}

@@ -355,15 +355,20 @@ class ReplicaExchange(Solver):
         self, problem: Problem, state: ReplicaExchangeState, phase: int | jax.Array, n: jax.Array,
         plan: RunPlan | None = None,
     ) -> tuple[ReplicaExchangeState, jax.Array]:
-        """``n`` iterations (a ``while_loop`` over :meth:`step`), the swap attempts in the form the
-        plan's devices allow: the kernel only when the loop is not split (``plan.mesh_size == 1``)."""
+        """Up to ``n`` iterations, fewer if ``done`` (the base class's ``while_loop`` over :meth:`step`),
+        the swap attempts in the form the plan's devices allow: the kernel only when the loop is not
+        split (``plan.mesh_size == 1``)."""
         kplan = self.kernel_plan(split=plan is not None and plan.mesh_size > 1)
+
+        def cond(carry: tuple) -> jax.Array:
+            i, s = carry
+            return (i < n) & ~self.done(problem, s, phase)
 
         def body(carry: tuple) -> tuple:
             i, s = carry
             return i + 1, self._iteration(problem, s, phase, kplan)
 
-        n_run, state = jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.asarray(0, jnp.int32), state))
+        n_run, state = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), state))
         return state, n_run
 
     def step(self, problem: Problem, state: ReplicaExchangeState, phase: int | jax.Array) -> ReplicaExchangeState:
