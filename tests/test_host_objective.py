@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import host_objective_cases as cases
@@ -104,6 +105,42 @@ def test_the_start_is_evaluated_by_the_workers_while_the_loops_are_prepared(prob
     _same(result, serial)
     assert on_main[0] is False and all(on_main[1:]) and len(on_main) == cases.STEPS + 1
     assert len(prepared) == 1 and jax.tree_util.tree_structure(prepared[0]) == jax.tree_util.tree_structure(result.state)
+
+
+def test_a_ctrl_c_while_the_start_is_evaluated_waits_for_its_batch(problem, monkeypatch):
+    # Ctrl-C while this thread waits for the start's batch (here: its future's result() raising
+    # KeyboardInterrupt, the batch held until then and 0.2 s more): the batch ends before the
+    # interrupt goes on; left running, it would count its points into the next run's statistics
+    from multiwalk import host_loop
+
+    real = host_loop._in_background
+    waiting = threading.Event()
+
+    class Interrupted:
+        def __init__(self, future):
+            self.future = future
+
+        def result(self):
+            waiting.set()
+            raise KeyboardInterrupt
+
+        def exception(self):
+            return self.future.exception()
+
+    def held(fun, *args):
+        waiting.wait(10)
+        time.sleep(0.2)
+        return fun(*args)
+
+    monkeypatch.setattr(host_loop, "_in_background", lambda fun, *args: Interrupted(real(held, fun, *args)))
+    problem.host_objective.engine = engine = Engine("processes", 2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            mw.solve(problem, cases.solver(), seed=SEED + 1)
+        assert waiting.is_set()
+        assert not [t for t in threading.enumerate() if t.name == "multiwalk-start-batch" and t.is_alive()]
+    finally:
+        engine.shutdown()
 
 
 def test_dask_local_cluster_gives_the_same_result(problem, serial):

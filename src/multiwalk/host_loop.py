@@ -108,10 +108,13 @@ def initial_state_fn(problem: Any, solver: Solver, init_fn: Callable[[jax.Array]
         try:
             start_of.compile_for(key, np.zeros(points.shape[:-1], host.dtype))  # host.evaluate's array: same key
             prepare(shapes)
+            outcome = values.result()
         except BaseException:
-            values.exception()  # the batch ends before the error goes on (a second Ctrl-C does not wait)
+            # The batch ends before the error goes on (a second Ctrl-C does not wait): left
+            # running, it would count its points into the next run's statistics.
+            values.exception()
             raise
-        return start_of(key, values.result())
+        return start_of(key, outcome)
 
     return start
 
