@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import os
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -113,12 +114,22 @@ def _kept_run_key(seed: int) -> jax.Array:
     that was deleted anyway is made again."""
     cache_key = (seed, str(jax.config.jax_default_prng_impl), bool(jax.config.jax_enable_x64),
                  str(jax.config.jax_default_device))
-    key = _RUN_KEYS.get(cache_key)
-    if key is None or key.is_deleted():
-        if len(_RUN_KEYS) >= _RUN_KEYS_MAX:
-            _RUN_KEYS.pop(next(iter(_RUN_KEYS)))
-        key = _RUN_KEYS[cache_key] = run_key(seed)
-    return key
+    return _kept_device_value(_RUN_KEYS, cache_key, _RUN_KEYS_MAX, lambda: run_key(seed))
+
+
+_KEPT_LOCK = threading.Lock()  # solve() may run in several threads at once
+
+
+def _kept_device_value(cache: dict, key: tuple, limit: int, make: Callable[[], jax.Array]) -> jax.Array:
+    """``cache[key]``, made by ``make()`` where missing or deleted, the oldest entry dropped
+    beyond ``limit`` entries."""
+    with _KEPT_LOCK:
+        value = cache.get(key)
+        if value is None or value.is_deleted():
+            if len(cache) >= limit:
+                cache.pop(next(iter(cache)))
+            value = cache[key] = make()
+        return value
 
 
 def _chunk_runner(problem: Any, solver: Solver, phase: int | None, static: Any, plan: RunPlan | None = None) -> Callable:
@@ -498,12 +509,7 @@ def _trip_count(run: _Run, n: int) -> Any:
     if run.placement.sharded or run.placement.devices[0] is not None:
         return np.int32(n)
     key = (n, str(jax.config.jax_default_device))
-    count = _TRIP_COUNTS.get(key)
-    if count is None or count.is_deleted():
-        if len(_TRIP_COUNTS) >= _TRIP_COUNTS_MAX:
-            _TRIP_COUNTS.pop(next(iter(_TRIP_COUNTS)))
-        count = _TRIP_COUNTS[key] = jnp.asarray(np.int32(n))
-    return count
+    return _kept_device_value(_TRIP_COUNTS, key, _TRIP_COUNTS_MAX, lambda: jnp.asarray(np.int32(n)))
 
 
 def _after_chunk(run: _Run, n_run: int, info: dict[str, float], checkpoint_due: bool, bar: prog.ProgressBar) -> None:
