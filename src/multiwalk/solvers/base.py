@@ -287,13 +287,21 @@ class Solver(abc.ABC):
         is a ``while_loop`` over ``step``; a solver may run several iterations per loop trip
         (PatternSearch's Pallas form: one kernel per round) as long as the result is that of ``n`` steps."""
 
+        return self.steps_while(problem, state, phase, n, self.step)
+
+    def steps_while(
+        self, problem: Problem, state: Any, phase: int, n: jax.Array, step: Callable[[Problem, Any, int], Any]
+    ) -> tuple[Any, jax.Array]:
+        """:meth:`run_chunk`'s ``while_loop``: up to ``n`` calls of ``step(problem, state, phase)``,
+        fewer once ``done``: ``(state, iterations run)`` (for an override that only changes the step)."""
+
         def cond(carry):
             i, s = carry
             return (i < n) & ~self.done(problem, s, phase)
 
         def body(carry):
             i, s = carry
-            return i + 1, self.step(problem, s, phase)
+            return i + 1, step(problem, s, phase)
 
         n_run, state = jax.lax.while_loop(cond, body, (jax.numpy.asarray(0, jax.numpy.int32), state))
         return state, n_run

@@ -359,17 +359,7 @@ class ReplicaExchange(Solver):
         the swap attempts in the form the plan's devices allow: the kernel only when the loop is not
         split (``plan.mesh_size == 1``)."""
         kplan = self.kernel_plan(split=plan is not None and plan.mesh_size > 1)
-
-        def cond(carry: tuple) -> jax.Array:
-            i, s = carry
-            return (i < n) & ~self.done(problem, s, phase)
-
-        def body(carry: tuple) -> tuple:
-            i, s = carry
-            return i + 1, self._iteration(problem, s, phase, kplan)
-
-        n_run, state = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), state))
-        return state, n_run
+        return self.steps_while(problem, state, phase, n, lambda p, s, ph: self._iteration(p, s, ph, kplan))
 
     def step(self, problem: Problem, state: ReplicaExchangeState, phase: int | jax.Array) -> ReplicaExchangeState:
         """One iteration of every chain (the module docstring's steps 1-3); ``phase`` 0 is burn-in, 1
