@@ -48,23 +48,16 @@ def _residual(dirty: jax.Array, psf: jax.Array, change: jax.Array) -> jax.Array:
     return dirty - greedy.convolve(change, greedy.psf_fft(psf, size), size, psf.shape[0] // 2)
 
 
-def _final_on_device(
-    problem: Deconvolution, model: jax.Array, penalty: Callable[[jax.Array], jax.Array] | None
-) -> tuple[jax.Array, jax.Array]:
-    """The exact residual ``dirty - (model - start) * PSF`` and the objective, on the device."""
+def final_images(
+    problem: Deconvolution, model: Any, penalty: Callable[[jax.Array], jax.Array] | None
+) -> tuple[np.ndarray, float]:
+    """The exact residual ``dirty - (model - start) * PSF`` and the objective ``0.5 ||residual||^2 + penalty(model)``;
+    ``model`` (N x M) on the host or the device."""
     model = jnp.asarray(model)
     residual = _residual(jnp.asarray(problem.dirty), jnp.asarray(problem.psf), model - jnp.asarray(problem.model))
     value = 0.5 * jnp.sum(residual * residual)
     if penalty is not None:
         value = value + penalty(model)
-    return residual, value
-
-
-def final_images(
-    problem: Deconvolution, model: Any, penalty: Callable[[jax.Array], jax.Array] | None
-) -> tuple[np.ndarray, float]:
-    """The exact residual ``dirty - (model - start) * PSF`` and the objective ``0.5 ||residual||^2 + penalty(model)``."""
-    residual, value = _final_on_device(problem, model, penalty)
     return to_host(residual), float(value)
 
 
@@ -78,5 +71,5 @@ def final_model(
     memory for these images of tens of MB)."""
     n, m = problem.shape
     model = x[:n, :m]
-    residual, value = _final_on_device(problem, model, penalty)
-    return to_host(model), to_host(residual), float(value)
+    residual, value = final_images(problem, model, penalty)
+    return to_host(model), residual, value
