@@ -418,7 +418,8 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     placement = _placement(problem, solver, init_fn, key, devices)
     plan = dataclasses.replace(plan, mesh=placement.mesh)
     prepared_seconds = [0.0]
-    if host_loop.applies(problem, solver, placement):  # the start's evaluation on the host too
+    on_host = host_loop.applies(problem, solver, placement)  # a non-JAX objective between compiled steps
+    if on_host:  # the start's evaluation on the host too
         prepare = None
         if saved is None and devices is None:  # the loops for the start's shapes, while its points are evaluated
             prepare = functools.partial(_prepare_loops, problem, solver, phases, placement, plan, prepared_seconds)
@@ -428,7 +429,7 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     writers = tuple(w for w in (solver.writer(problem), writer) if w is not None)
     gather = dist.multi_process() and bool(dist.broadcast(np.int32(bool(writers))))
     # a compiled loop ends with the progress summary; a host loop's is a program of its own
-    summary = _summary(problem, solver, state, placement) if host_loop.applies(problem, solver, placement) else None
+    summary = _summary(problem, solver, state, placement) if on_host else None
     stats = _first_stats(placement)
     stats["compile_seconds"] = prepared_seconds[0]
     return _Run(problem, solver, plan, placement, phases, seed, identity, checkpoint_path, checkpoint_every,
