@@ -481,19 +481,13 @@ def test_metropolis_unroll_changes_no_decision():
     np.testing.assert_allclose(one.fun_trace_all, three.fun_trace_all, rtol=64 * np.finfo(np.float32).eps, atol=1e-6)
 
 
-@dataclasses.dataclass(frozen=True)
-class _LoopPerPhase(mw.ReplicaExchange):
-    """The same sampler with its phase static: the driver compiles one loop per phase."""
-
-    traced_phase = False
-
-
 @pytest.mark.parametrize("branch", [True, False], ids=["cond", "selects"])
 def test_burn_in_and_sampling_are_one_compiled_loop(branch, monkeypatch):
-    # ReplicaExchange.traced_phase: one loop serves both phases (the phase is its argument), so the
-    # objective is compiled once; the run must equal, bit for bit, the one of a loop per phase
-    # (the same operations: the phase's cond or selects only pick what the static branches
-    # computed).  Both forms of the trial's bookkeeping: lax.cond (the CPU's) and selects (GPUs').
+    # loops="one": one loop serves both phases (the phase is its argument), so the objective is
+    # compiled once; the run must equal, bit for bit, the one of a loop per phase (loops=
+    # "per_phase", each program doing only its phase's bookkeeping: the phase's cond or selects
+    # only pick what the static branches compute).  Both forms of the one loop's bookkeeping:
+    # lax.cond (the CPU's) and selects (GPUs').
     from multiwalk import compile_cache
     from multiwalk.solvers import replica_exchange
 
@@ -502,15 +496,35 @@ def test_burn_in_and_sampling_are_one_compiled_loop(branch, monkeypatch):
     problem = mw.Problem(objective=lambda x: jnp.sum((x - 0.25) ** 2), lower=[-2.0] * 2, upper=[2.0] * 2)
     opts = dict(nbeta=4, nseq=2, nburn=6, niter=5, record_temperatures=True)
     kept = {id(loop) for loop in compile_cache.compiled_loops()}
-    one = _run(problem, **opts)
+    one = _run(problem, loops="one", **opts)
     assert len([loop for loop in compile_cache.compiled_loops() if id(loop) not in kept]) == 1
     kept = {id(loop) for loop in compile_cache.compiled_loops()}
-    per_phase = mw.solve(problem, _LoopPerPhase(**opts), progress=False)
+    per_phase = _run(problem, loops="per_phase", **opts)
     assert len([loop for loop in compile_cache.compiled_loops() if id(loop) not in kept]) == 2
     assert one.stats["iterations"] == per_phase.stats["iterations"] == {"burn-in": 6, "sampling": 5}
     for name in ("samples", "fun_trace_all", "samples_all", "label_trace", "accept_history", "steps",
                  "n_accepted", "n_trials", "n_swaps", "labels", "round_trips"):
         np.testing.assert_array_equal(getattr(one, name), getattr(per_phase, name), err_msg=name)
+
+
+def test_loops_auto_weighs_the_platform_and_the_objective():
+    # loops="auto": one loop on a CPU (the phase a branch there) and for a model too large to
+    # unroll (compiled once); a loop per phase for a cheap objective on a GPU.  No compile: the
+    # choice reads the objective's jaxpr (its equations), counted once per problem.
+    def large(x):  # ~600 equations: more than UNROLL_EQUATIONS / 2
+        for k in range(300):
+            x = jnp.sin(x) + k
+        return jnp.sum(x)
+
+    box = dict(lower=[-1.0] * 2, upper=[1.0] * 2)
+    cheap, model = mw.Problem(objective=lambda x: jnp.sum(x**2), **box), mw.Problem(objective=large, **box)
+    solver = mw.ReplicaExchange()
+    assert solver.one_loop(cheap, "cpu") and solver.one_loop(model, "cpu")
+    assert not solver.one_loop(cheap, "gpu") and solver.one_loop(model, "gpu")
+    assert mw.ReplicaExchange(loops="one").one_loop(cheap, "gpu")
+    assert not mw.ReplicaExchange(loops="per_phase").one_loop(model, "cpu")
+    with pytest.raises(ValueError, match=r"loops must be 'auto', 'one' or 'per_phase', got 'two'"):
+        mw.ReplicaExchange(loops="two")
 
 
 @dataclasses.dataclass(frozen=True)

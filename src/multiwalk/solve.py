@@ -175,7 +175,9 @@ def _compiled_chunk_runner(
     fingerprint = (compile_cache.arguments_fingerprint(problem) if arrays is not None
                    else compile_cache.full_fingerprint(problem))
     on_host = host_loop.applies(problem, solver, placement)  # a non-JAX objective between compiled steps
-    shared = solver.traced_phase and not on_host  # one loop for every phase, the phase an argument
+    # one loop for every phase, the phase an argument
+    device = placement.devices[0]  # None: JAX's default device
+    shared = not on_host and solver.one_loop(problem, jax.default_backend() if device is None else device.platform)
     common = (
         fingerprint, solver, None if shared else phase, jax.tree_util.tree_structure(state), avals,
         placement.key() if sharded else (), tuple(sorted(plan.compiler_options)), on_host,

@@ -196,6 +196,12 @@ class Solver(abc.ABC):
     #: Python ``if``, and must still accept a plain int (a step called outside the driver)
     traced_phase: bool = False
 
+    def one_loop(self, problem: Problem, platform: str) -> bool:
+        """Whether this run compiles ONE loop for all the phases (the phase a traced argument) on a
+        device of ``platform`` ("cpu", "gpu", ...): where ``traced_phase``, unless a subclass weighs it
+        against a loop per phase (ReplicaExchange)."""
+        return self.traced_phase
+
     # ----------------------------------------------------------------- required
     def check(self, problem: Problem) -> None:
         """Raise ValueError/TypeError if this solver cannot run ``problem`` (before compiling)."""

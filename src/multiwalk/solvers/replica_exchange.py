@@ -142,6 +142,15 @@ class ReplicaExchange(Solver):
         tests).  ``"auto"``: the kernel on a GPU, XLA elsewhere.  A run split over several devices
         uses the XLA form (the kernel is one custom call XLA cannot split).
         ``result.stats["kernel"]`` and ``["kernel_reason"]`` say which ran and why.
+    loops : ``"auto"`` (default), ``"one"`` or ``"per_phase"``: whether burn-in and sampling are one
+        compiled loop (the phase an argument: the objective compiled once) or a loop each (each
+        phase's program holds only its own bookkeeping: fewer kernels an iteration on a GPU);
+        results do not depend on it (bit for bit).  ``"auto"``: one loop on a CPU (where the phase
+        is a branch, as fast as two loops) and for a large model on any device (its compile time
+        dominates: the xringaus fit's first call on an H100, 8.5 s against ~11 s); a loop per phase
+        for a cheap objective on a GPU (an H100, 32 x 14 chains: 53 -> 44 ms a call; 1M chains: 76
+        -> ~47 ms, where one loop runs burn-in's step adaptation, a scatter over every chain, in
+        sampling too, selected away).
     adapt_ladder : move the inner temperatures during burn-in so that every adjacent pair
         swaps equally often (Vousden, Farr & Mandel 2016; :mod:`.ladder_adaptation`); the
         coldest and hottest stay, and the ladder is frozen for sampling (``result.betas``).
@@ -171,6 +180,7 @@ class ReplicaExchange(Solver):
     exchange_unroll: int | None = None
     metropolis_unroll: int | None = None
     kernel: str = "auto"
+    loops: str = "auto"
     adapt_ladder: bool = False
     adaptation_lag: int = 10000
     adaptation_time: float = 100.0
@@ -178,9 +188,9 @@ class ReplicaExchange(Solver):
 
     samples_log_prior = True  # the problem's log_prior enters the Metropolis ratio, untempered
     wraps_periodic = True  # a step that leaves the box across a periodic parameter wraps into it
-    resumable_options = ("niter", "exchange_unroll", "metropolis_unroll", "kernel")  # how, not what
-    # Burn-in and sampling are one compiled loop, the phase a traced int: the objective (the
-    # xringaus model: most of the compile time) is compiled once, not once per phase.
+    resumable_options = ("niter", "exchange_unroll", "metropolis_unroll", "kernel", "loops")  # how, not what
+    # Burn-in and sampling can be one compiled loop, the phase a traced int: the objective (the
+    # xringaus model: most of the compile time) is compiled once, not once per phase (one_loop).
     traced_phase = True
 
     def __post_init__(self) -> None:
@@ -203,6 +213,8 @@ class ReplicaExchange(Solver):
         check_int_option("exchange_unroll", self.exchange_unroll, 1, none_ok=True)
         check_int_option("metropolis_unroll", self.metropolis_unroll, 1, none_ok=True)
         check_kernel_option(self.kernel)
+        if self.loops not in ("auto", "one", "per_phase"):
+            raise ValueError(f"loops must be 'auto', 'one' or 'per_phase', got {self.loops!r}")
         if self.kernel == "pallas" and self.exchange_unroll is not None:
             raise ValueError(f"exchange_unroll={self.exchange_unroll} unrolls the XLA form's swap attempts, but "
                              "kernel='pallas' runs them in one kernel: leave exchange_unroll at None, or "
@@ -345,6 +357,14 @@ class ReplicaExchange(Solver):
             return min(nf, self.metropolis_unroll)
         return min(nf, 8, max(1, UNROLL_EQUATIONS // max(1, objective_equations(problem))))
 
+    def one_loop(self, problem: Problem, platform: str) -> bool:
+        """Whether burn-in and sampling run as one compiled loop (``loops``; the class docstring says
+        what ``"auto"`` weighs): on a CPU, or when the objective is too large to be unrolled
+        (:meth:`unrolled_updates` without ``metropolis_unroll``: fewer than two copies fit)."""
+        if self.loops != "auto":
+            return self.loops == "one"
+        return platform == "cpu" or UNROLL_EQUATIONS // max(1, objective_equations(problem)) < 2
+
     # ----------------------------------------------------------------- one iteration
     def kernel_plan(self, split: bool = False) -> KernelPlan:
         """Which form runs the exchange's swap attempts, and why; ``split``: the state is split
@@ -372,6 +392,9 @@ class ReplicaExchange(Solver):
     ) -> ReplicaExchangeState:
         """:meth:`step` with the swap attempts run as ``kplan`` says."""
         burn = jnp.asarray(phase) == 0  # () bool
+        # A loop per phase (``phase`` a Python int): each program leaves out the other phase's
+        # bookkeeping, which would otherwise run as a no-op (burn-in's scatter over every chain).
+        static_burn = bool(phase == 0) if isinstance(phase, (int, np.integer)) else None
         lo, hi, per = problem.free_bounds()
         dt = problem.dtype
         nf, nb = problem.n_free, self.nbeta
@@ -401,7 +424,7 @@ class ReplicaExchange(Solver):
                 fun=jnp.where(accept, fun_new, st.fun),
                 n_nonfinite=st.n_nonfinite + (inside & bad),
             )
-            return self._after_trial(st, j, onehot, burn, accept, acc_i, dt)
+            return self._after_trial(st, j, onehot, burn, accept, acc_i, dt, static_burn)
 
         state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=self.unrolled_updates(problem))
         if nb > 1:
@@ -412,7 +435,8 @@ class ReplicaExchange(Solver):
             state = state._replace(betas=jnp.where(burn, adapt_ladder(
                 state.betas, state.fun, state.iteration, self.adaptation_lag, self.adaptation_time), state.betas))
         state = self._keep_best(state)
-        state = self._record_sample(state, ~burn)
+        if static_burn is not True:  # burn-in records nothing
+            state = self._record_sample(state, ~burn)
         return state._replace(iteration=state.iteration + 1)
 
     def _trial_draws(self, problem: Problem, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -436,16 +460,22 @@ class ReplicaExchange(Solver):
         return choices, normals, log_us, k_exchange
 
     def _after_trial(self, st: ReplicaExchangeState, j: jax.Array, onehot: jax.Array, burn: jax.Array,
-                     accept: jax.Array, acc_i: jax.Array, dt: Any) -> ReplicaExchangeState:
+                     accept: jax.Array, acc_i: jax.Array, dt: Any, static_burn: bool | None = None
+                     ) -> ReplicaExchangeState:
         """A trial's bookkeeping: in burn-in (``burn``, a () bool) the chosen parameter's step adapts
-        (:meth:`_adapt_step`), in sampling the trial and its acceptance are counted.  On the CPU a
-        ``lax.cond``, a branch taken on the host (ReplicaExchange() on a cheap 2-D objective ran in
-        0.12 s so, 0.16 s with both computed and selected, 0.14 s as two loops); elsewhere both,
-        selected: on a GPU a cond in the loop of trials may cost a round trip to the host per trial."""
+        (:meth:`_adapt_step`), in sampling the trial and its acceptance are counted.  A loop per
+        phase (``static_burn``, the phase as a Python bool) does only its own.  One loop for both:
+        on the CPU a ``lax.cond``, a branch taken on the host (ReplicaExchange() on a cheap 2-D
+        objective ran in 0.12 s so, 0.16 s with both computed and selected, 0.14 s as two loops);
+        elsewhere both, selected: on a GPU a cond in the loop of trials may cost a round trip to
+        the host per trial."""
 
         def counted(st: ReplicaExchangeState, mask: jax.Array) -> ReplicaExchangeState:
             return st._replace(n_trials=st.n_trials + mask, n_accepted=st.n_accepted + mask * acc_i[..., None])
 
+        if static_burn is not None:
+            return (self._adapt_step(st, j, onehot, burn, accept, acc_i, dt) if static_burn
+                    else counted(st, onehot))
         if _branch_on_phase():
             return jax.lax.cond(burn, lambda st: self._adapt_step(st, j, onehot, jnp.asarray(True), accept, acc_i, dt),
                                 lambda st: counted(st, onehot), st)
