@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from collections.abc import Callable
@@ -256,8 +257,14 @@ def check_callable_option(name: str, value: Any, what: str = "a function", none_
 # ---------------------------------------------------------------------------- memory of the state
 def device_memory(device: Any = None) -> tuple[int, str]:
     """``(bytes, what they are)``: the memory one device can hold, from its ``memory_stats()``'s
-    ``bytes_limit`` (GPUs), else the host's physical memory (CPUs report none)."""
-    device = jax.devices()[0] if device is None else device
+    ``bytes_limit`` (GPUs), else the host's physical memory (CPUs report none).  Asked once per
+    device: the limit holds for the process, and ``memory_stats()`` took up to 4 ms of a call on
+    an H100."""
+    return _device_memory(jax.devices()[0] if device is None else device)
+
+
+@functools.cache
+def _device_memory(device: Any) -> tuple[int, str]:
     try:
         stats = device.memory_stats()
     except Exception:  # backends without memory statistics
