@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from multiwalk.result import Deferred, Result, Status, through_pinned_memory, to_host
+from multiwalk.result import Deferred, Result, Status, through_pinned_memory, to_host, tree_to_host
 
 
 @dataclass(repr=False, kw_only=True)
@@ -27,6 +27,19 @@ def test_pinned_copy_is_the_same_values():
         np.testing.assert_array_equal(out, np.asarray(x))
     k = jnp.arange(1 << 21, dtype=jnp.int32).astype(jnp.int8)  # over PINNED_COPY_BYTES
     np.testing.assert_array_equal(to_host(k), np.asarray(k))
+
+
+def test_tree_to_host_keeps_the_tree_and_the_values():
+    # small leaves in one device_get, a large one through to_host, NumPy and None left as they are:
+    # every leaf a NumPy array with the device values bit for bit, the tree's structure unchanged
+    tree = {"small": (jnp.arange(5, dtype=jnp.int32), jnp.float32(2.5)), "none": None,
+            "large": jnp.arange(1 << 19, dtype=jnp.float32) / 7, "host": np.ones(3)}
+    out = tree_to_host(tree)
+    assert out["none"] is None
+    for got, want in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(tree)):
+        assert isinstance(got, np.ndarray)
+        np.testing.assert_array_equal(got, np.asarray(want))
+    assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(tree)
 
 
 def test_deferred_field_is_computed_once_when_read():

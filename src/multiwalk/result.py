@@ -145,6 +145,26 @@ def to_host(value: Any) -> np.ndarray:
     return through_pinned_memory(value)
 
 
+def tree_to_host(tree: Any) -> Any:
+    """``tree`` with every array leaf as NumPy: the large ones through pinned memory (:func:`to_host`),
+    the others by one ``jax.device_get``, which starts all their copies before waiting on any (read
+    one by one, each small array is a copy and a wait: ~20 of them took 4-5 ms of an L-BFGS call's
+    result on an H100)."""
+    import jax
+
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    large = [getattr(v, "nbytes", 0) >= PINNED_COPY_BYTES and not isinstance(v, np.ndarray) for v in leaves]
+    small = jax.device_get([v for v, big in zip(leaves, large) if not big])
+    out, k = [], 0
+    for v, big in zip(leaves, large):
+        if big:
+            out.append(to_host(v))
+        else:
+            out.append(np.asarray(small[k]))
+            k += 1
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
 def through_pinned_memory(value: Any) -> np.ndarray:
     """A device array's values copied to pinned host memory by the device, then read as NumPy;
     ``np.asarray(value)`` where the backend has no pinned host memory."""

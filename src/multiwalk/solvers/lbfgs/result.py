@@ -6,10 +6,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import jax
 import numpy as np
 
-from ...result import NOT_SAVED, Result, Status, to_host
+from ...result import NOT_SAVED, Result, Status, tree_to_host
 from .. import lbfgs_onepass
 from .state import HISTORY_STARTS, LBFGSRun, LBFGSState
 
@@ -37,12 +36,12 @@ def host_starts(state: LBFGSRun) -> LBFGSState:
         one = state.starts
         x = one.X[0, int(one.iteration[0]) % 2].reshape(1, -1)  # (n / width, width) -> (1, n)
         st = one._replace(X=None, G=None, S=None, w=None, ls=None, SY=None, YY=None, a=None, b=None)
-        st = jax.tree.map(to_host, st)
-        return LBFGSState(x=to_host(x), g=None, d=None, P=None, ls=None, SY=None, YY=None, a=None, b=None,
+        x, st = tree_to_host((x, st))
+        return LBFGSState(x=x, g=None, d=None, P=None, ls=None, SY=None, YY=None, a=None, b=None,
                           **{k: getattr(st, k) for k in ("f", "gamma", "gg", "head", "count", "iteration", "nfev",
                                                           "gnorm", "xnorm", "stp", "status", "nonfinite")})
     st = state.starts._replace(P=None, d=None, g=None, ls=None, SY=None, YY=None, a=None, b=None)
-    return jax.tree.map(to_host, st)
+    return tree_to_host(st)
 
 
 @dataclass(repr=False)
