@@ -121,6 +121,7 @@ def test_the_pool_starts_before_jax_is_imported_and_the_run_takes_it(tmp_path: P
                         if line.startswith("import time:") and line.split("|")[-1].strip() == "jax")
     assert started < jax_imported  # -X importtime writes a module's line once it is imported
     assert "the run took the workers started early" in done.stderr
+    assert done.stderr.count("workers ready") == 1  # the run sends them no second round of start-up tasks
     assert (tmp_path / "out" / "best_result.txt").exists()
     # the sampler of a Python objective runs on the CPU: said before JAX's import (it then skips
     # the GPU plugins), and so the workers' environment says it too
