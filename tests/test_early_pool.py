@@ -159,6 +159,29 @@ def test_jax_platforms_is_said_only_before_jax_is_imported(monkeypatch: pytest.M
     assert environ["JAX_PLATFORMS"] == "cuda" and not launch.chose_the_cpu()
 
 
+def test_the_command_on_the_cpu_keeps_jax_from_searching_for_plugins() -> None:
+    # JAX initialises every installed PJRT plugin when its first backend starts, whatever its platforms
+    # (the GPU's loads CUDA's libraries: 0.13-0.16 s on an H100 host); the command that chose the CPU
+    # keeps it from searching.  A fresh interpreter: this one has started its backends.
+    code = textwrap.dedent("""
+        import os
+        from types import SimpleNamespace
+        os.environ.pop("JAX_PLATFORMS", None)
+        import _multiwalk_launch
+        _multiwalk_launch._say_cpu_before_jax()  # as the command does before JAX's import
+        import jax
+        from jax._src import xla_bridge
+        searched = []
+        xla_bridge.discover_pjrt_plugins = lambda: searched.append(True)
+        from multiwalk.commands import run
+        run._sampler_on_the_cpu(SimpleNamespace(notes=[]))
+        print(jax.default_backend(), searched)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split("\n")[-2:] == ["cpu []", ""], done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("returned", [True, False])
 def test_the_fast_end_comes_after_every_exit_handler(returned: bool) -> None:
     # handlers registered before the command's own (a sitecustomize's, coverage's) and after it
