@@ -190,18 +190,31 @@ def _say_cpu_before_jax() -> None:
     _CHOSE_CPU.append(True)
 
 
-def _register_fast_exit() -> bool:
-    """Register :func:`_end_without_teardown` as the first exit handler, so that it runs last (after
-    JAX's, multiprocessing's, logging's, ...); True when registered.  Not when a handler is there
-    already (a ``sitecustomize`` or ``.pth`` file's: coverage's, a log's, ...), which ``os._exit``
-    would skip, nor where the count of handlers cannot be read: the process then ends as usual."""
+def _register_fast_exit() -> None:
+    """Register an exit handler holding the only reference to an :class:`_EndWhenReleased`, which
+    ends the process once the command has returned (:func:`end_after_cleanup`).  The interpreter
+    calls every exit handler (in the reverse order of their registration: JAX's, multiprocessing's,
+    logging's, and those registered before this one, a ``sitecustomize``'s or ``.pth`` file's such as
+    coverage's) and only then releases their arguments, so wherever this handler stands in the
+    list, the end comes after all of them have run, and before the modules are torn down."""
     import atexit
 
-    count = getattr(atexit, "_ncallbacks", None)
-    if count is None or count() != 0:
-        return False
-    atexit.register(_end_without_teardown)
-    return True
+    atexit.register(_hold, _EndWhenReleased())
+
+
+def _hold(end: _EndWhenReleased) -> None:
+    """The exit handler of :func:`_register_fast_exit`: nothing to do but keep ``end`` until the
+    interpreter releases every handler's arguments, after calling them all."""
+
+
+class _EndWhenReleased:
+    """Ends the process (``os._exit`` with the command's status) when the interpreter releases it:
+    after every exit handler has run, the threads joined before them.  Nothing happens when the
+    command has not returned (an error, ``--help``, ``SystemExit``): the process then ends as usual."""
+
+    def __del__(self) -> None:
+        if _EXIT_STATUS:
+            _end_without_teardown()
 
 
 def chose_the_cpu() -> bool:
@@ -255,16 +268,15 @@ def shutdown_early_pool() -> None:
 
 def end_after_cleanup(status: int) -> None:
     """``multiwalk run`` or ``multiwalk demo`` returned ``status``: once the interpreter has joined the
-    threads and called every exit handler (JAX's, multiprocessing's, MPI's, the pool's, ...), the
-    process ends with it at once (``os._exit``) rather than tearing down every module and XLA object
-    one by one, which took ~0.1-0.4 s after a run.  Every file of the run is closed by then.  Only
-    for the process's own command line, and only where no exit handler came before this module's
-    (:func:`_register_fast_exit`); otherwise the process ends as usual."""
+    threads and called every exit handler (JAX's, multiprocessing's, MPI's, the pool's, a
+    ``sitecustomize``'s, ...), the process ends with it at once (``os._exit``) rather than tearing
+    down every module and XLA object one by one, which took ~0.1-0.4 s after a run
+    (:func:`_register_fast_exit` says how).  Every file of the run is closed by then.  Only for the
+    process's own command line."""
     _EXIT_STATUS[:] = [status]
 
 
 def _end_without_teardown() -> None:
-    if _EXIT_STATUS:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_EXIT_STATUS[0])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_EXIT_STATUS[0])

@@ -64,14 +64,34 @@ def square(x):
 """
 
 
+# a module-level object whose release says the interpreter is tearing the modules down
+TEARDOWN_MARKER = """
+class _TornDown:
+    def __del__(self, write=os.write):
+        write(2, b"modules torn down\\n")
+_marker = _TornDown()
+"""
+
+# an exit handler registered at start-up, before the command's own (as coverage's is), and the marker,
+# in the command's process only (not in its fork server nor its resource tracker)
+SITECUSTOMIZE = "import atexit, os, sys\n" + textwrap.dedent("""
+    argv = sys.orig_argv
+    if "-m" in argv and argv[argv.index("-m") + 1:][:1] == ["multiwalk"]:
+        atexit.register(print, "an earlier exit handler ran", file=sys.stderr, flush=True)
+""") + textwrap.indent(TEARDOWN_MARKER, "    ")
+
+
 def _command(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess, str]:
     """``python -m multiwalk run input.toml --workers 2 <options>`` with its timeline and its import
     times on stderr, JAX's platforms not set; the processes it starts carry a tag in their environment."""
     (tmp_path / "input.toml").write_text(INPUT)
     (tmp_path / "square.py").write_text(SQUARE)
+    (tmp_path / "site").mkdir()  # an exit handler registered before the command's, as coverage's is
+    (tmp_path / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     tag = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "JAX_PLATFORM_NAME")}
-    env.update(PYTHONPATH=str(SRC), MULTIWALK_TIMELINE="1", MULTIWALK_EARLY_TEST=tag)
+    env.update(PYTHONPATH=os.pathsep.join([str(SRC), str(tmp_path / "site")]), MULTIWALK_TIMELINE="1",
+               MULTIWALK_EARLY_TEST=tag)
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "multiwalk", "run", "input.toml", "--workers", "2",
                            "--no-progress", *options], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     return done, tag
@@ -101,10 +121,14 @@ def test_the_pool_starts_before_jax_is_imported_and_the_run_takes_it(tmp_path: P
                         if line.startswith("import time:") and line.split("|")[-1].strip() == "jax")
     assert started < jax_imported  # -X importtime writes a module's line once it is imported
     assert "the run took the workers started early" in done.stderr
+    assert done.stderr.count("workers ready") == 1  # the run sends them no second round of start-up tasks
     assert (tmp_path / "out" / "best_result.txt").exists()
     # the sampler of a Python objective runs on the CPU: said before JAX's import (it then skips
     # the GPU plugins), and so the workers' environment says it too
     assert (tmp_path / "platforms.txt").read_text() == "cpu"
+    # the exit handler registered before the command's ran, and the process ended before tearing its
+    # modules down (the fast end, taken after every handler)
+    assert "an earlier exit handler ran" in done.stderr and "modules torn down" not in done.stderr
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the worker processes in /proc")
@@ -135,15 +159,46 @@ def test_jax_platforms_is_said_only_before_jax_is_imported(monkeypatch: pytest.M
     assert environ["JAX_PLATFORMS"] == "cuda" and not launch.chose_the_cpu()
 
 
-def test_the_fast_exit_never_skips_an_earlier_exit_handler(monkeypatch: pytest.MonkeyPatch) -> None:
-    import atexit
+def test_the_command_on_the_cpu_keeps_jax_from_searching_for_plugins() -> None:
+    # JAX initialises every installed PJRT plugin when its first backend starts, whatever its platforms
+    # (the GPU's loads CUDA's libraries: 0.13-0.16 s on an H100 host); the command that chose the CPU
+    # keeps it from searching.  A fresh interpreter: this one has started its backends.
+    code = textwrap.dedent("""
+        import os
+        from types import SimpleNamespace
+        os.environ.pop("JAX_PLATFORMS", None)
+        import _multiwalk_launch
+        _multiwalk_launch._say_cpu_before_jax()  # as the command does before JAX's import
+        import jax
+        from jax._src import xla_bridge
+        searched = []
+        xla_bridge.discover_pjrt_plugins = lambda: searched.append(True)
+        from multiwalk.commands import run
+        run._sampler_on_the_cpu(SimpleNamespace(notes=[]))
+        print(jax.default_backend(), searched)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split("\n")[-2:] == ["cpu []", ""], done.stderr[-2000:]
 
-    registered: list = []
-    monkeypatch.setattr(atexit, "register", registered.append)
-    monkeypatch.setattr(atexit, "_ncallbacks", lambda: 1, raising=False)  # e.g. coverage's, from a .pth file
-    assert not launch._register_fast_exit() and registered == []
-    monkeypatch.setattr(atexit, "_ncallbacks", lambda: 0, raising=False)
-    assert launch._register_fast_exit() and registered == [launch._end_without_teardown]
+
+@pytest.mark.parametrize("returned", [True, False])
+def test_the_fast_end_comes_after_every_exit_handler(returned: bool) -> None:
+    # handlers registered before the command's own (a sitecustomize's, coverage's) and after it
+    # (JAX's, multiprocessing's) all run, in the usual order; then the process ends with the command's
+    # status, its modules not torn down.  A command that did not return (an error, --help) ends as usual.
+    script = "import atexit, os\n" + TEARDOWN_MARKER + textwrap.dedent(f"""
+        atexit.register(print, "registered before", flush=True)
+        import _multiwalk_launch as launch
+        launch._register_fast_exit()
+        atexit.register(print, "registered after", flush=True)
+        if {returned}:
+            launch.end_after_cleanup(7)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout == "registered after\nregistered before\n"
+    assert (done.returncode, "modules torn down" in done.stderr) == ((7, False) if returned else (0, True)), done.stderr
 
 
 def test_a_call_of_main_with_its_own_arguments_never_ends_the_process(

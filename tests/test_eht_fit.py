@@ -102,11 +102,14 @@ def test_demo_command_tiny(tmp_path: Path, capsys) -> None:
 def test_demo_process_reports_whole_and_runs_earlier_exit_handlers(tmp_path: Path) -> None:
     # a real `python -m multiwalk demo`, the tiny run above (its loop comes from the tests' compile cache):
     # the report is whole and the status kept; an exit handler registered before the command's own
-    # (here by a sitecustomize, at start-up, as coverage's is) still runs: the fast end by os._exit
-    # is taken only when no handler came before it (_multiwalk_launch._register_fast_exit)
+    # (here by a sitecustomize, at start-up, as coverage's is) still runs, and then the process ends
+    # by os._exit, before its modules are torn down (_multiwalk_launch._register_fast_exit)
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text("import atexit\natexit.register(print, 'torn down one by one')\n")
+    (site / "sitecustomize.py").write_text(
+        "import atexit, os\natexit.register(print, 'torn down one by one')\n"
+        "class _TornDown:\n    def __del__(self, write=os.write):\n        write(2, b'modules torn down\\n')\n"
+        "_marker = _TornDown()\n")
     src = Path(__file__).resolve().parents[1] / "src"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(site)]), JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-m", "multiwalk", "demo", "--out", str(tmp_path / "demo"), "--nbeta", "2",
@@ -116,6 +119,7 @@ def test_demo_process_reports_whole_and_runs_earlier_exit_handlers(tmp_path: Pat
     lines = done.stdout.rstrip().splitlines()
     assert lines[-1] == "torn down one by one", done.stdout[-2000:]  # the user's handler ran, last
     assert lines[-2].startswith("Total wall time"), done.stdout[-2000:]  # the report, whole, before it
+    assert "modules torn down" not in done.stderr  # the fast end, after the handler
     assert (tmp_path / "demo" / "fit.npz").stat().st_size > 0
 
 

@@ -130,6 +130,7 @@ class Engine:
     restarts: int = 0
     _executor: cf.Executor | None = field(default=None, repr=False)
     _owned: bool = field(default=False, repr=False)  # made here: shut down and restarted here
+    _started_early: bool = field(default=False, repr=False)  # the pool `multiwalk run` started before JAX
 
     def __post_init__(self) -> None:
         check_executor(self.spec, self.requested_workers)
@@ -174,6 +175,7 @@ class Engine:
         if spec == "processes":
             early = _multiwalk_launch.claim_early_pool(self.workers, tuple(_WORKER_PATHS))
             if early is not None:  # `multiwalk run` started these workers before importing JAX
+                self._started_early = True
                 return early, True
             context = multiprocessing.get_context("forkserver")
             # The fork server imports, once, the workers' module, multiwalk (with jax) and the user's
@@ -213,7 +215,10 @@ class Engine:
         failure to start shows at the first batch, with its own message."""
         if self.name != "processes" or self._executor is not None:
             return
-        threading.Thread(target=_multiwalk_launch.start_every_worker, args=(self.executor(), self.workers),
+        executor = self.executor()
+        if self._started_early:  # its workers are started already (their W tasks would only wait in line)
+            return
+        threading.Thread(target=_multiwalk_launch.start_every_worker, args=(executor, self.workers),
                          name="multiwalk-start-workers", daemon=True).start()
 
     def restart(self) -> bool:
@@ -232,6 +237,7 @@ class Engine:
             if self.name == "dask" and _is_dask_client(self.spec):
                 self.spec.close()
         self._executor = None
+        self._started_early = False
 
 
 @contextmanager

@@ -1039,6 +1039,7 @@ def _sampler_on_the_cpu(setup: RunSetup) -> None:
     host at every step anyway, and its arithmetic is negligible next to the objective; starting a
     GPU and compiling for it cost seconds.  ``JAX_PLATFORMS`` (JAX's own setting) chooses otherwise."""
     if _multiwalk_launch.chose_the_cpu():  # already so, before JAX was imported
+        _no_plugin_search()
         _note_cpu_sampler(setup)
         return
     if os.environ.get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORM_NAME"):
@@ -1049,7 +1050,23 @@ def _sampler_on_the_cpu(setup: RunSetup) -> None:
     if getattr(xla_bridge, "backends_are_initialized", lambda: False)():  # too late: a device was used
         return
     jax.config.update("jax_platforms", "cpu")
+    _no_plugin_search()
     _note_cpu_sampler(setup)
+
+
+def _no_plugin_search() -> None:
+    """The CPU chosen by the command (:func:`_sampler_on_the_cpu`): JAX is kept from looking for its
+    PJRT plugins when its first backend starts.  It looks whatever ``jax_platforms`` says, and
+    initialises the GPU's plugin, loading CUDA's libraries: 0.13-0.16 s on an H100 host, for a
+    process that will start no GPU.  JAX has no setting for it: its own flag that the search was
+    done is set (``xla_bridge._plugins_registered``), before any backend starts; a JAX without that
+    flag searches as usual."""
+    from jax._src import xla_bridge
+
+    if not isinstance(getattr(xla_bridge, "_plugins_registered", None), bool):
+        return
+    if not getattr(xla_bridge, "backends_are_initialized", lambda: True)():
+        xla_bridge._plugins_registered = True
 
 
 def _note_cpu_sampler(setup: RunSetup) -> None:
