@@ -86,13 +86,15 @@ def test_kernel_option_and_plan():
     assert "kernel" in mw.ReplicaExchange.resumable_options  # how the attempts run, not what they compute
 
 
+@pytest.mark.parametrize("loops", ["one", "per_phase"])
 @pytest.mark.parametrize("stop_in", ["burn-in", "sampling"])
-def test_resume_with_the_kernel_in_either_phase_equals_one_run(stop_in, tmp_path):
-    # The one compiled loop of both phases (the phase its argument) with the swap kernel: a run
-    # stopped after the first chunk of burn-in or of sampling (a callback's first chunk of a phase
-    # is one iteration) and resumed from its checkpoint must equal one run bit for bit.
+def test_resume_with_the_kernel_in_either_phase_equals_one_run(stop_in, loops, tmp_path):
+    # The swap kernel in one compiled loop of both phases (the phase its argument; the CPU's
+    # default) and in a loop per phase (a GPU's default for a cheap objective): a run stopped
+    # after the first chunk of burn-in or of sampling (a callback's first chunk of a phase is one
+    # iteration) and resumed from its checkpoint must equal one run bit for bit.
     problem = mw.Problem(objective=_sphere, lower=[-1.0, -1.0], upper=[1.0, 1.0])
-    solver = mw.ReplicaExchange(nbeta=6, nseq=5, nburn=3, niter=3, kernel="pallas")
+    solver = mw.ReplicaExchange(nbeta=6, nseq=5, nburn=3, niter=3, kernel="pallas", loops=loops)
     whole = mw.solve(problem, solver, seed=3, progress=False)
 
     def stop(info: dict) -> None:
