@@ -874,8 +874,10 @@ def solve(
     the result holds everything computed up to the last finished chunk and has
     ``status=Status.INTERRUPTED``.
 
-    Compiled loops are kept and reused by later calls with the same ``problem`` object and
-    equal solver options (``stats["compile_seconds"]`` then drops to ~0).  A problem whose
+    ``stats["compile_seconds"]``: the time the call spent compiling its loops, from the first
+    one's tracing to the last one's end (a first call compiles them on threads of their own while
+    it makes the start, whose compilation is not counted).  Compiled loops are kept and reused by
+    later calls with the same ``problem`` object and equal solver options (it then drops to ~0).  A problem whose
     bounds, data, sigma, fixed values or ``args`` arrays were changed in place is compiled
     anew; as with ``jax.jit``, global arrays read by the function are baked in at compilation.
     """
