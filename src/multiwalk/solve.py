@@ -520,9 +520,12 @@ def _compile_ahead(problem: Any, solver: Solver, phases: list[Phase], placement:
     first call for these functions and shapes: a later call would trace the start for its shapes
     alone).  A resumed, split, pinned or ``jax.distributed`` run keeps the order it always had
     (its loops compiled in :func:`_compile`, after the start): their placements and collectives
-    are lowered as they were.  None when nothing was started."""
+    are lowered as they were.  So does a non-JAX objective: its programs are compiled with cheap
+    options, which ``jax.eval_shape`` of its start refuses (a nested jit's).  None when nothing
+    was started."""
     is_kept = getattr(init_fn, "is_kept", None)  # a start of compile_cache's jits (not every override's)
-    if not _COMPILE_AHEAD or placement.devices != (None,) or dist.multi_process() or is_kept is None or is_kept(key):
+    if (not _COMPILE_AHEAD or placement.devices != (None,) or dist.multi_process() or is_kept is None
+            or getattr(problem, "host_objective", None) is not None or is_kept(key)):
         return None
     started = time.perf_counter()
     shapes = _initial_shapes(problem, solver, init_fn, key)
