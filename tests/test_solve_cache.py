@@ -252,3 +252,35 @@ def test_an_error_in_a_background_compilation_reaches_the_caller(monkeypatch):
     with pytest.raises(RuntimeError, match="^RESOURCE_EXHAUSTED: out of memory while compiling the loop$"):
         mw.solve(line_problem(), FIRST_CALL_SOLVER, seed=1, progress=False)
     assert failed_on == ["multiwalk-compile"]
+
+
+def test_a_call_interrupted_while_its_loop_compiles_leaves_the_loop_to_the_next_call(monkeypatch):
+    # Ctrl-C while the start is made raises KeyboardInterrupt, as it always did; the loop's
+    # compilation goes on on its thread (held here until the next call compiles its start, by
+    # which time that call has looked for its loop), and the next call waits for it rather than
+    # compiling it a second time.
+    release = threading.Event()
+    loops = []
+
+    def compile(lowered, *args, **kwargs):
+        name = re.search(r"module @(\w+)", lowered.as_text()).group(1)
+        if name == "jit_run_chunk_of_phase":
+            loops.append(threading.current_thread().name)
+            release.wait(timeout=10.0)
+        elif threading.current_thread().name == "MainThread":
+            release.set()
+        return ORIGINAL_COMPILE(lowered, *args, **kwargs)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    compile_cache.clear()
+    problem = line_problem()
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile)
+    with monkeypatch.context() as patch:
+        patch.setattr(SOLVE_MODULE, "_first_state", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            mw.solve(problem, FIRST_CALL_SOLVER, seed=1, progress=False)
+    result = mw.solve(problem, FIRST_CALL_SOLVER, seed=1, progress=False)
+    assert loops == ["multiwalk-compile"]  # one compilation of the loop, the interrupted call's
+    assert result.status == mw.Status.SUCCESS and result.stats["iterations"] == {"burn-in": 5, "sampling": 10}

@@ -169,7 +169,7 @@ def _compiled_chunk_runner(
     is compiled at the first phase's call and called with ``phase`` as its last argument, so what
     is returned is that loop with the phase bound (``(state, n, arrays)`` as for other solvers)."""
     loop = _loop_of(problem, solver, phase, state, placement, plan)
-    compiled = compile_cache.loop(loop.key)
+    compiled = _kept_loop(loop.key)
     if compiled is None and loop.on_host:
         compiled = host_loop.HostLoop(problem, solver, phase, state, loop.arrays, loop.static,
                                       lambda lowered, who: _compile_lowered(lowered, dict(plan.compiler_options), who))
@@ -533,30 +533,54 @@ def _compile_ahead(problem: Any, solver: Solver, phases: list[Phase], placement:
     loops: dict[tuple, _Loop] = {}  # a traced_phase solver's phases share one loop
     for i, phase in enumerate(phases):
         loop = _loop_of(problem, solver, i, shapes, placement, plan)
-        if phase.length > 0 and loop.key not in loops and compile_cache.loop(loop.key) is None:
+        # a loop an earlier call left compiling (it was interrupted) is waited for by _compile
+        if phase.length > 0 and loop.key not in loops and compile_cache.loop(loop.key) is None \
+                and loop.key not in _LOOPS_COMPILING:
             loops[loop.key] = loop
-            compiling.append(_on_thread(_lowered_loop(loop, shapes)))
+            compiling.append(_on_thread(_lowered_loop(loop, shapes), loop.key))
     one_point = point_value_ahead(problem) if solver.reports_value_at_point and loops else None
     if one_point is not None:
         compiling.append(_on_thread(one_point))
     return _Ahead(started, compiling)
 
 
-def _on_thread(compile_program: Callable[[], Any]) -> Future:
+# loop key -> its compilation on a thread (_compile_ahead), until it is kept: a call whose loop an
+# earlier call is still compiling (that call was interrupted meanwhile) waits for it (_kept_loop)
+_LOOPS_COMPILING: dict[tuple, Future] = {}
+
+
+def _on_thread(compile_program: Callable[[], Any], loop_key: tuple | None = None) -> Future:
     """``compile_program()`` on a daemon thread: the future's result is the time.perf_counter() at its
     end, or its exception.  A daemon: neither a failure in the caller's thread nor the
-    interpreter's exit waits for it (a thread pool's workers would be joined at exit)."""
+    interpreter's exit waits for it (a thread pool's workers would be joined at exit).  A loop's
+    (``loop_key``) is in ``_LOOPS_COMPILING`` until it is kept or has failed."""
     future: Future = Future()
 
     def run() -> None:
         try:
             compile_program()
-            future.set_result(time.perf_counter())
+            done = time.perf_counter()
+            _LOOPS_COMPILING.pop(loop_key, None)
+            future.set_result(done)
         except BaseException as err:  # noqa: BLE001 - raised in the caller's thread by _Ahead.wait
+            _LOOPS_COMPILING.pop(loop_key, None)
             future.set_exception(err)
 
+    if loop_key is not None:
+        _LOOPS_COMPILING[loop_key] = future
     threading.Thread(target=run, name="multiwalk-compile", daemon=True).start()
     return future
+
+
+def _kept_loop(key: tuple) -> Any | None:
+    """The loop kept under ``key``, once a thread still compiling it (an earlier, interrupted
+    call's) is done; None when it is not kept (that compilation failed: the caller compiles it
+    again, and a failure is then its own)."""
+    compiling = _LOOPS_COMPILING.get(key)
+    if compiling is not None:
+        with contextlib.suppress(Exception):
+            compiling.result()
+    return compile_cache.loop(key)
 
 
 def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]:
