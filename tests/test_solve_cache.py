@@ -9,6 +9,10 @@ the cache exists to avoid (tracing, hence compiling), and does not depend on tim
 from __future__ import annotations
 
 import gc
+import importlib
+import re
+import threading
+import time
 import weakref
 
 import jax
@@ -143,3 +147,140 @@ def test_args_of_the_same_leaves_in_another_tree_get_another_fingerprint():
     second = mw.Problem(objective=shifted, args=(None, np.ones(2)), **box)
     for as_arguments in (True, False):
         assert compile_cache.fingerprint(first, as_arguments) != compile_cache.fingerprint(second, as_arguments)
+
+
+# ---------------------------------------------------------------------------- a first call's programs at once
+SOLVE_MODULE = importlib.import_module("multiwalk.solve")  # the module (mw.solve is the function)
+ORIGINAL_COMPILE = jax.stages.Lowered.compile
+
+
+class CompileRecorder:
+    """``jax.stages.Lowered.compile`` recorded: ``(program, thread name)`` of every compilation (a
+    load from JAX's persistent cache too).  With ``start_waits_for_loop``, the main thread's first
+    compilation of a ``with_problem_arrays`` program (the start) waits, 10 s at most, until a loop's
+    compilation has begun, and notes whether one had: true only if the loop compiles while the
+    start does."""
+
+    def __init__(self, start_waits_for_loop: bool = False) -> None:
+        self.compiled: list[tuple[str, str]] = []
+        self.loop_began = threading.Event()
+        self.start_waits_for_loop = start_waits_for_loop
+        self.loop_compiling_during_start: bool | None = None
+
+    def wrap(self, original):
+        def compile(lowered, *args, **kwargs):
+            name = re.search(r"module @(\w+)", lowered.as_text()).group(1)
+            thread = threading.current_thread().name
+            self.compiled.append((name, thread))
+            if name == "jit_run_chunk_of_phase":
+                self.loop_began.set()
+            elif (self.start_waits_for_loop and self.loop_compiling_during_start is None
+                  and name == "jit_with_problem_arrays" and thread == "MainThread"):
+                self.loop_compiling_during_start = self.loop_began.wait(timeout=10.0)
+            return original(lowered, *args, **kwargs)
+
+        return compile
+
+
+def line_problem() -> mw.Problem:
+    t = np.linspace(0.0, 1.0, 8)
+    return mw.Problem(model=lambda p, t: p[0] + p[1] * t, data=1.0 + 2.0 * t, sigma=0.1, args=t,
+                      lower=[-5.0, -5.0], upper=[5.0, 5.0])
+
+
+FIRST_CALL_SOLVER = mw.ReplicaExchange(nseq=2, nbeta=4, nburn=5, niter=10)
+
+
+@pytest.fixture(scope="module")
+def first_calls():
+    """The same first call with the loop compiled after the start (``_COMPILE_AHEAD`` off) and beside
+    it (on), then a second call: ``{label: (result, recorder, wall seconds)}``."""
+    problem = line_problem()
+    out = {}
+    with pytest.MonkeyPatch.context() as mp:
+        for label, ahead in (("sequential", False), ("concurrent", True), ("second", True)):
+            if label != "second":
+                compile_cache.clear()
+            recorder = CompileRecorder(start_waits_for_loop=label == "concurrent")
+            mp.setattr(SOLVE_MODULE, "_COMPILE_AHEAD", ahead)
+            mp.setattr(jax.stages.Lowered, "compile", recorder.wrap(ORIGINAL_COMPILE))
+            t0 = time.perf_counter()
+            result = mw.solve(problem, FIRST_CALL_SOLVER, seed=1, progress=False)
+            out[label] = (result, recorder, time.perf_counter() - t0)
+    return out
+
+
+def test_a_first_call_compiles_its_loop_while_the_start_compiles(first_calls):
+    _, recorder, _ = first_calls["concurrent"]
+    assert recorder.loop_compiling_during_start is True  # False: the start waited 10 s for nothing
+    assert ("jit_run_chunk_of_phase", "multiwalk-compile") in recorder.compiled
+    # the start on the calling thread, the result's one-point value on a compiling thread
+    assert recorder.compiled.count(("jit_with_problem_arrays", "MainThread")) == 1
+    assert recorder.compiled.count(("jit_with_problem_arrays", "multiwalk-compile")) == 1
+
+
+def test_each_program_is_compiled_once_and_a_second_call_compiles_nothing(first_calls):
+    sequential, concurrent, second = (first_calls[k][1].compiled for k in ("sequential", "concurrent", "second"))
+    # the same programs as one after the other (the start, the loop, the one-point value, the
+    # progress summary), none twice: the loop the call waits for is the one compiled on the thread
+    assert sorted(name for name, _ in concurrent) == sorted(name for name, _ in sequential)
+    assert [name for name, _ in concurrent].count("jit_run_chunk_of_phase") == 1  # one loop for both phases
+    assert second == []
+
+
+def test_concurrent_compilation_changes_no_result_and_counts_its_time(first_calls):
+    (sequential, _, _), (concurrent, _, wall) = first_calls["sequential"], first_calls["concurrent"]
+    # exact: the same programs on the same inputs
+    assert np.array_equal(concurrent.samples, sequential.samples)
+    assert np.array_equal(concurrent.fun_trace_all, sequential.fun_trace_all)
+    assert np.array_equal(concurrent.x, sequential.x) and concurrent.fun == sequential.fun
+    # the loop's compilation, from its tracing to its end, inside the call's wall time
+    assert 0.0 < concurrent.stats["compile_seconds"] <= wall
+
+
+def test_an_error_in_a_background_compilation_reaches_the_caller(monkeypatch):
+    # The loop's compilation fails on its thread: the caller gets that exception, its type and
+    # message, from the wait for it (not a hang, not another error).
+    failed_on = []
+
+    def failing(lowered, options, who):
+        failed_on.append(threading.current_thread().name)
+        raise RuntimeError("RESOURCE_EXHAUSTED: out of memory while compiling the loop")
+
+    compile_cache.clear()
+    monkeypatch.setattr(SOLVE_MODULE, "_compile_lowered", failing)
+    with pytest.raises(RuntimeError, match="^RESOURCE_EXHAUSTED: out of memory while compiling the loop$"):
+        mw.solve(line_problem(), FIRST_CALL_SOLVER, seed=1, progress=False)
+    assert failed_on == ["multiwalk-compile"]
+
+
+def test_a_call_interrupted_while_its_loop_compiles_leaves_the_loop_to_the_next_call(monkeypatch):
+    # Ctrl-C while the start is made raises KeyboardInterrupt, as it always did; the loop's
+    # compilation goes on on its thread (held here until the next call compiles its start, by
+    # which time that call has looked for its loop), and the next call waits for it rather than
+    # compiling it a second time.
+    release = threading.Event()
+    loops = []
+
+    def compile(lowered, *args, **kwargs):
+        name = re.search(r"module @(\w+)", lowered.as_text()).group(1)
+        if name == "jit_run_chunk_of_phase":
+            loops.append(threading.current_thread().name)
+            release.wait(timeout=10.0)
+        elif threading.current_thread().name == "MainThread":
+            release.set()
+        return ORIGINAL_COMPILE(lowered, *args, **kwargs)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    compile_cache.clear()
+    problem = line_problem()
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile)
+    with monkeypatch.context() as patch:
+        patch.setattr(SOLVE_MODULE, "_first_state", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            mw.solve(problem, FIRST_CALL_SOLVER, seed=1, progress=False)
+    result = mw.solve(problem, FIRST_CALL_SOLVER, seed=1, progress=False)
+    assert loops == ["multiwalk-compile"]  # one compilation of the loop, the interrupted call's
+    assert result.status == mw.Status.SUCCESS and result.stats["iterations"] == {"burn-in": 5, "sampling": 10}

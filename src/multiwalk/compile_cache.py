@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +45,9 @@ _SMALL: dict[tuple, Any] = {}
 _SMALL_MAX = 64
 # While solve() runs: id(problem) -> its full fingerprint, digested once per call, not per use.
 _FINGERPRINTS: dict[int, dict[bool, str]] = {}
+# held while an entry is added (and the oldest dropped): solve() compiles its loops and its result's
+# one-point value on threads of their own while it makes the start, which keeps its own entries
+_ADDING = threading.Lock()
 
 
 # ---------------------------------------------------------------------------- what a problem bakes in
@@ -201,11 +205,12 @@ def loop(key: tuple) -> Any | None:
 def keep_loop(key: tuple, compiled: Any, owner: Any = None) -> None:
     """Keep ``compiled`` under ``key`` (the oldest loop goes when 32 are kept).  ``owner``: the
     problem object whose id ``key`` starts with, its loops forgotten once it is garbage."""
-    if len(_LOOPS) >= _LOOPS_MAX:
-        oldest = next(iter(_LOOPS))
-        _LOOPS.pop(oldest)
-        _STEP_SECONDS.pop(oldest, None)
-    _LOOPS[key] = compiled
+    with _ADDING:
+        if len(_LOOPS) >= _LOOPS_MAX:
+            oldest = next(iter(_LOOPS))
+            _LOOPS.pop(oldest)
+            _STEP_SECONDS.pop(oldest, None)
+        _LOOPS[key] = compiled
     if owner is not None:
         _forget_when_collected(owner)
 
@@ -253,9 +258,10 @@ def keep(problem: Any, key: tuple, value: Any) -> None:
 
 
 def _keep_small(key: tuple, value: Any) -> None:
-    if len(_SMALL) >= _SMALL_MAX:
-        _SMALL.pop(next(iter(_SMALL)))
-    _SMALL[key] = value
+    with _ADDING:
+        if len(_SMALL) >= _SMALL_MAX:
+            _SMALL.pop(next(iter(_SMALL)))
+        _SMALL[key] = value
 
 
 def _kept_call(fun: Callable, options: dict[str, Any], args: tuple, key_of: Callable[..., tuple],
@@ -269,20 +275,48 @@ def _kept_call(fun: Callable, options: dict[str, Any], args: tuple, key_of: Call
     return _kept_executable(fun, options, args, key_of, owner)(*args)
 
 
+def _executable_key(options: dict[str, Any], args: tuple, key_of: Callable[..., tuple]) -> tuple:
+    """The key an executable for ``args`` (arrays) is kept under: ``key_of(tree, the arguments'
+    keys, out_shardings' leaves and tree)``."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    placed = jax.tree_util.tree_flatten(options.get("out_shardings"))
+    return key_of(tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
+
+
 def _kept_executable(fun: Callable, options: dict[str, Any], args: tuple, key_of: Callable[..., tuple],
                      owner: Any = None) -> Any:
     """The executable :func:`_kept_call` runs for ``args`` (arrays): kept, or compiled and kept now."""
-    leaves, tree = jax.tree_util.tree_flatten(args)
-    placed = jax.tree_util.tree_flatten(options.get("out_shardings"))
-    key = key_of(tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
+    key = _executable_key(options, args, key_of)
     compiled = _SMALL.get(key)
     if compiled is None:
-        compiled = jax.jit(fun, **options).lower(*args).compile()
+        compiled = _lowered(fun, options, args, key, owner)()
+    return compiled
+
+
+def _lowered(fun: Callable, options: dict[str, Any], args: tuple, key: tuple, owner: Any) -> Callable[[], Any]:
+    """``fun`` traced and lowered for ``args`` now; returned: its compilation, which keeps the
+    executable under ``key`` (tied to ``owner``'s life when given) and returns it.  The compilation
+    may run on another thread: the tracing, which reads JAX's per-thread settings
+    (``jax.enable_x64``, ``jax.default_device``), is done here."""
+    lowered = jax.jit(fun, **options).lower(*args)
+
+    def compile_and_keep() -> Any:
+        compiled = lowered.compile()
         if owner is None:
             _keep_small(key, compiled)
         else:
             keep(owner, key, compiled)
-    return compiled
+        return compiled
+
+    return compile_and_keep
+
+
+def _ahead(fun: Callable, options: dict[str, Any], args: tuple, key_of: Callable[..., tuple],
+           owner: Any = None) -> Callable[[], Any] | None:
+    """The compilation of the executable for ``args`` (:func:`_lowered`: lowered now, compiled when
+    called), or None when it is kept."""
+    key = _executable_key(options, args, key_of)
+    return None if key in _SMALL else _lowered(fun, options, args, key, owner)
 
 
 def kept_for(problem: Any) -> list[tuple[str, Any]]:
@@ -336,8 +370,11 @@ def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_sharding
         return _kept_call(fun, options, args, key_of, owner=problem)
 
     # call.compile_for(*args): compile (or find) the executable for arrays like ``args`` without
-    # running it, ahead of the call (multiwalk.host_loop's start, while its points are evaluated)
+    # running it, ahead of the call (multiwalk.host_loop's start, while its points are evaluated);
+    # call.is_kept(*args): whether it is kept; call.lower_for(*args): see _ahead
     call.compile_for = lambda *args: _kept_executable(fun, options, args, key_of, owner=problem)  # type: ignore[attr-defined]
+    call.is_kept = lambda *args: _executable_key(options, args, key_of) in _SMALL  # type: ignore[attr-defined]
+    call.lower_for = lambda *args: _ahead(fun, options, args, key_of, owner=problem)  # type: ignore[attr-defined]
     return call
 
 
@@ -373,6 +410,9 @@ def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any],
     def call(*args: Any) -> Any:
         return _kept_call(with_problem_arrays, options, (arrays, x0, *args), key_of)
 
+    # as cached_jit's: whether the executable for ``args`` is kept; its compilation ahead (_ahead)
+    call.is_kept = lambda *args: _executable_key(options, (arrays, x0, *args), key_of) in _SMALL  # type: ignore[attr-defined]
+    call.lower_for = lambda *args: _ahead(with_problem_arrays, options, (arrays, x0, *args), key_of)  # type: ignore[attr-defined]
     return call
 
 

@@ -21,6 +21,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from .identity import problem_identity
 from .problem import Problem
 from .result import Result, Status
 from .solvers._common import check_callable_option, check_state_fits
-from .solvers.base import Iterate, Phase, RunPlan, Solver, Writer, asks_to_stop
+from .solvers.base import Iterate, Phase, RunPlan, Solver, Writer, asks_to_stop, point_value_ahead
 
 __all__ = ["solve", "run_key", "place"]
 
@@ -167,6 +168,38 @@ def _compiled_chunk_runner(
     A ``traced_phase`` solver's loop is one for all its phases (its key holds no phase index): it
     is compiled at the first phase's call and called with ``phase`` as its last argument, so what
     is returned is that loop with the phase bound (``(state, n, arrays)`` as for other solvers)."""
+    loop = _loop_of(problem, solver, phase, state, placement, plan)
+    compiled = _kept_loop(loop.key)
+    if compiled is None and loop.on_host:
+        compiled = host_loop.HostLoop(problem, solver, phase, state, loop.arrays, loop.static,
+                                      lambda lowered, who: _compile_lowered(lowered, dict(plan.compiler_options), who))
+        compile_cache.keep_loop(loop.key, compiled, owner=problem if loop.arrays is None else None)
+    elif compiled is None:
+        compiled = _lowered_loop(loop, state)()
+    if loop.shared:
+        compiled = _with_phase(compiled, phase)
+    return compiled, loop.arrays, loop.key
+
+
+@dataclass(frozen=True)
+class _Loop:
+    """What one phase's compiled loop is made for, and the key it is kept under."""
+
+    problem: Any
+    solver: Solver
+    phase: int | None  # None: one loop for every phase, the phase an argument (``shared``)
+    placement: dist.Placement
+    plan: RunPlan
+    arrays: Any  # the problem's arrays, arguments of the loop (compile_cache.problem_arrays)
+    static: Any  # what of ``args`` is compiled in
+    key: tuple
+    shared: bool
+    on_host: bool  # a non-JAX objective between compiled steps (host_loop.HostLoop)
+
+
+def _loop_of(problem: Problem, solver: Solver, phase: int, state: Any, placement: dist.Placement,
+             plan: RunPlan) -> _Loop:
+    """Phase ``phase``'s loop for a state like ``state`` (arrays or ``jax.ShapeDtypeStruct``)."""
     arrays, static = compile_cache.problem_arrays(problem, plan.arrays_as_arguments)
     sharded = placement.sharded
     if sharded and arrays is not None:
@@ -186,29 +219,33 @@ def _compiled_chunk_runner(
         key = (id(problem), *common)
     else:  # any problem with these functions and this fingerprint can use it
         key = ("functions", *compile_cache.user_functions(problem), *common)
-    compiled = compile_cache.loop(key)
-    if compiled is None and on_host:
-        compiled = host_loop.HostLoop(problem, solver, phase, state, arrays, static,
-                                      lambda lowered, who: _compile_lowered(lowered, dict(plan.compiler_options), who))
-        compile_cache.keep_loop(key, compiled, owner=problem if arrays is None else None)
-    elif compiled is None:
-        runner = _chunk_runner(problem, solver, None if shared else phase, static, plan)
-        scalars = (jnp.asarray(1, jnp.int32),) + ((jnp.asarray(phase, jnp.int32),) if shared else ())
-        if sharded:
-            rep = placement.replicated
-            in_shardings = (placement.shardings, rep, rep, rep) if shared else (placement.shardings, rep, rep)
-            jitted = jax.jit(runner, donate_argnums=0, in_shardings=in_shardings,
-                             out_shardings=(placement.shardings, rep, rep))
-        else:
-            jitted = jax.jit(runner, donate_argnums=0)
-        with dist.mesh_context(placement.mesh if sharded else None):  # for the image solvers' collectives
-            lowered = jitted.lower(state, scalars[0], arrays, *scalars[1:])
-        compiled = _compile_lowered(lowered, dict(plan.compiler_options), type(solver).__name__)
+    return _Loop(problem, solver, None if shared else phase, placement, plan, arrays, static, key, shared, on_host)
+
+
+def _lowered_loop(loop: _Loop, state: Any) -> Callable[[], Any]:
+    """``loop`` traced and lowered for a state like ``state``; returned: its compilation, which
+    keeps the executable (:func:`~multiwalk.compile_cache.keep_loop`) and returns it.  Tracing
+    reads JAX's per-thread settings, so it happens here; the compilation may run on another thread."""
+    placement, plan, problem = loop.placement, loop.plan, loop.problem
+    runner = _chunk_runner(problem, loop.solver, loop.phase, loop.static, plan)
+    scalars = (jnp.asarray(1, jnp.int32),) + ((jnp.asarray(0, jnp.int32),) if loop.shared else ())
+    if placement.sharded:
+        rep = placement.replicated
+        in_shardings = (placement.shardings, rep, rep, rep) if loop.shared else (placement.shardings, rep, rep)
+        jitted = jax.jit(runner, donate_argnums=0, in_shardings=in_shardings,
+                         out_shardings=(placement.shardings, rep, rep))
+    else:
+        jitted = jax.jit(runner, donate_argnums=0)
+    with dist.mesh_context(placement.mesh if placement.sharded else None):  # for the image solvers' collectives
+        lowered = jitted.lower(state, scalars[0], loop.arrays, *scalars[1:])
+
+    def compile_and_keep() -> Any:
+        compiled = _compile_lowered(lowered, dict(plan.compiler_options), type(loop.solver).__name__)
         # a loop compiled for this very problem object is forgotten once that is garbage
-        compile_cache.keep_loop(key, compiled, owner=problem if arrays is None else None)
-    if shared:
-        compiled = _with_phase(compiled, phase)
-    return compiled, arrays, key
+        compile_cache.keep_loop(loop.key, compiled, owner=problem if loop.arrays is None else None)
+        return compiled
+
+    return compile_and_keep
 
 
 def _with_phase(compiled: Any, phase: int) -> Callable:
@@ -380,6 +417,8 @@ class _Run:
     last_checkpoint: float = 0.0  # time.perf_counter() of the last checkpoint written
     # solve(iteration_callback=...): called with the solver's Iterate after every iteration
     iteration_callback: Callable[[Iterate], Any] | None = None
+    # the loops (and the result's one-point value) compiling on threads while the start was made
+    ahead: _Ahead | None = None
 
     @property
     def until_time_limit(self) -> bool:
@@ -421,6 +460,8 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     plan = dataclasses.replace(plan, mesh=placement.mesh)
     prepared_seconds = [0.0]
     on_host = host_loop.applies(problem, solver, placement)  # a non-JAX objective between compiled steps
+    ahead = None if on_host or saved is not None else _compile_ahead(problem, solver, phases, placement, plan,
+                                                                      init_fn, key)
     if on_host:  # the start's evaluation on the host too
         prepare = None
         if saved is None and devices is None:  # the loops for the start's shapes, while its points are evaluated
@@ -435,7 +476,8 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     stats = _first_stats(placement)
     stats["compile_seconds"] = prepared_seconds[0]
     return _Run(problem, solver, plan, placement, phases, seed, identity, checkpoint_path, checkpoint_every,
-                time_limit, chunk_seconds, callback, writers, gather, summary, state, done, phase_index, stats)
+                time_limit, chunk_seconds, callback, writers, gather, summary, state, done, phase_index, stats,
+                ahead=ahead)
 
 
 def _prepare_loops(problem: Any, solver: Solver, phases: list[Phase], placement: dist.Placement, plan: RunPlan,
@@ -449,12 +491,105 @@ def _prepare_loops(problem: Any, solver: Solver, phases: list[Phase], placement:
     seconds[0] += time.perf_counter() - t0
 
 
+# A first call compiles its loops (and its result's one-point value) on threads of their own while
+# it makes the start (_compile_ahead); False: one after the other, as a resumed or split run does
+_COMPILE_AHEAD = True
+
+
+@dataclass
+class _Ahead:
+    """Programs compiling on threads of their own while the start is made (:func:`_compile_ahead`)."""
+
+    started: float  # time.perf_counter() when their tracing began
+    compiling: list[Future]  # each one's result: the time.perf_counter() at which it was compiled
+
+    def wait(self) -> float:
+        """The time the last one was compiled, after waiting for them all; a failed one's exception
+        is raised here, in the caller's thread."""
+        return max([future.result() for future in self.compiling], default=self.started)
+
+
+def _compile_ahead(problem: Any, solver: Solver, phases: list[Phase], placement: dist.Placement, plan: RunPlan,
+                   init_fn: Callable, key: jax.Array) -> _Ahead | None:
+    """A first call's loops, and its result's one-point program (``solver.reports_value_at_point``),
+    traced here and compiled on threads of their own while this thread compiles and runs the start
+    (XLA's compilation releases the GIL): the call waits for its slowest program, not for their
+    sum.  The loops need only the start's shapes (``jax.eval_shape``, whose trace the start's
+    compilation then reuses); the same programs are compiled, so the results are the same, bit for
+    bit.  Only for a fresh run on the default device of one process whose start is not kept (a
+    first call for these functions and shapes: a later call would trace the start for its shapes
+    alone).  A resumed, split, pinned or ``jax.distributed`` run keeps the order it always had
+    (its loops compiled in :func:`_compile`, after the start): their placements and collectives
+    are lowered as they were.  So does a non-JAX objective: its programs are compiled with cheap
+    options, which ``jax.eval_shape`` of its start refuses (a nested jit's).  None when nothing
+    was started."""
+    is_kept = getattr(init_fn, "is_kept", None)  # a start of compile_cache's jits (not every override's)
+    if (not _COMPILE_AHEAD or placement.devices != (None,) or dist.multi_process() or is_kept is None
+            or getattr(problem, "host_objective", None) is not None or is_kept(key)):
+        return None
+    started = time.perf_counter()
+    shapes = _initial_shapes(problem, solver, init_fn, key)
+    compiling = []
+    loops: dict[tuple, _Loop] = {}  # a traced_phase solver's phases share one loop
+    for i, phase in enumerate(phases):
+        loop = _loop_of(problem, solver, i, shapes, placement, plan)
+        # a loop an earlier call left compiling (it was interrupted) is waited for by _compile
+        if phase.length > 0 and loop.key not in loops and compile_cache.loop(loop.key) is None \
+                and loop.key not in _LOOPS_COMPILING:
+            loops[loop.key] = loop
+            compiling.append(_on_thread(_lowered_loop(loop, shapes), loop.key))
+    one_point = point_value_ahead(problem) if solver.reports_value_at_point and loops else None
+    if one_point is not None:
+        compiling.append(_on_thread(one_point))
+    return _Ahead(started, compiling)
+
+
+# loop key -> its compilation on a thread (_compile_ahead), until it is kept: a call whose loop an
+# earlier call is still compiling (that call was interrupted meanwhile) waits for it (_kept_loop)
+_LOOPS_COMPILING: dict[tuple, Future] = {}
+
+
+def _on_thread(compile_program: Callable[[], Any], loop_key: tuple | None = None) -> Future:
+    """``compile_program()`` on a daemon thread: the future's result is the time.perf_counter() at its
+    end, or its exception.  A daemon: neither a failure in the caller's thread nor the
+    interpreter's exit waits for it (a thread pool's workers would be joined at exit).  A loop's
+    (``loop_key``) is in ``_LOOPS_COMPILING`` until it is kept or has failed."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            compile_program()
+            done = time.perf_counter()
+            _LOOPS_COMPILING.pop(loop_key, None)
+            future.set_result(done)
+        except BaseException as err:  # noqa: BLE001 - raised in the caller's thread by _Ahead.wait
+            _LOOPS_COMPILING.pop(loop_key, None)
+            future.set_exception(err)
+
+    if loop_key is not None:
+        _LOOPS_COMPILING[loop_key] = future
+    threading.Thread(target=run, name="multiwalk-compile", daemon=True).start()
+    return future
+
+
+def _kept_loop(key: tuple) -> Any | None:
+    """The loop kept under ``key``, once a thread still compiling it (an earlier, interrupted
+    call's) is done; None when it is not kept (that compilation failed: the caller compiles it
+    again, and a failure is then its own)."""
+    compiling = _LOOPS_COMPILING.get(key)
+    if compiling is not None:
+        with contextlib.suppress(Exception):
+            compiling.result()
+    return compile_cache.loop(key)
+
+
 def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]:
     """``{phase index: (compiled loop, problem arrays, its cache key)}`` of every phase still to run, compiled with
     the progress summary before the clock and the bar start: the chunk loop compiles nothing."""
     t0 = time.perf_counter()
     executables = {}
     try:
+        ahead_end = run.ahead.wait() if run.ahead is not None else None  # the loops are then kept
         for i in range(run.phase_index, len(run.phases)):
             if run.done[i] < run.phases[i].length:
                 executables[i] = _compiled_chunk_runner(run.problem, run.solver, i, run.state, run.placement, run.plan)
@@ -463,7 +598,13 @@ def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]
     except BaseException:
         ctrl_c.restore()
         raise
-    run.stats["compile_seconds"] += time.perf_counter() - t0  # after what the start compiled (_prepare_loops)
+    end = time.perf_counter()
+    # after what the start compiled (_prepare_loops); programs compiled beside the start count
+    # from their tracing to the last one's end (their span and this function's time, overlaps once)
+    if ahead_end is None:
+        run.stats["compile_seconds"] += end - t0
+    else:
+        run.stats["compile_seconds"] += (ahead_end - run.ahead.started) + (end - max(t0, ahead_end))
     return executables
 
 
@@ -760,8 +901,10 @@ def solve(
     the result holds everything computed up to the last finished chunk and has
     ``status=Status.INTERRUPTED``.
 
-    Compiled loops are kept and reused by later calls with the same ``problem`` object and
-    equal solver options (``stats["compile_seconds"]`` then drops to ~0).  A problem whose
+    ``stats["compile_seconds"]``: the time the call spent compiling its loops, from the first
+    one's tracing to the last one's end (a first call compiles them on threads of their own while
+    it makes the start, whose compilation is not counted).  Compiled loops are kept and reused by
+    later calls with the same ``problem`` object and equal solver options (it then drops to ~0).  A problem whose
     bounds, data, sigma, fixed values or ``args`` arrays were changed in place is compiled
     anew; as with ``jax.jit``, global arrays read by the function are baked in at compilation.
     """

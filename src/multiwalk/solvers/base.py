@@ -82,6 +82,15 @@ def point_value_program(problem: Problem) -> Callable[[Any], jax.Array] | None:
     return shared_jit(problem, None, "value_at_point", lambda p: p.chi2_full, reads_x0=False)
 
 
+def point_value_ahead(problem: Problem) -> Callable[[], Any] | None:
+    """The compilation of :func:`value_at_point`'s one-point program for the point it is given (a
+    host array (n,) of the problem's dtype), traced and lowered now and compiled when called (the
+    driver calls it on a thread of its own while the loop compiles); None where it is kept or
+    there is none (a non-JAX objective)."""
+    one_point = point_value_program(problem)
+    return None if one_point is None else one_point.lower_for(np.zeros(problem.n, problem.dtype))
+
+
 def reported_value(value: Any, found: float | np.floating) -> float | np.floating:
     """The one-point program's ``value`` as :func:`value_at_point` reports it: ``found`` (the run's
     own value) where that is not finite, else ``value`` in the type of ``found`` (a NumPy scalar of
@@ -188,6 +197,10 @@ class Solver(abc.ABC):
     #: the host between two compiled programs a step, neither holding a host callback, which JAX's
     #: persistent cache keeps for the next process (:mod:`multiwalk.host_loop`)
     evaluates_once_per_step: bool = False
+
+    #: whether ``result`` reports ``fun`` by :func:`value_at_point` at a host point: a solve that
+    #: compiles its loop compiles that one-point program beside it (:func:`point_value_ahead`)
+    reports_value_at_point: bool = False
 
     #: whether ``step`` (and ``done``) take ``phase`` as a traced int32 rather than a static Python
     #: int: the driver then compiles ONE loop for all the phases, the phase index an argument of

@@ -307,6 +307,7 @@ class Exchange(Solver):
     resumable_options = ("numsteps", "max_chunk_steps", "unroll", "kernel", "kernel_block", "kernel_warps")
     wraps_periodic = True  # ODAT-SE's pbc_list: a move across a periodic parameter wraps into [min, max)
     evaluates_once_per_step = True  # one batch of replicas (points) a step: a non-JAX objective runs as a host loop
+    reports_value_at_point = True  # result.fun by value_at_point: its one-point program compiles beside the loop
 
     def __post_init__(self) -> None:
         b = check_vector_option("betas", self.betas, non_negative=True)

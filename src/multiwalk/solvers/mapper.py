@@ -81,6 +81,7 @@ class Mapper(Solver):
 
     wraps_periodic = True  # it evaluates the points it is given: there are no moves to wrap
     evaluates_once_per_step = True  # one batch of replicas (points) a step: a non-JAX objective runs as a host loop
+    reports_value_at_point = True  # result.fun by value_at_point: its one-point program compiles beside the loop
 
     def __post_init__(self) -> None:
         try:

@@ -183,6 +183,7 @@ class PopulationAnnealing(Solver):
     resumable_options = ("max_chunk_steps",)  # how, not what
     evaluates_once_per_step = True  # one batch of walkers a step: a non-JAX objective runs as a host loop
     wraps_periodic = True  # ODAT-SE's pbc_list: a move across a periodic parameter wraps into [min, max)
+    reports_value_at_point = True  # result.fun by value_at_point: its one-point program compiles beside the loop
 
     def __post_init__(self) -> None:
         b = check_vector_option("betas", self.betas, non_negative=True)

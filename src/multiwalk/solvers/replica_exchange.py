@@ -188,6 +188,7 @@ class ReplicaExchange(Solver):
 
     samples_log_prior = True  # the problem's log_prior enters the Metropolis ratio, untempered
     wraps_periodic = True  # a step that leaves the box across a periodic parameter wraps into it
+    reports_value_at_point = True  # result.fun by value_at_point: its one-point program compiles beside the loop
     resumable_options = ("niter", "exchange_unroll", "metropolis_unroll", "kernel", "loops")  # how, not what
     # Burn-in and sampling can be one compiled loop, the phase a traced int: the objective (the
     # xringaus model: most of the compile time) is compiled once, not once per phase (one_loop).
