@@ -146,11 +146,11 @@ class ReplicaExchange(Solver):
         compiled loop (the phase an argument: the objective compiled once) or a loop each (each
         phase's program holds only its own bookkeeping: fewer kernels an iteration on a GPU);
         results do not depend on it (bit for bit).  ``"auto"``: one loop on a CPU (where the phase
-        is a branch, as fast as two loops) and for a large model on any device (its compile time
-        dominates: the xringaus fit's first call on an H100, 8.5 s against ~11 s); a loop per phase
-        for a cheap objective on a GPU (an H100, 32 x 14 chains: 53 -> 44 ms a call; 1M chains: 76
-        -> ~47 ms, where one loop runs burn-in's step adaptation, a scatter over every chain, in
-        sampling too, selected away).
+        is a branch, as fast as two loops, and the objective compiles once), a loop per phase on
+        GPUs, where a first call compiles the two at the same time.  Measured on an H100: 32 x 14
+        chains of a cheap objective 49.5 -> 42.2 ms a call, 1M chains 73 -> 46 ms (one loop runs
+        burn-in's step adaptation, a scatter over every chain, in sampling too, selected away); the
+        xringaus fit's run 404 -> 322 ms, its first call 5.2 -> 6.2 s.
     adapt_ladder : move the inner temperatures during burn-in so that every adjacent pair
         swaps equally often (Vousden, Farr & Mandel 2016; :mod:`.ladder_adaptation`); the
         coldest and hottest stay, and the ladder is frozen for sampling (``result.betas``).
@@ -359,12 +359,10 @@ class ReplicaExchange(Solver):
         return min(nf, 8, max(1, UNROLL_EQUATIONS // max(1, objective_equations(problem))))
 
     def one_loop(self, problem: Problem, platform: str) -> bool:
-        """Whether burn-in and sampling run as one compiled loop (``loops``; the class docstring says
-        what ``"auto"`` weighs): on a CPU, or when the objective is too large to be unrolled
-        (:meth:`unrolled_updates` without ``metropolis_unroll``: fewer than two copies fit)."""
+        """Whether burn-in and sampling run as one compiled loop (``loops``; ``"auto"``: on a CPU)."""
         if self.loops != "auto":
             return self.loops == "one"
-        return platform == "cpu" or UNROLL_EQUATIONS // max(1, objective_equations(problem)) < 2
+        return platform == "cpu"
 
     # ----------------------------------------------------------------- one iteration
     def kernel_plan(self, split: bool = False) -> KernelPlan:
