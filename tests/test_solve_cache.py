@@ -284,3 +284,25 @@ def test_a_call_interrupted_while_its_loop_compiles_leaves_the_loop_to_the_next_
     result = mw.solve(problem, FIRST_CALL_SOLVER, seed=1, progress=False)
     assert loops == ["multiwalk-compile"]  # one compilation of the loop, the interrupted call's
     assert result.status == mw.Status.SUCCESS and result.stats["iterations"] == {"burn-in": 5, "sampling": 10}
+
+
+def test_a_compile_thread_that_cannot_start_leaves_nothing_to_wait_for(monkeypatch):
+    # Ctrl-C (or a process's thread limit) lands as the loop's compile thread starts: the call
+    # raises it, and nothing is left waiting for a compilation that never began, so the next call
+    # compiles the loop itself and finishes (before the fix it waited forever).
+    original_start = threading.Thread.start
+
+    def start(thread):
+        if thread.name == "multiwalk-compile":
+            monkeypatch.setattr(threading.Thread, "start", original_start)
+            raise KeyboardInterrupt
+        return original_start(thread)
+
+    compile_cache.clear()
+    problem = line_problem()
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        mw.solve(problem, FIRST_CALL_SOLVER, seed=1, progress=False)
+    assert not SOLVE_MODULE._LOOPS_COMPILING
+    result = mw.solve(problem, FIRST_CALL_SOLVER, seed=1, progress=False)
+    assert result.status == mw.Status.SUCCESS

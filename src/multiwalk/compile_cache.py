@@ -45,9 +45,11 @@ _SMALL: dict[tuple, Any] = {}
 _SMALL_MAX = 64
 # While solve() runs: id(problem) -> its full fingerprint, digested once per call, not per use.
 _FINGERPRINTS: dict[int, dict[bool, str]] = {}
-# held while an entry is added (and the oldest dropped): solve() compiles its loops and its result's
-# one-point value on threads of their own while it makes the start, which keeps its own entries
-_ADDING = threading.Lock()
+# held while the kept entries change or are read through: solve() compiles its loops and its
+# result's one-point value on threads of their own while it makes the start, which keeps its own
+# entries, and a problem's entries are dropped (_forget) on whichever thread collects it.  Re-entrant:
+# a collection, and so _forget, may happen while this thread holds it.
+_LOCK = threading.RLock()
 
 
 # ---------------------------------------------------------------------------- what a problem bakes in
@@ -205,7 +207,7 @@ def loop(key: tuple) -> Any | None:
 def keep_loop(key: tuple, compiled: Any, owner: Any = None) -> None:
     """Keep ``compiled`` under ``key`` (the oldest loop goes when 32 are kept).  ``owner``: the
     problem object whose id ``key`` starts with, its loops forgotten once it is garbage."""
-    with _ADDING:
+    with _LOCK:
         if len(_LOOPS) >= _LOOPS_MAX:
             oldest = next(iter(_LOOPS))
             _LOOPS.pop(oldest)
@@ -222,20 +224,23 @@ def step_seconds(key: tuple) -> float | None:
 
 def note_step_seconds(key: tuple, seconds: float) -> None:
     """Remember the loop's time per iteration (:func:`step_seconds`), while the loop is kept."""
-    if key in _LOOPS:
-        _STEP_SECONDS[key] = seconds
+    with _LOCK:
+        if key in _LOOPS:
+            _STEP_SECONDS[key] = seconds
 
 
 def compiled_loops() -> list[Any]:
     """The kept loops' executables, oldest first (the last is the most recently compiled); a host
     loop's (:class:`multiwalk.host_loop.HostLoop`) holds two programs, ``as_text`` gives both."""
-    return list(_LOOPS.values())
+    with _LOCK:
+        return list(_LOOPS.values())
 
 
 def clear_loops() -> None:
     """Forget the kept loops (not the small functions): the next solve() compiles its loops anew."""
-    _LOOPS.clear()
-    _STEP_SECONDS.clear()
+    with _LOCK:
+        _LOOPS.clear()
+        _STEP_SECONDS.clear()
 
 
 # ---------------------------------------------------------------------------- the small functions
@@ -258,7 +263,7 @@ def keep(problem: Any, key: tuple, value: Any) -> None:
 
 
 def _keep_small(key: tuple, value: Any) -> None:
-    with _ADDING:
+    with _LOCK:
         if len(_SMALL) >= _SMALL_MAX:
             _SMALL.pop(next(iter(_SMALL)))
         _SMALL[key] = value
@@ -321,13 +326,15 @@ def _ahead(fun: Callable, options: dict[str, Any], args: tuple, key_of: Callable
 
 def kept_for(problem: Any) -> list[tuple[str, Any]]:
     """``(name, value)`` of every small entry kept for this problem object, oldest first."""
-    return [(key[3], value) for key, value in _SMALL.items() if key[0] == id(problem)]
+    with _LOCK:
+        return [(key[3], value) for key, value in _SMALL.items() if key[0] == id(problem)]
 
 
 def kept_shared() -> list[str]:
     """The names of the small functions kept for any problem of the same functions (:func:`shared_jit`),
     oldest first, one per executable."""
-    return [key[1] for key in _SMALL if key[0] == "functions"]  # shared_jit's keys: ("functions", name, ...)
+    with _LOCK:  # shared_jit's keys: ("functions", name, ...)
+        return [key[1] for key in _SMALL if key[0] == "functions"]
 
 
 def _arg_key(x: Any) -> Any:
@@ -419,14 +426,16 @@ def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any],
 # ---------------------------------------------------------------------------- forgetting
 def holds(problem_id: int) -> bool:
     """Whether anything is kept for the problem object that had this id."""
-    return any(key[0] == problem_id for cache in (_LOOPS, _SMALL) for key in cache)
+    with _LOCK:
+        return any(key[0] == problem_id for cache in (_LOOPS, _SMALL) for key in cache)
 
 
 def clear() -> None:
     """Forget every kept executable: the next solve() compiles anew."""
-    _LOOPS.clear()
-    _STEP_SECONDS.clear()
-    _SMALL.clear()
+    with _LOCK:
+        _LOOPS.clear()
+        _STEP_SECONDS.clear()
+        _SMALL.clear()
 
 
 def _forget_when_collected(problem: Any) -> None:
@@ -434,6 +443,7 @@ def _forget_when_collected(problem: Any) -> None:
 
 
 def _forget(problem_id: int) -> None:
-    for cache in (_LOOPS, _SMALL, _STEP_SECONDS):
-        for key in [k for k in cache if k[0] == problem_id]:
-            cache.pop(key, None)
+    with _LOCK:
+        for cache in (_LOOPS, _SMALL, _STEP_SECONDS):
+            for key in [k for k in cache if k[0] == problem_id]:
+                cache.pop(key, None)

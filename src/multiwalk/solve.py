@@ -533,9 +533,10 @@ def _compile_ahead(problem: Any, solver: Solver, phases: list[Phase], placement:
     loops: dict[tuple, _Loop] = {}  # a traced_phase solver's phases share one loop
     for i, phase in enumerate(phases):
         loop = _loop_of(problem, solver, i, shapes, placement, plan)
-        # a loop an earlier call left compiling (it was interrupted) is waited for by _compile
-        if phase.length > 0 and loop.key not in loops and compile_cache.loop(loop.key) is None \
-                and loop.key not in _LOOPS_COMPILING:
+        # a loop an earlier call left compiling (it was interrupted) is waited for by _compile; asked
+        # before whether it is kept (a compilation keeps its loop, then leaves _LOOPS_COMPILING)
+        if phase.length > 0 and loop.key not in loops and loop.key not in _LOOPS_COMPILING \
+                and compile_cache.loop(loop.key) is None:
             loops[loop.key] = loop
             compiling.append(_on_thread(_lowered_loop(loop, shapes), loop.key))
     one_point = point_value_ahead(problem) if solver.reports_value_at_point and loops else None
@@ -568,7 +569,12 @@ def _on_thread(compile_program: Callable[[], Any], loop_key: tuple | None = None
 
     if loop_key is not None:
         _LOOPS_COMPILING[loop_key] = future
-    threading.Thread(target=run, name="multiwalk-compile", daemon=True).start()
+    try:
+        threading.Thread(target=run, name="multiwalk-compile", daemon=True).start()
+    except BaseException as err:  # no thread (a process limit; Ctrl-C): nobody would resolve the future
+        _LOOPS_COMPILING.pop(loop_key, None)
+        future.set_exception(err)
+        raise
     return future
 
 
@@ -901,9 +907,10 @@ def solve(
     the result holds everything computed up to the last finished chunk and has
     ``status=Status.INTERRUPTED``.
 
-    ``stats["compile_seconds"]``: the time the call spent compiling its loops, from the first
-    one's tracing to the last one's end (a first call compiles them on threads of their own while
-    it makes the start, whose compilation is not counted).  Compiled loops are kept and reused by
+    ``stats["compile_seconds"]``: the wall time the call spent on its loops' compilation, from the
+    first one's tracing to the last one's end.  A first call compiles them on threads of their own
+    while it makes the start, so when they end after the start that span holds the start's own
+    compilation and run too; otherwise the start is not counted.  Compiled loops are kept and reused by
     later calls with the same ``problem`` object and equal solver options (it then drops to ~0).  A problem whose
     bounds, data, sigma, fixed values or ``args`` arrays were changed in place is compiled
     anew; as with ``jax.jit``, global arrays read by the function are baked in at compilation.

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import os
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -307,22 +306,10 @@ def check_space_options(solver: Any) -> None:
         raise ValueError("a continuous space needs step_width= (ODAT-SE's step_list); a discrete one mesh=")
 
 
-_EQUATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # problem -> {(n_free, dtype, free): count}
-
-
 def objective_equations(problem: Any) -> int:
     """The size of the problem's objective as a program: the equations of ``chi2_free``'s jaxpr at
     one point, those of nested jaxprs (calls, loops, conditionals) included.  A solver that writes
-    several copies of the objective into its loop (unrolling) weighs compile time by it.  Counted
-    once per problem and free parameters (a trace of the objective: a call's driver asks again)."""
-    key = (problem.n_free, str(problem.dtype), tuple(np.asarray(problem.free_index).tolist()))
-    counts = _EQUATIONS.setdefault(problem, {})
-    if key not in counts:
-        counts[key] = _count_equations(problem)
-    return counts[key]
-
-
-def _count_equations(problem: Any) -> int:
+    several copies of the objective into its loop (unrolling) weighs compile time by it."""
 
     def count(jaxpr: Any) -> int:
         n = 0

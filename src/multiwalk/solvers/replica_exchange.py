@@ -145,7 +145,8 @@ class ReplicaExchange(Solver):
     loops : ``"auto"`` (default), ``"one"`` or ``"per_phase"``: whether burn-in and sampling are one
         compiled loop (the phase an argument: the objective compiled once) or a loop each (each
         phase's program holds only its own bookkeeping: fewer kernels an iteration on a GPU);
-        results do not depend on it (bit for bit).  ``"auto"``: one loop on a CPU (where the phase
+        the same chains (bit for bit on the CPU, tested; on an H100 the samples' sums and best
+        chi2 agreed in every comparison made).  ``"auto"``: one loop on a CPU (where the phase
         is a branch, as fast as two loops, and the objective compiles once), a loop per phase on
         GPUs, where a first call compiles the two at the same time.  Measured on an H100: 32 x 14
         chains of a cheap objective 49.5 -> 42.2 ms a call, 1M chains 73 -> 46 ms (one loop runs
