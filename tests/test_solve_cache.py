@@ -279,6 +279,36 @@ def test_an_lbfgs_first_call_compiles_each_program_once_and_gives_the_same_resul
     assert 0.0 < concurrent.stats["compile_seconds"] <= wall
 
 
+def small_deconvolution() -> mw.Problem:
+    """A 16 x 16 dirty image of noise and a 7 x 7 Gaussian PSF: the image solvers' smallest fit."""
+    y, x = np.mgrid[:7, :7] - 3
+    return mw.deconv.Deconvolution(np.random.default_rng(1).standard_normal((16, 16)), np.exp(-(x**2 + y**2) / 4.5))
+
+
+OTHER_STARTS = {  # solvers whose start is start_with(cached_jit, host arrays): (problem, solver)
+    "Mapper": (lambda: mw.Problem(objective=lambda x: ((x - 0.3) ** 2).sum(), lower=[-1.0, -1.0], upper=[1.0, 1.0]),
+               mw.Mapper(points=np.random.default_rng(0).uniform(-1.0, 1.0, (20, 2)))),
+    "CoordinateDescent": (small_deconvolution, mw.deconv.CoordinateDescent(lam=0.05, alpha=0.8, max_iterations=5)),
+    "BlockCoordinateDescent": (small_deconvolution,
+                               mw.deconv.BlockCoordinateDescent(lam=0.05, alpha=0.8, max_iterations=3)),
+    "Clean": (small_deconvolution, mw.deconv.Clean(gain=0.1, threshold=0.01, max_iterations=10)),
+}
+
+
+@pytest.mark.parametrize("which", list(OTHER_STARTS))
+def test_mapper_and_image_solvers_compile_their_loop_while_the_start_compiles(which):
+    make, solver = OTHER_STARTS[which]
+    calls = first_and_second_calls(make(), solver, LBFGS_START)  # their starts are lambdas too
+    sequential, recorder = calls["sequential"][0], calls["concurrent"][1]
+    assert recorder.loop_compiling_during_start is True
+    # the loop, and Mapper's one-point value, on compiling threads; nothing compiled twice
+    assert sorted(recorder.compiled) == sorted([(LBFGS_START, "MainThread"), ("jit_run_chunk", "multiwalk-compile")]
+                                               + [("jit_with_problem_arrays", "multiwalk-compile")] * (which == "Mapper"))
+    assert calls["second"][1].compiled == []
+    for result, _, _ in (calls["concurrent"], calls["second"]):  # exact: the same programs on the same inputs
+        assert np.array_equal(result.x, sequential.x) and result.fun == sequential.fun
+
+
 @pytest.mark.parametrize("which", ["ReplicaExchange", "LBFGS"])
 def test_an_error_in_a_background_compilation_reaches_the_caller(monkeypatch, which):
     # The loop's compilation fails on its thread: the caller gets that exception, its type and
