@@ -305,7 +305,10 @@ def test_mapper_and_image_solvers_compile_their_loop_while_the_start_compiles(wh
     assert sorted(recorder.compiled) == sorted([(LBFGS_START, "MainThread"), ("jit_run_chunk", "multiwalk-compile")]
                                                + [("jit_with_problem_arrays", "multiwalk-compile")] * (which == "Mapper"))
     assert calls["second"][1].compiled == []
-    for result, _, _ in (calls["concurrent"], calls["second"]):  # exact: the same programs on the same inputs
+    # exact: the same programs on the same inputs (the image solvers' FFTs can round differently
+    # from call to call on the CPU, docs/deconvolution.md, seen on a 512 x 512 transform; these
+    # 16 x 16 ones agreed bit for bit in 48 repeats)
+    for result, _, _ in (calls["concurrent"], calls["second"]):
         assert np.array_equal(result.x, sequential.x) and result.fun == sequential.fun
 
 
