@@ -32,7 +32,7 @@ from .host_objective import compiler_options
 from .problem import Problem
 
 __all__ = [
-    "cached_jit", "fingerprint", "full_fingerprint", "arguments_fingerprint", "one_fingerprint_per_call",
+    "cached_jit", "start_with", "fingerprint", "full_fingerprint", "arguments_fingerprint", "one_fingerprint_per_call",
     "problem_arrays", "with_arrays", "loop", "keep_loop", "step_seconds", "note_step_seconds", "compiled_loops",
     "clear_loops", "small_key", "kept", "keep", "kept_for", "holds", "clear", "user_functions",
 ]
@@ -378,11 +378,28 @@ def cached_jit(problem: Any, solver: Any, name: str, fun: Callable, out_sharding
 
     # call.compile_for(*args): compile (or find) the executable for arrays like ``args`` without
     # running it, ahead of the call (multiwalk.host_loop's start, while its points are evaluated);
-    # call.is_kept(*args): whether it is kept; call.lower_for(*args): see _ahead
+    # call.is_kept(*args): whether it is kept; call.lower_for(*args): see _ahead; call.traced(*args):
+    # jax.jit(fun)'s call, which under a trace (jax.eval_shape) traces even for host arrays
     call.compile_for = lambda *args: _kept_executable(fun, options, args, key_of, owner=problem)  # type: ignore[attr-defined]
     call.is_kept = lambda *args: _executable_key(options, args, key_of) in _SMALL  # type: ignore[attr-defined]
     call.lower_for = lambda *args: _ahead(fun, options, args, key_of, owner=problem)  # type: ignore[attr-defined]
+    call.traced = lambda *args: jax.jit(fun, **options)(*args)  # type: ignore[attr-defined]
     return call
+
+
+def start_with(call: Callable, *args: Any) -> Callable[[jax.Array], Any]:
+    """``key -> call(*args)``: a solver's start whose arguments (host images, grid points) do not
+    depend on the run's key, ``call`` a :func:`cached_jit`.  Its ``is_kept(key)`` says whether the
+    executable is kept: a first call (not kept) compiles its loops beside the start
+    (``multiwalk.solve``'s ``_compile_ahead``)."""
+
+    def start(key: jax.Array) -> Any:
+        if isinstance(key, jax.core.Tracer):  # jax.eval_shape of the start: traced as the key is, not run
+            return call.traced(*args)
+        return call(*args)
+
+    start.is_kept = lambda key: call.is_kept(*args)  # type: ignore[attr-defined]
+    return start
 
 
 def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any], Callable],

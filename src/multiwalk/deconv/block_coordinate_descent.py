@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.fft
 
-from ..compile_cache import cached_jit  # kept across solve() calls of the same problem
+from ..compile_cache import cached_jit, start_with  # kept across solve() calls of the same problem
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from .coordinate_descent import check_elastic_net_options, proximal_step
@@ -267,7 +267,7 @@ class BlockCoordinateDescent(Solver):
         lipschitz = np.asarray(np.sum(np.asarray(problem.psf, np.float64) ** 2), dtype)  # as CoordinateDescent
         ac = autocorrelation(problem).astype(dtype)
         make = cached_jit(problem, self, "init", lambda *a: self._initial_state(problem, *a))
-        return lambda key: make(problem.dirty, problem.psf, problem.model, lipschitz, ac)
+        return start_with(make, problem.dirty, problem.psf, problem.model, lipschitz, ac)
 
     def _initial_state(
         self, problem: Deconvolution, dirty: jax.Array, psf: jax.Array, start: jax.Array, lipschitz: jax.Array,

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..compile_cache import cached_jit  # kept across solve() calls of the same problem
+from ..compile_cache import cached_jit, start_with  # kept across solve() calls of the same problem
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import greedy, patches
@@ -99,7 +99,7 @@ class Clean(Solver):
         self, problem: Deconvolution, shardings: Any = None, plan: Any = None
     ) -> Callable[[jax.Array], CleanState]:
         make = cached_jit(problem, self, "init", lambda d, p, x0: self._initial_state(problem, d, p, x0), shardings)
-        return lambda key: make(problem.dirty, problem.psf, problem.model)
+        return start_with(make, problem.dirty, problem.psf, problem.model)
 
     def batch_axes(self, problem: Deconvolution, state: CleanState) -> CleanState:
         """The model, residual and block maxima split by rows (patches.py); the PSF whole."""

@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import distributed as dist
-from ..compile_cache import cached_jit  # kept across solve() calls of the same problem
+from ..compile_cache import cached_jit, start_with  # kept across solve() calls of the same problem
 from ..kernels import check_kernel_option
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
@@ -248,7 +248,7 @@ class CoordinateDescent(Solver):
         lipschitz = np.full(problem.shape, float(np.sum(np.asarray(psf, np.float64) ** 2)), problem.dtype)
         make = cached_jit(problem, self, "init", lambda d, p, x0, lip: self._initial_state(problem, d, p, x0, lip))
         if shardings is None:
-            return lambda key: make(dirty, psf, start, lipschitz)
+            return start_with(make, dirty, psf, start, lipschitz)
         # Split: made whole on one device, then placed, so that its objective (a sum over the
         # image) is rounded as on one device and the split run's history is the same bit for bit.
         return lambda key: dist.place(dist.to_host(make(dirty, psf, start, lipschitz)), shardings)

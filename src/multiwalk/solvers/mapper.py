@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..compile_cache import cached_jit
+from ..compile_cache import cached_jit, start_with
 from ..problem import Problem
 from ..result import Result, Status
 from ..spaces import read_mesh
@@ -155,8 +155,7 @@ class Mapper(Solver):
     def initial_state_fn(self, problem: Problem, shardings: Any = None, plan: Any = None) -> Any:
         """The points go to the start as an argument, never compiled in as constants."""
         make = cached_jit(problem, self, "init", lambda pts: self._initial_state(problem, pts), shardings)
-        points = self.batched_points(problem.dtype)
-        return lambda key: make(points)
+        return start_with(make, self.batched_points(problem.dtype))
 
     def _initial_state(self, problem: Problem, points: jax.Array) -> MapperState:
         i32 = jnp.int32

@@ -456,7 +456,14 @@ class LBFGS(Solver):
         init = cached_jit(problem, self, "init one-pass" if onepass else "init",
                           lambda k, x, h: self.init(problem, k, x, h, onepass), shardings)
 
-        def initial_state(key: jax.Array) -> LBFGSRun:
+        # x0 and h0 made by is_kept (the driver asks it first, outside any trace) serve the start
+        # too: x0 without its fixed parameters is a copy, made once per call
+        made: list[tuple[Any, Any]] = []
+
+        def arguments(key: jax.Array) -> tuple[Any, Any]:
+            """The start's (x0, h0): a device x0 stays where it is, a NumPy one goes where the state goes."""
+            if made:
+                return made[0]
             x0 = None if self.starts is not None else self._x0(problem, key)
             h0 = self._h0(problem)
             if shardings is not None and x0 is not None:
@@ -470,8 +477,19 @@ class LBFGS(Solver):
                     x_sharding = shardings.starts.x
                 x0 = distributed.place(x0, x_sharding)
                 h0 = distributed.place(h0, shardings.h0)
-            return init(key, x0, h0)
+            return x0, h0
 
+        def initial_state(key: jax.Array) -> LBFGSRun:
+            return init(key, *arguments(key))
+
+        def is_kept(key: jax.Array) -> bool:
+            """Whether the start's executable for these arguments is kept (else the driver compiles
+            the loop beside it: solve._compile_ahead)."""
+            if not made:  # outside a trace: x0 (a starts= draw, the key's) is made in the start itself
+                made.append(arguments(key))
+            return init.is_kept(key, *made[0])
+
+        initial_state.is_kept = is_kept  # type: ignore[attr-defined]
         return initial_state
 
     def _h0(self, problem: Problem) -> np.ndarray:
