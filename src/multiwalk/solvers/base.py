@@ -202,11 +202,12 @@ class Solver(abc.ABC):
     #: compiles its loop compiles that one-point program beside it (:func:`point_value_ahead`)
     reports_value_at_point: bool = False
 
-    #: whether ``step`` (and ``done``) take ``phase`` as a traced int32 rather than a static Python
-    #: int: the driver then compiles ONE loop for all the phases, the phase index an argument of
-    #: it, so the objective is compiled once rather than once per phase (ReplicaExchange's burn-in
-    #: and sampling).  Such a step branches on the phase with ``jnp.where`` / ``lax.cond``, never a
-    #: Python ``if``, and must still accept a plain int (a step called outside the driver)
+    #: whether ``step`` (and ``done``) can take ``phase`` as a traced int32 rather than a static
+    #: Python int: the driver then compiles ONE loop for all the phases where :meth:`one_loop` says
+    #: so, the phase index an argument of it, so the objective is compiled once rather than once per
+    #: phase (ReplicaExchange's burn-in and sampling).  Given a traced phase, such a step branches
+    #: with ``jnp.where`` / ``lax.cond``, never a Python ``if``; it must still accept a plain int (a
+    #: loop per phase, or a step called outside the driver), on which it may branch in Python
     traced_phase: bool = False
 
     def one_loop(self, problem: Problem, platform: str) -> bool:
