@@ -491,7 +491,7 @@ def test_metropolis_unroll_changes_no_decision():
 
 
 @pytest.mark.parametrize("branch", [True, False], ids=["cond", "selects"])
-def test_burn_in_and_sampling_are_one_compiled_loop(branch, monkeypatch):
+def test_burn_in_and_sampling_are_one_compiled_loop(branch, monkeypatch, tmp_path):
     # loops="one": one loop serves both phases (the phase is its argument), so the objective is
     # compiled once; the run must be the one of a loop per phase (loops="per_phase", each program
     # doing only its phase's bookkeeping: the phase's cond or selects only pick what the static
@@ -515,6 +515,20 @@ def test_burn_in_and_sampling_are_one_compiled_loop(branch, monkeypatch):
     for name in ("samples", "fun_trace_all", "samples_all", "label_trace", "accept_history", "steps",
                  "n_accepted", "n_trials", "n_swaps", "labels", "round_trips"):
         assert_close_ulp(getattr(per_phase, name), getattr(one, name), CROSS_FORM_ULPS, name, scale=CROSS_FORM_SCALE)
+    # a run of the one loop stopped in burn-in and resumed with a loop per phase (the option may
+    # change on a resume; both loops are the ones kept above): the one loop's run, to the same ulps
+    def stop(info: dict) -> None:
+        raise KeyboardInterrupt
+
+    checkpoint = tmp_path / "one.npz"
+    part = mw.solve(problem, mw.ReplicaExchange(loops="one", **opts), seed=0, progress=False,
+                    checkpoint=checkpoint, callback=stop)
+    assert part.stats["iterations"] == {"burn-in": 1, "sampling": 0}
+    resumed = mw.solve(problem, mw.ReplicaExchange(loops="per_phase", **opts), seed=0, progress=False,
+                       resume=checkpoint)
+    assert resumed.success and resumed.stats["iterations"] == {"burn-in": 6, "sampling": 5}
+    for name in ("samples", "fun_trace_all", "samples_all", "label_trace", "steps", "n_accepted", "n_swaps", "labels"):
+        assert_close_ulp(getattr(resumed, name), getattr(one, name), CROSS_FORM_ULPS, name, scale=CROSS_FORM_SCALE)
 
 
 def test_loops_auto_is_one_loop_on_the_cpu_only():
