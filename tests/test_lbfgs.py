@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 from lbfgs_cases import N100, ROSEN, X100, numpy_vg, rosen, solve
+from ulp import assert_close_ulp
 
 import multiwalk as mw
 from multiwalk.functions import cute
@@ -312,11 +313,18 @@ def test_float32_without_x64_is_the_same_run(x32, rosen100_f32):
     assert problem.dtype == np.float32
     r = solve(problem, mw.LBFGS())
     _check_float32_run(r)
-    # Bit for bit the run made under x64 with dtype='float32': nothing of the solver is silently
-    # computed in float64 when x64 is on (that would change the rounding, hence some value).
-    assert np.array_equal(r.x, rosen100_f32.x)
-    for key in ("f", "gnorm", "stp", "nfev"):
-        assert np.array_equal(r.history[key], rosen100_f32.history[key]), key
+    # The run made under x64 with dtype='float32': nothing of the solver is computed in float64
+    # when x64 is on (that would change the rounding from the first iteration on).  The two are
+    # traced and compiled apart (x64 changes the integer and constant types), so they may round
+    # differently on another CPU; and in float32 an ulp's difference parts the paths after ~5
+    # iterations (measured by nudging 10 start coordinates an ulp: f, stp within 1 ulp and gnorm
+    # within 13 ulp over iterations 0-4, 216 ulp of f by iteration 9, then 49-65 iterations against
+    # 37).  So the first 5 rows: evaluations exactly, f, gnorm and stp to 64 float32 ulp (equal bit
+    # for bit on this CPU); both ends are checked by _check_float32_run.
+    rows = 5
+    assert r.iterations >= rows and rosen100_f32.iterations >= rows
+    for key in ("nfev", "f", "gnorm", "stp"):
+        assert_close_ulp(r.history[key][:rows], rosen100_f32.history[key][:rows], 64, key)
 
 
 # ==================================================================================================

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from ulp import assert_close_ulp
 
 import multiwalk as mw
 from multiwalk.solvers import replica_exchange_swaps_kernel as swaps_kernel
@@ -38,7 +39,8 @@ def test_swap_attempts_equal_the_xla_form_bit_for_bit(nbeta):
         beta = jnp.asarray(solver.ladder())
         want = solver._swap_attempts(fun, pairs[..., None], log_u[..., None], beta)
         got = swaps_kernel.swap_attempts(fun, pairs, log_u, beta, block=4, interpret=True)  # 2 programs
-    np.testing.assert_array_equal(_bits(got[0]), _bits(want[0]))  # exact: the same operations in order
+    # exact on any machine: the values come out as the inputs, moved by the decisions (no arithmetic)
+    np.testing.assert_array_equal(_bits(got[0]), _bits(want[0]))
     for name, g, w in zip(("perm", "tries", "swaps"), got[1:], want[1:]):
         assert g.shape == w.shape, name  # (perm: int32 here, the XLA form's default int there)
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
@@ -68,9 +70,13 @@ def test_a_solve_with_the_kernel_equals_the_xla_form_in_every_field(solves):
     xla, pallas = solves
     assert xla.stats["kernel"] == "xla" and pallas.stats["kernel"] == "pallas (interpret mode)"
     assert "swap kernel" in pallas.stats["kernel_reason"]
-    for name in _FIELDS:  # bit for bit (NaN where never tried counts as equal)
-        np.testing.assert_array_equal(np.asarray(getattr(pallas, name)), np.asarray(getattr(xla, name)),
-                                      err_msg=name)
+    # two compiled programs (the Metropolis moves fused around another swap step): every decision
+    # exactly, the floats to a few ulp (NaN where never tried counts as equal).  Measured 0 ulp on
+    # this CPU; 64 float32 ulp (8e-6 relative) covers another CPU contracting a move's x + step * z
+    # into a fused multiply-add over these 6 iterations (an ulp of x a move), far below a wrong
+    # move's change (the step size, ~0.1).  Values below 1 in 1's ulp: chi2's terms are ~1.
+    for name in _FIELDS:
+        assert_close_ulp(np.asarray(getattr(pallas, name)), np.asarray(getattr(xla, name)), 64, name, scale=1.0)
     assert np.asarray(xla.n_swaps).sum() > 0  # exchanges happened: the comparison is not vacuous
 
 
