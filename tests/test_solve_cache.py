@@ -32,10 +32,15 @@ def counted_sphere(x):
 
 
 def make_problem(box: bool = True) -> mw.Problem:
-    """Sphere in a box (starts drawn in it), or unbounded from x0 = 0 (for L-BFGS)."""
+    """Sphere in a box (starts drawn in it), or unbounded from x0 = 0 (for L-BFGS).  Its objective
+    is traced by every program that calls it (not once for all, multiwalk.traced_once), so that
+    TRACES counts the programs traced."""
     if box:
-        return mw.Problem(objective=counted_sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3))
-    return mw.Problem(objective=counted_sphere, x0=np.zeros(3))
+        problem = mw.Problem(objective=counted_sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3))
+    else:
+        problem = mw.Problem(objective=counted_sphere, x0=np.zeros(3))
+    problem._traced = None
+    return problem
 
 
 SOLVERS = {

@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .traced_once import TracedOnce
+
 __all__ = ["Problem"]
 
 
@@ -419,6 +421,8 @@ class Problem:
             _checked_data(data, sigma, angular_data, self.dtype) if self.is_model else (None, None, None)
         )
         self.host_objective = None if host_options is None else self._host_objective(host_options)
+        # traced once for every compiled program that calls it (a host objective's is a callback)
+        self._traced = None if self.host_objective is not None else TracedOnce(self._user_fn, self._takes_args)
         self._check_function()
         self._log_prior = self._checked_log_prior(log_prior)
 
@@ -574,6 +578,9 @@ class Problem:
         raise TypeError(f"{what} keys must be parameter indices or names, got {key!r}")
 
     def _call(self, x: jax.Array) -> jax.Array:
+        traced = getattr(self, "_traced", None)
+        if traced is not None:
+            return traced(x, self.args)
         return self._user_fn(x, self.args) if self._takes_args else self._user_fn(x)
 
     def _call_vg(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -596,7 +603,10 @@ class Problem:
         which = "model" if self.is_model else "objective"
         probe = jax.ShapeDtypeStruct((self.n,), self.dtype)
         try:
-            out = jax.eval_shape(self._call, probe)
+            if self._traced is not None:  # the trace every compiled program then replays
+                out = self._traced.eval_shape(probe, self.args)
+            else:
+                out = jax.eval_shape(self._call, probe)
         except Exception as err:  # the user's function failed to trace: say which and why
             raise TypeError(
                 f"calling {which}(x{', args' if self._takes_args else ''}) with x of shape "

@@ -1,0 +1,100 @@
+"""The user's function traced once, however many compiled programs call it.
+
+A solve compiles several programs that each evaluate the problem's function: the start, the
+loop of each phase, the result's one-point value.  Tracing a large model runs its Python once per
+program (the xringaus fit: six times, ~0.5 s of a new process's first call on a GPU host).
+:class:`TracedOnce` wraps the function in ``jax.jit(..., inline=True)``: JAX keeps the jaxpr of
+the first trace (per argument shapes and dtypes, and per JAX's configuration) and later programs
+replay it, inlined, so they hold the same operations as a direct call.
+
+Only traced calls take that way, and only when every array of ``args`` is traced too (inside a
+compiled loop, :func:`multiwalk.compile_cache.problem_arrays` makes them arguments).  A call
+with concrete ``args`` (a kernel that compiles them in as constants) or an eager call runs the
+function directly, as before: the function may read concrete values there, and an eager call
+should not compile.  ``Problem``'s check of the function (:meth:`TracedOnce.eval_shape`) makes
+the trace the programs replay, ``args``' arrays abstract as in a compiled loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax.core import Tracer
+
+__all__ = ["TracedOnce"]
+
+
+class TracedOnce:
+    """``fn(x)`` or ``fn(x, args)`` (``takes_args``), whose Python runs once per shapes and dtypes
+    of ``x`` and of ``args``' arrays; ``args``' other leaves (numbers, strings) stay constants."""
+
+    def __init__(self, fn: Callable, takes_args: bool) -> None:
+        self.fn = fn
+        self.takes_args = takes_args
+        self._jitted: dict[Any, Callable] = {}  # args' tree and constant leaves -> the jitted function
+
+    def __call__(self, x: Any, args: Any = None) -> Any:
+        if not isinstance(x, Tracer):
+            return self._direct(x, args)
+        if not self.takes_args:
+            return self._jitted_for(None)(x)
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        traced = [isinstance(leaf, Tracer) for leaf in leaves]
+        if any(_is_concrete_array(leaf) for leaf in leaves):
+            return self._direct(x, args)  # the function may read them: trace it as it is
+        constants = tuple(None if t else leaf for leaf, t in zip(leaves, traced))
+        key = (tree, constants)
+        try:
+            hash(key)
+        except TypeError:  # a constant leaf that cannot key a cache: no sharing of traces
+            return self._direct(x, args)
+        return self._jitted_for(key)(x, [leaf for leaf, t in zip(leaves, traced) if t])
+
+    def eval_shape(self, x: Any, args: Any = None) -> Any:
+        """The output's shape and dtype for ``x`` (a ``jax.ShapeDtypeStruct``), ``args``' arrays
+        taken as abstract: the trace compiled programs then replay, made here once."""
+        if not self.takes_args:
+            return jax.eval_shape(self._jitted_for(None), x)
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        is_array = [hasattr(leaf, "shape") and hasattr(leaf, "dtype") for leaf in leaves]
+        key = (tree, tuple(None if a else leaf for leaf, a in zip(leaves, is_array)))
+        try:
+            hash(key)
+        except TypeError:
+            return jax.eval_shape(lambda x: self._direct(x, args), x)
+        return jax.eval_shape(self._jitted_for(key), x, [leaf for leaf, a in zip(leaves, is_array) if a])
+
+    def __getstate__(self) -> dict[str, Any]:  # a pickled problem holds the function, not its traces
+        return {"fn": self.fn, "takes_args": self.takes_args}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["fn"], state["takes_args"])
+
+    def _direct(self, x: Any, args: Any) -> Any:
+        return self.fn(x, args) if self.takes_args else self.fn(x)
+
+    def _jitted_for(self, key: Any) -> Callable:
+        jitted = self._jitted.get(key)
+        if jitted is None:
+            jitted = self._jitted.setdefault(key, jax.jit(self._rebuilt(key), inline=True))
+        return jitted
+
+    def _rebuilt(self, key: Any) -> Callable:
+        """The function of ``x`` and ``args``' traced arrays, the constants put back in place."""
+        fn = self.fn
+        if key is None:
+            return fn
+        tree, constants = key
+
+        def call(x: Any, arrays: list[Any]) -> Any:
+            it = iter(arrays)
+            args = jax.tree_util.tree_unflatten(tree, [next(it) if c is None else c for c in constants])
+            return fn(x, args)
+
+        return call
+
+
+def _is_concrete_array(leaf: Any) -> bool:
+    return hasattr(leaf, "shape") and hasattr(leaf, "dtype") and not isinstance(leaf, Tracer)

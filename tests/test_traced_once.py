@@ -1,0 +1,77 @@
+"""The problem's function is traced once for every compiled program that calls it (multiwalk.traced_once)."""
+
+from __future__ import annotations
+
+import pickle
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import multiwalk as mw
+from multiwalk.compile_cache import problem_arrays, with_arrays
+from multiwalk.traced_once import TracedOnce
+
+U = np.linspace(0.0, 3.0, 20)
+
+
+def _counted_problem() -> tuple[mw.Problem, list]:
+    calls: list = []
+
+    def model(x, args):
+        calls.append(type(args[0]))
+        return x[0] * jnp.sin(args[0] * x[1]) + x[2]
+
+    data = 1.3 * np.sin(U * 0.7) + 0.2
+    problem = mw.Problem(model=model, args=(U,), data=data, sigma=np.full(20, 0.1),
+                         lower=[0.0, 0.0, -1.0], upper=[3.0, 2.0, 1.0])
+    return problem, calls
+
+
+def test_the_model_runs_once_however_many_programs_trace_it():
+    problem, calls = _counted_problem()
+    assert len(calls) == 1  # Problem's own check: the trace every program replays
+    assert issubclass(calls[0], jax.core.Tracer)  # its args' arrays abstract, as in a compiled loop
+    mw.solve(problem, mw.ReplicaExchange(nbeta=2, nseq=2, nburn=2, niter=3), progress=False, seed=1)
+    mw.solve(problem, mw.ReplicaExchange(nbeta=2, nseq=3, nburn=2, niter=3), progress=False, seed=1)
+    assert len(calls) == 1  # the start, the loops of two solves (other shapes), the result: no new trace
+
+
+def test_programs_are_those_of_a_direct_call():
+    problem, _ = _counted_problem()
+    arrays, static = problem_arrays(problem)
+
+    def chi2_of_batch(arrays, x):
+        return jax.vmap(with_arrays(problem, arrays, static).chi2_full)(x)
+
+    x = jnp.ones((5, 3))
+    replayed = jax.jit(chi2_of_batch).lower(arrays, x).as_text(debug_info=False)
+    problem._traced = None  # the direct call, as before TracedOnce
+    direct = jax.jit(chi2_of_batch).lower(arrays, x).as_text(debug_info=False)
+    assert replayed == direct
+
+
+def test_concrete_args_and_eager_calls_run_the_function_directly():
+    seen = []
+
+    def fn(x, args):
+        seen.append((type(x), type(args["u"])))
+        return jnp.sum(x * np.asarray(args["u"]))  # reads its args concretely: must see NumPy
+
+    traced = TracedOnce(fn, takes_args=True)
+    jax.jit(lambda x: traced(x, {"u": U[:3]}))(jnp.ones(3))
+    assert seen[-1][1] is np.ndarray  # traced x, concrete args: a direct call
+    value = float(traced(np.ones(3), {"u": U[:3]}))  # eager: direct, no trace
+    assert abs(value - float(np.sum(U[:3]))) < 1e-6  # float32 without x64: a sum of three values in [0, 1]
+    assert not issubclass(seen[-1][0], jax.core.Tracer)
+
+
+def _square_sum(x):
+    return jnp.sum(x * x)
+
+
+def test_pickles_without_its_traces():
+    traced = TracedOnce(_square_sum, takes_args=False)
+    jax.jit(lambda x: traced(x))(jnp.ones(2))
+    again = pickle.loads(pickle.dumps(traced))
+    assert again.fn is _square_sum and float(jax.jit(lambda x: again(x))(jnp.arange(3.0))) == 5.0
