@@ -433,10 +433,12 @@ class PatternSearch(Solver):
 
     def report(self, problem: Problem, state: PatternSearchState, plan: RunPlan | None = None) -> dict[str, jax.Array]:
         """What :meth:`result` reads of the final state, made in each chunk's program: the best point
-        ``x`` (n,) with the fixed values, its value in the run, and the non-finite counts' sum and
-        largest (int32; :meth:`_reported` says when the sum is exact)."""
-        return {"x": problem.expand(state.best_x), "best_fun": state.best_fun,
-                "n_sum": jnp.sum(state.n_nonfinite), "n_max": jnp.max(state.n_nonfinite)}
+        ``x`` (n,) with the fixed values, and ``numbers``: the bytes of its value in the run and of
+        the non-finite counts' sum and largest (int32; :meth:`_reported` says when the sum is
+        exact), one array (every array read back is a copy of its own: ~7 us each on a CPU)."""
+        counts = jnp.stack([jnp.sum(state.n_nonfinite, dtype=jnp.int32), jnp.max(state.n_nonfinite)])
+        numbers = [jax.lax.bitcast_convert_type(v, jnp.uint8).ravel() for v in (state.best_fun, counts)]
+        return {"x": problem.expand(state.best_x), "numbers": jnp.concatenate(numbers)}
 
     def report_ready(self, problem: Problem, report: dict[str, jax.Array]) -> dict[str, jax.Array]:
         """The report with the value at its point by :func:`value_at_point`'s one-point program,
@@ -502,6 +504,9 @@ class PatternSearch(Solver):
             reported = self._report_now(problem, state)
         st = SimpleNamespace(**{"value": None, **reported})
         st.x = np.asarray(st.x)
+        numbers = np.asarray(st.numbers)  # report's bytes: the best value, then the two int32 counts
+        st.best_fun = numbers[:-8].view(np.dtype(problem.dtype))[0]
+        st.n_sum, st.n_max = numbers[-8:].view(np.int32)
         found = float(st.best_fun)
         # the one-point value comes from one device only (report_ready): a point split over a mesh
         # would compile it for the mesh, and the reported value must not depend on how the run was split
