@@ -6,10 +6,13 @@ figures of record are ``benchmarks/user_latency.py``'s):
   (kernel launches and the loop's control), not work;
 * ``fixed_cost``: the wall time of a call whose run is almost nothing (PatternSearch, 512 walkers,
   1 iteration), against the 15360 x 20 row: what every call pays outside its run;
+* ``call_work``: the same PatternSearch calls, 200 in a row (per-call wall: mean, median, and the
+  median ``run_seconds``), and what one of them asks of the device: the programs it runs (each a
+  launch) and the reads back it waits for, counted through wrappers;
 * ``xringaus_compiles``: every program the xringaus fit's first call compiles, with its time
   (``jax_log_compiles``), and the whole first call.
 
-    PYTHONPATH=src python3 benchmarks/latency_causes.py re_scaling fixed_cost xringaus_compiles
+    PYTHONPATH=src python3 benchmarks/latency_causes.py re_scaling fixed_cost call_work xringaus_compiles
 """
 
 from __future__ import annotations
@@ -67,6 +70,76 @@ def fixed_cost() -> None:
               f"outside the run {(wall - run) * 1e3:6.2f} ms (median of 5)")
 
 
+def _counted_call(problem: Any, solver: Any) -> tuple[list[str], list[str]]:
+    """``(programs, reads)`` of one ``mw.solve`` call with ``result.x`` and ``result.fun`` read: the
+    compiled programs run (``jax.stages.Compiled.__call__``, named by the multiwalk function that
+    ran each) and the reads back (the driver's ``progress.fetch``, ``jax.device_get``, and any
+    other host copy of a device array, ``ArrayImpl._value``), each read counted once."""
+    import traceback
+
+    import jax
+    from jax._src.array import ArrayImpl
+
+    import multiwalk as mw
+    from multiwalk import progress
+
+    programs: list[str] = []
+    reads: list[str] = []
+    inside: list[str] = []
+    run, fetch, device_get, value = jax.stages.Compiled.__call__, progress.fetch, jax.device_get, ArrayImpl._value
+
+    def caller() -> str:
+        frames = [f for f in traceback.extract_stack() if "/multiwalk/" in f.filename]
+        return frames[-1].name if frames else "?"
+
+    def counting_run(compiled: Any, *args: Any, **kwargs: Any) -> Any:
+        programs.append(caller())
+        return run(compiled, *args, **kwargs)
+
+    def counted(name: str, read: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not inside:
+                reads.append(f"{name} in {caller()}")
+            inside.append(name)
+            try:
+                return read(*args, **kwargs)
+            finally:
+                inside.pop()
+        return wrapper
+
+    jax.stages.Compiled.__call__ = counting_run
+    progress.fetch, jax.device_get = counted("fetch", fetch), counted("device_get", device_get)
+    ArrayImpl._value = property(counted("np.asarray", value.fget))
+    try:
+        r = mw.solve(problem, solver, progress=False)
+        np.asarray(r.x), float(r.fun)
+    finally:
+        jax.stages.Compiled.__call__, progress.fetch, jax.device_get, ArrayImpl._value = run, fetch, device_get, value
+    return programs, reads
+
+
+def call_work(calls: int = 200) -> None:
+    import pattern_search as bench
+
+    import multiwalk as mw
+
+    problem = bench.make_problem(mw, "ackley", 20)
+    for walkers, iterations in ((512, 1), (15360, 20)):
+        solver = mw.PatternSearch(n_walkers=walkers, iterations=iterations)
+        second_call(problem, solver)
+        walls, runs = [], []
+        while len(walls) < calls and sum(walls) < 20.0:  # 200 calls, or 20 s (15360 x 20 on a CPU: ~1.6 s a call)
+            t0 = time.perf_counter()
+            r = mw.solve(problem, solver, progress=False)
+            np.asarray(r.x), float(r.fun)
+            walls.append(time.perf_counter() - t0)
+            runs.append(r.stats["run_seconds"])
+        programs, reads = _counted_call(problem, solver)
+        print(f"call_work: PatternSearch {walkers} x {iterations}, {len(walls)} calls: wall mean {np.mean(walls) * 1e3:.3f} "
+              f"ms, median {np.median(walls) * 1e3:.3f} ms, run median {np.median(runs) * 1e3:.3f} ms; "
+              f"{len(programs)} programs ({', '.join(programs)}), {len(reads)} reads back ({', '.join(reads)})")
+
+
 class _Compiles(logging.Handler):
     """Collects JAX's "Finished XLA compilation of NAME in T sec" lines (``jax_log_compiles``)."""
 
@@ -111,7 +184,7 @@ def xringaus_compiles(unroll: int | None = None) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", nargs="+", choices=["re_scaling", "fixed_cost", "xringaus_compiles"])
+    p.add_argument("what", nargs="+", choices=["re_scaling", "fixed_cost", "call_work", "xringaus_compiles"])
     p.add_argument("--unroll", type=int, nargs="+", default=[0], help="xringaus: metropolis_unroll (0: default)")
     args = p.parse_args()
     for name in args.what:

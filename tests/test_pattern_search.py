@@ -431,6 +431,31 @@ def test_nonfinite_values_are_counted_in_stats(nan_run):
     assert nan_run.stats["nonfinite"] >= 200
 
 
+def _bad_left_third_fixed(x):
+    return jnp.where(x[0] < 0, jnp.nan, (x[0] + 1.0) ** 2 + (x[1] + 1.0) ** 2 + x[2] ** 2)
+
+
+def test_the_result_read_with_the_last_chunk_is_the_result_read_from_the_state(tmp_path, monkeypatch):
+    # The chunk that ends a run also makes what the result reads (the best point with the fixed
+    # value filled in, the non-finite counts) and queues the point's one-point value; a run resumed
+    # with nothing left to run has no such chunk and computes them from the state by programs of
+    # its own.  Same state, same arithmetic (expand and integer sums are exact; the value is the
+    # same one-point program): equal bit for bit, and the counts too.
+    problem = mw.Problem(objective=_bad_left_third_fixed, lower=[-5.0] * 3, upper=[5.0] * 3, fixed={2: 0.25})
+    solver = mw.PatternSearch(n_walkers=64, iterations=6)
+    from_state = []
+    report_now = mw.PatternSearch._report_now
+    monkeypatch.setattr(mw.PatternSearch, "_report_now", lambda *a: from_state.append(1) or report_now(*a))
+    ended = mw.solve(problem, solver, seed=0, progress=False, checkpoint=tmp_path / "ps.npz")
+    assert from_state == []  # read with the last chunk
+    again = mw.solve(problem, solver, seed=0, progress=False, resume=tmp_path / "ps.npz")
+    assert from_state == [1] and again.stats["chunks"] == 0
+    assert ended.stats["nonfinite"] == again.stats["nonfinite"] > 0  # ~half the starts lie where f is NaN
+    assert np.array_equal(ended.x, again.x) and ended.x[2] == 0.25
+    assert type(ended.fun) is type(again.fun) and ended.fun == again.fun
+    assert (ended.status, ended.message) == (again.status, again.message)
+
+
 # --------------------------------------------------------------------------- restart='best'
 def test_restart_best_beats_restart_random_on_rastrigin_10d(restarts):
     _, r = restarts

@@ -147,13 +147,35 @@ class DeviceWork:
     bound outside any program (``EvalTrace.process_primitive``: ``lax`` operations, ``jnp.asarray``,
     ``PRNGKey``, each dispatched on its own, on a GPU a launch and often a wait; jitted ``jnp``
     functions found in JAX's C++ cache are not seen), with every host->device transfer refused
-    (``jax.transfer_guard_host_to_device("disallow_explicit")``: implicit ones too)."""
+    (``jax.transfer_guard_host_to_device("disallow_explicit")``: implicit ones too), and the reads
+    back: the driver's one read after a chunk (``progress.fetch``), ``jax.device_get``, and any other
+    host copy of a device array (``ArrayImpl._value``: ``np.asarray``, ``float()``) outside those."""
 
     def __init__(self, monkeypatch) -> None:
         from jax._src import core
 
+        from multiwalk import progress
+
         self.programs = self.ops = 0
+        self.reads: list[str] = []
         run, bind = jax.stages.Compiled.__call__, core.EvalTrace.process_primitive
+        fetch, device_get, value = progress.fetch, jax.device_get, ArrayImpl._value
+        inside = []  # a read counted once, not again for each array it copies
+
+        def counting_read(name, read):
+            def counted(*args, **kwargs):
+                if not inside:
+                    self.reads.append(name)
+                inside.append(name)
+                try:
+                    return read(*args, **kwargs)
+                finally:
+                    inside.pop()
+            return counted
+
+        monkeypatch.setattr(progress, "fetch", counting_read("fetch", fetch))
+        monkeypatch.setattr(jax, "device_get", counting_read("device_get", device_get))
+        monkeypatch.setattr(ArrayImpl, "_value", property(counting_read("np.asarray", value.fget)))
 
         def counting_run(compiled, *args, **kwargs):
             self.programs += 1
@@ -175,13 +197,13 @@ class DeviceWork:
         self._guard.__exit__(*exc)
 
 
-def test_a_second_short_pattern_search_runs_four_programs_and_sends_nothing(monkeypatch):
+def test_a_second_short_pattern_search_runs_three_programs_and_reads_back_once(monkeypatch):
     # A second call of a one-iteration search (the shortest run there is) pays only what it must:
-    # the start, the chunk (its progress summary inside), the result's point and counts, and the
-    # point's value: 4 programs, no operation dispatched on its own, and no host->device copy
-    # (the run's key and the trip count are kept from the first call; the point's value is computed
-    # from the point on the device).  What it reads back is not counted here: on a CPU the guard
-    # does not see device->host copies.
+    # the start, the chunk (its progress summary and the result's point and counts inside), and the
+    # point's value (queued behind the chunk): 3 programs, no operation dispatched on its own, no
+    # host->device copy (the run's key and the trip count are kept from the first call; the point's
+    # value is computed from the point on the device), and ONE read back, after the chunk: the
+    # result reads nothing more.
     problem = mw.Problem(objective=shifted_sphere, lower=[-2.0] * 3, upper=[2.0] * 3)
     solver = mw.PatternSearch(n_walkers=64, iterations=1)
     first = mw.solve(problem, solver, seed=1, progress=False)
@@ -194,7 +216,7 @@ def test_a_second_short_pattern_search_runs_four_programs_and_sends_nothing(monk
             jnp.asarray(np.ones(2))  # ... and the guard refuses a transfer
         work.ops = 0
         second = mw.solve(problem, solver, seed=1, progress=False)
-    assert (work.programs, work.ops) == (4, 0)
+    assert (work.programs, work.ops, work.reads) == (3, 0, ["fetch"])
     # the same run, read the same way: bit for bit the first call's result and counts
     assert np.array_equal(first.x, second.x) and first.fun == second.fun and isinstance(second.fun, float)
     assert second.stats["nonfinite"] == first.stats["nonfinite"] == 0 and second.stats["chunks"] == 1

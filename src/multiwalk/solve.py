@@ -134,10 +134,11 @@ def _kept_device_value(cache: dict, key: tuple, limit: int, make: Callable[[], j
 
 
 def _chunk_runner(problem: Any, solver: Solver, phase: int | None, static: Any, plan: RunPlan | None = None) -> Callable:
-    """``(state, n, arrays) -> (state, n_run, summary)``: up to ``n`` steps of ``phase``, fewer if
-    ``solver.done`` (``solver.run_chunk`` with this solve's ``plan``: by default a ``while_loop``
-    over ``step``), and the progress summary of the state it ends with (``solver.summary``), so a
-    chunk is one program, read back once.  ``phase`` None (a ``traced_phase`` solver's one loop
+    """``(state, n, arrays) -> (state, n_run, summary, report)``: up to ``n`` steps of ``phase``,
+    fewer if ``solver.done`` (``solver.run_chunk`` with this solve's ``plan``: by default a
+    ``while_loop`` over ``step``), the progress summary of the state it ends with
+    (``solver.summary``) and what the result reads of it (``solver.report``, None for most
+    solvers), so a chunk is one program, read back once.  ``phase`` None (a ``traced_phase`` solver's one loop
     for all its phases): ``(state, n, arrays, phase) -> ...``, the phase index an int32 argument.
 
     The trip count is dynamic, so one executable serves chunks of every length; ``arrays`` are
@@ -145,12 +146,12 @@ def _chunk_runner(problem: Any, solver: Solver, phase: int | None, static: Any, 
     than constants, so one executable also serves every dataset of the same shapes.
     """
 
-    def run_chunk_of_phase(state: Any, n: jax.Array, arrays: Any, phase: Any) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+    def run_chunk_of_phase(state: Any, n: jax.Array, arrays: Any, phase: Any) -> tuple[Any, jax.Array, dict, Any]:
         with_arrays = compile_cache.with_arrays(problem, arrays, static)
         state, n_run = solver.run_chunk(with_arrays, state, phase, n, plan=plan)
-        return state, n_run, solver.summary(with_arrays, state)
+        return state, n_run, solver.summary(with_arrays, state), solver.report(with_arrays, state, plan)
 
-    def run_chunk(state: Any, n: jax.Array, arrays: Any) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+    def run_chunk(state: Any, n: jax.Array, arrays: Any) -> tuple[Any, jax.Array, dict, Any]:
         return run_chunk_of_phase(state, n, arrays, phase)
 
     return run_chunk if phase is not None else run_chunk_of_phase
@@ -204,7 +205,8 @@ def _loop_of(problem: Problem, solver: Solver, phase: int, state: Any, placement
     sharded = placement.sharded
     if sharded and arrays is not None:
         arrays = dist.place(arrays, placement.replicated)
-    avals = tuple((tuple(np.shape(x)), str(x.dtype)) for x in jax.tree_util.tree_leaves(state))
+    # the dtype itself (hashable, equal by value): str(dtype) is ~1.5 us a leaf, on every call
+    avals = tuple((tuple(np.shape(x)), x.dtype) for x in jax.tree_util.tree_leaves(state))
     fingerprint = (compile_cache.arguments_fingerprint(problem) if arrays is not None
                    else compile_cache.full_fingerprint(problem))
     on_host = host_loop.applies(problem, solver, placement)  # a non-JAX objective between compiled steps
@@ -233,7 +235,7 @@ def _lowered_loop(loop: _Loop, state: Any) -> Callable[[], Any]:
         rep = placement.replicated
         in_shardings = (placement.shardings, rep, rep, rep) if loop.shared else (placement.shardings, rep, rep)
         jitted = jax.jit(runner, donate_argnums=0, in_shardings=in_shardings,
-                         out_shardings=(placement.shardings, rep, rep))
+                         out_shardings=(placement.shardings, rep, rep, rep))
     else:
         jitted = jax.jit(runner, donate_argnums=0)
     with dist.mesh_context(placement.mesh if placement.sharded else None):  # for the image solvers' collectives
@@ -419,6 +421,9 @@ class _Run:
     iteration_callback: Callable[[Iterate], Any] | None = None
     # the loops (and the result's one-point value) compiling on threads while the start was made
     ahead: _Ahead | None = None
+    # solver.report of the final state on the host, read with the chunk that ended the run; None
+    # when the run did not end with a chunk asked to end it (the result then reads the state)
+    report: Any = None
 
     @property
     def until_time_limit(self) -> bool:
@@ -620,20 +625,30 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     ``(iterations run, seconds)``."""
     # made before the clock: a new trip count is a transfer (the first in a process, a compilation)
     trip_count = _trip_count(run, n) if run.summary is None else np.int32(n)  # a host loop reads n on the host
+    # the last phase's remaining iterations: no chunk follows this one, its state is the final one
+    last = run.phase_index == len(run.phases) - 1
+    ends_run = last and n >= run.phases[run.phase_index].length - run.done[run.phase_index]
     t0 = time.perf_counter()
     # The state is donated (updated in place), so it is replaced in one statement;
     # Ctrl-C only sets a flag (see CtrlC), so nothing interrupts this.
     run.unaccounted = True  # the state is ahead of ``done`` until the chunk is counted
-    if run.summary is None:  # the compiled loop returns the progress summary with the state
-        run.state, n_run, info = compiled(run.state, trip_count, arrays)
+    report = None
+    if run.summary is None:  # the compiled loop returns the progress summary (and the report) with the state
+        run.state, n_run, info, report = compiled(run.state, trip_count, arrays)
+        # the result's report is read only at the end, with what the solver queues on it (not
+        # counted as the run's time: it is the result's)
+        t_ready = time.perf_counter()
+        report = run.solver.report_ready(run.problem, report) if ends_run and report is not None else None
+        t0 += time.perf_counter() - t_ready
     else:
         run.state, n_run = compiled(run.state, trip_count, arrays)
         info = run.summary(run.state)
-    prog.start_copies((n_run, info))  # queued behind the chunk: read without a second round trip
+    prog.start_copies((n_run, info, report))  # queued behind the chunk: read without a second round trip
     jax.block_until_ready(run.state)
     dt = time.perf_counter() - t0
-    # One read from the device per chunk: the steps run and the progress summary's scalars.
-    n_run, info = prog.fetch((n_run, info))
+    # One read from the device per chunk: the steps run and the progress summary's scalars (and,
+    # after the chunk that ends the run, what the result reads).
+    n_run, info, run.report = prog.fetch((n_run, info, report))
     info = {k: float(v) for k, v in info.items()}
     # Every decision below derives from dt and the flags: under jax.distributed all
     # processes take process 0's, so they run the same chunks and stop together.
@@ -810,7 +825,8 @@ def _finish(run: _Run, t_loop: float) -> Result:
     if (run.status == Status.SUCCESS and not run.stats.get("ended_by_time_limit")
             and not _converged(run.solver, run.problem, state, len(run.phases) - 1)):
         run.status = Status.MAX_STEPS  # never a silent exit at the iteration limit
-    return run.solver.result(run.problem, state, list(run.done), run.status, run.stats)
+    reported = {} if run.report is None else {"reported": run.report}  # solver.report's, read with the last chunk
+    return run.solver.result(run.problem, state, list(run.done), run.status, run.stats, **reported)
 
 
 def _converged(solver: Solver, problem: Any, state: Any, phase: int) -> bool:

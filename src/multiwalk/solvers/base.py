@@ -18,7 +18,8 @@ The contract, in one place (docs/architecture.md has the same table with who cal
 * optional, for speed: ``plan`` (one :class:`RunPlan` per solve: kernel form, compiler options,
   the longest chunk, data as arguments, running until the time limit), ``run_chunk`` and
   ``initial_state_fn`` (which receive that plan), ``traced_phase`` (one compiled loop for all
-  the phases);
+  the phases), ``report`` and ``report_ready`` (what ``result`` reads of the final state, made by
+  the run's last program and read back with it);
 * optional, for the display and files: ``summary`` (progress bar), ``iterate`` (the current point,
   for ``solve(iteration_callback=...)``), ``writer`` (a :class:`Writer`
   the solver brings, such as LBFGS's printed table; files written as the run goes are writers
@@ -336,6 +337,23 @@ class Solver(abc.ABC):
         current iterate, a global one's best so far); None (the default): the solver has none, and
         ``solve(iteration_callback=...)`` is refused before anything compiles."""
         return None
+
+    def report(self, problem: Problem, state: Any, plan: RunPlan | None = None) -> Any:
+        """Small arrays that ``result`` reads of the final state (a best point, counts summed over
+        walkers), traced at the end of every chunk's compiled program (``plan``: this solve's, with
+        the mesh it runs on), so the program that ends the run makes them and the driver reads them
+        back with its progress summary, in one transfer: ``result`` then gets them on the host as
+        ``reported=`` (NumPy arrays), and needs neither a program nor a read of its own for them.
+        None (the default): none, and ``result`` is called without ``reported``.  A solver that
+        gives a report takes ``reported=None`` in ``result`` (None: the run did not end with a
+        chunk that was asked to end it, e.g. a time limit, Ctrl-C, a resume with nothing left)."""
+        return None
+
+    def report_ready(self, problem: Problem, report: Any) -> Any:
+        """The report of the chunk that ends the run (device arrays, its program just queued), with
+        what small programs on it add (the one-point value at the best point), queued now, before the
+        driver waits for the chunk, and read back with it.  Default: the report as it is."""
+        return report
 
     def writer(self, problem: Problem) -> Writer | None:
         """A :class:`Writer` the solver brings to every run of ``problem`` (LBFGS: the printed

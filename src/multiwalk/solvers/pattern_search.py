@@ -431,13 +431,32 @@ class PatternSearch(Solver):
     def summary(self, problem: Problem, state: PatternSearchState) -> dict[str, jax.Array]:
         return {"best": state.best_fun, "round": (state.iteration - 1) // self.iterations + 1}
 
+    def report(self, problem: Problem, state: PatternSearchState, plan: RunPlan | None = None) -> dict[str, jax.Array]:
+        """What :meth:`result` reads of the final state, made in each chunk's program: the best point
+        ``x`` (n,) with the fixed values, and ``numbers``: the bytes of its value in the run and of
+        the non-finite counts' sum and largest (int32; :meth:`_reported` says when the sum is
+        exact), one array (every array read back is a copy of its own: ~7 us each on a CPU)."""
+        counts = jnp.stack([jnp.sum(state.n_nonfinite, dtype=jnp.int32), jnp.max(state.n_nonfinite)])
+        numbers = [jax.lax.bitcast_convert_type(v, jnp.uint8).ravel() for v in (state.best_fun, counts)]
+        return {"x": problem.expand(state.best_x), "numbers": jnp.concatenate(numbers)}
+
+    def report_ready(self, problem: Problem, report: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        """The report with the value at its point by :func:`value_at_point`'s one-point program,
+        queued behind the chunk that ends the run, on one device only (see :meth:`_reported`)."""
+        one_point = point_value_program(problem)
+        if one_point is None or len(report["x"].sharding.device_set) > 1:
+            return report
+        return {**report, "value": one_point(report["x"])}
+
     def result(
-        self, problem: Problem, state: PatternSearchState, done: list[int], status: Status, stats: dict[str, Any]
+        self, problem: Problem, state: PatternSearchState, done: list[int], status: Status, stats: dict[str, Any],
+        reported: dict[str, np.ndarray] | None = None,
     ) -> PatternSearchResult:
-        # the best point, its value and the count of non-finite values come to the host now, in
-        # one read back (_reported); every walker's record (n_walkers rows: 240 MB at 1M walkers
-        # in 30-D) when the caller first reads it (lazy_fields)
-        st = self._reported(problem, state)
+        # the best point, its value and the count of non-finite values: read back with the chunk
+        # that ended the run (``reported``, :meth:`report`), else now, in one read back
+        # (_reported); every walker's record (n_walkers rows: 240 MB at 1M walkers in 30-D) when
+        # the caller first reads it (lazy_fields)
+        st = self._reported(problem, state, reported)
         delta0 = self.steps(problem)[0]  # from the box as it is now (the caller may change it in place)
         iters = int(done[0])
         rounds = max(1, -(-iters // self.iterations)) if iters else 1
@@ -469,33 +488,40 @@ class PatternSearch(Solver):
             resets=state.n_resets,
         )
 
-    def _reported(self, problem: Problem, state: PatternSearchState) -> SimpleNamespace:
+    def _reported(self, problem: Problem, state: PatternSearchState,
+                  reported: dict[str, np.ndarray] | None = None) -> SimpleNamespace:
         """What the result reads of the final state, on the host: ``x`` the best point (n,) with the
         fixed values, ``best_fun`` the run's value there, ``fun`` its value by
         :func:`value_at_point`'s one-point program, ``nonfinite`` the count of non-finite values.
 
-        Two programs (the point expanded and the counts summed; the point's value), queued
-        without waiting, and one read back of a few numbers: on a GPU each read between two
-        programs is a round trip of its own (the host waits for the device, then the device for
-        the host)."""
-        one_point = point_value_program(problem)
-        on_one_device = len(getattr(getattr(state.best_x, "sharding", None), "device_set", ())) <= 1
-        small = compile_cache.cached_jit(problem, self, "result", lambda best_x, n_bad: (
-            problem.expand(best_x), jnp.sum(n_bad), jnp.max(n_bad)))
-        x, n_sum, n_max = small(state.best_x, state.n_nonfinite)
-        # the one-point value on one device only: a point split over a mesh would compile it for the
-        # mesh, and the reported value must not depend on how the run was split
-        value = one_point(x) if one_point is not None and on_one_device else None
-        st = SimpleNamespace(**jax.device_get({"x": x, "best_fun": state.best_fun, "value": value,
-                                               "n_sum": n_sum, "n_max": n_max}))
+        ``reported``: :meth:`report` (with :meth:`report_ready`'s value), read back with the chunk
+        that ended the run: nothing runs here.  Else (a run stopped early, resumed with nothing
+        left) two programs, the point expanded and the counts summed, then the point's value,
+        queued without waiting, and one read back of a few numbers: on a GPU each read between
+        two programs is a round trip of its own (the host waits for the device, then the device
+        for the host)."""
+        if reported is None:
+            reported = self._report_now(problem, state)
+        st = SimpleNamespace(**{"value": None, **reported})
         st.x = np.asarray(st.x)
+        numbers = np.asarray(st.numbers)  # report's bytes: the best value, then the two int32 counts
+        st.best_fun = numbers[:-8].view(np.dtype(problem.dtype))[0]
+        st.n_sum, st.n_max = numbers[-8:].view(np.int32)
         found = float(st.best_fun)
-        st.fun = reported_value(st.value, found) if value is not None else value_at_point(problem, st.x, found)
+        # the one-point value comes from one device only (report_ready): a point split over a mesh
+        # would compile it for the mesh, and the reported value must not depend on how the run was split
+        st.fun = reported_value(st.value, found) if st.value is not None else value_at_point(problem, st.x, found)
         # the int32 sum on the device is exact while no partial sum can pass 2**31 (max * walkers
         # below it); else the counts (4 bytes a walker) are summed on the host in int64
         exact = int(st.n_max) * self.n_walkers < 2**31
         st.nonfinite = int(st.n_sum) if exact else int(to_host(state.n_nonfinite).sum(dtype=np.int64))
         return st
+
+    def _report_now(self, problem: Problem, state: PatternSearchState) -> dict[str, np.ndarray]:
+        """:meth:`report` and :meth:`report_ready` of ``state`` by programs of their own, read back
+        in one transfer."""
+        small = compile_cache.cached_jit(problem, self, "result", lambda st: self.report(problem, st))
+        return jax.device_get(self.report_ready(problem, small(state)))
 
 
 @dataclass(repr=False, kw_only=True)
