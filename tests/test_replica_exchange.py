@@ -559,3 +559,28 @@ def test_a_subclass_done_ends_each_phase_of_the_one_loop():
     problem = mw.Problem(objective=lambda x: jnp.sum(x**2), lower=[-1.0] * 2, upper=[1.0] * 2)
     result = mw.solve(problem, _StopsAfterTwo(nbeta=2, nseq=2, nburn=5, niter=5), progress=False)
     assert result.stats["iterations"] == {"burn-in": 2, "sampling": 2}
+
+
+def test_the_result_read_with_the_last_chunk_is_the_result_read_from_the_state(tmp_path, monkeypatch):
+    # The chunk that ends a run also makes what the result reads (the best point with its fixed
+    # value, its chi2, the non-finite counts, the ladder, the round trips) and queues the point's
+    # one-point value; a run resumed with nothing left has no such chunk and reads them from the
+    # state by a program of its own.  Same state, same arithmetic (argmin, copies, integer sums; the
+    # value is the same one-point program): equal bit for bit.
+    from multiwalk.solvers import replica_exchange as re_module
+
+    problem = mw.Problem(objective=lambda x: (x[0] - 1.0) ** 2 + (x[1] + 0.5) ** 2 + x[2] ** 2,
+                         lower=[-5.0] * 3, upper=[5.0] * 3, fixed={2: 0.25})
+    solver = mw.ReplicaExchange(nbeta=4, nseq=2, nburn=3, niter=5)
+    from_state = []
+    summary = re_module._host_summary
+    monkeypatch.setattr(re_module, "_host_summary", lambda state: from_state.append(1) or summary(state))
+    ended = mw.solve(problem, solver, seed=0, progress=False, checkpoint=tmp_path / "re.npz")
+    assert from_state == []  # read with the last chunk
+    again = mw.solve(problem, solver, seed=0, progress=False, resume=tmp_path / "re.npz")
+    assert from_state == [1]
+    assert np.array_equal(ended.x, again.x) and ended.x[2] == 0.25
+    assert type(ended.fun) is type(again.fun) and ended.fun == again.fun
+    assert np.array_equal(ended.betas, again.betas) and np.array_equal(ended.round_trips, again.round_trips)
+    assert ended.stats["nonfinite"] == again.stats["nonfinite"]
+    assert (ended.status, ended.message) == (again.status, again.message)

@@ -55,7 +55,7 @@ from ._common import (
     objective_equations,
     uniform_in_box,
 )
-from .base import Phase, RunPlan, Solver, end_status, value_at_point
+from .base import Phase, RunPlan, Solver, end_status, point_value_program, reported_value, value_at_point
 from .ladder_adaptation import adapt_ladder, track_round_trips
 
 __all__ = ["ReplicaExchange", "ReplicaExchangeResult", "Roots"]
@@ -691,16 +691,41 @@ class ReplicaExchange(Solver):
             "labels": Deferred(lambda: to_host(state.label).T),
         }
 
+    def report(self, problem: Problem, state: ReplicaExchangeState, plan: RunPlan | None = None
+               ) -> dict[str, jax.Array] | None:
+        """What :meth:`result` reads at once (:func:`_host_summary`'s, the best point with its fixed
+        values), made at the end of each chunk's program and read back with the chunk that ends the
+        run; None for a run split over devices (the result's own program gathers it)."""
+        if plan is not None and plan.mesh_size > 1:
+            return None
+        summary = _summary_of(state)
+        summary["best_x"] = problem.expand(summary["best_x"])
+        return summary
+
+    def report_ready(self, problem: Problem, report: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        """The report with :func:`value_at_point`'s value at its point, queued behind the chunk."""
+        one_point = point_value_program(problem)
+        return report if one_point is None else {**report, "value": one_point(report["best_x"])}
+
     def result(
-        self, problem: Problem, state: ReplicaExchangeState, done: list[int], status: Status, stats: dict[str, Any]
+        self, problem: Problem, state: ReplicaExchangeState, done: list[int], status: Status, stats: dict[str, Any],
+        reported: dict[str, np.ndarray] | None = None,
     ) -> ReplicaExchangeResult:
-        # One transfer of the few leaves the call itself needs; every per-chain record (the samples,
-        # every temperature's chi2, the burn-in outcomes, the counters and widths of each chain)
-        # stays on the device until the result's user reads it (lazy_fields): at a million chains
-        # they are hundreds of MB that most callers never look at.
-        st = SimpleNamespace(**jax.device_get(_host_summary(state)))  # one program, one transfer
+        # The few leaves the call itself needs: read back with the chunk that ended the run
+        # (``reported``), else now in one program and one transfer.  Every per-chain record (the
+        # samples, every temperature's chi2, the burn-in outcomes, the counters and widths of each
+        # chain) stays on the device until the result's user reads it (lazy_fields): at a million
+        # chains they are hundreds of MB that most callers never look at.
+        if reported is None:
+            st = SimpleNamespace(**jax.device_get(_host_summary(state)))
+            x_best = np.asarray(problem.expand(st.best_x))
+            fun = value_at_point(problem, x_best, float(st.best_fun))
+        else:
+            st = SimpleNamespace(**{"value": None, **reported})
+            x_best = np.asarray(st.best_x)
+            found = float(st.best_fun)
+            fun = reported_value(st.value, found) if st.value is not None else value_at_point(problem, x_best, found)
         n_rec = done[1]
-        x_best = np.asarray(problem.expand(st.best_x))
         stats = dict(stats)
         stats["nonfinite"] = int(st.n_nonfinite.sum(dtype=np.int64))  # per sequence on the device: no int32 overflow
         stats["chains"] = self.nseq * self.nbeta
@@ -716,7 +741,7 @@ class ReplicaExchange(Solver):
         )
         return ReplicaExchangeResult(
             x=x_best,
-            fun=value_at_point(problem, x_best, float(st.best_fun)),
+            fun=fun,
             status=status,
             message=message,
             stats=stats,
@@ -736,9 +761,14 @@ class ReplicaExchange(Solver):
 
 @jax.jit
 def _host_summary(state: ReplicaExchangeState) -> dict[str, jax.Array]:
-    """What the result reads on the host at once, in one program (a split state: one gather): the
-    best chain's point (n_free,) and chi2, the non-finite counts per sequence, the ladder and the round trips
-    (the records stay on the device: ``_records``, ``_chain_counters``)."""
+    """What the result reads on the host at once, in one program (a split state: one gather), when
+    no chunk's report brought it (:meth:`ReplicaExchange.report`)."""
+    return _summary_of(state)
+
+
+def _summary_of(state: ReplicaExchangeState) -> dict[str, jax.Array]:
+    """The best chain's point (n_free,) and chi2, the non-finite counts per sequence, the ladder and
+    the round trips (the records stay on the device: ``_records``, ``_chain_counters``)."""
     i = jnp.argmin(state.best_fun)  # the first of equal minima, as np.argmin
     return {"best_x": state.best_x[i], "best_fun": state.best_fun[i], "n_nonfinite": jnp.sum(state.n_nonfinite, axis=-1),
             "betas": state.betas, "round_trips": state.round_trips}
