@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import numpy as np
@@ -39,7 +39,9 @@ from . import __version__
 from .problem import Problem
 from .result import Status
 from .solve import solve
-from .solvers.lbfgs import LBFGS, LBFGSResult
+
+if TYPE_CHECKING:  # the lbfgs command's solver, imported in its handler: the other commands do not load it
+    from .solvers.lbfgs import LBFGS, LBFGSResult
 
 __all__ = ["main", "build_parser", "FUNCTIONS"]
 
@@ -162,6 +164,7 @@ def _check_lbfgs_args(args: argparse.Namespace) -> None:
 def _setup(args: argparse.Namespace) -> tuple[Problem, LBFGS, float]:
     """The problem, the solver and the line search's xtol; ValueError/TypeError for bad options."""
     from .functions import cute
+    from .solvers.lbfgs import LBFGS
 
     _check_lbfgs_args(args)
     if args.dtype == "float64":
@@ -222,7 +225,7 @@ def _run_lbfgs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     print(f"Xtol: {xtol:e}")
     sys.stdout.flush()
     t0 = time.perf_counter()
-    result = cast(LBFGSResult, solve(problem, solver, seed=args.seed, progress=args.progress, time_limit=args.time_limit))
+    result = cast("LBFGSResult", solve(problem, solver, seed=args.seed, progress=args.progress, time_limit=args.time_limit))
     wall = time.perf_counter() - t0
     _print_summary(result, wall)
     if args.save is not None:
