@@ -153,6 +153,35 @@ def test_several_buffers_are_appended_whole_through_short_writes(tmp_path, monke
     assert path.read_bytes() == b"step 1\nwalker 22\nend\n"
 
 
+def test_a_new_run_replaces_the_files_of_a_longer_one_and_refuses_a_path_it_cannot_write(tmp_path):
+    # the threaded writer empties and heads the files on its thread (the run compiles meanwhile);
+    # what a longer run left is gone, the header comes first; a file that cannot be opened (a folder
+    # in its place) is an error when the writer is made, before anything runs
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(3)
+    m, n = 5, 4
+    betas = 1.0 / np.logspace(0, 1, n)
+    (tmp_path / "0").mkdir()
+    for name in ("0/trial.txt", "0/result.txt", "result_T2.txt"):
+        (tmp_path / name).write_text("a line of a longer run\n" * 1000)
+    values, ints = _random_chunk(rng, m, n)
+    ints[..., 2] = 0
+    writer = odatse_io.StepWriter(tmp_path, ["x1", "x2"], betas, False, 1, n, threads=1)
+    try:
+        writer.on_steps(SimpleNamespace(rec_values=values, rec_ints=ints), 0, m - 1)
+    finally:
+        writer.close()
+    trial = (tmp_path / "0" / "trial.txt").read_text().splitlines()
+    assert trial[0] == "# step walker T fx x1 x2" and len(trial) == 1 + m * n and trial[1].startswith("0 0 ")
+    result_t = (tmp_path / "result_T2.txt").read_text().splitlines()
+    assert result_t[0] == f"# T = {float(1.0 / betas[2])!r}" and len(result_t) == 1 + m
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "result.txt").mkdir()
+    with pytest.raises(IsADirectoryError, match="result.txt"):
+        odatse_io.StepWriter(tmp_path, ["x1", "x2"], betas, False, 2, n // 2, threads=1)
+
+
 def test_write_chunks_must_be_positive():
     # a usage error before anything runs (the input file is not even read)
     assert main(["run", "no-such-input.toml", "--write-chunks", "0"]) == 2

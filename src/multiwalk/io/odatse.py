@@ -396,6 +396,12 @@ def _write_all(fd: int, buffers: tuple[Any, ...]) -> None:
             views[0] = views[0][written:]
 
 
+def _write_headers(headers: dict[Path, str]) -> None:
+    """Each file of ``headers`` replaced by its header line (its text)."""
+    for path, text in headers.items():
+        path.write_text(text)
+
+
 def default_write_threads() -> int:
     """Threads that format the step files: the CPUs this process may use, at most 4 (polars
     spreads each write over its own threads too; 16 of ours on 16 cores were slower than 1)."""
@@ -480,12 +486,9 @@ class StepWriter:
         header = "# " + " ".join(["step", "walker", "beta" if as_beta else "T", "fx", *labels]) + "\n"
         files = [d / name for d in self.proc_dirs for name in ("trial.txt", "result.txt")]
         self.t_files = [self.output_dir / f"result_T{t}.txt" for t in range(self.n)] if separate_T else []
+        label = "beta" if as_beta else "T"
+        headers = {**{f: header for f in files}, **{f: f"# {label} = {v}\n" for f, v in zip(self.t_files, self.t_strings)}}
         if resume_step is None:
-            for f in files:
-                f.write_text(header)
-            label = "beta" if as_beta else "T"
-            for t, f in enumerate(self.t_files):
-                f.write_text(f"# {label} = {self.t_strings[t]}\n")
             self.next_step = 0
             self.last_result: np.ndarray | None = None  # (n, 1 + d): fx and x of each replica's result
         else:
@@ -493,21 +496,8 @@ class StepWriter:
                 self._cut_back(f, resume_step, last_walker=self.per - 1 if f in files else None)
             self.next_step = resume_step
             self.last_result = self._values(np.asarray(state.fun), np.asarray(state.x), np.asarray(state.node))
-        # the step files stay open for appends (os.write on each file's descriptor, no open and
-        # close per chunk: ~20 us a file, 1024 result_T files per chunk made that ~25 % of the
-        # writing) when the process may hold that many files, else each chunk opens them
-        self._fds: dict[Path, int] = {}
         self._all_files = files + self.t_files
-        try:
-            import resource
-
-            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-            keep_open = soft == resource.RLIM_INFINITY or len(self._all_files) + 256 <= soft
-        except (ImportError, OSError, ValueError):  # not on a POSIX system
-            keep_open = False
-        if keep_open and not self.processes:  # writer processes open their own files
-            flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_BINARY", 0)
-            self._fds = {f: os.open(f, flags) for f in self._all_files}
+        headed_later = self._open_files(headers if resume_step is None else {})
         self.seconds = 0.0  # the caller's time in on_steps and flush (copying the records, waiting)
         self.busy_seconds = 0.0  # time spent preparing, formatting and writing (in whichever thread)
         self.ring_wait_seconds = 0.0  # writer processes: the longest wait for the offsets of the pieces
@@ -524,6 +514,32 @@ class StepWriter:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="multiwalk-step-files")
             if self.threads > 1:
                 self._formatters = ThreadPoolExecutor(self.threads, thread_name_prefix="multiwalk-format")
+        if headed_later:  # the writer thread's first task, before any chunk's lines
+            self._pending.append(self._writer.submit(_write_headers, headed_later))
+
+    def _open_files(self, headers: dict[Path, str]) -> dict[Path, str]:
+        """Open the step files for appends (``self._fds``: no open and close per chunk, ~20 us a file;
+        1024 result_T files per chunk made that ~25 % of the writing) when the process may hold that
+        many, else each chunk opens them; write the ``headers`` of a new run (each file emptied of
+        what a run before left there).  Returned: the headers left to the writer thread, when one
+        will write the files kept open: here they are only created (a path that cannot be written is
+        an error now); emptying a run's ~70 MB of files before was 10-40 ms of waiting on the kernel,
+        which the thread spends while the run compiles."""
+        self._fds: dict[Path, int] = {}
+        try:
+            import resource
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            keep_open = soft == resource.RLIM_INFINITY or len(self._all_files) + 256 <= soft
+        except (ImportError, OSError, ValueError):  # not on a POSIX system
+            keep_open = False
+        keep_open = keep_open and not self.processes  # writer processes open their own files
+        later = headers if keep_open and self.threads else {}
+        _write_headers({} if later else headers)
+        if keep_open:
+            flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_BINARY", 0) | (os.O_CREAT if later else 0)
+            self._fds = {f: os.open(f, flags, 0o666) for f in self._all_files}
+        return later
 
     @staticmethod
     def _cut_back(path: Path, resume_step: int, last_walker: int | None) -> None:
