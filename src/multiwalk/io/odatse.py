@@ -477,8 +477,8 @@ class StepWriter:
         self.coordinates = None if coordinates is None else np.asarray(coordinates, dtype=np.float64)
         values = np.asarray(betas) if as_beta else 1.0 / np.asarray(betas)
         self.t_strings = [number(v) for v in values]
-        # polars (~0.1 s to import) is first imported by the first chunk's formatting, on the writer
-        # thread while the run goes on, not here, before the run: see _walker_temperature
+        # polars (~0.1 s to import) is imported on the writer thread (_walker_temperature), its first
+        # task after the headers, while the run compiles: not in this thread, not by the first chunk
         self._walker_t: _WalkerTemperature | None = None
         self.proc_dirs = [self.output_dir / str(p) for p in range(nprocs)]
         for d in self.proc_dirs:
@@ -516,6 +516,11 @@ class StepWriter:
                 self._formatters = ThreadPoolExecutor(self.threads, thread_name_prefix="multiwalk-format")
         if headed_later:  # the writer thread's first task, before any chunk's lines
             self._pending.append(self._writer.submit(_write_headers, headed_later))
+        if self._writer is not None:
+            # then polars, imported while the run compiles (the caller, tracing, holds the interpreter
+            # most of that time, not while XLA loads the programs): imported by the first chunk, it was
+            # ~0.1 s more for the writer, which paces a run on 2 cores (docs/benchmarks.md)
+            self._pending.append(self._writer.submit(self._walker_temperature))
 
     def _open_files(self, headers: dict[Path, str]) -> dict[Path, str]:
         """Open the step files for appends (``self._fds``: no open and close per chunk, ~20 us a file;
