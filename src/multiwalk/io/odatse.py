@@ -44,7 +44,9 @@ if TYPE_CHECKING:  # polars is imported where used: runs without step files neve
     import polars as pl
 
 __all__ = [
-    "StepWriter", "number_column", "number_strings", "write_best_result", "write_fx", "truncate_from_step", "truncate_before",
+    "StepWriter", "default_write_threads", "default_write_processes", "AUTO_MIN_CORES", "AUTO_MIN_REPLICA_STEPS",
+    "DEFAULT_WRITE_CHUNKS", "number_column", "number_strings", "write_best_result", "write_fx", "truncate_from_step",
+    "truncate_before",
     "read_result_T", "number", "combine_step_files", "write_minsearch_files", "write_res",
 ]
 
@@ -410,6 +412,37 @@ def default_write_threads() -> int:
     except AttributeError:  # not on Linux
         n = os.cpu_count() or 1
     return max(1, min(4, n))
+
+
+# ``--write-processes auto`` (:func:`default_write_processes`): worker processes only where they
+# pay: enough cores for the workers beside the sampling, and a run long enough to cover their
+# start-up and per-chunk overheads (docs/benchmarks.md, ODAT-SE section, has the measurements)
+AUTO_MIN_CORES = 8
+AUTO_MIN_REPLICA_STEPS = 200_000
+# the step files in about this many pieces of the run when worker processes write them (``multiwalk
+# run --write-chunks``' default with processes; 16 with threads): each piece costs every worker a
+# few fixed ms; 8 was faster than 16 at both sizes measured (same run as the processes' count)
+DEFAULT_WRITE_CHUNKS = 8
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
+    """Worker processes for ``--write-processes auto``: 0 (the threaded writer) below
+    :data:`AUTO_MIN_CORES` usable CPUs or :data:`AUTO_MIN_REPLICA_STEPS` replica-steps of step
+    files, or off POSIX systems (the workers' links are pipes passed with ``pass_fds``), else half
+    the CPUs, at most 16: the rest for the sampling (XLA's threads) and the parent's copying.
+    Chosen by measurement on a 16-core host, where half the CPUs were the fastest count at both
+    sizes measured (docs/benchmarks.md, ODAT-SE section); other core counts were not measured."""
+    cpus = _usable_cpus() if cpus is None else int(cpus)
+    if os.name != "posix" or cpus < AUTO_MIN_CORES or replica_steps < AUTO_MIN_REPLICA_STEPS:
+        return 0
+    return min(16, cpus // 2)
 
 
 class StepWriter:
