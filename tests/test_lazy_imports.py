@@ -45,6 +45,8 @@ def test_import_multiwalk_leaves_the_applications_libraries_out_and_every_name_w
         # the solvers, minimize and the subpackages' modules wait for their first use too
         modules = sorted(m for m in sys.modules if m.startswith("multiwalk."))
         eager = [m for m in {LOADED_ON_USE!r} if m in sys.modules]
+        import multiwalk.solvers.exchange  # an XLA run (multiwalk run's exchange): no objective scalarised
+        eager += ["multiwalk.scalarise"] if "multiwalk.scalarise" in sys.modules else []
         # jax.extend imports all its modules, Pallas's among them: the scalariser imports it when it runs
         loaded += ["jax.extend"] if "jax.extend" in sys.modules else []
         # every public name, and the subpackages on first use
