@@ -547,22 +547,30 @@ class StepWriter:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="multiwalk-step-files")
             if self.threads > 1:
                 self._formatters = ThreadPoolExecutor(self.threads, thread_name_prefix="multiwalk-format")
-        if headed_later:  # the writer thread's first task, before any chunk's lines
-            self._pending.append(self._writer.submit(_write_headers, headed_later))
+        self._headers = None
         if self._writer is not None:
-            # then polars, imported while the run compiles (the caller, tracing, holds the interpreter
-            # most of that time, not while XLA loads the programs): imported by the first chunk, it was
-            # ~0.1 s more for the writer, which paces a run on 2 cores (docs/benchmarks.md)
+            # the writer thread's first task: polars, imported while the run compiles (the caller,
+            # tracing, holds the interpreter most of that time, not while XLA loads the programs):
+            # imported by the first chunk, it was ~0.1 s more for the writer, which paces a run on 2
+            # cores (docs/benchmarks.md)
             self._pending.append(self._writer.submit(self._walker_temperature))
+        if headed_later:
+            # the headers on a thread of their own meanwhile: emptying the files a run wrote seconds
+            # before waits for the kernel to finish writing them out (0.1-0.2 s after a 16 x 20000 run);
+            # then the writer thread waits for them, before any chunk's lines
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._headers = ThreadPoolExecutor(1, thread_name_prefix="multiwalk-step-headers")
+            self._pending.append(self._writer.submit(self._headers.submit(_write_headers, headed_later).result))
 
     def _open_files(self, headers: dict[Path, str]) -> dict[Path, str]:
         """Open the step files for appends (``self._fds``: no open and close per chunk, ~20 us a file;
         1024 result_T files per chunk made that ~25 % of the writing) when the process may hold that
         many, else each chunk opens them; write the ``headers`` of a new run (each file emptied of
-        what a run before left there).  Returned: the headers left to the writer thread, when one
-        will write the files kept open: here they are only created (a path that cannot be written is
-        an error now); emptying a run's ~70 MB of files before was 10-40 ms of waiting on the kernel,
-        which the thread spends while the run compiles."""
+        what a run before left there).  Returned: the headers left to a thread, when the writer
+        thread will write the files kept open: here they are only created (a path that cannot be
+        written is an error now); emptying a run's ~70 MB of files is 10-200 ms of waiting on the
+        kernel, which that thread spends while the run compiles."""
         self._fds: dict[Path, int] = {}
         try:
             import resource
@@ -684,10 +692,10 @@ class StepWriter:
                 self._closed_processes = self._processes  # its figures stay for profile()
                 self._processes.close()
                 self._processes = None
-            for pool in (self._writer, self._formatters):
+            for pool in (self._writer, self._formatters, self._headers):
                 if pool is not None:
                     pool.shutdown(wait=True)
-            self._writer = self._formatters = None
+            self._writer = self._formatters = self._headers = None
             fds, self._fds = self._fds, {}
             for fd in fds.values():
                 os.close(fd)
