@@ -21,6 +21,12 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 NOT_AT_IMPORT = ("scipy", "astropy", "matplotlib", "polars", "arviz", "corner", "dask", "distributed", "mpi4py", "tqdm")
 
 
+# modules of the package that `import multiwalk` leaves for their first use (multiwalk._lazy)
+LOADED_ON_USE = ("multiwalk.minimize", "multiwalk.lbfgs", "multiwalk.solvers.lbfgs", "multiwalk.solvers.exchange",
+                 "multiwalk.solvers.mapper", "multiwalk.solvers.pattern_search", "multiwalk.solvers.population_annealing",
+                 "multiwalk.solvers.replica_exchange", "multiwalk.io.uvfits", "multiwalk.functions.cute")
+
+
 def _python(code: str, *argv: str) -> dict:
     """Run ``code`` in a fresh interpreter with this checkout's sources first; its last stdout line, as JSON."""
     env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
@@ -36,6 +42,11 @@ def test_import_multiwalk_leaves_the_applications_libraries_out_and_every_name_w
         import multiwalk as mw
         heavy = {NOT_AT_IMPORT!r}
         loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set(heavy))
+        # the solvers, minimize and the subpackages' modules wait for their first use too
+        modules = sorted(m for m in sys.modules if m.startswith("multiwalk."))
+        eager = [m for m in {LOADED_ON_USE!r} if m in sys.modules]
+        import multiwalk.solvers.exchange  # an XLA run (multiwalk run's exchange): no objective scalarised
+        eager += ["multiwalk.scalarise"] if "multiwalk.scalarise" in sys.modules else []
         # jax.extend imports all its modules, Pallas's among them: the scalariser imports it when it runs
         loaded += ["jax.extend"] if "jax.extend" in sys.modules else []
         # every public name, and the subpackages on first use
@@ -58,11 +69,12 @@ def test_import_multiwalk_leaves_the_applications_libraries_out_and_every_name_w
             missing = "no error"
         except AttributeError as err:
             missing = str(err)
-        print(json.dumps(dict(loaded=loaded, names=names, lazy=lazy, scipy_now=scipy_now, listed=listed,
-                              models_signal=models_signal,
+        print(json.dumps(dict(loaded=loaded, eager=eager, modules=modules, names=names, lazy=lazy, scipy_now=scipy_now,
+                              listed=listed, models_signal=models_signal,
                               star=sorted(set(mw.__all__) - set(star)), missing=missing)))
     """)
     assert found["loaded"] == [], f"import multiwalk imported {found['loaded']}"
+    assert found["eager"] == [], f"import multiwalk imported {found['eager']} (of {found['modules']})"
     assert all(found["names"].values()), found["names"]
     assert found["lazy"] == {"deconv": "CoordinateDescent", "eht": "fit_eht", "io": "UVData", "models": "dict",
                              "functions": "extended_rosenbrock"}
@@ -74,14 +86,20 @@ def test_import_multiwalk_leaves_the_applications_libraries_out_and_every_name_w
 
 
 def test_the_command_imports_its_libraries_in_its_handlers() -> None:
-    # build_parser imports every command's module; their libraries wait for the handler that runs
+    # build_parser imports the module of the command given (every command's without one, below);
+    # its libraries wait for the handler that runs
     found = _python(f"""
         import contextlib, io, json, runpy, sys
         sys.argv = ["multiwalk", "run", "--help"]
         with contextlib.redirect_stdout(io.StringIO()) as text, contextlib.suppress(SystemExit):
             runpy.run_module("multiwalk", run_name="__main__", alter_sys=True)
         loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({NOT_AT_IMPORT!r}))
+        others = [m for m in sys.modules if m.startswith("multiwalk.commands.") and m != "multiwalk.commands.run"
+                  or m == "multiwalk.io.step_processes"]  # the writer processes: only when a run takes them
+        from multiwalk.cli import build_parser
+        every = sorted(build_parser()._subparsers._group_actions[0].choices)
         print(json.dumps(dict(loaded=loaded, usage=text.getvalue().startswith("usage: multiwalk run"),
-                              cute="multiwalk.functions.cute" in sys.modules)))
+                              cute="multiwalk.functions.cute" in sys.modules, others=others, every=every)))
     """)
-    assert found == {"loaded": [], "usage": True, "cute": False}, found
+    assert found == {"loaded": [], "usage": True, "cute": False, "others": [],
+                     "every": ["demo", "fit-eht", "image", "lbfgs", "neighborlist", "run"]}, found

@@ -21,7 +21,8 @@ from step_records import chunk_record, chunk_records, write_steps
 from multiwalk.cli import main
 from multiwalk.io import odatse as odatse_io
 from multiwalk.io import step_processes
-from multiwalk.io.step_processes import default_write_processes, plan_pieces
+from multiwalk.io.odatse import default_write_processes
+from multiwalk.io.step_processes import plan_pieces
 
 
 @pytest.fixture

@@ -99,9 +99,10 @@ def test_warm_up_runs_on_any_ladder_and_is_reported(tmp_path):
 
 def test_result_sources_against_a_replica_by_replica_reference():
     # each replica's result at step s: its trial at the last accepted step <= s (row n + s' n + r),
-    # else its last result (row r); integers, so exact
+    # else its last result (row r); integers, so exact.  Up to ACCUMULATE_MAX_REPLICAS replicas the
+    # running max is one numpy call, beyond a loop over the steps: both forms
     rng = np.random.default_rng(4)
-    for m, n in [(1, 1), (5, 3), (40, 7)]:
+    for m, n in [(1, 1), (5, 3), (40, 7), (4, odatse_io.ACCUMULATE_MAX_REPLICAS + 2)]:
         ints = np.zeros((m, n, 3), np.int32)
         ints[..., 1] = rng.random((m, n)) < 0.3
         expected = np.empty((m, n), np.int64)

@@ -20,18 +20,12 @@ import _multiwalk_launch
 # below (a no-op for any other program; _multiwalk_launch says when and why)
 _multiwalk_launch.start_pool_early()
 
-from . import lbfgs, persistent_cache  # noqa: E402 - after the workers' start
-from .minimize import minimize  # noqa: E402
+from . import persistent_cache  # noqa: E402 - after the workers' start
+from ._lazy import attach  # noqa: E402
 from .problem import Problem  # noqa: E402
 from .result import Result, Status  # noqa: E402
 from .solve import solve  # noqa: E402
 from .solvers.base import Phase, RunPlan, Solver, Writer  # noqa: E402
-from .solvers.exchange import Exchange, ExchangeResult  # noqa: E402
-from .solvers.lbfgs import LBFGS, LBFGSResult, LBFGSStatus  # noqa: E402
-from .solvers.mapper import Mapper, MapperResult  # noqa: E402
-from .solvers.pattern_search import PatternSearch, PatternSearchResult  # noqa: E402
-from .solvers.population_annealing import PopulationAnnealing, PopulationAnnealingResult  # noqa: E402
-from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult  # noqa: E402
 
 if TYPE_CHECKING:  # imported on first use (__getattr__ below); named here for type checkers
     from . import compat as compat
@@ -40,7 +34,15 @@ if TYPE_CHECKING:  # imported on first use (__getattr__ below); named here for t
     from . import eht as eht
     from . import functions as functions
     from . import io as io
+    from . import lbfgs as lbfgs
     from . import models as models
+    from .minimize import minimize
+    from .solvers.exchange import Exchange, ExchangeResult
+    from .solvers.lbfgs import LBFGS, LBFGSResult, LBFGSStatus
+    from .solvers.mapper import Mapper, MapperResult
+    from .solvers.pattern_search import PatternSearch, PatternSearchResult
+    from .solvers.population_annealing import PopulationAnnealing, PopulationAnnealingResult
+    from .solvers.replica_exchange import ReplicaExchange, ReplicaExchangeResult
 
 __version__ = "0.1.0"
 
@@ -75,21 +77,39 @@ __all__ = [
     "__version__",
 ]
 
-# The package's subpackages and modules (deconv, eht, io, models, functions, compat, ...; not
-# diagnostics, which the replica-exchange solver imports, its ArviZ inside its functions) are
+# The package's subpackages and modules (deconv, eht, io, models, functions, compat, ...) are
 # imported on first use, ``mw.deconv`` as well as ``import multiwalk.deconv``: they pull
 # scipy.fft, scipy.signal, astropy, matplotlib or ArviZ, which a solve does not need, and
 # ``import multiwalk`` (or the ``multiwalk`` command, whose package this is) would pay for them
-# every time.  tests/test_lazy_imports.py pins which libraries ``import multiwalk`` leaves out.
+# every time.  So are the solvers and ``minimize`` (``mw.LBFGS``, ``from multiwalk import
+# ReplicaExchange``): a program runs one or two of them, and each one's modules cost every
+# process ~5-40 ms of start-up (the ``multiwalk run`` of ODAT-SE's exchange: ~50 ms for the
+# others).  tests/test_lazy_imports.py pins which libraries ``import multiwalk`` leaves out.
+_EXPORTS = {  # name -> the module that defines it
+    "minimize": "minimize", "Exchange": "solvers.exchange", "ExchangeResult": "solvers.exchange",
+    "LBFGS": "solvers.lbfgs", "LBFGSResult": "solvers.lbfgs", "LBFGSStatus": "solvers.lbfgs",
+    "Mapper": "solvers.mapper", "MapperResult": "solvers.mapper",
+    "PatternSearch": "solvers.pattern_search", "PatternSearchResult": "solvers.pattern_search",
+    "PopulationAnnealing": "solvers.population_annealing",
+    "PopulationAnnealingResult": "solvers.population_annealing",
+    "ReplicaExchange": "solvers.replica_exchange", "ReplicaExchangeResult": "solvers.replica_exchange",
+}
+_export, _ = attach(__name__, _EXPORTS)
+
+
 def __getattr__(name: str) -> Any:
-    """``mw.<submodule>``: the module, imported now (PEP 562: only names not bound yet get here)."""
+    """``mw.<solver or result class>`` or ``mw.minimize``: imported from its module now;
+    ``mw.<submodule>``: the module, imported now (PEP 562: only names not bound yet get here)."""
+    if name in _EXPORTS:
+        return _export(name)
     if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
         return importlib.import_module(f"{__name__}.{name}")  # the import binds it here too
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    """The names bound now and every submodule (imported or not)."""
+    """The names bound now, the exports imported on first use and every submodule (imported or not)."""
     import pkgutil
 
-    return sorted(set(globals()) | {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")})
+    names = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
+    return sorted(set(globals()) | set(_EXPORTS) | names)

@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import numpy as np
@@ -39,7 +39,9 @@ from . import __version__
 from .problem import Problem
 from .result import Status
 from .solve import solve
-from .solvers.lbfgs import LBFGS, LBFGSResult
+
+if TYPE_CHECKING:  # the lbfgs command's solver, imported in its handler: the other commands do not load it
+    from .solvers.lbfgs import LBFGS, LBFGSResult
 
 __all__ = ["main", "build_parser", "FUNCTIONS"]
 
@@ -57,6 +59,8 @@ FUNCTIONS: dict[str, tuple[str, str]] = {
 #: like ``lbfgs`` below.  Those modules import their heavy dependencies inside the handler, so
 #: ``multiwalk --help`` stays fast.
 SUBCOMMAND_MODULES: tuple[str, ...] = ("run", "neighborlist", "demo", "image", "fit_eht")
+# each module's command (the word on the command line)
+COMMAND_OF_MODULE = {"run": "run", "neighborlist": "neighborlist", "demo": "demo", "image": "image", "fit_eht": "fit-eht"}
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -85,8 +89,14 @@ def _as_cli_message(message: str) -> str:
 
 
 # ---------------------------------------------------------------------------- the parser
-def build_parser() -> argparse.ArgumentParser:
-    """The ``multiwalk`` parser with its subcommands; each sets ``handler`` and ``command_parser``."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``multiwalk`` parser with its subcommands; each sets ``handler`` and ``command_parser``.
+
+    ``command`` (the command line's first word): when it names a command of
+    :data:`SUBCOMMAND_MODULES`, that command's module alone is imported and its subcommand alone
+    added (the same parser for that command line: its usage, help and errors); otherwise, every
+    command (``--help``, a misspelt command).  Each module is ~5 ms of start-up on a 2-core VM
+    (more where Python compiles it anew, under ``PYTHONDONTWRITEBYTECODE``)."""
     parser = argparse.ArgumentParser(
         prog="multiwalk",
         description="multiwalk: massively parallel optimisation in JAX, on CPUs and GPUs.",
@@ -104,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_lbfgs_options(lbfgs)
     lbfgs.set_defaults(handler=_run_lbfgs, command_parser=lbfgs)
-    for name in SUBCOMMAND_MODULES:
+    chosen = [name for name in SUBCOMMAND_MODULES if COMMAND_OF_MODULE[name] == command]
+    for name in chosen if command == "lbfgs" or chosen else SUBCOMMAND_MODULES:
         importlib.import_module(f".commands.{name}", __package__).add_parser(commands)
     return parser
 
@@ -162,6 +173,7 @@ def _check_lbfgs_args(args: argparse.Namespace) -> None:
 def _setup(args: argparse.Namespace) -> tuple[Problem, LBFGS, float]:
     """The problem, the solver and the line search's xtol; ValueError/TypeError for bad options."""
     from .functions import cute
+    from .solvers.lbfgs import LBFGS
 
     _check_lbfgs_args(args)
     if args.dtype == "float64":
@@ -222,7 +234,7 @@ def _run_lbfgs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     print(f"Xtol: {xtol:e}")
     sys.stdout.flush()
     t0 = time.perf_counter()
-    result = cast(LBFGSResult, solve(problem, solver, seed=args.seed, progress=args.progress, time_limit=args.time_limit))
+    result = cast("LBFGSResult", solve(problem, solver, seed=args.seed, progress=args.progress, time_limit=args.time_limit))
     wall = time.perf_counter() - t0
     _print_summary(result, wall)
     if args.save is not None:
@@ -247,8 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     _multiwalk_launch.mark("multiwalk imported")
     try:
-        parser = build_parser()
-        args = parser.parse_args(None if argv is None else list(argv))
+        words = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(words[0] if words else None)
+        args = parser.parse_args(words)
         handler: Callable[[argparse.Namespace, argparse.ArgumentParser], int] = args.handler
         command_parser: Any = args.command_parser
         try:

@@ -21,12 +21,13 @@ import logging
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 
-from .scalarise import Node, ScalarGraph, Unsupported, scalarise
+if TYPE_CHECKING:  # scalarise is imported where an objective is scalarised: an XLA run never needs it
+    from .scalarise import Node, ScalarGraph
 
 __all__ = [
     "KERNELS", "GPU_BACKENDS", "KernelPlan", "check_kernel_option", "check_launch_options", "backend",
@@ -149,6 +150,8 @@ def objective_plan(
 
 def scalarise_objective(f: Callable[[jax.Array], jax.Array], n: int, dtype: Any) -> tuple[ScalarGraph | None, str | None]:
     """``(graph, None)`` for ``f`` of one point of ``n`` values, or ``(None, why not)``; never raises."""
+    from .scalarise import Unsupported, scalarise
+
     try:
         return scalarise(f, n, dtype), None
     except Unsupported as err:

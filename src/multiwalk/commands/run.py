@@ -913,7 +913,7 @@ def _write_plan(setup: RunSetup, args: argparse.Namespace, replicas: int, record
     max_chunk = setup.checkpoint_steps if setup.checkpoint else None
     processes = args.write_processes
     if processes == "auto":  # worker processes where they pay (many cores, a long run), else threads
-        from ..io.step_processes import default_write_processes
+        from ..io.odatse import default_write_processes
 
         processes = default_write_processes(replicas * setup.numsteps) if args.write_threads is None else 0
     if record and (args.write_threads != 0 or processes):
@@ -921,7 +921,7 @@ def _write_plan(setup: RunSetup, args: argparse.Namespace, replicas: int, record
         # with threads): each chunk's files are written while the next one is sampled, so only the
         # last chunk's writing is not hidden; fewer chunks, fewer of each writer's fixed per-chunk
         # costs (the same on every process)
-        from ..io.step_processes import DEFAULT_WRITE_CHUNKS
+        from ..io.odatse import DEFAULT_WRITE_CHUNKS
 
         piece = max(16, -(-setup.numsteps // (args.write_chunks or (DEFAULT_WRITE_CHUNKS if processes else 16))))
         max_chunk = min(max_chunk or piece, piece)
@@ -1150,7 +1150,7 @@ def _processes_option(text: str) -> int | str:
 
 
 def add_parser(commands: Any) -> None:
-    from ..io.step_processes import AUTO_MIN_CORES, AUTO_MIN_REPLICA_STEPS
+    from ..io.odatse import AUTO_MIN_CORES, AUTO_MIN_REPLICA_STEPS
 
     p = commands.add_parser(
         "run",

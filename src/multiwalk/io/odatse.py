@@ -23,7 +23,9 @@ the same double), which is what ODAT-SE's ``str(numpy.float64)`` gives, byte for
 small files are written with ``repr`` itself; the step files, which hold three lines per replica
 and step, column-wise by polars' CSV writer (:func:`number_column`: polars' shortest digits, with
 ``repr`` for the few values polars spells differently): ~1 µs per replica-step for the three
-files, where one ``repr`` per number and one Python string per line took ~7 µs.  They are written as the run goes
+files, where one ``repr`` per number and one Python string per line took ~7 µs; the threaded
+writer formats every file's lines of a piece of steps in one polars call (:func:`_piece_bytes`),
+the writer processes file by file (:mod:`multiwalk.io.step_processes`).  They are written as the run goes
 (:meth:`StepWriter.on_steps`, called by the driver after each chunk); a resumed run first cuts them
 back to its checkpoint (a crash leaves them past it) and refuses one that ends before it.
 """
@@ -42,7 +44,9 @@ if TYPE_CHECKING:  # polars is imported where used: runs without step files neve
     import polars as pl
 
 __all__ = [
-    "StepWriter", "number_column", "number_strings", "write_best_result", "write_fx", "truncate_from_step", "truncate_before",
+    "StepWriter", "default_write_threads", "default_write_processes", "AUTO_MIN_CORES", "AUTO_MIN_REPLICA_STEPS",
+    "DEFAULT_WRITE_CHUNKS", "number_column", "number_strings", "write_best_result", "write_fx", "truncate_from_step",
+    "truncate_before",
     "read_result_T", "number", "combine_step_files", "write_minsearch_files", "write_res",
 ]
 
@@ -157,6 +161,9 @@ def _value_rows(fx: np.ndarray, x: np.ndarray | None, node: np.ndarray | None,
     return np.concatenate([fx, np.asarray(x, dtype=np.float64).reshape(fx.size, -1)], axis=1)
 
 
+ACCUMULATE_MAX_REPLICAS = 128  # replicas up to which _result_sources's running max is one numpy call
+
+
 def _result_sources(ints: np.ndarray, has_last: bool) -> np.ndarray:
     """``(m, n)``: where each replica's result at each step of a chunk comes from, as a row of
     ``[last results (n rows); trial rows (m n rows, numbered step * n + replica)]``: its trial at
@@ -169,11 +176,15 @@ def _result_sources(ints: np.ndarray, has_last: bool) -> np.ndarray:
     src = np.where(ints[..., 1] != 0, np.arange(n, (m + 1) * n, dtype=dtype).reshape(m, n), np.arange(n, dtype=dtype))
     if not has_last and not np.all(src[0] >= n):
         raise RuntimeError("the first step written must be step 0 (every replica's start is its result)")
-    # running max down the steps, one row at a time: np.maximum.accumulate(axis=0) walks the
-    # (m, n) array with a strided inner loop, several times slower (every writer process
+    # running max down the steps.  np.maximum.accumulate(axis=0) walks the (m, n) array with a
+    # strided inner loop: for few replicas ~20x faster than a loop over the steps (16 replicas,
+    # 1023 steps: 0.03 against 0.6 ms), for many (1024) tens of times slower (every writer process
     # computes this for every chunk)
-    for s in range(1, m):
-        np.maximum(src[s - 1], src[s], out=src[s])
+    if n <= ACCUMULATE_MAX_REPLICAS:
+        np.maximum.accumulate(src, axis=0, out=src)
+    else:
+        for s in range(1, m):
+            np.maximum(src[s - 1], src[s], out=src[s])
     return src
 
 
@@ -255,14 +266,6 @@ def _proc_lines_many(steps: np.ndarray, ints: np.ndarray, parts: list[tuple[Any,
     return [bytes(view[lo:hi]) for lo, hi in zip([0, *ends[:-1].tolist()], ends.tolist())]
 
 
-def _proc_bytes(steps: np.ndarray, ints: np.ndarray, rows: np.ndarray, p: int, per: int, t_series: pl.Series,
-                a: int = 0, b: int | None = None) -> bytes:
-    """Lines ``step walker T fx x...`` of emulated process ``p`` (walkers ``p per .. (p+1) per - 1``)
-    at the chunk's steps ``a .. b-1`` (relative), from ``rows`` (m n, 1 + d) (trial or result)."""
-    b = ints.shape[0] if b is None else b
-    return _proc_lines(steps, ints, rows.__getitem__, p, per, t_series, a * per, b * per)
-
-
 def _t_group_bytes(steps: np.ndarray, ints: np.ndarray, result: Any, a: int, b: int,
                    t_files: list[Path]) -> list[tuple[Path, memoryview]]:
     """``(path, lines)`` of result_T ``a .. b-1`` for the chunk: ``step walker fx x...`` of the
@@ -284,7 +287,121 @@ def _t_group_bytes(steps: np.ndarray, ints: np.ndarray, result: Any, a: int, b: 
     return [(path, data[lo:hi]) for path, lo, hi in zip(t_files[a:b], [0, *ends[:-1].tolist()], ends.tolist())]
 
 
+def _chunk_table(values: np.ndarray, ints: np.ndarray, coordinates: np.ndarray | None,
+                 last_result: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(table, src, last)`` of a chunk of ``m`` steps x ``n`` replicas (records ``values``
+    (m, n, 1 + d) and ``ints`` (m, n, 3), in replica order): ``table`` (1 + d, n + m n) float64,
+    column-wise ``fx x1 x2 ...`` of the replicas' last results before the chunk (columns ``0 .. n-1``;
+    zeros at step 0, when ``last_result`` is None) and of every trial (column ``n + step * n +
+    replica``); ``src`` (m, n) the column holding each replica's result at each step
+    (:func:`_result_sources`); ``last`` (n, 1 + d) the chunk's last results, for the next chunk.
+    Column-wise, so that a gather of any lines' numbers gives each number column contiguous."""
+    m, n = values.shape[:2]
+    x = values[..., 1:].reshape(m * n, -1) if coordinates is None else coordinates[ints[..., 2].reshape(-1)]
+    table = np.empty((1 + x.shape[1], n + m * n), np.float64)
+    table[:, :n] = 0.0 if last_result is None else last_result.T
+    table[0, n:] = values[..., 0].reshape(-1)
+    table[1:, n:] = x.T
+    src = _result_sources(ints, last_result is not None)
+    return table, src, np.ascontiguousarray(table[:, src[-1]].T)
+
+
+def _piece_bytes(steps: np.ndarray, ints: np.ndarray, table: np.ndarray, src: np.ndarray, walker_t: _WalkerTemperature,
+                 per: int, separate_T: bool, a: int, b: int) -> list[memoryview]:
+    """Every step file's lines of the chunk's steps ``a .. b-1`` (relative), formatted in ONE polars
+    call and cut where one file's lines end: per emulated process its trial.txt lines, then its
+    result.txt lines; then (``separate_T``) result_T0.txt's, result_T1.txt's, ... (views of one buffer).
+
+    Each polars call costs ~0.3 ms whatever its size, and each number is formatted where it is
+    written (:func:`number_column`), so one call for all the files of a piece costs less than one
+    per file.  A line is ``step``, then its ``walker_t`` string, then its numbers from ``table``
+    (:func:`_chunk_table`).  ``ints[..., 0]`` is each replica's temperature index at each step
+    (replica order), ``src`` the column of its result."""
+    m, n = src.shape
+    k = b - a
+    rel = np.arange(a, b)
+    replicas = np.arange(n)
+    trial = n + (rel * n)[:, None] + replicas  # (k, n) trial columns, step-major
+    temperature = ints[a:b, :, 0].astype(np.intp)  # (k, n) each replica's temperature index
+    walker_of = (replicas % per) * n + temperature  # (k, n) its "walker T" string
+    columns, labels, step_rows = [], [], []
+    for p in range(n // per):
+        mine = slice(p * per, (p + 1) * per)
+        columns += [trial[:, mine].reshape(-1), src[a:b, mine].reshape(-1)]
+        labels += [walker_of[:, mine].reshape(-1)] * 2
+        step_rows += [np.repeat(rel, per)] * 2
+    if separate_T:
+        at_t = np.empty((k, n), np.intp)  # the replica at each temperature (every step holds each t once)
+        np.put_along_axis(at_t, temperature, replicas[None, :], axis=1)
+        columns.append(np.take_along_axis(src[a:b], at_t, axis=1).T.reshape(-1))  # (t, step)
+        labels.append(per * n + at_t.T.reshape(-1))
+        step_rows.append(np.tile(rel, n))
+    counts = np.cumsum([c.size for c in columns[:2 * (n // per)]] + ([k] * n if separate_T else []))  # lines per file
+    numbers = table[:, np.concatenate(columns)]  # (1 + d, lines): each number column contiguous
+    data = memoryview(_csv_bytes({
+        "step": steps.astype(np.int64)[np.concatenate(step_rows)], "walker_t": walker_t.column(np.concatenate(labels)),
+        **{f"v{j}": number_column(numbers[j]) for j in range(numbers.shape[0])},
+    }))
+    ends = (np.flatnonzero(np.frombuffer(data, np.uint8) == 10)[counts - 1] + 1).tolist()
+    return [data[lo:hi] for lo, hi in zip([0, *ends[:-1]], ends)]
+
+
+WALKER_T_TABLE_MAX = 1 << 16  # walker x temperature pairs up to which their strings are made once
+
+
+class _WalkerTemperature:
+    """The second column of the step files' lines, by one key per line: ``"walker T"`` of trial
+    and result lines (key ``walker * n + temperature index``), the replica's global number of
+    result_T lines (key ``per * n + replica``).  Up to :data:`WALKER_T_TABLE_MAX` pairs their
+    strings are made once and gathered; beyond (thousands of replicas in one process) each
+    line's two strings are joined, the same bytes."""
+
+    def __init__(self, t_strings: list[str], per: int, n: int) -> None:
+        import polars as pl
+
+        self.per, self.n = per, n
+        self.temperatures = pl.Series(t_strings, dtype=pl.String)
+        self.numbers = pl.Series(np.arange(max(per, n))).cast(pl.String)
+        self.table = None
+        if per * n <= WALKER_T_TABLE_MAX:
+            pairs = (self.numbers.gather(np.repeat(np.arange(per), n)) + " "
+                     + self.temperatures.gather(np.tile(np.arange(n), per)))
+            self.table = pairs.append(self.numbers.head(n))
+
+    def column(self, keys: np.ndarray) -> pl.Series:
+        """The strings of ``keys`` (lines,)."""
+        import polars as pl
+
+        if self.table is not None:
+            return self.table.gather(keys)
+        pair = keys < self.per * self.n
+        first = self.numbers.gather(np.where(pair, keys // self.n, keys - self.per * self.n))
+        second = self.temperatures.gather(np.where(pair, keys % self.n, 0))
+        return pl.select(pl.when(pl.lit(pair)).then(first + " " + second).otherwise(first)).to_series()
+
+
+WRITEV_MAX = 16  # buffers per os.writev call (POSIX allows at least 16)
 ROWS_PER_PIECE = 8192  # lines one thread formats at a time: fewer, and each polars call's ~0.3 ms shows
+
+
+def _write_all(fd: int, buffers: tuple[Any, ...]) -> None:
+    """Write the bytes-like ``buffers`` to ``fd``, in order: gathered by ``os.writev`` (one system
+    call, no copy into one buffer), or joined first where there is none (Windows); a short write
+    is continued."""
+    gather = hasattr(os, "writev")
+    views = [memoryview(buffer).cast("B") for buffer in (buffers if gather else (b"".join(buffers),))]
+    while views:
+        written = os.writev(fd, views[:WRITEV_MAX]) if gather else os.write(fd, views[0])
+        while views and written >= views[0].nbytes:
+            written -= views.pop(0).nbytes
+        if views and written:
+            views[0] = views[0][written:]
+
+
+def _write_headers(headers: dict[Path, str]) -> None:
+    """Each file of ``headers`` replaced by its header line (its text)."""
+    for path, text in headers.items():
+        path.write_text(text)
 
 
 def default_write_threads() -> int:
@@ -295,6 +412,37 @@ def default_write_threads() -> int:
     except AttributeError:  # not on Linux
         n = os.cpu_count() or 1
     return max(1, min(4, n))
+
+
+# ``--write-processes auto`` (:func:`default_write_processes`): worker processes only where they
+# pay: enough cores for the workers beside the sampling, and a run long enough to cover their
+# start-up and per-chunk overheads (docs/benchmarks.md, ODAT-SE section, has the measurements)
+AUTO_MIN_CORES = 8
+AUTO_MIN_REPLICA_STEPS = 200_000
+# the step files in about this many pieces of the run when worker processes write them (``multiwalk
+# run --write-chunks``' default with processes; 16 with threads): each piece costs every worker a
+# few fixed ms; 8 was faster than 16 at both sizes measured (same run as the processes' count)
+DEFAULT_WRITE_CHUNKS = 8
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
+    """Worker processes for ``--write-processes auto``: 0 (the threaded writer) below
+    :data:`AUTO_MIN_CORES` usable CPUs or :data:`AUTO_MIN_REPLICA_STEPS` replica-steps of step
+    files, or off POSIX systems (the workers' links are pipes passed with ``pass_fds``), else half
+    the CPUs, at most 16: the rest for the sampling (XLA's threads) and the parent's copying.
+    Chosen by measurement on a 16-core host, where half the CPUs were the fastest count at both
+    sizes measured (docs/benchmarks.md, ODAT-SE section); other core counts were not measured."""
+    cpus = _usable_cpus() if cpus is None else int(cpus)
+    if os.name != "posix" or cpus < AUTO_MIN_CORES or replica_steps < AUTO_MIN_REPLICA_STEPS:
+        return 0
+    return min(16, cpus // 2)
 
 
 class StepWriter:
@@ -362,21 +510,18 @@ class StepWriter:
         self.coordinates = None if coordinates is None else np.asarray(coordinates, dtype=np.float64)
         values = np.asarray(betas) if as_beta else 1.0 / np.asarray(betas)
         self.t_strings = [number(v) for v in values]
-        # polars (~0.1 s to import) is first imported by the first chunk's formatting, on the writer
-        # thread while the run goes on, not here, before the run: see _temperature_series
-        self._t_series: pl.Series | None = None
+        # polars (~0.1 s to import) is imported on the writer thread (_walker_temperature), its first
+        # task after the headers, while the run compiles: not in this thread, not by the first chunk
+        self._walker_t: _WalkerTemperature | None = None
         self.proc_dirs = [self.output_dir / str(p) for p in range(nprocs)]
         for d in self.proc_dirs:
             d.mkdir(parents=True, exist_ok=True)
         header = "# " + " ".join(["step", "walker", "beta" if as_beta else "T", "fx", *labels]) + "\n"
         files = [d / name for d in self.proc_dirs for name in ("trial.txt", "result.txt")]
         self.t_files = [self.output_dir / f"result_T{t}.txt" for t in range(self.n)] if separate_T else []
+        label = "beta" if as_beta else "T"
+        headers = {**{f: header for f in files}, **{f: f"# {label} = {v}\n" for f, v in zip(self.t_files, self.t_strings)}}
         if resume_step is None:
-            for f in files:
-                f.write_text(header)
-            label = "beta" if as_beta else "T"
-            for t, f in enumerate(self.t_files):
-                f.write_text(f"# {label} = {self.t_strings[t]}\n")
             self.next_step = 0
             self.last_result: np.ndarray | None = None  # (n, 1 + d): fx and x of each replica's result
         else:
@@ -384,21 +529,8 @@ class StepWriter:
                 self._cut_back(f, resume_step, last_walker=self.per - 1 if f in files else None)
             self.next_step = resume_step
             self.last_result = self._values(np.asarray(state.fun), np.asarray(state.x), np.asarray(state.node))
-        # the step files stay open for appends (os.write on each file's descriptor, no open and
-        # close per chunk: ~20 us a file, 1024 result_T files per chunk made that ~25 % of the
-        # writing) when the process may hold that many files, else each chunk opens them
-        self._fds: dict[Path, int] = {}
         self._all_files = files + self.t_files
-        try:
-            import resource
-
-            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-            keep_open = soft == resource.RLIM_INFINITY or len(self._all_files) + 256 <= soft
-        except (ImportError, OSError, ValueError):  # not on a POSIX system
-            keep_open = False
-        if keep_open and not self.processes:  # writer processes open their own files
-            flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_BINARY", 0)
-            self._fds = {f: os.open(f, flags) for f in self._all_files}
+        headed_later = self._open_files(headers if resume_step is None else {})
         self.seconds = 0.0  # the caller's time in on_steps and flush (copying the records, waiting)
         self.busy_seconds = 0.0  # time spent preparing, formatting and writing (in whichever thread)
         self.ring_wait_seconds = 0.0  # writer processes: the longest wait for the offsets of the pieces
@@ -415,6 +547,45 @@ class StepWriter:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="multiwalk-step-files")
             if self.threads > 1:
                 self._formatters = ThreadPoolExecutor(self.threads, thread_name_prefix="multiwalk-format")
+        self._headers = None
+        if self._writer is not None:
+            # the writer thread's first task: polars, imported while the run compiles (the caller,
+            # tracing, holds the interpreter most of that time, not while XLA loads the programs):
+            # imported by the first chunk, it was ~0.1 s more for the writer, which paces a run on 2
+            # cores (docs/benchmarks.md)
+            self._pending.append(self._writer.submit(self._walker_temperature))
+        if headed_later:
+            # the headers on a thread of their own meanwhile: emptying the files a run wrote seconds
+            # before waits for the kernel to finish writing them out (0.1-0.2 s after a 16 x 20000 run);
+            # then the writer thread waits for them, before any chunk's lines
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._headers = ThreadPoolExecutor(1, thread_name_prefix="multiwalk-step-headers")
+            self._pending.append(self._writer.submit(self._headers.submit(_write_headers, headed_later).result))
+
+    def _open_files(self, headers: dict[Path, str]) -> dict[Path, str]:
+        """Open the step files for appends (``self._fds``: no open and close per chunk, ~20 us a file;
+        1024 result_T files per chunk made that ~25 % of the writing) when the process may hold that
+        many, else each chunk opens them; write the ``headers`` of a new run (each file emptied of
+        what a run before left there).  Returned: the headers left to a thread, when the writer
+        thread will write the files kept open: here they are only created (a path that cannot be
+        written is an error now); emptying a run's ~70 MB of files is 10-200 ms of waiting on the
+        kernel, which that thread spends while the run compiles."""
+        self._fds: dict[Path, int] = {}
+        try:
+            import resource
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            keep_open = soft == resource.RLIM_INFINITY or len(self._all_files) + 256 <= soft
+        except (ImportError, OSError, ValueError):  # not on a POSIX system
+            keep_open = False
+        keep_open = keep_open and not self.processes  # writer processes open their own files
+        later = headers if keep_open and self.threads else {}
+        _write_headers({} if later else headers)
+        if keep_open:
+            flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_BINARY", 0) | (os.O_CREAT if later else 0)
+            self._fds = {f: os.open(f, flags, 0o666) for f in self._all_files}
+        return later
 
     @staticmethod
     def _cut_back(path: Path, resume_step: int, last_walker: int | None) -> None:
@@ -472,13 +643,11 @@ class StepWriter:
             self._pending.append(self._writer.submit(self._write, steps, values, ints))
         self.seconds += time.perf_counter() - t0
 
-    def _temperature_series(self) -> pl.Series:
-        """The temperatures' strings as a polars column (made, and polars imported, on first use)."""
-        if self._t_series is None:
-            import polars as pl
-
-            self._t_series = pl.Series(self.t_strings, dtype=pl.String)
-        return self._t_series
+    def _walker_temperature(self) -> _WalkerTemperature:
+        """The lines' second column (:class:`_WalkerTemperature`; made, and polars imported, on first use)."""
+        if self._walker_t is None:
+            self._walker_t = _WalkerTemperature(self.t_strings, self.per, self.n)
+        return self._walker_t
 
     def _raise_failed(self) -> None:
         """Raise the error of a chunk the writer thread failed to write (and forget it)."""
@@ -523,25 +692,25 @@ class StepWriter:
                 self._closed_processes = self._processes  # its figures stay for profile()
                 self._processes.close()
                 self._processes = None
-            for pool in (self._writer, self._formatters):
+            for pool in (self._writer, self._formatters, self._headers):
                 if pool is not None:
                     pool.shutdown(wait=True)
-            self._writer = self._formatters = None
+            self._writer = self._formatters = self._headers = None
             fds, self._fds = self._fds, {}
             for fd in fds.values():
                 os.close(fd)
 
-    def _append(self, path: Path, data: Any) -> None:
-        """Append ``data`` (bytes-like) to ``path``: one write to its open descriptor, or open,
-        write, close when the files are not kept open."""
+    def _append(self, path: Path, *data: Any) -> None:
+        """Append the buffers ``data`` (bytes-like) to ``path``, in order: gathered by ``os.writev`` on
+        its open descriptor (no copy into one buffer), or open, write, close when the files are not
+        kept open."""
         fd = self._fds.get(path)
         if fd is None:
             with open(path, "ab") as fh:
-                fh.write(data)
+                for buffer in data:
+                    fh.write(buffer)
             return
-        view = memoryview(data)
-        while view.nbytes:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
 
     def _map(self, fn: Any, items: list[Any]) -> list[Any]:
         """``[fn(item) for item in items]``, on the formatting threads when there are several."""
@@ -551,29 +720,18 @@ class StepWriter:
 
     def _write(self, steps: np.ndarray, values: np.ndarray, ints: np.ndarray) -> None:
         """``m`` steps x ``n`` replicas from the records ``values`` (m, n, 1 + d) and ``ints``
-        (m, n, 3)."""
+        (m, n, 3): in pieces of whole steps, each piece's lines of every file formatted in one
+        polars call (:func:`_piece_bytes`) on its own thread, then appended file by file in order."""
         t0 = time.perf_counter()
         m = steps.size
-        trial, result, self.last_result = _chunk_rows(values, ints, self.coordinates, self.last_result)
-        parts = max(1, self.threads)
-        t_series = self._temperature_series()  # before the formatting threads share it
-        for p, d in enumerate(self.proc_dirs):
-            # process p's lines in pieces of whole steps, each formatted on its own thread
-            def lines(ab: tuple[int, int], p: int = p) -> list[bytes]:  # trial and result in one polars call
-                return _proc_lines_many(steps, ints, [(trial.__getitem__, p), (result.__getitem__, p)], self.per,
-                                        t_series, ab[0] * self.per, ab[1] * self.per)
-
-            pieces = self._map(lines, _split(m, min(parts, -(-m * self.per // ROWS_PER_PIECE))))
-            for k, name in enumerate(("trial.txt", "result.txt")):
-                self._append(d / name, b"".join(piece[k] for piece in pieces))
-        if self.separate_T:
-            def t_lines(ab: tuple[int, int]) -> None:
-                # temperatures a .. b-1, each appended to its own file here (files of other
-                # groups are other threads')
-                for path, data in _t_group_bytes(steps, ints, result, ab[0], ab[1], self.t_files):
-                    self._append(path, data)
-
-            self._map(t_lines, _split(self.n, min(parts, -(-m * self.n // ROWS_PER_PIECE))))
+        table, src, self.last_result = _chunk_table(values, ints, self.coordinates, self.last_result)
+        walker_t = self._walker_temperature()  # before the formatting threads share it
+        lines = 2 * m * self.n + (m * self.n if self.separate_T else 0)
+        pieces = self._map(
+            lambda ab: _piece_bytes(steps, ints, table, src, walker_t, self.per, self.separate_T, *ab),
+            _split(m, min(max(1, self.threads), -(-lines // ROWS_PER_PIECE))))
+        for k, path in enumerate(self._all_files):  # _piece_bytes's order
+            self._append(path, *(piece[k] for piece in pieces))
         self.busy_seconds += time.perf_counter() - t0
 
 

@@ -54,8 +54,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ProcessWriter", "plan_pieces", "default_write_processes", "AUTO_MIN_CORES", "AUTO_MIN_REPLICA_STEPS",
-           "DEFAULT_WRITE_CHUNKS"]
+# ``--write-processes auto``'s choice (default_write_processes and its thresholds) is in
+# multiwalk.io.odatse, beside default_write_threads: a run that writes with threads does not import this
+__all__ = ["ProcessWriter", "plan_pieces"]
 
 SLOTS = 3  # chunks in shared memory: two waiting for the workers (as the threaded writer) + the one being copied
 DISPATCH_LINES_PER_WORKER = 2048  # short chunks are sent together until each worker gets this many trial lines
@@ -67,35 +68,6 @@ DISPATCH_LINES_PER_WORKER = 2048  # short chunks are sent together until each wo
 PROFILE_PHASES = ("sources", "lines", "publish", "result_T", "result_T_write", "pwrite", "offsets_wait", "idle",
                   "warm_up")
 
-# ``--write-processes auto`` (:func:`default_write_processes`): worker processes only where they
-# pay: enough cores for the workers beside the sampling, and a run long enough to cover their
-# start-up and per-chunk overheads (docs/benchmarks.md, ODAT-SE section, has the measurements)
-AUTO_MIN_CORES = 8
-AUTO_MIN_REPLICA_STEPS = 200_000
-# the step files in about this many pieces of the run when worker processes write them (``multiwalk
-# run --write-chunks``' default with processes; 16 with threads): each piece costs every worker a
-# few fixed ms; 8 was faster than 16 at both sizes measured (same run as the processes' count)
-DEFAULT_WRITE_CHUNKS = 8
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
-    """Worker processes for ``--write-processes auto``: 0 (the threaded writer) below
-    :data:`AUTO_MIN_CORES` usable CPUs or :data:`AUTO_MIN_REPLICA_STEPS` replica-steps of step
-    files, or off POSIX systems (the workers' links are pipes passed with ``pass_fds``), else half
-    the CPUs, at most 16: the rest for the sampling (XLA's threads) and the parent's copying.
-    Chosen by measurement on a 16-core host, where half the CPUs were the fastest count at both
-    sizes measured (docs/benchmarks.md, ODAT-SE section); other core counts were not measured."""
-    cpus = _usable_cpus() if cpus is None else int(cpus)
-    if os.name != "posix" or cpus < AUTO_MIN_CORES or replica_steps < AUTO_MIN_REPLICA_STEPS:
-        return 0
-    return min(16, cpus // 2)
 
 
 def _enough_descriptors(needed: int, who: str = "writer processes: their links") -> tuple[int, int] | None:

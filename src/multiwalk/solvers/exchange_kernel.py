@@ -27,7 +27,7 @@ libdevice's).  On a CPU the kernel runs in Pallas' interpret mode (tests: correc
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,8 +36,10 @@ import numpy as np
 from .. import kernels
 from ..kernels import KERNELS, KernelPlan
 from ..problem import Problem
-from ..scalarise import ScalarGraph
 from ._common import worst_if_nonfinite
+
+if TYPE_CHECKING:  # a scalarised objective's type; scalarise itself loads where an objective is scalarised
+    from ..scalarise import ScalarGraph
 
 __all__ = ["KERNELS", "ExchangePlan", "Moves", "plan", "metropolis_steps", "DEFAULT_BLOCK", "DEFAULT_WARPS",
            "MAX_STEPS"]
