@@ -55,7 +55,7 @@ from ._common import (
     objective_equations,
     uniform_in_box,
 )
-from .base import Phase, RunPlan, Solver, end_status, point_value_program, reported_value, value_at_point
+from .base import Phase, RunPlan, Solver, end_status, value_at_point
 from .ladder_adaptation import adapt_ladder, track_round_trips
 
 __all__ = ["ReplicaExchange", "ReplicaExchangeResult", "Roots"]
@@ -695,17 +695,13 @@ class ReplicaExchange(Solver):
                ) -> dict[str, jax.Array] | None:
         """What :meth:`result` reads at once (:func:`_host_summary`'s, the best point with its fixed
         values), made at the end of each chunk's program and read back with the chunk that ends the
-        run; None for a run split over devices (the result's own program gathers it)."""
+        run; None for a run split over devices (the result's own program gathers it).  The value at
+        the point is not queued on it (:meth:`result` says why)."""
         if plan is not None and plan.mesh_size > 1:
             return None
         summary = _summary_of(state)
         summary["best_x"] = problem.expand(summary["best_x"])
         return summary
-
-    def report_ready(self, problem: Problem, report: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        """The report with :func:`value_at_point`'s value at its point, queued behind the chunk."""
-        one_point = point_value_program(problem)
-        return report if one_point is None else {**report, "value": one_point(report["best_x"])}
 
     def result(
         self, problem: Problem, state: ReplicaExchangeState, done: list[int], status: Status, stats: dict[str, Any],
@@ -716,15 +712,16 @@ class ReplicaExchange(Solver):
         # samples, every temperature's chi2, the burn-in outcomes, the counters and widths of each
         # chain) stays on the device until the result's user reads it (lazy_fields): at a million
         # chains they are hundreds of MB that most callers never look at.
+        # The value at the best point is the one-point program's on the host point, the program a
+        # first call compiled beside its loops (one made for the report's device array would be
+        # another executable, compiled after the run).
         if reported is None:
             st = SimpleNamespace(**jax.device_get(_host_summary(state)))
             x_best = np.asarray(problem.expand(st.best_x))
-            fun = value_at_point(problem, x_best, float(st.best_fun))
         else:
-            st = SimpleNamespace(**{"value": None, **reported})
+            st = SimpleNamespace(**reported)
             x_best = np.asarray(st.best_x)
-            found = float(st.best_fun)
-            fun = reported_value(st.value, found) if st.value is not None else value_at_point(problem, x_best, found)
+        fun = value_at_point(problem, x_best, float(st.best_fun))
         n_rec = done[1]
         stats = dict(stats)
         stats["nonfinite"] = int(st.n_nonfinite.sum(dtype=np.int64))  # per sequence on the device: no int32 overflow
