@@ -100,3 +100,21 @@ def test_constants_equal_in_python_but_not_the_same_value_get_traces_of_their_ow
     for a in (1, True, 1.0):  # equal in Python, three types the function may tell apart
         jax.jit(lambda x, u, a=a: flagged(x, {"u": u, "a": a}))(1.0, u)
     assert kinds == [int, bool, float]
+
+
+class _ScaledSquares:
+    """A callable objective that cannot be hashed (it defines __eq__ without __hash__)."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ScaledSquares) and other.scale == self.scale
+
+    def __call__(self, x):
+        return self.scale * jnp.sum(x * x)
+
+
+def test_an_unhashable_callable_objective_is_traced_once_too():
+    problem = mw.Problem(objective=_ScaledSquares(2.0), lower=[-1.0, -1.0], upper=[1.0, 1.0])
+    assert float(jax.jit(problem.chi2_full)(jnp.array([0.5, 0.5]))) == 1.0  # 2 * 0.5, exact in float32

@@ -92,8 +92,12 @@ class TracedOnce:
     def _rebuilt(self, tree: Any, constants: tuple) -> Callable:
         """The function of ``x`` and ``args``' traced arrays, the constants put back in place."""
         fn = self.fn
-        if tree is None:
-            return fn
+        if tree is None:  # a function of its own: jax.jit hashes it, and a callable object may not be hashable
+
+            def call_x(x: Any) -> Any:
+                return fn(x)
+
+            return call_x
 
         def call(x: Any, arrays: list[Any]) -> Any:
             it = iter(arrays)
