@@ -103,3 +103,22 @@ def test_the_command_imports_its_libraries_in_its_handlers() -> None:
     """)
     assert found == {"loaded": [], "usage": True, "cute": False, "others": [],
                      "every": ["demo", "fit-eht", "image", "lbfgs", "neighborlist", "run"]}, found
+
+
+def test_minimize_stays_the_function_when_its_module_is_imported_first() -> None:
+    # multiwalk.minimize is an export and the module defining it: importing the module (or
+    # unpickling the function, which imports it by name) before the first mw.minimize binds the
+    # module on the package, unless the package keeps the function
+    import pickle
+
+    import multiwalk as mw
+
+    found = _python("""
+        import json, pickle, sys
+        f = pickle.loads(bytes.fromhex(sys.argv[1]))  # imports multiwalk.minimize first
+        import multiwalk.minimize
+        import multiwalk as mw
+        from multiwalk import minimize
+        print(json.dumps(dict(attribute=mw.minimize is f, imported=minimize is f)))
+    """, pickle.dumps(mw.minimize).hex())
+    assert found == {"attribute": True, "imported": True}

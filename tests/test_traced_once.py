@@ -75,3 +75,46 @@ def test_pickles_without_its_traces():
     jax.jit(lambda x: traced(x))(jnp.ones(2))
     again = pickle.loads(pickle.dumps(traced))
     assert again.fn is _square_sum and float(jax.jit(lambda x: again(x))(jnp.arange(3.0))) == 5.0
+
+
+def test_a_numpy_scalar_in_args_stays_a_constant_the_function_may_branch_on():
+    # a compiled loop keeps NumPy scalars as constants (compile_cache.problem_arrays), so the
+    # check must too: ``if args["flag"]:`` on an np.bool_ is a Python branch on a constant
+    def objective(x, args):
+        return jnp.sum(x * x) if args["flag"] else jnp.sum(x)
+
+    problem = mw.Problem(objective=objective, lower=[-1.0, -1.0], upper=[1.0, 1.0],
+                         args={"flag": np.bool_(True), "scale": np.float32(2.0)})
+    assert float(jax.jit(problem.chi2_full)(jnp.array([0.5, 0.5]))) == 0.5  # 0.25 + 0.25, exact in float32
+
+
+def test_constants_equal_in_python_but_not_the_same_value_get_traces_of_their_own():
+    traced = TracedOnce(lambda x, args: x / args["a"], takes_args=True)
+
+    u = jnp.ones(1)  # a traced array leaf of args, so the calls take the replayed way
+    # 0.0 == -0.0 in Python, yet 1 / 0.0 is +inf and 1 / -0.0 is -inf: exact, no tolerance
+    assert float(jax.jit(lambda x, u: traced(x, {"u": u, "a": 0.0}))(1.0, u)) == np.inf
+    assert float(jax.jit(lambda x, u: traced(x, {"u": u, "a": -0.0}))(1.0, u)) == -np.inf
+    kinds = []
+    flagged = TracedOnce(lambda x, args: kinds.append(type(args["a"])) or x, takes_args=True)
+    for a in (1, True, 1.0):  # equal in Python, three types the function may tell apart
+        jax.jit(lambda x, u, a=a: flagged(x, {"u": u, "a": a}))(1.0, u)
+    assert kinds == [int, bool, float]
+
+
+class _ScaledSquares:
+    """A callable objective that cannot be hashed (it defines __eq__ without __hash__)."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ScaledSquares) and other.scale == self.scale
+
+    def __call__(self, x):
+        return self.scale * jnp.sum(x * x)
+
+
+def test_an_unhashable_callable_objective_is_traced_once_too():
+    problem = mw.Problem(objective=_ScaledSquares(2.0), lower=[-1.0, -1.0], upper=[1.0, 1.0])
+    assert float(jax.jit(problem.chi2_full)(jnp.array([0.5, 0.5]))) == 1.0  # 2 * 0.5, exact in float32

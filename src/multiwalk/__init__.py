@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 import _multiwalk_launch
@@ -95,6 +97,21 @@ _EXPORTS = {  # name -> the module that defines it
     "ReplicaExchange": "solvers.replica_exchange", "ReplicaExchangeResult": "solvers.replica_exchange",
 }
 _export, _ = attach(__name__, _EXPORTS)
+
+
+class _Package(types.ModuleType):
+    """This package's module type.  ``minimize`` is both an export (the function) and the module
+    that defines it: importing ``multiwalk.minimize`` first (``import multiwalk.minimize``, or
+    unpickling the function) has the import system bind the module here, which would hide the
+    function from ``mw.minimize``; the function is bound instead."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "minimize" and isinstance(value, types.ModuleType):
+            value = value.minimize
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -345,11 +345,28 @@ def _arg_key(x: Any) -> Any:
     (uncommitted arrays go where the executable runs, so their device does not count)."""
     if isinstance(x, jax.Array):
         # the dtype itself (hashable, equal by value), not str(dtype): ~3.6 us a leaf on a CPU,
-        # which the progress summary paid for each of a state's ~50 leaves after every chunk
-        return (x.shape, x.dtype, x.aval.weak_type, x.sharding if x.committed else None)
+        # which the progress summary paid for each of a state's ~50 leaves after every chunk.
+        # An array committed to the device uncommitted ones go to runs the same executable as a
+        # host array (a run's result on its one device, the executable compiled ahead for NumPy)
+        placed = x.sharding if x.committed and x.sharding != _uncommitted_sharding() else None
+        return (x.shape, x.dtype, x.aval.weak_type, placed)
     if isinstance(x, np.ndarray) or np.isscalar(x):
-        return (np.shape(x), str(np.asarray(x).dtype), not isinstance(x, (np.ndarray, np.generic)))
+        # the dtype as a jax.Array's key holds it: a host array and a device array of one shape
+        # and dtype share the executable
+        return (np.shape(x), np.asarray(x).dtype, not isinstance(x, (np.ndarray, np.generic)), None)
     raise TypeError(f"cached_jit: arguments must be arrays, got {type(x).__name__}")
+
+
+def _uncommitted_sharding() -> Any:
+    """Where a host array goes when an executable runs it: the default device (``jax.default_device``
+    or JAX's first device), as a sharding."""
+    return _sharding_of_default(jax.config.jax_default_device)
+
+
+@functools.lru_cache(maxsize=8)
+def _sharding_of_default(default: Any) -> Any:
+    device = jax.devices(default)[0] if isinstance(default, str) else default or jax.devices()[0]
+    return jax.sharding.SingleDeviceSharding(device)
 
 
 def _jit_options(problem: Any, out_shardings: Any) -> dict[str, Any]:

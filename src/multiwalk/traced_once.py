@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 from jax.core import Tracer
 
 __all__ = ["TracedOnce"]
@@ -45,12 +46,11 @@ class TracedOnce:
         if any(_is_concrete_array(leaf) for leaf in leaves):
             return self._direct(x, args)  # the function may read them: trace it as it is
         constants = tuple(None if t else leaf for leaf, t in zip(leaves, traced))
-        key = (tree, constants)
         try:
-            hash(key)
+            jitted = self._jitted_for(tree, constants)
         except TypeError:  # a constant leaf that cannot key a cache: no sharing of traces
             return self._direct(x, args)
-        return self._jitted_for(key)(x, [leaf for leaf, t in zip(leaves, traced) if t])
+        return jitted(x, [leaf for leaf, t in zip(leaves, traced) if t])
 
     def eval_shape(self, x: Any, args: Any = None) -> Any:
         """The output's shape and dtype for ``x`` (a ``jax.ShapeDtypeStruct``), ``args``' arrays
@@ -58,13 +58,18 @@ class TracedOnce:
         if not self.takes_args:
             return jax.eval_shape(self._jitted_for(None), x)
         leaves, tree = jax.tree_util.tree_flatten(args)
-        is_array = [hasattr(leaf, "shape") and hasattr(leaf, "dtype") for leaf in leaves]
-        key = (tree, tuple(None if a else leaf for leaf, a in zip(leaves, is_array)))
+        # the arrays a compiled loop takes as arguments (compile_cache.problem_arrays): NumPy
+        # scalars stay constants there, so a function may branch on them (``if args["flag"]:``)
+        is_array = [isinstance(leaf, (np.ndarray, jax.Array)) for leaf in leaves]
         try:
-            hash(key)
+            jitted = self._jitted_for(tree, tuple(None if a else leaf for leaf, a in zip(leaves, is_array)))
         except TypeError:
             return jax.eval_shape(lambda x: self._direct(x, args), x)
-        return jax.eval_shape(self._jitted_for(key), x, [leaf for leaf, a in zip(leaves, is_array) if a])
+        try:
+            return jax.eval_shape(jitted, x, [leaf for leaf, a in zip(leaves, is_array) if a])
+        except Exception:  # reads an array of args concretely: fine where they are constants (a
+            # kernel's plan), so checked as before, on the concrete args
+            return jax.eval_shape(lambda x: self._direct(x, args), x)
 
     def __getstate__(self) -> dict[str, Any]:  # a pickled problem holds the function, not its traces
         return {"fn": self.fn, "takes_args": self.takes_args}
@@ -75,18 +80,24 @@ class TracedOnce:
     def _direct(self, x: Any, args: Any) -> Any:
         return self.fn(x, args) if self.takes_args else self.fn(x)
 
-    def _jitted_for(self, key: Any) -> Callable:
-        jitted = self._jitted.get(key)
+    def _jitted_for(self, tree: Any = None, constants: tuple = ()) -> Callable:
+        """The jitted function for ``args``' ``tree`` and its ``constants`` (None where an array
+        goes); no ``tree``: ``fn(x)``.  TypeError where a constant cannot key the cache."""
+        key = None if tree is None else (tree, tuple(_constant_key(c) for c in constants))
+        jitted = self._jitted.get(key)  # hashes the key: TypeError for an unhashable constant
         if jitted is None:
-            jitted = self._jitted.setdefault(key, jax.jit(self._rebuilt(key), inline=True))
+            jitted = self._jitted.setdefault(key, jax.jit(self._rebuilt(tree, constants), inline=True))
         return jitted
 
-    def _rebuilt(self, key: Any) -> Callable:
+    def _rebuilt(self, tree: Any, constants: tuple) -> Callable:
         """The function of ``x`` and ``args``' traced arrays, the constants put back in place."""
         fn = self.fn
-        if key is None:
-            return fn
-        tree, constants = key
+        if tree is None:  # a function of its own: jax.jit hashes it, and a callable object may not be hashable
+
+            def call_x(x: Any) -> Any:
+                return fn(x)
+
+            return call_x
 
         def call(x: Any, arrays: list[Any]) -> Any:
             it = iter(arrays)
@@ -94,6 +105,17 @@ class TracedOnce:
             return fn(x, args)
 
         return call
+
+
+def _constant_key(constant: Any) -> Any:
+    """``constant`` as a cache key that equals another only for the same value of the same type:
+    ``1``, ``1.0`` and ``True`` are equal in Python, ``0.0`` and ``-0.0`` too, yet a function may
+    tell them apart (``1 / a``, ``a // 2``); a float's repr also makes NaN equal to itself."""
+    if constant is None:
+        return None
+    if isinstance(constant, (float, complex)):
+        return type(constant), repr(constant)
+    return type(constant), constant
 
 
 def _is_concrete_array(leaf: Any) -> bool:
