@@ -88,6 +88,22 @@ def test_a_numpy_scalar_in_args_stays_a_constant_the_function_may_branch_on():
     assert float(jax.jit(problem.chi2_full)(jnp.array([0.5, 0.5]))) == 0.5  # 0.25 + 0.25, exact in float32
 
 
+def test_numpy_scalars_in_args_do_not_stop_the_programs_sharing_the_trace():
+    # the check and the compiled programs split args alike (traced_once.split_args): the arrays
+    # traced, the NumPy scalars constants, so the check's trace is the one every program replays
+    calls: list = []
+
+    def model(x, args):
+        calls.append(1)
+        return args["scale"] * x[0] * jnp.sin(args["u"] * x[1]) + x[2]
+
+    data = 1.3 * np.sin(U * 0.7) + 0.2
+    problem = mw.Problem(model=model, args={"u": U, "scale": np.float32(1.0)}, data=data,
+                         sigma=np.full(20, 0.1), lower=[0.0, 0.0, -1.0], upper=[3.0, 2.0, 1.0])
+    mw.solve(problem, mw.ReplicaExchange(nbeta=2, nseq=2, nburn=2, niter=3), progress=False, seed=1)
+    assert len(calls) == 1  # the check's trace only: the start, the loop and the result replay it
+
+
 def test_constants_equal_in_python_but_not_the_same_value_get_traces_of_their_own():
     traced = TracedOnce(lambda x, args: x / args["a"], takes_args=True)
 

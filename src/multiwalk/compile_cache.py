@@ -30,6 +30,7 @@ import numpy as np
 
 from .host_objective import compiler_options
 from .problem import Problem
+from .traced_once import joined_args, split_args
 
 __all__ = [
     "cached_jit", "start_with", "fingerprint", "full_fingerprint", "arguments_fingerprint", "one_fingerprint_per_call",
@@ -181,10 +182,8 @@ def problem_arrays(problem: Any, as_arguments: bool = True) -> tuple[Any, Any]:
     """
     if not isinstance(problem, Problem) or not as_arguments:
         return None, None
-    leaves, tree = jax.tree_util.tree_flatten(problem.args)
-    is_array = [isinstance(x, (np.ndarray, jax.Array)) for x in leaves]
-    arrays = (problem.data, problem.sigma, [x for x, a in zip(leaves, is_array) if a])
-    return arrays, (tree, tuple(None if a else x for x, a in zip(leaves, is_array)))
+    array_leaves, static = split_args(problem.args)
+    return (problem.data, problem.sigma, array_leaves), static
 
 
 def with_arrays(problem: Any, arrays: Any, static: Any) -> Any:
@@ -192,12 +191,10 @@ def with_arrays(problem: Any, arrays: Any, static: Any) -> Any:
     if arrays is None:
         return problem
     data, sigma, array_leaves = arrays
-    tree, leaves = static
-    it = iter(array_leaves)
     copy = object.__new__(type(problem))
     copy.__dict__.update(vars(problem))
     copy.data, copy.sigma = data, sigma
-    copy.args = jax.tree_util.tree_unflatten(tree, [next(it) if x is None else x for x in leaves])
+    copy.args = joined_args(array_leaves, static)
     return copy
 
 
@@ -346,8 +343,9 @@ def _arg_key(x: Any) -> Any:
     if isinstance(x, jax.Array):
         # the dtype itself (hashable, equal by value), not str(dtype): ~3.6 us a leaf on a CPU,
         # which the progress summary paid for each of a state's ~50 leaves after every chunk.
-        # An array committed to the device uncommitted ones go to runs the same executable as a
-        # host array (a run's result on its one device, the executable compiled ahead for NumPy)
+        # An array committed to the default device (where uncommitted arrays go) runs the same
+        # executable as a host array: a run's result on its one device shares the executable
+        # compiled ahead for NumPy.
         placed = x.sharding if x.committed and x.sharding != _uncommitted_sharding() else None
         return (x.shape, x.dtype, x.aval.weak_type, placed)
     if isinstance(x, np.ndarray) or np.isscalar(x):

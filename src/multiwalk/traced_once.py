@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from jax.core import Tracer
 
-__all__ = ["TracedOnce"]
+__all__ = ["TracedOnce", "split_args", "joined_args"]
 
 
 class TracedOnce:
@@ -41,32 +41,27 @@ class TracedOnce:
             return self._direct(x, args)
         if not self.takes_args:
             return self._jitted_for(None)(x)
-        leaves, tree = jax.tree_util.tree_flatten(args)
-        traced = [isinstance(leaf, Tracer) for leaf in leaves]
-        if any(_is_concrete_array(leaf) for leaf in leaves):
+        arrays, (tree, constants) = split_args(args)
+        if any(not isinstance(a, Tracer) for a in arrays):
             return self._direct(x, args)  # the function may read them: trace it as it is
-        constants = tuple(None if t else leaf for leaf, t in zip(leaves, traced))
         try:
             jitted = self._jitted_for(tree, constants)
         except TypeError:  # a constant leaf that cannot key a cache: no sharing of traces
             return self._direct(x, args)
-        return jitted(x, [leaf for leaf, t in zip(leaves, traced) if t])
+        return jitted(x, arrays)
 
     def eval_shape(self, x: Any, args: Any = None) -> Any:
         """The output's shape and dtype for ``x`` (a ``jax.ShapeDtypeStruct``), ``args``' arrays
         taken as abstract: the trace compiled programs then replay, made here once."""
         if not self.takes_args:
             return jax.eval_shape(self._jitted_for(None), x)
-        leaves, tree = jax.tree_util.tree_flatten(args)
-        # the arrays a compiled loop takes as arguments (compile_cache.problem_arrays): NumPy
-        # scalars stay constants there, so a function may branch on them (``if args["flag"]:``)
-        is_array = [isinstance(leaf, (np.ndarray, jax.Array)) for leaf in leaves]
+        arrays, (tree, constants) = split_args(args)  # as compiled loops take them
         try:
-            jitted = self._jitted_for(tree, tuple(None if a else leaf for leaf, a in zip(leaves, is_array)))
+            jitted = self._jitted_for(tree, constants)
         except TypeError:
             return jax.eval_shape(lambda x: self._direct(x, args), x)
         try:
-            return jax.eval_shape(jitted, x, [leaf for leaf, a in zip(leaves, is_array) if a])
+            return jax.eval_shape(jitted, x, arrays)
         except Exception:  # reads an array of args concretely: fine where they are constants (a
             # kernel's plan), so checked as before, on the concrete args
             return jax.eval_shape(lambda x: self._direct(x, args), x)
@@ -100,9 +95,7 @@ class TracedOnce:
             return call_x
 
         def call(x: Any, arrays: list[Any]) -> Any:
-            it = iter(arrays)
-            args = jax.tree_util.tree_unflatten(tree, [next(it) if c is None else c for c in constants])
-            return fn(x, args)
+            return fn(x, joined_args(arrays, (tree, constants)))
 
         return call
 
@@ -118,5 +111,18 @@ def _constant_key(constant: Any) -> Any:
     return type(constant), constant
 
 
-def _is_concrete_array(leaf: Any) -> bool:
-    return hasattr(leaf, "shape") and hasattr(leaf, "dtype") and not isinstance(leaf, Tracer)
+def split_args(args: Any) -> tuple[list[Any], tuple[Any, tuple]]:
+    """``(arrays, (tree, constants))``: ``args``' array leaves (NumPy or JAX arrays, traced or not),
+    which compiled code takes as arguments, and its tree with the other leaves (numbers, strings,
+    NumPy scalars; None where an array goes), which it compiles in (:func:`joined_args` undoes it)."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    is_array = [isinstance(leaf, (np.ndarray, jax.Array)) for leaf in leaves]
+    arrays = [leaf for leaf, a in zip(leaves, is_array) if a]
+    return arrays, (tree, tuple(None if a else leaf for leaf, a in zip(leaves, is_array)))
+
+
+def joined_args(arrays: list[Any], static: tuple[Any, tuple]) -> Any:
+    """``args`` from :func:`split_args`'s parts, ``arrays`` (perhaps traced) in place of its arrays."""
+    tree, constants = static
+    it = iter(arrays)
+    return jax.tree_util.tree_unflatten(tree, [next(it) if c is None else c for c in constants])

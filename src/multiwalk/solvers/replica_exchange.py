@@ -696,7 +696,7 @@ class ReplicaExchange(Solver):
         """What :meth:`result` reads at once (:func:`_host_summary`'s, the best point with its fixed
         values), made at the end of each chunk's program and read back with the chunk that ends the
         run; None for a run split over devices (the result's own program gathers it).  The value at
-        the point is not queued on it (:meth:`result` says why)."""
+        the point is evaluated after it, by :func:`value_at_point` (no ``report_ready``)."""
         if plan is not None and plan.mesh_size > 1:
             return None
         summary = _summary_of(state)
@@ -712,9 +712,8 @@ class ReplicaExchange(Solver):
         # samples, every temperature's chi2, the burn-in outcomes, the counters and widths of each
         # chain) stays on the device until the result's user reads it (lazy_fields): at a million
         # chains they are hundreds of MB that most callers never look at.
-        # The value at the best point is the one-point program's on the host point, the program a
-        # first call compiled beside its loops (one made for the report's device array would be
-        # another executable, compiled after the run).
+        # The value at the best point: value_at_point's one-point program on the host point (the
+        # program a first call compiled beside its loops), a program and a read back of its own.
         if reported is None:
             st = SimpleNamespace(**jax.device_get(_host_summary(state)))
             x_best = np.asarray(problem.expand(st.best_x))
