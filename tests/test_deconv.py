@@ -189,6 +189,38 @@ def test_clean_on_a_synthetic_field(field):
     assert r.steps[0] == pytest.approx(np.abs(field["dirty"]).max(), rel=1e-6)
 
 
+def test_images_are_read_only_and_kept_on_the_device(field):
+    # the problem's images are its own copies, read-only: the copies kept on the device stay theirs
+    problem = mw.deconv.Deconvolution(field["dirty"], field["psf"])
+    with pytest.raises(ValueError, match="read-only"):
+        problem.dirty[0, 0] = 1.0
+    with pytest.raises(AttributeError, match="make a new Deconvolution"):
+        problem.psf = field["psf"]
+    field["dirty"][0, 0] += 0.0  # the caller's array is not the problem's (still writable)
+    first = problem.device_images()
+    assert problem.device_images() is first  # put on the device once
+    for on_device, host in zip(first, (problem.dirty, problem.psf, problem.model)):
+        np.testing.assert_array_equal(np.asarray(on_device), host)  # a copy: bit for bit
+
+
+@pytest.mark.parametrize("solver", [mw.deconv.Clean(gain=0.1, threshold=0.01, max_iterations=300),
+                                    mw.deconv.CoordinateDescent(lam=0.01, alpha=0.5, max_iterations=300)],
+                         ids=["clean", "coordinate_descent"])
+def test_a_second_solve_sends_no_image(field, solver):
+    # A second solve of a problem starts from its images on the device and makes the exact residual
+    # there.  The host images are then overwritten with NaN behind the problem's back: a solve that
+    # sent them again would give NaN; this one gives the first solve's result bit for bit (the same
+    # programs on the same arrays).
+    problem = mw.deconv.Deconvolution(field["dirty"], field["psf"])
+    first = mw.solve(problem, solver, progress=False)
+    for name in ("dirty", "psf", "model"):
+        problem.__dict__[name] = np.full_like(getattr(problem, name), np.nan)
+    second = mw.solve(problem, solver, progress=False)
+    assert second.status == first.status and second.iterations == first.iterations
+    for got, want in ((second.model, first.model), (second.residual, first.residual), (second.fun, first.fun)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_gridder_round_trip_is_adjoint():
     # <dirty2vis(m), v> = <m, vis2dirty(v)> (real part): ducc0 at epsilon 1e-7, so 1e-5 relative
     from multiwalk.deconv import major_cycle as mc

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from multiwalk.result import Deferred, Result, Status, through_pinned_memory, to_host, tree_to_host
 
@@ -27,6 +28,35 @@ def test_pinned_copy_is_the_same_values():
         np.testing.assert_array_equal(out, np.asarray(x))
     k = jnp.arange(1 << 21, dtype=jnp.int32).astype(jnp.int8)  # over PINNED_COPY_BYTES
     np.testing.assert_array_equal(to_host(k), np.asarray(k))
+
+
+def test_a_spare_pinned_buffer_once_per_device_and_size(monkeypatch):
+    # The first read of a size also makes (and frees) a second pinned buffer, which JAX's pool keeps
+    # for the next call's read while the caller holds the first result; later reads of that size
+    # make none; sizes above SPARE_PINNED_MAX_BYTES none.  Counted through jax.device_put.
+    from multiwalk import result as result_module
+
+    monkeypatch.setattr(result_module, "_SPARE_PINNED", set())
+    monkeypatch.setattr(result_module, "SPARE_PINNED_MAX_BYTES", 1 << 16)
+    calls = []
+    real = jax.device_put
+
+    def counting(x, *args, **kwargs):
+        calls.append(getattr(x, "nbytes", None))
+        return real(x, *args, **kwargs)
+
+    small, other, large = jnp.arange(1000.0), jnp.arange(2000.0), jnp.arange(1 << 15, dtype=jnp.float32)
+    try:
+        jax.device_put(small, small.sharding.with_memory_kind("pinned_host"))
+    except (ValueError, TypeError, NotImplementedError, RuntimeError):
+        pytest.skip("no pinned host memory on this backend")
+    monkeypatch.setattr(jax, "device_put", counting)
+    expected = [(small, 2), (small, 1), (other, 2), (small, 1), (large, 1), (large, 1)]
+    for x, copies in expected:
+        calls.clear()
+        out = through_pinned_memory(x)
+        np.testing.assert_array_equal(out, np.asarray(x))
+        assert calls == [x.nbytes] * copies
 
 
 def test_tree_to_host_keeps_the_tree_and_the_values():

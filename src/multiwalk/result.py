@@ -165,20 +165,43 @@ def tree_to_host(tree: Any) -> Any:
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
+#: the largest array for which :func:`through_pinned_memory` reserves a spare pinned buffer
+SPARE_PINNED_MAX_BYTES = 1 << 30
+_SPARE_PINNED: set[tuple[Any, int]] = set()  # (device, bytes) whose spare buffer was reserved
+
+
 def through_pinned_memory(value: Any) -> np.ndarray:
     """A device array's values copied to pinned host memory by the device, then read as NumPy (a
     view of the pinned buffer); ``np.asarray(value)`` where the backend has no pinned host memory.
+
     JAX keeps freed pinned buffers for reuse, but a new one costs its allocation: on an H100 host,
-    80 MB took 52-74 ms in a process's first two calls (the first result, still held, keeps its
-    buffer) and 1.9-2.0 ms from the third on.  A NumPy copy of its own, freeing the buffer at
-    once, took 22-48 ms every call (the fresh pages' faults), so the view stays."""
+    80 MB took 52-74 ms in a process's first two calls and 1.9-2.0 ms from the third on.  The
+    second call allocates because the first result, still held by the caller, keeps its buffer
+    while the second is read.  So the first time a size is read on a device (up to
+    :data:`SPARE_PINNED_MAX_BYTES`), one more buffer of that size is made and freed at once, which
+    JAX's pool keeps: the next call reads into it while the caller holds the first result, and from
+    then on the two alternate.  A NumPy copy of its own instead, freeing the buffer at once, took
+    22-48 ms every call (the fresh pages' faults), so the view stays."""
     import jax
 
     try:
         pinned = jax.device_put(value, value.sharding.with_memory_kind("pinned_host"))
     except (ValueError, TypeError, NotImplementedError, RuntimeError):  # no pinned memory on this backend
         return np.asarray(value)
+    _reserve_spare(value, pinned.sharding)
     return np.asarray(pinned)
+
+
+def _reserve_spare(value: Any, pinned_sharding: Any) -> None:
+    """The spare pinned buffer of :func:`through_pinned_memory`: made (a copy of ``value``, the one
+    way JAX allocates pinned memory) and dropped, once per device and size."""
+    import jax
+
+    size = (tuple(sorted(d.id for d in value.sharding.device_set)), int(value.nbytes))
+    if size in _SPARE_PINNED or value.nbytes > SPARE_PINNED_MAX_BYTES:
+        return
+    _SPARE_PINNED.add(size)
+    jax.block_until_ready(jax.device_put(value, pinned_sharding))  # allocated, then freed into the pool
 
 
 class Deferred:

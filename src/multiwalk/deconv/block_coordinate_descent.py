@@ -264,10 +264,10 @@ class BlockCoordinateDescent(Solver):
         """The images and the PSF's autocorrelation (host, float64) travel as arguments, never
         as compiled-in constants: one compiled loop serves every problem of the same shapes."""
         dtype = problem.dtype
-        lipschitz = np.asarray(np.sum(np.asarray(problem.psf, np.float64) ** 2), dtype)  # as CoordinateDescent
+        lipschitz = np.asarray(problem.psf_power(), dtype)  # as CoordinateDescent
         ac = autocorrelation(problem).astype(dtype)
         make = cached_jit(problem, self, "init", lambda *a: self._initial_state(problem, *a))
-        return start_with(make, problem.dirty, problem.psf, problem.model, lipschitz, ac)
+        return start_with(make, *problem.device_images(), lipschitz, ac)
 
     def _initial_state(
         self, problem: Deconvolution, dirty: jax.Array, psf: jax.Array, start: jax.Array, lipschitz: jax.Array,
@@ -336,7 +336,7 @@ class BlockCoordinateDescent(Solver):
         self, problem: Deconvolution, state: BCDState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> DeconvolutionResult:
         iterations = int(state.iteration)
-        model, residual, objective = final_model(problem, state.x, self._penalty)
+        model, residual, objective, _ = final_model(problem, state.x, self._penalty)
         tolerance, max_step = float(state.tolerance), float(state.max_step)
         message = status.describe({
             Status.SUCCESS: f"converged: on the exact gradient map no pixel can change by more than {tolerance:.3g} "

@@ -99,7 +99,7 @@ class Clean(Solver):
         self, problem: Deconvolution, shardings: Any = None, plan: Any = None
     ) -> Callable[[jax.Array], CleanState]:
         make = cached_jit(problem, self, "init", lambda d, p, x0: self._initial_state(problem, d, p, x0), shardings)
-        return start_with(make, problem.dirty, problem.psf, problem.model)
+        return start_with(make, *problem.device_images())
 
     def batch_axes(self, problem: Deconvolution, state: CleanState) -> CleanState:
         """The model, residual and block maxima split by rows (patches.py); the PSF whole."""
@@ -161,7 +161,7 @@ class Clean(Solver):
         self, problem: Deconvolution, state: CleanState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> DeconvolutionResult:
         iterations = int(state.iteration)
-        model, residual, fun = final_model(problem, state.x, None)
+        model, residual, fun, _ = final_model(problem, state.x, None)
         peak = float(jnp.max(state.block_best))
         message = status.describe({
             Status.SUCCESS: f"the residual peak {peak:.4g} is below threshold={self.threshold:g} ({iterations} iterations)",

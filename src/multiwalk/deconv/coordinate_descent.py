@@ -241,14 +241,15 @@ class CoordinateDescent(Solver):
     def initial_state_fn(
         self, problem: Deconvolution, shardings: Any = None, plan: Any = None
     ) -> Callable[[jax.Array], CDState]:
-        """The images travel as arguments (never compiled in as constants); L comes from the host.
-        ``shardings``: the state is made split in row patches (several devices, ``batch_axes``)."""
-        dirty, psf, start = problem.dirty, problem.psf, problem.model
+        """The images travel as arguments (never compiled in as constants), from the problem's copies
+        on the device; L comes from the host.  ``shardings``: the state is made split in row patches
+        (several devices, ``batch_axes``)."""
         # AC[0] = sum PSF^2, the map update's own diagonal (module doc), summed in float64
-        lipschitz = np.full(problem.shape, float(np.sum(np.asarray(psf, np.float64) ** 2)), problem.dtype)
+        lipschitz = np.asarray(problem.psf_power(), problem.dtype)
         make = cached_jit(problem, self, "init", lambda d, p, x0, lip: self._initial_state(problem, d, p, x0, lip))
         if shardings is None:
-            return start_with(make, dirty, psf, start, lipschitz)
+            return start_with(make, *problem.device_images(), lipschitz)
+        dirty, psf, start = problem.dirty, problem.psf, problem.model
         # Split: made whole on one device, then placed, so that its objective (a sum over the
         # image) is rounded as on one device and the split run's history is the same bit for bit.
         return lambda key: dist.place(dist.to_host(make(dirty, psf, start, lipschitz)), shardings)
@@ -270,7 +271,9 @@ class CoordinateDescent(Solver):
     def _initial_state(
         self, problem: Deconvolution, dirty: jax.Array, psf: jax.Array, start: jax.Array, lipschitz: jax.Array
     ) -> CDState:
+        """The start from the images; ``lipschitz`` is sum PSF^2 (a scalar), every pixel's constant."""
         geo = self._geometry(problem)
+        lipschitz = jnp.full(problem.shape, lipschitz, dirty.dtype)
         n, m = problem.shape
         p = psf.shape[0]
         c = p // 2
@@ -460,11 +463,13 @@ class CoordinateDescent(Solver):
         # ``exact``: the map is the initial (FFT) one, or a refresh just confirmed the tolerance.
         return (best <= state.tolerance) & state.exact
 
-    def exact_max_step(self, problem: Deconvolution, model: np.ndarray, residual: np.ndarray) -> float:
+    def exact_max_step(self, problem: Deconvolution, model: Any, residual: Any, psf: Any = None) -> jax.Array:
         """The largest proximal step of any pixel of ``model`` (N x M) on the exact gradient map of
-        its ``residual`` (``dirty - (model - start) * PSF``, N x M): one FFT correlation."""
-        arrays = (jnp.asarray(a, problem.dtype) for a in (residual, model, problem.psf, self.lam, self.alpha))
-        return float(_max_step(*arrays))
+        its ``residual`` (``dirty - (model - start) * PSF``, N x M): one FFT correlation, a 0-d
+        array on the device (``psf``: the problem's, on the device, unless given)."""
+        psf = problem.device_images()[1] if psf is None else psf
+        arrays = (jnp.asarray(a, problem.dtype) for a in (residual, model, psf, self.lam, self.alpha))
+        return _max_step(*arrays)
 
     def summary(self, problem: Deconvolution, state: CDState) -> dict[str, jax.Array]:
         return {"objective": state.fun, "max_step": jnp.max(state.block_best)}
@@ -473,9 +478,9 @@ class CoordinateDescent(Solver):
         self, problem: Deconvolution, state: CDState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> DeconvolutionResult:
         iterations = int(state.iteration)
-        model, residual, objective = final_model(problem, state.x, self._penalty)
+        model, residual, objective, max_step = final_model(
+            problem, state.x, self._penalty, lambda x, r, psf: self.exact_max_step(problem, x, r, psf))
         tolerance, refreshes = float(state.tolerance), int(state.refreshes)
-        max_step = self.exact_max_step(problem, model, residual)
         message = status.describe({
             Status.SUCCESS: f"converged: on the exact gradient map no pixel can change by more than {tolerance:.3g} "
             f"Jy/pixel (epsilon={self.epsilon:g} of the image's scale; {iterations} iterations, {refreshes} exact maps)",

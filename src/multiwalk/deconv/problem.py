@@ -95,6 +95,37 @@ class Deconvolution:
             self.model = _image("model", model, dt)
             if self.model.shape != self.dirty.shape:
                 raise ValueError(f"model has shape {self.model.shape} but dirty has {self.dirty.shape}: they must match")
+        # The images are this problem's own copies (``_image``), read-only so that the copies kept
+        # on the device (``device_images``) and the PSF's power stay theirs: new images, a new problem.
+        for image in (self.dirty, self.psf, self.model):
+            image.flags.writeable = False
+        self._device_images: tuple[Any, Any, Any] | None = None
+        self._psf_power: float | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("dirty", "psf", "model") and name in self.__dict__:
+            raise AttributeError(f"Deconvolution.{name} cannot be replaced: make a new Deconvolution for new images")
+        super().__setattr__(name, value)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__, _device_images=None)  # the device copies are made again where unpickled
+
+    def device_images(self) -> tuple[Any, Any, Any]:
+        """``(dirty, psf, model)`` as JAX arrays on the default device, put there on the first call
+        and kept: a solver's start and its result's exact residual read them, so a second solve of
+        this problem sends no image to the device (3 N^2 values: 0.2 GB at 4096^2 in float32)."""
+        if self._device_images is None:
+            import jax
+
+            self._device_images = tuple(jax.device_put(image) for image in (self.dirty, self.psf, self.model))
+        return self._device_images
+
+    def psf_power(self) -> float:
+        """``sum PSF^2``, summed in float64 once (every pixel's Lipschitz constant for a PSF that reaches
+        the whole image; what CoordinateDescent uses)."""
+        if self._psf_power is None:
+            self._psf_power = float(np.sum(np.asarray(self.psf, np.float64) ** 2))
+        return self._psf_power
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +13,7 @@ from ..result import Result, to_host
 from . import greedy
 from .problem import Deconvolution
 
-__all__ = ["DeconvolutionResult", "final_images", "final_model"]
+__all__ = ["DeconvolutionResult", "final_model"]
 
 
 @dataclass(repr=False)
@@ -48,28 +47,25 @@ def _residual(dirty: jax.Array, psf: jax.Array, change: jax.Array) -> jax.Array:
     return dirty - greedy.convolve(change, greedy.psf_fft(psf, size), size, psf.shape[0] // 2)
 
 
-def final_images(
-    problem: Deconvolution, model: Any, penalty: Callable[[jax.Array], jax.Array] | None
-) -> tuple[np.ndarray, float]:
-    """The exact residual ``dirty - (model - start) * PSF`` and the objective ``0.5 ||residual||^2 + penalty(model)``;
-    ``model`` (N x M) on the host or the device."""
-    model = jnp.asarray(model)
-    residual = _residual(jnp.asarray(problem.dirty), jnp.asarray(problem.psf), model - jnp.asarray(problem.model))
-    value = 0.5 * jnp.sum(residual * residual)
-    if penalty is not None:
-        value = value + penalty(model)
-    return to_host(residual), float(value)
-
-
 def final_model(
-    problem: Deconvolution, x: jax.Array, penalty: Callable[[jax.Array], jax.Array] | None
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """``(model, residual, objective)`` at a run's end: the solver's image ``x`` (padded to at
-    least N x M) cut to the problem's N x M, then :func:`final_images` of it.  The model stays on
-    the device until both images are made; each comes back through pinned memory
+    problem: Deconvolution, x: jax.Array, penalty: Callable[[jax.Array], jax.Array] | None,
+    exact_step: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
+) -> tuple[np.ndarray, np.ndarray, float, float | None]:
+    """``(model, residual, objective, step)`` at a run's end: the solver's image ``x`` (padded to at
+    least N x M) cut to the problem's N x M; the exact residual ``dirty - (model - start) * PSF``
+    by FFT; the objective ``0.5 ||residual||^2 + penalty(model)``; and ``exact_step(model,
+    residual, psf)`` (a solver's test on the exact maps; None without it).  All of it is computed
+    on the device from the problem's copies there (:meth:`Deconvolution.device_images`: no image
+    is sent again), and the two images come back through pinned memory
     (:func:`~multiwalk.result.to_host`: on a GPU, tens of times faster than a copy into pageable
     memory for these images of tens of MB)."""
     n, m = problem.shape
+    dirty, psf, start = problem.device_images()
     model = x[:n, :m]
-    residual, value = final_images(problem, model, penalty)
-    return to_host(model), residual, value
+    residual = _residual(dirty, psf, model - start)
+    value = 0.5 * jnp.sum(residual * residual)
+    if penalty is not None:
+        value = value + penalty(model)
+    step = None if exact_step is None else exact_step(model, residual, psf)
+    scalars = jax.device_get((value, step))  # one wait for both numbers
+    return to_host(model), to_host(residual), float(scalars[0]), None if step is None else float(scalars[1])
