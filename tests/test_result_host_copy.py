@@ -30,13 +30,14 @@ def test_pinned_copy_is_the_same_values():
     np.testing.assert_array_equal(to_host(k), np.asarray(k))
 
 
-def test_a_spare_pinned_buffer_once_per_device_and_size(monkeypatch):
-    # The first read of a size also makes (and frees) a second pinned buffer, which JAX's pool keeps
-    # for the next call's read while the caller holds the first result; later reads of that size
-    # make none; sizes above SPARE_PINNED_MAX_BYTES none.  Counted through jax.device_put.
+def test_spare_pinned_buffers_made_by_the_first_call_reading_a_size(monkeypatch):
+    # Each read of a size by the first call that reads it also makes (and frees) one more pinned
+    # buffer, which JAX's pool keeps for the next call's reads while the caller holds the first
+    # result; later calls make none for that size; sizes above SPARE_PINNED_MAX_BYTES none.
+    # Counted through jax.device_put.
     from multiwalk import result as result_module
 
-    monkeypatch.setattr(result_module, "_SPARE_PINNED", set())
+    monkeypatch.setattr(result_module, "_SPARE_PINNED", {})
     monkeypatch.setattr(result_module, "SPARE_PINNED_MAX_BYTES", 1 << 16)
     calls = []
     real = jax.device_put
@@ -51,12 +52,18 @@ def test_a_spare_pinned_buffer_once_per_device_and_size(monkeypatch):
     except (ValueError, TypeError, NotImplementedError, RuntimeError):
         pytest.skip("no pinned host memory on this backend")
     monkeypatch.setattr(jax, "device_put", counting)
-    expected = [(small, 2), (small, 1), (other, 2), (small, 1), (large, 1), (large, 1)]
-    for x, copies in expected:
-        calls.clear()
-        out = through_pinned_memory(x)
-        np.testing.assert_array_equal(out, np.asarray(x))
-        assert calls == [x.nbytes] * copies
+    calls_of_a_process = [  # per call: (array read, copies made)
+        [(small, 2), (small, 2), (large, 1)],  # two reads of one size: two spares
+        [(small, 1), (small, 1), (other, 2)],  # its spares were made; a new size
+        [(other, 1), (small, 1), (large, 1)],
+    ]
+    for reads in calls_of_a_process:
+        result_module.call_started()
+        for x, copies in reads:
+            calls.clear()
+            out = through_pinned_memory(x)
+            np.testing.assert_array_equal(out, np.asarray(x))
+            assert calls == [x.nbytes] * copies
 
 
 def test_tree_to_host_keeps_the_tree_and_the_values():

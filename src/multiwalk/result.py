@@ -167,7 +167,15 @@ def tree_to_host(tree: Any) -> Any:
 
 #: the largest array for which :func:`through_pinned_memory` reserves a spare pinned buffer
 SPARE_PINNED_MAX_BYTES = 1 << 30
-_SPARE_PINNED: set[tuple[Any, int]] = set()  # (device, bytes) whose spare buffer was reserved
+# (devices, bytes) -> the call (``call_started``'s count) whose reads reserve that size's spares
+_SPARE_PINNED: dict[tuple[Any, int], int] = {}
+_CALLS = [0]
+
+
+def call_started() -> None:
+    """``multiwalk.solve`` says a call begins: the spare pinned buffers of a size
+    (:func:`through_pinned_memory`) are made by the reads of the first call that reads it."""
+    _CALLS[0] += 1
 
 
 def through_pinned_memory(value: Any) -> np.ndarray:
@@ -175,13 +183,14 @@ def through_pinned_memory(value: Any) -> np.ndarray:
     view of the pinned buffer); ``np.asarray(value)`` where the backend has no pinned host memory.
 
     JAX keeps freed pinned buffers for reuse, but a new one costs its allocation: on an H100 host,
-    80 MB took 52-74 ms in a process's first two calls and 1.9-2.0 ms from the third on.  The
-    second call allocates because the first result, still held by the caller, keeps its buffer
-    while the second is read.  So the first time a size is read on a device (up to
-    :data:`SPARE_PINNED_MAX_BYTES`), one more buffer of that size is made and freed at once, which
-    JAX's pool keeps: the next call reads into it while the caller holds the first result, and from
-    then on the two alternate.  A NumPy copy of its own instead, freeing the buffer at once, took
-    22-48 ms every call (the fresh pages' faults), so the view stays."""
+    80 MB took 52-74 ms in a process's first two calls and 1.9-2.0 ms from the third on; Clean's
+    two 64 MB images, ~140 ms of its second call.  The second call allocates because the first
+    result, still held by the caller, keeps its buffers while the second's are read.  So each read
+    of the first call that reads a size (up to :data:`SPARE_PINNED_MAX_BYTES`) also makes one more
+    buffer of that size and frees it at once, which JAX's pool keeps: the next call reads into
+    those while the caller holds the first result, and from then on the two sets alternate.  A
+    NumPy copy of its own instead, freeing the buffer at once, took 22-48 ms every call (the fresh
+    pages' faults), so the view stays."""
     import jax
 
     try:
@@ -194,13 +203,12 @@ def through_pinned_memory(value: Any) -> np.ndarray:
 
 def _reserve_spare(value: Any, pinned_sharding: Any) -> None:
     """The spare pinned buffer of :func:`through_pinned_memory`: made (a copy of ``value``, the one
-    way JAX allocates pinned memory) and dropped, once per device and size."""
+    way JAX allocates pinned memory) and dropped, on every read of a size by the first call reading it."""
     import jax
 
     size = (tuple(sorted(d.id for d in value.sharding.device_set)), int(value.nbytes))
-    if size in _SPARE_PINNED or value.nbytes > SPARE_PINNED_MAX_BYTES:
+    if _SPARE_PINNED.setdefault(size, _CALLS[0]) != _CALLS[0] or value.nbytes > SPARE_PINNED_MAX_BYTES:
         return
-    _SPARE_PINNED.add(size)
     jax.block_until_ready(jax.device_put(value, pinned_sharding))  # allocated, then freed into the pool
 
 

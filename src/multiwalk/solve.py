@@ -38,7 +38,7 @@ from . import distributed as dist
 from . import progress as prog
 from .identity import problem_identity
 from .problem import Problem
-from .result import Result, Status
+from .result import Result, Status, call_started
 from .solvers._common import check_callable_option, check_state_fits
 from .solvers.base import Iterate, Phase, RunPlan, Solver, Writer, asks_to_stop, point_value_ahead
 
@@ -936,6 +936,7 @@ def solve(
     _check_run_options(problem, solver, seed, time_limit, chunk_seconds, checkpoint_every, callback, writer,
                        iteration_callback)
     solver.check(problem)
+    call_started()  # the result's pinned buffers: spares made by a size's first call (result.through_pinned_memory)
     host = getattr(problem, "host_objective", None)  # a non-JAX objective: its counts are this run's
     plan = _run_plan(problem, solver, devices, time_limit, iteration_callback)
     if host is not None:
