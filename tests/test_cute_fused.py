@@ -168,9 +168,13 @@ def test_lbfgs_uses_along_on_the_fused_path():
     n = 600
     with jax.enable_x64(True):
         x0 = cute.start("extended_rosenbrock", n)
-        fused = mw.solve(mw.Problem(value_and_grad=vg, x0=x0), mw.LBFGS(kernel="pallas", kernel_block=256), progress=False)
+        problem, solver = mw.Problem(value_and_grad=vg, x0=x0), mw.LBFGS(kernel="pallas", kernel_block=256)
+        fused = mw.solve(problem, solver, progress=False)
+        traced = len(calls)
+        again = mw.solve(problem, solver, progress=False)  # the hook checked and the loop compiled once
         ref = mw.solve(mw.Problem(objective=cute.extended_rosenbrock, x0=x0), mw.LBFGS(kernel="xla"), progress=False)
     assert calls and calls[0] == (n,)
+    assert len(calls) == traced and again.fun == fused.fun  # not traced again; the same program's result
     assert (fused.iterations, fused.nfev, fused.status) == (ref.iterations, ref.nfev, ref.status)
     assert fused.fun == pytest.approx(ref.fun, rel=1e-10, abs=1e-20)
 

@@ -16,6 +16,7 @@ checked by shapes before compiling (:func:`check_line_hooks`).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -138,13 +139,32 @@ def line_evaluation_reason(problem: Problem, plan: KernelPlan) -> str:
     return f"value_and_grad.along: {explain(problem.n_free, problem.dtype).reason if explain else 'one pass along x + stp d'}"
 
 
+# value_and_grad.along -> the (n, dtype, id of its .into) its shapes were checked for: checked
+# once, not in every solve() (tracing them took ~8 ms of each call on a CPU)
+_CHECKED_HOOKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def check_line_hooks(problem: Problem) -> None:
     """``value_and_grad.along`` (and its ``.into``), a public hook, by shapes before compiling: a
-    wrong shape would otherwise fail deep in the traced loop without naming the hook."""
+    wrong shape would otherwise fail deep in the traced loop without naming the hook.  Once per
+    hook, size and dtype."""
     along = line_evaluation(problem)
     if along is None:
         return
     n, dt = problem.n_free, problem.dtype
+    hook = problem._user_vg.along  # the user's (line_evaluation wraps it anew each call)
+    key = (n, jnp.dtype(dt).str, id(getattr(hook, "into", None)))
+    try:
+        done = _CHECKED_HOOKS.setdefault(hook, set())
+    except TypeError:  # a hook that cannot be weakly referenced: checked each time
+        done = set()
+    if key not in done:
+        _check_line_hooks(problem, along, n, dt)
+        done.add(key)
+
+
+def _check_line_hooks(problem: Problem, along: Callable, n: int, dt: jnp.dtype) -> None:
+    """:func:`check_line_hooks`' traces: ``along`` and its ``.into`` by ``jax.eval_shape``."""
     vec, scalar = jax.ShapeDtypeStruct((n,), dt), jax.ShapeDtypeStruct((), dt)
     fix = "return (f, g, g'd) at x + stp d: shapes (), (n,), ()"
     try:
