@@ -19,14 +19,14 @@ N, M = 30, 40  # 30 rows: not whole 8-row blocks (the padding must never change 
 BLOCK = (8, 16)  # one block shape for both forms: the picks are then the same, ties included
 
 
-def two_sources(p: int) -> tuple[np.ndarray, np.ndarray]:
-    """Two equal point sources (PSF copies added by slicing, so the two peaks are bit-for-bit equal
-    for this symmetric PSF: an exact tie between blocks at the first pick)."""
+def two_sources(p: int, second: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Two point sources, the second of flux ``second`` (PSF copies added by slicing: at 1 the two
+    peaks are bit-for-bit equal for this symmetric PSF, an exact tie between blocks at the first pick)."""
     psf = ringing_psf(p, lobe=0.05, period=2.5, decay=8).astype(np.float32)
     c = p // 2
     dirty = np.zeros((N + 2 * p, M + 2 * p), np.float32)  # room around the image for the PSF's slices
-    for i, j in ((20, 30), (6, 9)):
-        dirty[p + i - c : p + i - c + p, p + j - c : p + j - c + p] += psf
+    for (i, j), flux in (((20, 30), 1.0), ((6, 9), second)):
+        dirty[p + i - c : p + i - c + p, p + j - c : p + j - c + p] += flux * psf
     return dirty[p : p + N, p : p + M], psf
 
 
@@ -65,7 +65,8 @@ def test_kernel_form_picks_and_maps_equal_the_xla_form(p, window):
     assert not np.asarray(b.residual)[n:].any() and not np.asarray(b.residual)[:, m:].any()
     np.testing.assert_array_equal(np.asarray(b.block_pixel), np.asarray(a.block_pixel))
     # The kernel form's block values are the residual at the block pixels.
-    np.testing.assert_array_equal(np.asarray(b.block_values), np.asarray(b.residual).reshape(-1)[np.asarray(b.block_pixel)])
+    at_pixels = np.asarray(b.residual).reshape(-1)[np.asarray(b.block_pixel)]
+    np.testing.assert_array_equal(np.asarray(b.block_values.residual), at_pixels)
 
 
 @pytest.fixture(scope="module", params=[16, 2 * M])
@@ -134,6 +135,28 @@ def test_kernel_form_stops_inside_an_unrolled_trip():
     assert b.stats["kernel"] == "pallas (interpret mode)" and a.stats["kernel"] == "xla"
     assert_close_ulp(b.model, a.model, 2, "model", scale=1.0)  # as above
     assert_close_ulp(b.steps, a.steps, 2, "steps", scale=1.0)
+
+
+@pytest.mark.parametrize("first, then", [("xla", "pallas"), ("pallas", "xla")])
+def test_resume_in_the_other_form_continues_the_run(first, then, tmp_path):
+    # kernel (and so the default block: 32 x 32 or 32 x 128, other padded shapes) may change on
+    # resume: the checkpoint of one form is converted to the other's state (convert_checkpoint).
+    # No tie in this field, so the two block shapes pick the same pixels.
+    problem = mw.deconv.Deconvolution(*two_sources(15, second=0.8))
+
+    def stop(info: dict) -> None:
+        raise KeyboardInterrupt  # after the first chunk (one iteration with a callback)
+
+    solver = mw.deconv.Clean(gain=0.3, max_iterations=12, kernel=first)
+    checkpoint = tmp_path / "clean.npz"
+    part = mw.solve(problem, solver, progress=False, checkpoint=checkpoint, callback=stop)
+    assert part.status == mw.Status.INTERRUPTED and part.iterations == 1
+    resumed = mw.solve(problem, mw.deconv.Clean(gain=0.3, max_iterations=12, kernel=then), progress=False,
+                       resume=checkpoint)
+    whole = mw.solve(problem, mw.deconv.Clean(gain=0.3, max_iterations=12, kernel="xla"), progress=False)
+    assert resumed.iterations == whole.iterations == 12 and resumed.stats["kernel"].startswith(then)
+    assert_close_ulp(resumed.model, whole.model, 2, "model", scale=1.0)  # as above
+    assert_close_ulp(resumed.steps, whole.steps, 2, "steps", scale=1.0)
 
 
 def test_options():

@@ -36,6 +36,13 @@ from .result import DeconvolutionResult, final_model
 __all__ = ["Clean"]
 
 
+class KernelBlocks(NamedTuple):
+    """What the kernel form keeps per block beside its maximum (its own type: a checkpoint of one
+    form is told from the other's by its layout, and converted, see ``Clean.convert_checkpoint``)."""
+
+    residual: jax.Array  # (nb, mb) the residual at each block's best pixel (no gather from the residual)
+
+
 class CleanState(NamedTuple):
     x: jax.Array  # (Np, Mp) the model (CLEAN components), padded to whole blocks
     residual: jax.Array  # (Np, Mp)
@@ -44,7 +51,7 @@ class CleanState(NamedTuple):
     peak_value: jax.Array  # PSF[c, c]
     block_best: jax.Array  # (nb, mb) max |residual| per block
     block_pixel: jax.Array  # (nb, mb) int32 flat padded index of that pixel
-    block_values: Any  # kernel form: (nb, mb) the residual at that pixel (no gather from the residual); XLA form: None
+    block_values: KernelBlocks | None  # kernel form: the residual at that pixel; XLA form: None
     steps: jax.Array  # (max_iterations,) |residual peak| found by each iteration
     iteration: jax.Array  # int32
 
@@ -162,7 +169,7 @@ class Clean(Solver):
         if self.kernel_plan().use_pallas:
             a, b = self._kernel_pad(problem, geo)
             kernel = jnp.pad(kernel, ((a, a), (b, b)))
-            values = clean_kernel.block_values(pixel, residual)
+            values = KernelBlocks(clean_kernel.block_values(pixel, residual))
         else:
             kernel = greedy.pad_kernel(kernel, geo)
         return CleanState(
@@ -205,16 +212,16 @@ class Clean(Solver):
         geo, _ = self._geometry(problem)
         plan = self.kernel_plan()
         i, j, peak = greedy.pick(s.block_best, s.block_pixel, geo)
-        r = s.block_values.reshape(-1)[jnp.argmax(s.block_best)]  # the argmax pick took: XLA computes it once
+        r = s.block_values.residual.reshape(-1)[jnp.argmax(s.block_best)]  # the argmax pick took: XLA computes it once
         component = self.gain * r / s.peak_value
         residual, x, best, pixel, values = clean_kernel.update_and_rescan(
-            s.residual, s.x, s.kernel, (s.block_best, s.block_pixel, s.block_values), component, i, j, live, geo=geo,
+            s.residual, s.x, s.kernel, (s.block_best, s.block_pixel, s.block_values.residual), component, i, j, live, geo=geo,
             pad=self._kernel_pad(problem, geo),
             num_warps=self.kernel_warps or cdk.DEFAULT_WARPS, interpret=plan.interpret,
         )
         k = s.iteration
         return s._replace(
-            x=x, residual=residual, block_best=best, block_pixel=pixel, block_values=values,
+            x=x, residual=residual, block_best=best, block_pixel=pixel, block_values=KernelBlocks(values),
             steps=s.steps.at[k].set(jnp.where(live, peak, s.steps[k])), iteration=k + live.astype(jnp.int32),
         )
 
@@ -230,6 +237,25 @@ class Clean(Solver):
             lambda s, live: self._kernel_step(problem, s, live), lambda s: self.done(problem, s, phase), state, n,
             self.unroll,
         )
+
+    def convert_checkpoint(self, fresh_state: CleanState, saved_layout: list[str], leaves: list[np.ndarray]) -> list | None:
+        """A checkpoint of the other form (``kernel`` changed on resume, or "auto" on another
+        machine) as this form's leaves: its model, residual, steps and iteration, the block arrays
+        recomputed from the residual, the padded PSF of this form's start."""
+        if saved_layout not in (["CleanState"], ["CleanState", "KernelBlocks"]):
+            return None
+        x, residual, steps, iteration = leaves[0], leaves[1], leaves[-2], leaves[-1]
+        shape = fresh_state.x.shape
+
+        def fit(a: np.ndarray) -> np.ndarray:  # zero past the image in both layouts: crop or pad with zeros
+            a = a[: shape[0], : shape[1]]
+            return np.pad(a, [(0, s - n) for s, n in zip(shape, a.shape)])
+
+        x, residual = fit(x), fit(residual)
+        best, pixel, value = _block_maxima(residual, fresh_state.block_best.shape)
+        values = [] if fresh_state.block_values is None else [value]
+        s = fresh_state
+        return [x, residual, s.kernel, s.peak_value, best, pixel, *values, steps, iteration]
 
     def done(self, problem: Deconvolution, state: CleanState, phase: int) -> jax.Array:
         # threshold = 0 never stops early unless the residual is exactly zero.
@@ -256,3 +282,17 @@ class Clean(Solver):
             x=model, fun=fun, status=status, message=message, stats=stats, model=model,
             residual=residual, iterations=iterations, fun_trace=None, steps=np.asarray(state.steps[:iterations]),
         )
+
+
+def _block_maxima(residual: np.ndarray, blocks: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each block's largest |residual|, its flat padded pixel and the residual there, on the host:
+    ``greedy.all_blocks``' answer (the first pixel row-major on ties).  The padding up to whole
+    blocks is not masked: it holds zeros, which never beat an image pixel of the same block (a
+    positive maximum is an image pixel's; a zero one is the block's first pixel, in the image)."""
+    (n, m), (nb, mb) = residual.shape, blocks
+    b1, b2 = n // nb, m // mb
+    tiles = np.abs(residual).reshape(nb, b1, mb, b2).transpose(0, 2, 1, 3).reshape(nb, mb, b1 * b2)
+    local = np.argmax(tiles, axis=-1)
+    rows = np.arange(nb)[:, None] * b1 + local // b2
+    cols = np.arange(mb)[None, :] * b2 + local % b2
+    return np.abs(residual[rows, cols]), (rows * m + cols).astype(np.int32), residual[rows, cols]
