@@ -1,8 +1,9 @@
 """What the Pallas kernel modules share: the plan of which form runs, and its small helpers.
 
-Five solvers have a Pallas (Triton) form beside their XLA form
+Six solvers have a Pallas (Triton) form beside their XLA form
 (:mod:`~multiwalk.solvers.pattern_search_kernel`, :mod:`~multiwalk.solvers.exchange_kernel`,
 :mod:`~multiwalk.solvers.lbfgs_kernel`, :mod:`~multiwalk.deconv.coordinate_descent_kernel`,
+:mod:`~multiwalk.deconv.clean_kernel`,
 :mod:`~multiwalk.solvers.replica_exchange_swaps_kernel`: the replica-exchange swap attempts).
 Each is chosen by the same option (``kernel="auto" | "xla" | "pallas"``) and reports its choice
 the same way (``stats["kernel"]``, ``stats["kernel_reason"]``): that part lives here.  What each
