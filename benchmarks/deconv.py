@@ -9,7 +9,7 @@ Run from the repository root (see benchmarks/README.md)::
 For each image size N: a synthetic field (200 point sources convolved with an N x N PSF with side
 lobes, plus noise).  Ours: the wall clock of ``mw.solve(Deconvolution(dirty, psf), solver)`` with
 the model read back, first call (compiling) and second, for ``CoordinateDescent`` with the full PSF
-(``kernel`` of ``--kernels``: auto runs the fused Pallas form on a GPU), with a 129 x 129 update
+(``kernel`` of ``--kernels``: auto runs the fused Pallas form on a GPU; Clean too), with a 129 x 129 update
 window (an approximation), and our Hogbom ``Clean``; ``--iterations`` iterations each.  Peer, in the
 same run: radler's Hogbom CLEAN (WSClean's deconvolution library, CPU threads) on the same dirty
 image and PSF, if ``import radler`` works; at large N it runs fewer iterations
@@ -95,8 +95,15 @@ def check_kernel(mw: Any, log: Callable[[str], None]) -> str:
     text = (f"Pallas against XLA at 512^2, 300 iterations: same support {np.array_equal(a.model != 0, b.model != 0)}, "
             f"model within {np.abs(a.model - b.model).max() / np.abs(a.model).max():.2g} relative, history within "
             f"{np.abs(a.fun_trace - b.fun_trace).max() / abs(a.fun_trace[0]):.2g}")
-    log(text)
-    return text
+    cl = {k: mw.solve(problem, mw.deconv.Clean(gain=0.1, max_iterations=300, kernel=k, block=(32, 128)), progress=False)
+          for k in ("xla", "pallas")}
+    a, b = cl["xla"], cl["pallas"]
+    clean = (f"Clean, Pallas against XLA at 512^2, 300 iterations, (32, 128) blocks: same support "
+             f"{np.array_equal(a.model != 0, b.model != 0)}, model within "
+             f"{np.abs(a.model - b.model).max() / np.abs(a.model).max():.2g} relative, peaks within "
+             f"{np.abs(a.steps - b.steps).max() / a.steps[0]:.2g} of the first")
+    log(clean)
+    return f"{text}; {clean}"
 
 
 def solvers(mw: Any, iterations: int, kernels: list[str]) -> dict[str, Any]:
@@ -105,7 +112,8 @@ def solvers(mw: Any, iterations: int, kernels: list[str]) -> dict[str, Any]:
         lam=1e-3, epsilon=1e-12, max_iterations=iterations, kernel=k) for k in kernels}
     out["CoordinateDescent, 129 x 129 window, XLA"] = mw.deconv.CoordinateDescent(
         lam=1e-3, epsilon=1e-12, max_iterations=iterations, update_window=129, refresh_every=1000, kernel="xla")
-    out["Clean (Hogbom), full PSF"] = mw.deconv.Clean(gain=0.1, max_iterations=iterations)
+    out.update({f"Clean (Hogbom), full PSF, kernel={k}": mw.deconv.Clean(gain=0.1, max_iterations=iterations, kernel=k)
+                for k in kernels})
     return out
 
 
@@ -113,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p = common.new_parser(__doc__, "deconv")
     p.add_argument("--sizes", default="256,512,1024,2048,4096")
     p.add_argument("--iterations", type=int, default=10_000)
-    p.add_argument("--kernels", default="auto", help="comma-separated CoordinateDescent(kernel=...): auto, xla, pallas")
+    p.add_argument("--kernels", default="auto", help="comma-separated kernel= of CoordinateDescent and Clean: auto, xla, pallas")
     p.add_argument("--radler-iterations", default="5000,2000,300,100,50", help="per size")
     p.add_argument("--check-kernel", action="store_true", help="GPU: the Pallas form against the XLA form first")
     args = p.parse_args(argv)

@@ -30,7 +30,8 @@ __all__ = ["problem_identity", "changes", "refuse_other_problem"]
 
 FULL_DIGEST_BYTES = 1 << 20  # arrays up to this size are digested whole (~1 ms)
 SAMPLE_VALUES = 4096  # else this many values at a stride, plus the last one
-_NOT_DIGESTED = ("names", "free_index", "_n_source", "_takes_args", "is_model", "_traced")  # labels, or follow from others
+# labels, or follow from others (a Deconvolution's device copies of its images and its PSF's power, made on first use)
+_NOT_DIGESTED = ("names", "free_index", "_n_source", "_takes_args", "is_model", "_traced", "_device_images", "_psf_power")
 _STARTS = ("x0", "model")  # where a run starts, not what it solves (see the module docstring)
 MAX_DEPTH = 6  # how deep closures, containers and callable objects are followed
 

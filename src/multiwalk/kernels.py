@@ -1,8 +1,9 @@
 """What the Pallas kernel modules share: the plan of which form runs, and its small helpers.
 
-Five solvers have a Pallas (Triton) form beside their XLA form
+Six solvers have a Pallas (Triton) form beside their XLA form
 (:mod:`~multiwalk.solvers.pattern_search_kernel`, :mod:`~multiwalk.solvers.exchange_kernel`,
 :mod:`~multiwalk.solvers.lbfgs_kernel`, :mod:`~multiwalk.deconv.coordinate_descent_kernel`,
+:mod:`~multiwalk.deconv.clean_kernel`,
 :mod:`~multiwalk.solvers.replica_exchange_swaps_kernel`: the replica-exchange swap attempts).
 Each is chosen by the same option (``kernel="auto" | "xla" | "pallas"``) and reports its choice
 the same way (``stats["kernel"]``, ``stats["kernel_reason"]``): that part lives here.  What each
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # scalarise is imported where an objective is scalarised: an 
 __all__ = [
     "KERNELS", "GPU_BACKENDS", "KernelPlan", "check_kernel_option", "check_launch_options", "backend",
     "xla_plan", "pallas_plan", "fallback_plan", "objective_plan", "scalarise_objective", "triton_lacks", "lowering_reason",
-    "next_power_of_two", "is_power_of_two", "row_blocks", "pad_rows", "compiler_params", "LaneValues",
+    "next_power_of_two", "is_power_of_two", "row_blocks", "pad_rows", "compiler_params", "unrolled_while", "LaneValues",
 ]
 
 log = logging.getLogger("multiwalk")
@@ -210,6 +211,30 @@ def compiler_params(num_warps: int, interpret: bool) -> dict[str, Any]:
     from jax.experimental.pallas import triton as plgpu
 
     return {"compiler_params": plgpu.CompilerParams(num_warps=num_warps, num_stages=1)}
+
+
+def unrolled_while(
+    step: Callable[[Any, jax.Array], Any], done: Callable[[Any], jax.Array], state: Any, n: jax.Array, unroll: int
+) -> tuple[Any, jax.Array]:
+    """Up to ``n`` calls of ``step(state, live)``, fewer once ``done(state)``, ``unroll`` of them per
+    trip of a ``while_loop``, so the loop's predicate goes to the host once per ``unroll`` steps
+    (a kernel form's run_chunk).  A call with ``live`` False (past ``n`` or ``done`` inside a trip)
+    must change nothing.  Returns ``(state, steps run)``, those of the one-step-per-trip loop."""
+
+    def cond(carry: tuple) -> jax.Array:
+        i, s = carry
+        return (i < n) & ~done(s)
+
+    def body(carry: tuple) -> tuple:
+        i, s = carry
+        for _ in range(unroll):
+            live = (i < n) & ~done(s)
+            s = step(s, live)
+            i = i + live.astype(jnp.int32)
+        return i, s
+
+    n_run, state = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), state))
+    return state, n_run
 
 
 class LaneValues:

@@ -60,7 +60,7 @@ import numpy as np
 
 from .. import distributed as dist
 from ..compile_cache import cached_jit, start_with  # kept across solve() calls of the same problem
-from ..kernels import check_kernel_option
+from ..kernels import check_kernel_option, unrolled_while
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import coordinate_descent_kernel as cdk
@@ -188,12 +188,7 @@ class CoordinateDescent(Solver):
                 "iteration need not converge"
             )
         check_kernel_option(self.kernel)
-        if self.block is not None:
-            pair = self.block if isinstance(self.block, (tuple, list)) else (self.block, self.block)
-            if len(pair) != 2:
-                raise ValueError(f"block must be an int or (rows, columns), got {self.block!r}")
-            for b in pair:
-                check_int_option("block", b, 1)
+        greedy.check_block_option(self.block)
         check_int_option("kernel_warps", self.kernel_warps, 1, none_ok=True)
 
     # ---------------------------------------------------------------- geometry
@@ -437,21 +432,9 @@ class CoordinateDescent(Solver):
         the loop's predicate goes to the host once per ``unroll`` iterations, not every one."""
         if not self.kernel_plan().use_pallas:
             return super().run_chunk(problem, state, phase, n, plan)
-
-        def cond(carry):
-            i, s = carry
-            return (i < n) & ~self.done(problem, s, phase)
-
-        def body(carry):
-            i, s = carry
-            for _ in range(self.unroll):
-                live = (i < n) & ~self.done(problem, s, phase)
-                s = self._step(problem, s, live)
-                i = i + live.astype(jnp.int32)
-            return i, s
-
-        n_run, state = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), state))
-        return state, n_run
+        return unrolled_while(
+            lambda s, live: self._step(problem, s, live), lambda s: self.done(problem, s, phase), state, n, self.unroll
+        )
 
     def done(self, problem: Deconvolution, state: CDState, phase: int) -> jax.Array:
         # The max through argmax: the same reduction as the next step's pick, which XLA then shares

@@ -44,13 +44,14 @@ __all__ = [
     "DEFAULT_WARPS",
 ]
 
-DEFAULT_BLOCK = (32, 128)  # block rows x columns of the kernel form (powers of two; see docs/benchmarks.md)
+DEFAULT_BLOCK = (32, 128)  # block rows x columns of the kernel forms, Clean's too (powers of two; see docs/benchmarks.md)
 DEFAULT_WARPS = 4
 
 
 def plan(kernel: str, block: tuple[int, int]) -> KernelPlan:
-    """How ``CoordinateDescent(kernel=kernel)`` runs: ``"xla"``; ``"auto"``: Pallas on a GPU, else XLA;
-    ``"pallas"``: the kernel (interpret mode off GPUs).  Blocks must be powers of two (Triton)."""
+    """How ``CoordinateDescent(kernel=kernel)`` (and ``Clean``'s, :mod:`.clean_kernel`) runs: ``"xla"``;
+    ``"auto"``: Pallas on a GPU, else XLA; ``"pallas"``: the kernel (interpret mode off GPUs).
+    Blocks must be powers of two (Triton)."""
     name, on_gpu = backend()
     decided = xla_plan(kernel, name, on_gpu)
     if decided is not None:
@@ -61,15 +62,18 @@ def plan(kernel: str, block: tuple[int, int]) -> KernelPlan:
 
 
 def kernel_pad(geo: greedy.Geometry, kernel_shape: tuple[int, int]) -> tuple[int, int]:
-    """Zeros around the autocorrelation so every block of the touched region reads inside it.
+    """Zeros around a kernel centred at ``k // 2`` (the autocorrelation; Clean's PSF, whose side
+    may be even) so every block of the touched region reads inside it (the kernel forms).
 
     A touched pixel u and the changed pixel p both lie in the touched region (``touched`` blocks)
-    and in the padded image, so |u - p| < min(touched * block, padded); the lag u - p + h (h the
-    kernel's half size) must stay in [0, k + 2 pad).  Lags beyond h read zeros: exactly the XLA
-    form, whose window holds every pixel within h of p and nothing else the kernel reaches."""
+    and in the padded image, so |u - p| < L = min(touched * block, padded); the index
+    u - p + h + pad (h = k // 2) must stay in [0, k + 2 pad): pad >= L - 1 - h and
+    pad >= h + L - k (the same for an odd k).  Lags the kernel does not reach read zeros: exactly
+    the XLA form, whose window holds every pixel the kernel reaches from p and nothing else."""
     out = []
     for t, b, n, k in zip(geo.touched, geo.block, geo.padded, kernel_shape):
-        out.append(max(0, min(t * b, n) - 1 - k // 2))
+        reach = min(t * b, n)
+        out.append(max(0, reach - 1 - k // 2, k // 2 + reach - k))
     return out[0], out[1]
 
 

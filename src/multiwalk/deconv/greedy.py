@@ -22,7 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.fft
 
-__all__ = ["Geometry", "geometry", "lipschitz_map", "fft_size", "psf_fft", "convolve", "correlate"]
+from ..solvers._common import check_int_option
+
+__all__ = ["Geometry", "geometry", "check_block_option", "lipschitz_map", "fft_size", "psf_fft", "convolve", "correlate"]
 
 
 # ---------------------------------------------------------------------------- FFT operators
@@ -91,6 +93,17 @@ def block_shape(block: int | tuple[int, int]) -> tuple[int, int]:
     if isinstance(block, (tuple, list)):
         return int(block[0]), int(block[1])
     return int(block), int(block)
+
+
+def check_block_option(block: Any) -> None:
+    """A solver's ``block`` option: None, an int >= 1 or (rows, columns) of them; else ValueError/TypeError."""
+    if block is None:
+        return
+    pair = block if isinstance(block, (tuple, list)) else (block, block)
+    if len(pair) != 2:
+        raise ValueError(f"block must be an int or (rows, columns), got {block!r}")
+    for b in pair:
+        check_int_option("block", b, 1)
 
 
 def geometry(
