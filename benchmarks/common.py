@@ -38,8 +38,15 @@ def select_platform(device: str) -> None:
     elif device == "gpu":
         os.environ["JAX_PLATFORMS"] = "cuda"
     src = Path(__file__).resolve().parents[1] / "src"
+    if given_multiwalk():
+        return  # PYTHONPATH names the sources to measure (another version's, for an A/B): they stay first
     if (src / "multiwalk").is_dir() and str(src) not in sys.path:
         sys.path.insert(0, str(src))  # benchmark the checkout, not some installed copy
+
+
+def given_multiwalk() -> bool:
+    """Whether an entry of ``PYTHONPATH`` holds a ``multiwalk`` package (the sources to measure)."""
+    return any(p and (Path(p) / "multiwalk").is_dir() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep))
 
 
 def first_device(device: str) -> tuple[Any, bool] | None:

@@ -436,9 +436,12 @@ def write(args: argparse.Namespace, rows: list[RowSpec], results: dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    common.select_platform("auto")  # the checkout's src/ first (for this process and, by PYTHONPATH, the rows')
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
-                                                *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+    # the checkout's src/ first (for this process and, by PYTHONPATH, the rows'), unless PYTHONPATH
+    # names other sources of multiwalk (an A/B of two versions): then those
+    common.select_platform("auto")
+    if not common.given_multiwalk():
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
+                                                    *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
     if args.child:
         return child(args.child, args.quick, args.warm)
     rows, t_start = chosen_rows(args), time.perf_counter()
