@@ -136,7 +136,10 @@ def restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: list
                 f"resume with the same options (only {', '.join(solver.resumable_options) or 'none'} may change)"
             )
     saved_layout, layout = meta.get("layout"), state_layout(fresh_state)
-    if saved_layout is not None and saved_layout != layout:
+    fresh_shapes = [np.shape(a) for a in jax.tree_util.tree_leaves(dist.to_host(fresh_state))]
+    # A resumable option may also change the shapes within one layout (Clean's ``block``: other
+    # block arrays): the solver converts those too, else a grown prefix would keep stale values.
+    if saved_layout is not None and (saved_layout != layout or fresh_shapes != [np.shape(a) for a in leaves]):
         converted = solver.convert_checkpoint(dist.to_host(fresh_state), saved_layout, leaves)
         if converted is not None:
             leaves, saved_layout = converted, layout
