@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -197,6 +199,10 @@ def test_images_are_read_only_and_kept_on_the_device(field):
     with pytest.raises(AttributeError, match="make a new Deconvolution"):
         problem.psf = field["psf"]
     field["dirty"][0, 0] += 0.0  # the caller's array is not the problem's (still writable)
+    # a pickled or deep-copied problem's images are read-only too (NumPy makes them writable)
+    for twin in (pickle.loads(pickle.dumps(problem)), copy.deepcopy(problem)):
+        with pytest.raises(ValueError, match="read-only"):
+            twin.psf[0, 0] = 1.0
     first = problem.device_images()
     assert problem.device_images() is first  # put on the device once
     for on_device, host in zip(first, (problem.dirty, problem.psf, problem.model)):

@@ -110,6 +110,12 @@ class Deconvolution:
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__, _device_images=None)  # the device copies are made again where unpickled
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled (or deep-copied) arrays come back writable: read-only again, as the kept PSF power needs.
+        self.__dict__.update(state)
+        for name in ("dirty", "psf", "model"):
+            state[name].flags.writeable = False
+
     def device_images(self) -> tuple[Any, Any, Any]:
         """``(dirty, psf, model)`` as JAX arrays on the default device, put there on the first call
         and kept: a solver's start and its result's exact residual read them, so a second solve of
