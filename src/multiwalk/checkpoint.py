@@ -136,11 +136,12 @@ def restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: list
                 f"resume with the same options (only {', '.join(solver.resumable_options) or 'none'} may change)"
             )
     saved_layout, layout = meta.get("layout"), state_layout(fresh_state)
-    fresh_shapes = [np.shape(a) for a in jax.tree_util.tree_leaves(dist.to_host(fresh_state))]
+    fresh_state = dist.to_host(fresh_state)  # once: its shapes, a conversion and the leaves below
+    fresh_shapes = [np.shape(a) for a in jax.tree_util.tree_leaves(fresh_state)]
     # A resumable option may also change the shapes within one layout (Clean's ``block``: other
     # block arrays): the solver converts those too, else a grown prefix would keep stale values.
     if saved_layout is not None and (saved_layout != layout or fresh_shapes != [np.shape(a) for a in leaves]):
-        converted = solver.convert_checkpoint(dist.to_host(fresh_state), saved_layout, leaves)
+        converted = solver.convert_checkpoint(fresh_state, saved_layout, leaves)
         if converted is not None:
             leaves, saved_layout = converted, layout
     if saved_layout is not None and saved_layout != layout:
@@ -155,7 +156,7 @@ def restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: list
             "by an option or by the machine (backend, number of devices); resume with the options and on the "
             "kind of machine that wrote it"
         )
-    fresh_leaves, treedef = jax.tree_util.tree_flatten(dist.to_host(fresh_state))
+    fresh_leaves, treedef = jax.tree_util.tree_flatten(fresh_state)
     if len(fresh_leaves) != len(leaves):
         # e.g. a state whose fields changed between multiwalk versions (mw.Exchange's layout
         # changed in 6376614): say what differs and what to do, not only that it differs
