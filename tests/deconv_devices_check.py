@@ -129,6 +129,11 @@ def _main() -> dict:
         out["error"] = ""
     except ValueError as err:
         out["error"] = str(err)
+    try:  # the Pallas form (interpret mode here) stays on one device: the error says how to split
+        mw.solve(odd, mw.deconv.Clean(kernel="pallas", max_iterations=1), progress=False, devices=4)
+        out["pallas_split_error"] = ""
+    except ValueError as err:
+        out["pallas_split_error"] = str(err)
     out["seconds"] = time.perf_counter() - t0
     return out
 

@@ -73,3 +73,5 @@ def test_rows_that_do_not_split(report):
     assert "32-row blocks over N = 96 rows = 3" in report["fallback_note"] and "devices=3" in report["fallback_note"]
     msg = report["error"]
     assert msg.startswith("devices=4:") and "16-row blocks over N = 96 rows = 6" in msg and "multiple of 4" in msg
+    msg = report["pallas_split_error"]  # the Pallas form names itself and the option that splits
+    assert msg.startswith("devices=4: Clean(kernel='pallas') runs its Pallas form") and "pass kernel='xla'" in msg

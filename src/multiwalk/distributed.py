@@ -169,7 +169,7 @@ def choose_devices(solver: Any, problem: Any, state_shapes: Any, devices: Any) -
         return Placement(tuple(chosen), None, None)
     name = type(solver).__name__
     if all(a is None for a in axes):
-        why = f"{name} declares no batch axis to split over devices (Solver.batch_axes)"
+        why = solver.unsplit_reason(problem) or f"{name} declares no batch axis to split over devices (Solver.batch_axes)"
         if explicit or multi_process():
             raise ValueError(f"devices={devices!r}: {why}; use devices=1 (or None)")
         return Placement((chosen[0],), None, None, why + ": ran on one device")

@@ -260,6 +260,14 @@ class CoordinateDescent(Solver):
             tolerance=None, dirty=None, start=None, fp=None,
         )
 
+    def unsplit_reason(self, problem: Deconvolution) -> str | None:
+        """The Pallas form's: one launch a step, which XLA cannot split; the XLA form splits."""
+        plan = self.kernel_plan()
+        if not plan.use_pallas:
+            return None
+        return (f"CoordinateDescent(kernel={self.kernel!r}) runs its Pallas form here ({plan.reason}), one kernel launch an "
+                f"iteration that stays on one device; pass kernel='xla' to split the image over devices")
+
     def batch_option(self, problem: Deconvolution) -> str:
         return f"the number of {self._block()[0]}-row blocks over N = {problem.shape[0]} rows"
 

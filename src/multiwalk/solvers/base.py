@@ -267,6 +267,11 @@ class Solver(abc.ABC):
         """The option that sets the length of the batch axes (named in error messages)."""
         return "the batch size"
 
+    def unsplit_reason(self, problem: Problem) -> str | None:
+        """Why this solver, as configured, declares no batch axis, and what would let it split over
+        devices (named in the error of ``devices=k``); None: the default message."""
+        return None
+
     def state_memory(self, problem: Problem) -> tuple[int, str] | None:
         """``(bytes, what to lower)``: the size of the state ``init`` would make for ``problem``,
         computed from the options, the problem's size and dtype (nothing traced or compiled), and
