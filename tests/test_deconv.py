@@ -227,6 +227,23 @@ def test_a_second_solve_sends_no_image(field, solver):
         np.testing.assert_array_equal(got, want)
 
 
+def test_coordinate_descent_resumed_with_other_blocks_is_refused(field, tmp_path):
+    # Other blocks make other block arrays: padded from the saved ones they would resume a wrong run
+    # (stale block maxima); the checkpoint is refused with the file and the options to resume with.
+    problem = mw.deconv.Deconvolution(field["dirty"], field["psf"])
+    ck = tmp_path / "cd.npz"
+
+    def stop(info):
+        raise KeyboardInterrupt
+
+    cd = mw.deconv.CoordinateDescent(lam=0.01, max_iterations=50, kernel="xla", block=16)
+    part = mw.solve(problem, cd, progress=False, checkpoint=ck, callback=stop, chunk_seconds=1e-9)
+    assert part.status == mw.Status.INTERRUPTED
+    other = mw.deconv.CoordinateDescent(lam=0.01, max_iterations=50, kernel="xla", block=8)
+    with pytest.raises(ValueError, match=r"cd\.npz: this CoordinateDescent checkpoint was written with other blocks"):
+        mw.solve(problem, other, progress=False, resume=ck)
+
+
 def test_gridder_round_trip_is_adjoint():
     # <dirty2vis(m), v> = <m, vis2dirty(v)> (real part): ducc0 at epsilon 1e-7, so 1e-5 relative
     from multiwalk.deconv import major_cycle as mc

@@ -141,7 +141,10 @@ def restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: list
     # A resumable option may also change the shapes within one layout (Clean's ``block``: other
     # block arrays): the solver converts those too, else a grown prefix would keep stale values.
     if saved_layout is not None and (saved_layout != layout or fresh_shapes != [np.shape(a) for a in leaves]):
-        converted = solver.convert_checkpoint(fresh_state, saved_layout, leaves)
+        try:
+            converted = solver.convert_checkpoint(fresh_state, saved_layout, leaves)
+        except ValueError as err:  # a solver that refuses the conversion: its reason, with the file
+            raise ValueError(f"{path}: {err}") from None
         if converted is not None:
             leaves, saved_layout = converted, layout
     if saved_layout is not None and saved_layout != layout:

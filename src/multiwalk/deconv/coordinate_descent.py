@@ -444,6 +444,17 @@ class CoordinateDescent(Solver):
             lambda s, live: self._step(problem, s, live), lambda s: self.done(problem, s, phase), state, n, self.unroll
         )
 
+    def convert_checkpoint(self, fresh_state: CDState, saved_layout: list[str], leaves: list[np.ndarray]) -> list | None:
+        """Not converted: a checkpoint of other blocks or of the other form (its gradient map and
+        block arrays would have to be rebuilt from the model) is refused here, before its arrays
+        could be padded into this state's and resume a wrong run."""
+        raise ValueError(
+            "this CoordinateDescent checkpoint was written with other blocks or by the other form of the update "
+            f"(kernel='xla' or the Pallas kernel; now kernel={self.kernel!r}, block={self.block!r}, "
+            f"{self.kernel_plan().name}): resume with the kernel= and block= it was written with, on the kind of "
+            "machine that wrote it (kernel='auto' picks the Pallas kernel on a GPU only)"
+        )
+
     def done(self, problem: Deconvolution, state: CDState, phase: int) -> jax.Array:
         # The max through argmax: the same reduction as the next step's pick, which XLA then shares
         # (split in patches: the max, one scalar all-reduce; the argmax would gather the block maxima).
