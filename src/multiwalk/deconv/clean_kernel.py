@@ -87,20 +87,13 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int]) -> Callable[..., 
     from jax.experimental import pallas as pl
 
     b1, b2 = geo.block
-    n, m = geo.shape
     mp = geo.padded[1]
 
     def body(ints_ref, a_ref, r_ref, x_ref, k_ref, best_in, pixel_in, value_in,  # noqa: ANN001, ARG001
              r_out, x_out, best_out, pixel_out, value_out):  # noqa: ANN001
         # best_in, pixel_in, value_in: aliased to the outputs, never read (untouched blocks keep theirs)
-        bi = ints_ref[2] + pl.program_id(0)
-        bj = ints_ref[3] + pl.program_id(1)
+        bi, bj, r0, c0, rows, cols, rr, cc, inside = greedy.block_frame(ints_ref[2], ints_ref[3], geo)
         pi, pj, live = ints_ref[0], ints_ref[1], ints_ref[4] != 0
-        r0, c0 = bi * b1, bj * b2
-        rows, cols = pl.ds(r0, b1), pl.ds(c0, b2)
-        rr = r0 + jax.lax.broadcasted_iota(jnp.int32, (b1, b2), 0)
-        cc = c0 + jax.lax.broadcasted_iota(jnp.int32, (b1, b2), 1)
-        inside = (rr < n) & (cc < m)
         r = r_ref[rows, cols]
         psf = k_ref[pl.ds(r0 - pi + off[0], b1), pl.ds(c0 - pj + off[1], b2)]
         # As the XLA form: only the image's pixels change (never the padding up to whole blocks).

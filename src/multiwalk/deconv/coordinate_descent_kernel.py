@@ -164,7 +164,6 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int], lam: float, alpha
     from jax.experimental import pallas as pl
 
     b1, b2 = geo.block
-    n, m = geo.shape
     mp = geo.padded[1]
     la = lam * alpha  # Python floats, as proximal_step computes them
     lb = (1.0 - alpha) * lam
@@ -174,14 +173,8 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int], lam: float, alpha
         # l_ref/l_out: the signed Lipschitz map, or the block marks (constant L)
         best_out, pixel_out, bg_out, bx_out, bl_out = refs[-5:]
         g_out, x_out, l_out = refs[5:8]
-        bi = ints_ref[2] + pl.program_id(0)
-        bj = ints_ref[3] + pl.program_id(1)
+        bi, bj, r0, c0, rows, cols, rr, cc, inside = greedy.block_frame(ints_ref[2], ints_ref[3], geo)
         pi, pj = ints_ref[0], ints_ref[1]
-        r0, c0 = bi * b1, bj * b2
-        rows, cols = pl.ds(r0, b1), pl.ds(c0, b2)
-        rr = r0 + jax.lax.broadcasted_iota(jnp.int32, (b1, b2), 0)
-        cc = c0 + jax.lax.broadcasted_iota(jnp.int32, (b1, b2), 1)
-        inside = (rr < n) & (cc < m)
         g = g_ref[rows, cols]
         if constant:
             lip_t = f_ref[3]

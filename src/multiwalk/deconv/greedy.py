@@ -208,3 +208,33 @@ def rescan(
         jax.lax.dynamic_update_slice(block_best, best, first),
         jax.lax.dynamic_update_slice(block_pixel, pixel, first),
     )
+
+
+class BlockFrame(NamedTuple):
+    """Where one program of a fused Pallas update works: its block (``bi``, ``bj``) of the touched
+    region, the block's first row and column, its slices, each pixel's row and column, and which
+    of its pixels lie inside the image (the rest is the padding up to whole blocks)."""
+
+    bi: Any
+    bj: Any
+    r0: Any
+    c0: Any
+    rows: Any
+    cols: Any
+    rr: Any
+    cc: Any
+    inside: Any
+
+
+def block_frame(first_row_block: Any, first_col_block: Any, geo: Geometry) -> BlockFrame:
+    """The :class:`BlockFrame` of this Pallas program (``pl.program_id`` over the touched blocks,
+    counted from the first touched block ``first_row_block``, ``first_col_block``), inside a kernel body."""
+    from jax.experimental import pallas as pl
+
+    (b1, b2), (n, m) = geo.block, geo.shape
+    bi = first_row_block + pl.program_id(0)
+    bj = first_col_block + pl.program_id(1)
+    r0, c0 = bi * b1, bj * b2
+    rr = r0 + jax.lax.broadcasted_iota(jnp.int32, (b1, b2), 0)
+    cc = c0 + jax.lax.broadcasted_iota(jnp.int32, (b1, b2), 1)
+    return BlockFrame(bi, bj, r0, c0, pl.ds(r0, b1), pl.ds(c0, b2), rr, cc, (rr < n) & (cc < m))
