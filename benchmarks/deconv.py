@@ -51,9 +51,8 @@ def synthetic(n: int, seed: int = 0) -> tuple[Any, Any]:
 
     from multiwalk.deconv import greedy
 
-    size = greedy.fft_size((n, n), n)
-    fp = greedy.psf_fft(jnp.asarray(psf, jnp.float32), size)
-    dirty = np.asarray(greedy.convolve(jnp.asarray(truth, jnp.float32), fp, size, c))
+    fp = greedy.compact_psf_fft(jnp.asarray(psf, jnp.float32), (n, n))
+    dirty = np.asarray(greedy.convolve_compact(jnp.asarray(truth, jnp.float32), fp, greedy.compact_fft_shape((n, n), n)))
     dirty = dirty + 0.001 * rng.standard_normal((n, n))
     return dirty.astype(np.float32), psf.astype(np.float32)
 

@@ -19,16 +19,18 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "p9_meer
 N, P = 32, 15
 
 
-def direct_matrix(psf: np.ndarray, n: int) -> np.ndarray:
-    """The zero-padded convolution as a dense (n^2 x n^2) matrix, built from the definition."""
+def direct_matrix(psf: np.ndarray, n: int, m: int | None = None) -> np.ndarray:
+    """The zero-padded convolution as a dense (n m x n m) matrix for an n x m image (m = n unless
+    given), built from the definition."""
+    m = n if m is None else m
     p = psf.shape[0]
     c = p // 2
-    a = np.zeros((n * n, n * n))
+    a = np.zeros((n * m, n * m))
     for k in range(n):
-        for l in range(n):
+        for l in range(m):
             for i in range(max(0, k - c), min(n, k - c + p)):
-                for j in range(max(0, l - c), min(n, l - c + p)):
-                    a[i * n + j, k * n + l] = psf[i - k + c, j - l + c]
+                for j in range(max(0, l - c), min(m, l - c + p)):
+                    a[i * m + j, k * m + l] = psf[i - k + c, j - l + c]
     return a
 
 
@@ -51,18 +53,34 @@ def test_lipschitz_sat_matches_direct_sums(field):
     np.testing.assert_allclose(greedy.lipschitz_map(field["psf"], (N, N)), direct, rtol=1e-10)
 
 
-def test_fft_gradient_map_matches_direct_correlation(field):
-    # A^T r by FFT in float32 against the dense float64 product: 1e-5 of the map's scale
+@pytest.mark.parametrize("shape, p", [
+    ((8, 8), 5), ((8, 8), 6),  # P < N, odd and even
+    ((7, 7), 7), ((8, 8), 8),  # P = N
+    ((7, 7), 13), ((8, 8), 16),  # P = 2N - 1 and 2N (the largest Deconvolution takes)
+    ((6, 9), 7), ((9, 6), 18), ((8, 5), 15),  # N != M, P up to 2 max(N, M)
+])
+def test_compact_fft_operators_match_the_dense_products(shape, p):
+    # A x and A^T r on the compact circular grid (N + P/2, not N + P - 1) against the dense matrix
+    # of the definition, both float64: 1e-10 of the largest entry (FFT rounding is ~1e-15).  The
+    # cases include odd compact lengths (15 for (8, 8) and P = 16; 15 x 9 for (8, 5), P = 15),
+    # which cannot be read off the rfft's half-length spectrum.
+    import jax
     import jax.numpy as jnp
 
-    r = np.random.default_rng(2).standard_normal((N, N))
-    size = greedy.fft_size((N, N), P)
-    fp = greedy.psf_fft(jnp.asarray(field["psf"], jnp.float32), size)
-    got = np.asarray(greedy.correlate(jnp.asarray(r, jnp.float32), fp, size, P // 2))
-    want = (field["a"].T @ r.ravel()).reshape(N, N)
-    assert np.abs(got - want).max() < 1e-5 * np.abs(want).max() * 10
-    fwd = np.asarray(greedy.convolve(jnp.asarray(r, jnp.float32), fp, size, P // 2))
-    assert np.abs(fwd - (field["a"] @ r.ravel()).reshape(N, N)).max() < 1e-4 * np.abs(fwd).max()
+    rng = np.random.default_rng(p)
+    psf = rng.standard_normal((p, p))
+    a = direct_matrix(psf, *shape)
+    x, r = rng.standard_normal(shape), rng.standard_normal(shape)
+    size = greedy.compact_fft_shape(shape, p)
+    assert all(s <= f for s, f in zip(size, greedy.fft_size(shape, p)))  # never above the full grid
+    with jax.enable_x64(True):
+        fp = greedy.compact_psf_fft(jnp.asarray(psf), shape)
+        forward = np.asarray(greedy.convolve_compact(jnp.asarray(x), fp, size))
+        adjoint = np.asarray(greedy.correlate_compact(jnp.asarray(r), fp, size))
+    want_forward, want_adjoint = (a @ x.ravel()).reshape(shape), (a.T @ r.ravel()).reshape(shape)
+    assert forward.dtype == adjoint.dtype == np.float64
+    np.testing.assert_allclose(forward, want_forward, rtol=0, atol=1e-10 * np.abs(want_forward).max())
+    np.testing.assert_allclose(adjoint, want_adjoint, rtol=0, atol=1e-10 * np.abs(want_adjoint).max())
 
 
 def test_proximal_operator():

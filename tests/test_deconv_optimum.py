@@ -97,10 +97,11 @@ def test_defaults_reach_the_optimum(case):
     check_optimal(case, solve(case))
 
 
-@pytest.mark.parametrize("case", [9, 39], indirect=True, ids=["psf-smaller", "psf-larger"])
+@pytest.mark.parametrize("case", [9, 11, 39], indirect=True, ids=["psf-smaller", "psf-smaller-odd-grid", "psf-larger"])
 def test_block_defaults_reach_the_optimum(case):
     # Many pixels per iteration, the same objective and stopping rule: the same promise.  With
     # the PSF larger than the image every block's majorant is above the objective at the edges.
+    # P = 11: the compact FFT grid is 25 x 25, an odd length (greedy.compact_fft_shape).
     check_optimal(case, solve(case, mw.deconv.BlockCoordinateDescent))
 
 

@@ -51,6 +51,7 @@ import scipy.fft
 from ..compile_cache import cached_jit, start_with  # kept across solve() calls of the same problem
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
+from . import greedy
 from .coordinate_descent import check_elastic_net_options, proximal_step
 from .problem import Deconvolution
 from .result import DeconvolutionResult, final_model
@@ -72,57 +73,8 @@ class BCDState(NamedTuple):
     lipschitz: jax.Array  # scalar: sum PSF^2, the stopping rule's step (as CoordinateDescent)
     dirty: jax.Array  # (N, M)
     start: jax.Array  # (N, M) the starting model
-    psf_fft: jax.Array  # rfft2 of the PSF laid out circularly on the compact FFT grid (``_fft_shape``)
+    psf_fft: jax.Array  # rfft2 of the PSF laid out circularly on the compact FFT grid (greedy.compact_psf_fft)
     autocorrelation: jax.Array  # (2N - 1, 2M - 1): K's entries, the PSF autocorrelation at lags -(N-1)..N-1
-
-
-# ---------------------------------------------------------------------------- FFT operators
-def _lags(problem: Deconvolution) -> tuple[tuple[int, int], tuple[int, int]]:
-    """Per axis, the PSF lags that can reach the image from inside it: ``-before .. after``."""
-    c = problem.psf.shape[0] // 2
-    p = problem.psf.shape[0]
-    before = tuple(min(c, n - 1) for n in problem.shape)
-    after = tuple(min(p - 1 - c, n - 1) for n in problem.shape)
-    return before, after  # type: ignore[return-value]
-
-
-def _fft_shape(problem: Deconvolution) -> tuple[int, int]:
-    """The compact FFT grid: N + max(lags) per axis (lags used are at most N - 1 apart from the
-    PSF's), so no used lag wraps onto another; 1024 for a 512 image and a 1024 PSF (not 1536)."""
-    before, after = _lags(problem)
-    return tuple(  # type: ignore[return-value]
-        scipy.fft.next_fast_len(n + max(b, a), real=True) for n, b, a in zip(problem.shape, before, after)
-    )
-
-
-def _crop_psf(problem: Deconvolution, psf: Any) -> Any:
-    """The PSF cut to the lags that reach the image (``_lags``): (before + after + 1) per axis."""
-    c = problem.psf.shape[0] // 2
-    (b0, b1), (a0, a1) = _lags(problem)
-    return psf[c - b0 : c + a0 + 1, c - b1 : c + a1 + 1]
-
-
-def _circular_psf_fft(problem: Deconvolution, psf: jax.Array) -> jax.Array:
-    """rfft2 of the cropped PSF with lag d at index d mod S (S = ``_fft_shape``)."""
-    size = _fft_shape(problem)
-    crop = _crop_psf(problem, psf)
-    before, _ = _lags(problem)
-    padded = jnp.pad(crop, ((0, size[0] - crop.shape[0]), (0, size[1] - crop.shape[1])))
-    return jnp.fft.rfft2(jnp.roll(padded, (-before[0], -before[1]), axis=(0, 1)))
-
-
-def _convolve(x: jax.Array, fp: jax.Array) -> jax.Array:
-    """``A x``: ``sum_k x[k] PSF[i - k + c]`` over the image (N x M)."""
-    n, m = x.shape
-    size = (fp.shape[0], 2 * (fp.shape[1] - 1))
-    return jnp.fft.irfft2(jnp.fft.rfft2(x, s=size) * fp, s=size)[:n, :m].astype(x.dtype)
-
-
-def _correlate(r: jax.Array, fp: jax.Array) -> jax.Array:
-    """``A^T r``: ``sum_i r[i] PSF[i - k + c]`` at each pixel k (the gradient map of residual r)."""
-    n, m = r.shape
-    size = (fp.shape[0], 2 * (fp.shape[1] - 1))
-    return jnp.fft.irfft2(jnp.fft.rfft2(r, s=size) * jnp.conj(fp), s=size)[:n, :m].astype(r.dtype)
 
 
 def autocorrelation(problem: Deconvolution) -> np.ndarray:
@@ -132,7 +84,7 @@ def autocorrelation(problem: Deconvolution) -> np.ndarray:
     K = B^T B with B that PSF's full convolution; A (its crop to the image) has A^T A <= K.
     Computed on the host in float64 (once per solve): K's small differences between
     neighbouring lags are what the block programme resolves."""
-    crop = _crop_psf(problem, np.asarray(problem.psf, np.float64))
+    crop = greedy.crop_psf(np.asarray(problem.psf, np.float64), problem.shape)
     n, m = problem.shape
     size = tuple(scipy.fft.next_fast_len(k + s - 1, real=True) for k, s in zip((n, m), crop.shape))
     spectrum = scipy.fft.rfft2(crop, s=size)
@@ -244,10 +196,11 @@ class BlockCoordinateDescent(Solver):
     def _penalty(self, x: jax.Array) -> jax.Array:
         return self.lam * (self.alpha * jnp.sum(jnp.abs(x)) + 0.5 * (1.0 - self.alpha) * jnp.sum(x * x))
 
-    def _exact(self, x: jax.Array, s: BCDState) -> tuple[jax.Array, jax.Array, jax.Array]:
+    def _exact(self, problem: Deconvolution, x: jax.Array, s: BCDState) -> tuple[jax.Array, jax.Array, jax.Array]:
         """The exact gradient map, objective and largest |proximal step| of the model ``x`` (FFT)."""
-        residual = s.dirty - _convolve(x - s.start, s.psf_fft)
-        gradient = _correlate(residual, s.psf_fft)
+        size = greedy.compact_fft_shape(problem.shape, problem.psf.shape[0])
+        residual = s.dirty - greedy.convolve_compact(x - s.start, s.psf_fft, size)
+        gradient = greedy.correlate_compact(residual, s.psf_fft, size)
         step = proximal_step(gradient, x, s.lipschitz, self.lam, self.alpha) - x
         return gradient, 0.5 * jnp.sum(residual * residual) + self._penalty(x), jnp.max(jnp.abs(step))
 
@@ -278,9 +231,9 @@ class BlockCoordinateDescent(Solver):
             x=start, gradient=dirty, fun=zero, max_step=zero, fun_trace=jnp.zeros(self.max_iterations, dirty.dtype),
             steps=jnp.zeros(self.max_iterations, dirty.dtype), iteration=jnp.asarray(0, jnp.int32),
             solves=jnp.asarray(0, jnp.int32), increases=jnp.asarray(0, jnp.int32), tolerance=zero, lipschitz=lipschitz,
-            dirty=dirty, start=start, psf_fft=_circular_psf_fft(problem, psf), autocorrelation=ac,
+            dirty=dirty, start=start, psf_fft=greedy.compact_psf_fft(psf, problem.shape), autocorrelation=ac,
         )
-        gradient, objective, max_step = self._exact(start, s)
+        gradient, objective, max_step = self._exact(problem, start, s)
         # The image's scale: the brightest pixel of the start or of the first proximal step.
         scale = jnp.maximum(max_step, jnp.max(jnp.abs(start)))
         return s._replace(
@@ -318,7 +271,7 @@ class BlockCoordinateDescent(Solver):
         grow = 0.5 * s.tolerance * (s.lipschitz + self.lam * (1.0 - self.alpha))
         z, solves = nonnegative_qp(q, d, x_block, live, grow, self.max_solves)
         x = s.x.reshape(-1).at[index].set(jnp.where(live, z, s.x.reshape(-1)[index])).reshape(n, m)
-        gradient, objective, max_step = self._exact(x, s)
+        gradient, objective, max_step = self._exact(problem, x, s)
         i = s.iteration
         return s._replace(
             x=x, gradient=gradient, fun=objective, max_step=max_step, fun_trace=s.fun_trace.at[i].set(objective),

@@ -112,14 +112,14 @@ class CDState(NamedTuple):
     tolerance: jax.Array  # scalar: epsilon times the image's scale (the stopping rule, Jy/pixel)
     dirty: jax.Array  # (N, M), for refreshes
     start: jax.Array  # (N, M) the starting model, for refreshes
-    fp: jax.Array  # rfft2 of the PSF, for refreshes
+    fp: jax.Array  # the PSF's spectrum on the compact FFT grid (greedy.compact_psf_fft), for refreshes
 
 
 @jax.jit
 def _max_step(residual: jax.Array, model: jax.Array, psf: jax.Array, lam: jax.Array, alpha: jax.Array) -> jax.Array:
     """max |proximal step - model| over the image, on the exact gradient map of ``residual``."""
-    size = greedy.fft_size(residual.shape, psf.shape[0])
-    gradient = greedy.correlate(residual, greedy.psf_fft(psf, size), size, psf.shape[0] // 2)
+    size = greedy.compact_fft_shape(residual.shape, psf.shape[0])
+    gradient = greedy.correlate_compact(residual, greedy.compact_psf_fft(psf, residual.shape), size)
     return jnp.max(jnp.abs(proximal_step(gradient, model, jnp.sum(psf * psf), lam, alpha) - model))
 
 
@@ -271,23 +271,26 @@ class CoordinateDescent(Solver):
     def batch_option(self, problem: Deconvolution) -> str:
         return f"the number of {self._block()[0]}-row blocks over N = {problem.shape[0]} rows"
 
+    def _autocorrelation(self, problem: Deconvolution, psf: jax.Array) -> jax.Array:
+        """The update's kernel (``_kernel_size``, centred): AC[lag] = sum_t PSF[t] PSF[t + lag] at
+        lags |lag| < N (those reach the image).  Its support is 2P - 1 wide, so it is computed on
+        the full FFT grid (>= N + P - 1, ``greedy.fft_size``), where no lag it keeps aliases: the
+        compact grid of the gradient maps is too small for it.  Once per start."""
+        size = greedy.fft_size(problem.shape, psf.shape[0])
+        auto = jnp.fft.irfft2(jnp.abs(greedy.psf_fft(psf, size)) ** 2, s=size)
+        k1, k2 = self._kernel_size(problem)
+        return jnp.roll(auto, (k1 // 2, k2 // 2), axis=(0, 1))[:k1, :k2]
+
     def _initial_state(
         self, problem: Deconvolution, dirty: jax.Array, psf: jax.Array, start: jax.Array, lipschitz: jax.Array
     ) -> CDState:
         """The start from the images; ``lipschitz`` is sum PSF^2 (a scalar), every pixel's constant."""
         geo = self._geometry(problem)
         lipschitz = jnp.full(problem.shape, lipschitz, dirty.dtype)
-        n, m = problem.shape
-        p = psf.shape[0]
-        c = p // 2
-        size = greedy.fft_size(problem.shape, p)
-        fp = greedy.psf_fft(psf, size)
-        gradient = greedy.correlate(dirty, fp, size, c)
-        # Autocorrelation AC[lag] = sum_t PSF[t] PSF[t + lag], lags |lag| < N reach the image.
-        auto = jnp.fft.irfft2(jnp.abs(fp) ** 2, s=size)
+        fp = greedy.compact_psf_fft(psf, problem.shape)
+        gradient = greedy.correlate_compact(dirty, fp, greedy.compact_fft_shape(problem.shape, psf.shape[0]))
         k1, k2 = self._kernel_size(problem)
-        h1, h2 = k1 // 2, k2 // 2
-        auto = jnp.roll(auto, (h1, h2), axis=(0, 1))[:k1, :k2].astype(dirty.dtype)
+        auto = self._autocorrelation(problem, psf).astype(dirty.dtype)
         x = greedy.pad_image(start, geo)
         gradient = greedy.pad_image(gradient, geo)
         lipschitz = greedy.pad_image(lipschitz, geo, 1.0)
@@ -350,11 +353,10 @@ class CoordinateDescent(Solver):
     ) -> tuple[jax.Array, jax.Array]:
         """The gradient map (padded like ``x``) and the objective of the padded model ``x``, by FFT."""
         n, m = problem.shape
-        c = problem.psf.shape[0] // 2
-        size = greedy.fft_size(problem.shape, problem.psf.shape[0])
+        size = greedy.compact_fft_shape(problem.shape, problem.psf.shape[0])
         x = x[:n, :m]
-        residual = dirty - greedy.convolve(x - start, fp, size, c)
-        gradient = greedy.pad_image(greedy.correlate(residual, fp, size, c), self._geometry(problem))
+        residual = dirty - greedy.convolve_compact(x - start, fp, size)
+        gradient = greedy.pad_image(greedy.correlate_compact(residual, fp, size), self._geometry(problem))
         return gradient, 0.5 * jnp.sum(residual * residual) + self._penalty(x)
 
     def _penalty(self, x: jax.Array) -> jax.Array:

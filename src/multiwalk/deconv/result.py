@@ -43,8 +43,9 @@ class DeconvolutionResult(Result):
 
 @jax.jit
 def _residual(dirty: jax.Array, psf: jax.Array, change: jax.Array) -> jax.Array:
-    size = greedy.fft_size(dirty.shape, psf.shape[0])
-    return dirty - greedy.convolve(change, greedy.psf_fft(psf, size), size, psf.shape[0] // 2)
+    """``dirty - change * PSF`` (N x M), by FFT on the compact grid (``greedy.compact_fft_shape``)."""
+    size = greedy.compact_fft_shape(dirty.shape, psf.shape[0])
+    return dirty - greedy.convolve_compact(change, greedy.compact_psf_fft(psf, dirty.shape), size)
 
 
 def final_model(
