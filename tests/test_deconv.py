@@ -245,7 +245,7 @@ def test_a_second_solve_sends_no_image(field, solver):
         np.testing.assert_array_equal(got, want)
 
 
-def test_coordinate_descent_resumed_with_other_blocks_is_refused(field, tmp_path):
+def test_coordinate_descent_checkpoint_of_other_blocks_or_fft_grid_is_refused(field, tmp_path):
     # Other blocks make other block arrays: padded from the saved ones they would resume a wrong run
     # (stale block maxima); the checkpoint is refused with the file and the options to resume with.
     problem = mw.deconv.Deconvolution(field["dirty"], field["psf"])
@@ -260,6 +260,16 @@ def test_coordinate_descent_resumed_with_other_blocks_is_refused(field, tmp_path
     other = mw.deconv.CoordinateDescent(lam=0.01, max_iterations=50, kernel="xla", block=8)
     with pytest.raises(ValueError, match=r"cd\.npz: this CoordinateDescent checkpoint was written with other blocks"):
         mw.solve(problem, other, progress=False, resume=ck)
+    # A PSF spectrum on another FFT grid (the full N + P - 1 one, as another version kept): refused,
+    # the message says why and what to do, not that the blocks differ.
+    from multiwalk.checkpoint import read_checkpoint, write_leaves
+
+    meta, leaves = read_checkpoint(ck)
+    full = greedy.fft_size((N, N), P)
+    write_leaves(ck, meta, [*leaves[:-1], np.zeros((full[0], full[1] // 2 + 1), leaves[-1].dtype)])
+    with pytest.raises(ValueError, match=r"cd\.npz: this CoordinateDescent checkpoint was written by another version "
+                       r"of multiwalk: its PSF spectrum is 48 x 25 \(another FFT grid\), this version's 40 x 21"):
+        mw.solve(problem, cd, progress=False, resume=ck)
 
 
 def test_gridder_round_trip_is_adjoint():

@@ -24,8 +24,9 @@ per-pixel constants ``||A e_k||^2`` (a summed-area table) are smaller where the 
 past an edge and over-relax the model's steps by ``sum PSF^2 / ||A e_k||^2``, which diverges
 where that exceeds 2 (every corner pixel of a PSF twice the image); they are not offered.
 
-The exact gradient map (two FFTs) re-anchors the model every ``refresh_every`` iterations and
-whenever the model says "converged": the run stops with SUCCESS only when, on an exact map,
+The exact gradient map (two FFTs on the compact grid, :mod:`~multiwalk.deconv.greedy`)
+re-anchors the model every ``refresh_every`` iterations and whenever the model says
+"converged": the run stops with SUCCESS only when, on an exact map,
 no pixel can change by more than ``epsilon`` times the image's scale (the brightest pixel of
 the starting model or of the first step), and goes on otherwise.  That final step changes
 nothing: the model returned is the one verified.  The objective is tracked from the scalars of
@@ -449,7 +450,17 @@ class CoordinateDescent(Solver):
     def convert_checkpoint(self, fresh_state: CDState, saved_layout: list[str], leaves: list[np.ndarray]) -> list | None:
         """Not converted: a checkpoint of other blocks or of the other form (its gradient map and
         block arrays would have to be rebuilt from the model) is refused here, before its arrays
-        could be padded into this state's and resume a wrong run."""
+        could be padded into this state's and resume a wrong run.  A PSF spectrum of another
+        shape (``fp``, the last leaf; the problem is the same, checked before) was written by
+        another version of multiwalk, whose refreshes used another FFT grid."""
+        saved_fp, fp = np.shape(leaves[-1]), np.shape(fresh_state.fp)
+        if saved_layout == ["CDState"] and saved_fp != fp:
+            raise ValueError(
+                f"this CoordinateDescent checkpoint was written by another version of multiwalk: its PSF spectrum "
+                f"is {saved_fp[0]} x {saved_fp[1]} (another FFT grid), this version's {fp[0]} x {fp[1]} (the compact "
+                "grid, docs/deconvolution.md); it cannot resume here: start the run anew, or resume it with the "
+                "version that wrote it"
+            )
         raise ValueError(
             "this CoordinateDescent checkpoint was written with other blocks or by the other form of the update "
             f"(kernel='xla' or the Pallas kernel; now kernel={self.kernel!r}, block={self.block!r}, "
