@@ -47,13 +47,15 @@ def synthetic(n: int, seed: int = 0) -> tuple[Any, Any]:
     truth = np.zeros((n, n))
     idx = rng.integers(n // 8, n - n // 8, size=(200, 2))
     truth[idx[:, 0], idx[:, 1]] = rng.uniform(0.1, 2.0, 200)
-    import jax.numpy as jnp
+    # The model's convolution, made here with SciPy (float64, on the host) rather than by the code
+    # under test, so that an A/B of two versions runs both on the same image: the full linear
+    # convolution on a 2N - 1 grid, cut to the image (y[i] = sum_k x[k] PSF[i - k + c]).
+    import scipy.fft
 
-    from multiwalk.deconv import greedy
-
-    fp = greedy.compact_psf_fft(jnp.asarray(psf, jnp.float32), (n, n))
-    dirty = np.asarray(greedy.convolve_compact(jnp.asarray(truth, jnp.float32), fp, greedy.compact_fft_shape((n, n), n)))
-    dirty = dirty + 0.001 * rng.standard_normal((n, n))
+    size = [scipy.fft.next_fast_len(2 * n - 1, real=True)] * 2
+    full = scipy.fft.irfft2(scipy.fft.rfft2(truth, s=size, workers=-1) * scipy.fft.rfft2(psf, s=size, workers=-1),
+                            s=size, workers=-1)
+    dirty = full[c : c + n, c : c + n] + 0.001 * rng.standard_normal((n, n))
     return dirty.astype(np.float32), psf.astype(np.float32)
 
 
