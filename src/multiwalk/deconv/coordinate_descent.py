@@ -489,6 +489,21 @@ class CoordinateDescent(Solver):
     def summary(self, problem: Deconvolution, state: CDState) -> dict[str, jax.Array]:
         return {"objective": state.fun, "max_step": jnp.max(state.block_best)}
 
+    def _diverged(self, problem: Deconvolution, objective: float) -> str | None:
+        """Why the run's model is worse than its start (the exact objective not finite, or above the
+        start's ``0.5 ||dirty||^2 + penalty(start)``), or None.  Exact updates never raise the
+        objective; ``update_window``'s truncated ones can, and with a PSF whose side lobes reach far
+        past the window they overshoot until the model diverges."""
+        if self.update_window is None and np.isfinite(objective):
+            return None
+        dirty, _, start = problem.device_images()
+        at_start = float(0.5 * jnp.sum(dirty * dirty) + self._penalty(start))
+        if np.isfinite(objective) and objective <= at_start:
+            return None
+        return (f"diverged: the exact objective at the end, {objective:.4g}, is above the start's {at_start:.4g}"
+                + (f"; update_window={self.update_window} is an approximation that overshoots here: use a larger "
+                   "update_window, or None (exact updates)" if self.update_window is not None else ""))
+
     def result(
         self, problem: Deconvolution, state: CDState, done: list[int], status: Status, stats: dict[str, Any]
     ) -> DeconvolutionResult:
@@ -496,7 +511,11 @@ class CoordinateDescent(Solver):
         model, residual, objective, max_step = final_model(
             problem, state.x, self._penalty, lambda x, r, psf: self.exact_max_step(problem, x, r, psf))
         tolerance, refreshes = float(state.tolerance), int(state.refreshes)
+        diverged = self._diverged(problem, objective)
+        if diverged is not None and status in (Status.SUCCESS, Status.MAX_STEPS):
+            status = Status.FAILED
         message = status.describe({
+            Status.FAILED: diverged or "failed",
             Status.SUCCESS: f"converged: on the exact gradient map no pixel can change by more than {tolerance:.3g} "
             f"Jy/pixel (epsilon={self.epsilon:g} of the image's scale; {iterations} iterations, {refreshes} exact maps)",
             Status.MAX_STEPS: f"a pixel can still change by {max_step:.3g} > {tolerance:.3g} Jy/pixel (epsilon="
