@@ -12,9 +12,12 @@ a background thread.  :class:`multiwalk.executors.Engine` takes that pool (:func
 when its worker count and paths are the ones it would have started; the command shuts down a pool
 nobody took (:func:`shutdown_early_pool`), on every path out, errors included.
 
+Under a plain ``mpiexec -n N multiwalk run`` of such an input, the ranks other than 0 only evaluate
+rank 0's batches (:func:`serve_mpi_early`): they serve from here and end, never importing JAX.
+
 Whenever the command line or the input is anything but plain (an option not known here, ``--help``,
-``--distributed``, another executor, an MPI launch, an unreadable file, ``backend`` not given), nothing
-starts here: the command then starts its workers as it always did, and reports any error itself.
+``--distributed``, another executor, an unreadable file, ``backend`` not given), nothing starts
+here: the command then starts its workers as it always did, and reports any error itself.
 Only the standard library and ``_multiwalk_worker`` (NumPy, cloudpickle) are imported here.
 """
 
@@ -27,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MPI_SIZE_VARIABLES", "claim_early_pool", "default_workers", "end_after_cleanup", "mark",
-           "mpi_launch_environment", "run_options_read_early", "shutdown_early_pool", "start_every_worker",
-           "start_pool_early"]
+__all__ = ["MPI_SIZE_VARIABLES", "claim_early_pool", "default_workers", "end_after_cleanup", "launched_rank", "mark",
+           "mpi_launch_environment", "run_options_read_early", "serve_mpi_early", "shutdown_early_pool",
+           "start_every_worker", "start_pool_early"]
 
 # environment variables that MPI launchers set in every rank: the world size
 MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
@@ -120,14 +123,10 @@ def run_options_read_early(args: list[str]) -> dict[str, Any] | None:
     return found
 
 
-def _pool_plan(options: dict[str, Any]) -> tuple[int, str] | None:
-    """(workers, the input's root_dir) when the input evaluates a Python objective on processes here."""
+def _python_objective(options: dict[str, Any]) -> tuple[str, str] | None:
+    """(the algorithm's name, the input's root_dir) when the input's objective is a Python one."""
     import tomllib
 
-    if options["executor"] not in (None, "processes") or options["workers"] is not None and options["workers"] < 1:
-        return None
-    if options["executor"] is None and mpi_launch_environment():
-        return None  # under mpiexec the executor is MPI
     try:
         with open(options["input"], "rb") as file:
             data = tomllib.load(file)
@@ -135,11 +134,58 @@ def _pool_plan(options: dict[str, Any]) -> tuple[int, str] | None:
         python = solver.get("name") == "python" and (
             solver.get("backend") == "python" or (solver.get("vectorized") is True and "backend" not in solver))
         root_dir = str(Path(base.get("root_dir", ".")).expanduser().absolute())
+        name = str(algorithm.get("name"))
     except Exception:  # noqa: BLE001 - any problem with the input: the command reports it later
         return None
-    if not python or algorithm.get("name") not in _ALGORITHMS_WITH_WORKERS:
+    return (name, root_dir) if python else None
+
+
+def _pool_plan(options: dict[str, Any]) -> tuple[int, str] | None:
+    """(workers, the input's root_dir) when the input evaluates a Python objective on processes here."""
+    if options["executor"] not in (None, "processes") or options["workers"] is not None and options["workers"] < 1:
         return None
-    return options["workers"] or default_workers(), root_dir
+    if options["executor"] is None and mpi_launch_environment():
+        return None  # under mpiexec the executor is MPI
+    found = _python_objective(options)
+    if found is None or found[0] not in _ALGORITHMS_WITH_WORKERS:
+        return None
+    return options["workers"] or default_workers(), found[1]
+
+
+def launched_rank() -> int:
+    """This process's rank as the MPI launcher's environment gives it (0 when not launched so)."""
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK"):
+        try:
+            return int(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return 0
+
+
+def serve_mpi_early(options: dict[str, Any] | None) -> bool:
+    """On a rank > 0 of a plain ``mpiexec -n N multiwalk run`` whose objective is a Python one
+    (``multiwalk.executors.mpi_comm_executor``: rank 0 runs the sampler, the others only evaluate):
+    serve rank 0's batches now, before JAX and the package are imported, which such a rank never
+    uses (16 ranks importing them took ~1.3 s more than a process pool on a 16-core host); True
+    once rank 0 is done.  False, doing nothing, on rank 0, outside MPI, under ``python -m
+    mpi4py.futures`` (its own pool), for another executor or input, or without mpi4py (the
+    command then reports it)."""
+    import importlib.util
+
+    if (options is None or options["executor"] not in (None, "mpi") or not mpi_launch_environment()
+            or launched_rank() == 0 or "mpi4py.futures" in sys.modules):
+        return False
+    found = _python_objective(options)
+    if found is None or importlib.util.find_spec("mpi4py") is None:
+        return False
+    sys.path[:0] = [p for p in (found[1],) if p not in sys.path]  # the objective may import its neighbours
+    from mpi4py import MPI
+    from mpi4py.futures import MPICommExecutor
+
+    mark(f"rank {MPI.COMM_WORLD.Get_rank()} serves rank 0's batches")
+    with MPICommExecutor(MPI.COMM_WORLD, root=0):  # None here: this rank evaluates until rank 0 is done
+        pass
+    return True
 
 
 def start_pool_early() -> None:
@@ -150,6 +196,8 @@ def start_pool_early() -> None:
     if sys.argv[1:2] in (["run"], ["demo"]):  # the commands that end by end_after_cleanup
         _register_fast_exit()
     options = run_options_read_early(sys.argv[1:])
+    if serve_mpi_early(options):
+        raise SystemExit(0)  # rank 0 ran the command and reports its outcome
     plan = None if options is None else _pool_plan(options)
     if plan is None:
         return

@@ -170,6 +170,55 @@ def test_two_rank_mpi_run_gives_the_same_result(serial, tmp_path):
     np.testing.assert_array_equal(saved["x"], np.asarray(serial.x))
 
 
+PLAIN_MPI_INPUT = """
+[base]
+dimension = 2
+output_dir = "out"
+[solver]
+name = "python"
+function = "cheap.py:sphere"
+backend = "python"
+[algorithm]
+name = "exchange"
+seed = 3
+[algorithm.param]
+min_list = [-5.0, -5.0]
+max_list = [5.0, 5.0]
+step_list = [0.3, 0.3]
+[algorithm.exchange]
+Tmin = 0.1
+Tmax = 10.0
+numsteps = 6
+numsteps_exchange = 2
+nreplica_per_proc = 4
+"""
+
+
+def test_plain_mpiexec_command_gives_the_serial_files(tmp_path):
+    # ODAT-SE's launch, `mpiexec -n 2 multiwalk run input.toml`: rank 0 samples, rank 1 evaluates,
+    # serving before it imports JAX (its timeline says so); the output folder is the serial run's,
+    # byte for byte (the same seed, the same numbers: the values are the objective's, on either rank).
+    pytest.importorskip("mpi4py")
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    for folder in ("mpi", "serial"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "cheap.py").write_text("import numpy as np\n\ndef sphere(x):\n    return float(np.sum(x * x))\n")
+        (tmp_path / folder / "input.toml").write_text(PLAIN_MPI_INPUT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "MULTIWALK_TIMELINE": "1"}
+    run = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", "--no-progress"],
+                         cwd=tmp_path / "mpi", capture_output=True, text=True, timeout=240, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "rank 1 serves rank 0's batches" in run.stderr and "executor mpi (1 worker)" in run.stdout
+    assert run_cli(tmp_path / "serial", "input.toml", "--executor", "serial") == 0
+    names = sorted(p.relative_to(tmp_path / "serial" / "out") for p in (tmp_path / "serial" / "out").rglob("*") if p.is_file())
+    assert names and names == sorted(p.relative_to(tmp_path / "mpi" / "out") for p in (tmp_path / "mpi" / "out").rglob("*")
+                                     if p.is_file())
+    for name in names:
+        assert (tmp_path / "mpi" / "out" / name).read_bytes() == (tmp_path / "serial" / "out" / name).read_bytes(), name
+
+
 def _raises_right_of_two(x: np.ndarray) -> float:
     if x[0] > 2.0:
         _raises_right_of_two.raised += 1  # type: ignore[attr-defined]

@@ -77,14 +77,7 @@ def launched_under_mpi() -> bool:
     return mpi_futures_pool_launched() or _multiwalk_launch.mpi_launch_environment()
 
 
-def launched_rank() -> int:
-    """This process's rank as the MPI launcher's environment gives it (0 when not launched so)."""
-    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK"):
-        try:
-            return int(os.environ[name])
-        except (KeyError, ValueError):
-            continue
-    return 0
+launched_rank = _multiwalk_launch.launched_rank  # this process's rank by the MPI launcher's environment
 
 
 def _is_dask_client(value: Any) -> bool:
