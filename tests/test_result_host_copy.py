@@ -38,7 +38,9 @@ def test_spare_pinned_buffers_made_by_the_first_call_reading_a_size(monkeypatch)
     from multiwalk import result as result_module
 
     monkeypatch.setattr(result_module, "_SPARE_PINNED", {})
+    monkeypatch.setattr(result_module, "_SPARE_BYTES", [0])
     monkeypatch.setattr(result_module, "SPARE_PINNED_MAX_BYTES", 1 << 16)
+    monkeypatch.setattr(result_module, "SPARE_PINNED_TOTAL_BYTES", 1 << 20)  # room for the spares below
     calls = []
     real = jax.device_put
 
@@ -64,6 +66,14 @@ def test_spare_pinned_buffers_made_by_the_first_call_reading_a_size(monkeypatch)
             out = through_pinned_memory(x)
             np.testing.assert_array_equal(out, np.asarray(x))
             assert calls == [x.nbytes] * copies
+    assert result_module._SPARE_BYTES == [2 * small.nbytes + other.nbytes]
+    # the total is capped: with no room left, a new size's first call makes no spare
+    monkeypatch.setattr(result_module, "SPARE_PINNED_TOTAL_BYTES", 2 * small.nbytes + other.nbytes + 100)
+    result_module.call_started()
+    calls.clear()
+    third = jnp.arange(3000.0)
+    through_pinned_memory(third)
+    assert calls == [third.nbytes]
 
 
 def test_tree_to_host_keeps_the_tree_and_the_values():

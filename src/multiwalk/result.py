@@ -165,8 +165,11 @@ def tree_to_host(tree: Any) -> Any:
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
-#: the largest array for which :func:`through_pinned_memory` reserves a spare pinned buffer
+#: the largest array for which :func:`through_pinned_memory` reserves a spare pinned buffer, and
+#: the most pinned memory its spares may take in a process (page-locked memory is the host's)
 SPARE_PINNED_MAX_BYTES = 1 << 30
+SPARE_PINNED_TOTAL_BYTES = 4 << 30
+_SPARE_BYTES = [0]  # made so far
 # (devices, bytes) -> the call (``call_started``'s count) whose reads reserve that size's spares
 _SPARE_PINNED: dict[tuple[Any, int], int] = {}
 _CALLS = [0]
@@ -207,8 +210,10 @@ def _reserve_spare(value: Any, pinned_sharding: Any) -> None:
     import jax
 
     size = (tuple(sorted(d.id for d in value.sharding.device_set)), int(value.nbytes))
-    if _SPARE_PINNED.setdefault(size, _CALLS[0]) != _CALLS[0] or value.nbytes > SPARE_PINNED_MAX_BYTES:
+    if (_SPARE_PINNED.setdefault(size, _CALLS[0]) != _CALLS[0] or value.nbytes > SPARE_PINNED_MAX_BYTES
+            or _SPARE_BYTES[0] + value.nbytes > SPARE_PINNED_TOTAL_BYTES):
         return
+    _SPARE_BYTES[0] += int(value.nbytes)
     jax.block_until_ready(jax.device_put(value, pinned_sharding))  # allocated, then freed into the pool
 
 
