@@ -258,8 +258,11 @@ def test_coordinate_descent_checkpoint_of_other_blocks_or_fft_grid_is_refused(fi
     part = mw.solve(problem, cd, progress=False, checkpoint=ck, callback=stop, chunk_seconds=1e-9)
     assert part.status == mw.Status.INTERRUPTED
     other = mw.deconv.CoordinateDescent(lam=0.01, max_iterations=50, kernel="xla", block=8)
-    with pytest.raises(ValueError, match=r"cd\.npz: this CoordinateDescent checkpoint was written with other blocks"):
+    with pytest.raises(ValueError, match=r"cd\.npz was written with block=16 but the solver now has block=8"):
         mw.solve(problem, other, progress=False, resume=ck)
+    pallas = mw.deconv.CoordinateDescent(lam=0.01, max_iterations=50, kernel="pallas", block=16)  # the other form
+    with pytest.raises(ValueError, match=r"cd\.npz: this CoordinateDescent checkpoint was written .* by the other form"):
+        mw.solve(problem, pallas, progress=False, resume=ck)
     # A PSF spectrum on another FFT grid (the full N + P - 1 one, as another version kept): refused,
     # the message says why and what to do, not that the blocks differ.
     from multiwalk.checkpoint import read_checkpoint, write_leaves

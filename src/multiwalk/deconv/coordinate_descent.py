@@ -165,7 +165,9 @@ class CoordinateDescent(Solver):
     kernel_warps: int | None = None
 
     problem_type = Deconvolution
-    resumable_options = ("kernel", "block", "kernel_warps")  # how, not what: a resume may change them
+    # how, not what: a resume may change them (another form is refused by convert_checkpoint; other
+    # blocks by the option check: its block arrays would have to be rebuilt from the model)
+    resumable_options = ("kernel", "kernel_warps")
     unroll = 8  # iterations per loop trip in the kernel form: fewer loop round-trips (docs/benchmarks.md)
     # The kernel form with one L for every pixel reads no Lipschitz map, only block marks (a quarter
     # fewer bytes per update, same results); False keeps the map (for the benchmark's before/after).
