@@ -240,6 +240,23 @@ def test_plain_mpiexec_command_gives_the_serial_files(tmp_path, text):
         assert (tmp_path / "mpi" / "out" / name).read_bytes() == (tmp_path / "serial" / "out" / name).read_bytes(), name
 
 
+def test_plain_mpiexec_command_with_an_error_on_rank_0_ends(tmp_path):
+    # Rank 1 serves from the launcher while rank 0 reads the options and the input; an error there
+    # (one the launcher cannot see: --nprocs 0) must end rank 1 too, with rank 0's status, not leave
+    # it waiting for batches forever.  60 s: a run that ends takes ~1 s.
+    pytest.importorskip("mpi4py")
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    (tmp_path / "cheap.py").write_text("def sphere(x):\n    return float(sum(x * x))\n")
+    (tmp_path / "input.toml").write_text(PLAIN_MPI_INPUT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "MULTIWALK_TIMELINE": "1"}
+    run = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", "--nprocs", "0"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    assert "rank 1 serves rank 0's batches" in run.stderr  # the case at stake: rank 1 served early
+    assert run.returncode == 2 and "--nprocs must be at least 1, got 0" in run.stderr, run.stderr[-3000:]
+
+
 def _raises_right_of_two(x: np.ndarray) -> float:
     if x[0] > 2.0:
         _raises_right_of_two.raised += 1  # type: ignore[attr-defined]
