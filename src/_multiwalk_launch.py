@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["MPI_SIZE_VARIABLES", "claim_early_pool", "default_workers", "end_after_cleanup", "launched_rank", "mark",
-           "mpi_launch_environment", "run_options_read_early", "serve_mpi_early", "shutdown_early_pool",
-           "start_every_worker", "start_pool_early"]
+           "mpi_launch_environment", "mpi_servers_met", "release_mpi_servers", "run_options_read_early",
+           "serve_mpi_early", "shutdown_early_pool", "start_every_worker", "start_pool_early"]
 
 # environment variables that MPI launchers set in every rank: the world size
 MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
@@ -51,6 +51,7 @@ _START = time.perf_counter()
 _EARLY: dict[str, Any] = {}  # the pool started here until claimed: pool, workers, paths, pid
 _CHOSE_CPU: list[bool] = []  # [True] once start_pool_early set JAX_PLATFORMS=cpu
 _EXIT_STATUS: list[int] = []  # multiwalk run's exit status, once it has returned (see end_after_cleanup)
+_MPI_SERVERS_WAITING: list[bool] = []  # [True] on rank 0 while ranks > 0 serve early and rank 0 has not met them
 
 
 def mark(label: str) -> None:
@@ -162,23 +163,35 @@ def launched_rank() -> int:
     return 0
 
 
+def _mpi_serving_root_dir(options: dict[str, Any] | None) -> str | None:
+    """The input's root_dir when ranks > 0 of this launch serve from :func:`serve_mpi_early`, else None."""
+    import importlib.util
+
+    if (options is None or options["executor"] not in (None, "mpi") or not mpi_launch_environment()
+            or "mpi4py.futures" in sys.modules):
+        return None
+    found = _python_objective(options)
+    if found is None or importlib.util.find_spec("mpi4py") is None:
+        return None
+    return found[1]
+
+
 def serve_mpi_early(options: dict[str, Any] | None) -> bool:
     """On a rank > 0 of a plain ``mpiexec -n N multiwalk run`` whose objective is a Python one
     (``multiwalk.executors.mpi_comm_executor``: rank 0 runs the sampler, the others only evaluate):
     serve rank 0's batches now, before JAX and the package are imported, which such a rank never
     uses (16 ranks importing them took ~1.3 s more than a process pool on a 16-core host); True
-    once rank 0 is done.  False, doing nothing, on rank 0, outside MPI, under ``python -m
-    mpi4py.futures`` (its own pool), for another executor or input, or without mpi4py (the
-    command then reports it)."""
-    import importlib.util
-
-    if (options is None or options["executor"] not in (None, "mpi") or not mpi_launch_environment()
-            or launched_rank() == 0 or "mpi4py.futures" in sys.modules):
+    once rank 0 is done.  False, doing nothing, outside MPI, under ``python -m mpi4py.futures``
+    (its own pool), for another executor or input, or without mpi4py (the command then reports
+    it); False on rank 0, which notes that the others serve: should the command end without
+    meeting them (an error in the input or the options), :func:`release_mpi_servers` lets them go."""
+    root_dir = _mpi_serving_root_dir(options)
+    if root_dir is None:
         return False
-    found = _python_objective(options)
-    if found is None or importlib.util.find_spec("mpi4py") is None:
+    if launched_rank() == 0:
+        _MPI_SERVERS_WAITING[:] = [True]
         return False
-    sys.path[:0] = [p for p in (found[1],) if p not in sys.path]  # the objective may import its neighbours
+    sys.path[:0] = [p for p in (root_dir,) if p not in sys.path]  # the objective may import its neighbours
     from mpi4py import MPI
     from mpi4py.futures import MPICommExecutor
 
@@ -186,6 +199,25 @@ def serve_mpi_early(options: dict[str, Any] | None) -> bool:
     with MPICommExecutor(MPI.COMM_WORLD, root=0):  # None here: this rank evaluates until rank 0 is done
         pass
     return True
+
+
+def mpi_servers_met() -> None:
+    """Rank 0 enters the ``MPICommExecutor`` the ranks served from :func:`serve_mpi_early` wait in."""
+    _MPI_SERVERS_WAITING.clear()
+
+
+def release_mpi_servers() -> None:
+    """On rank 0 of a launch whose other ranks serve from :func:`serve_mpi_early`, when the command
+    ends without having entered their ``MPICommExecutor`` (an error before the run): enter it and
+    leave at once, so they end too; else they would wait for rank 0 forever, and mpiexec with them."""
+    if not _MPI_SERVERS_WAITING:
+        return
+    _MPI_SERVERS_WAITING.clear()
+    from mpi4py import MPI
+    from mpi4py.futures import MPICommExecutor
+
+    with MPICommExecutor(MPI.COMM_WORLD, root=0):
+        pass
 
 
 def start_pool_early() -> None:

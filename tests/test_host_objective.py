@@ -194,10 +194,30 @@ nreplica_per_proc = 4
 """
 
 
-def test_plain_mpiexec_command_gives_the_serial_files(tmp_path):
+PLAIN_MPI_PAMC_INPUT = PLAIN_MPI_INPUT.split("[algorithm]")[0] + """
+[algorithm]
+name = "pamc"
+seed = 7
+[algorithm.param]
+min_list = [-5.0, -5.0]
+max_list = [5.0, 5.0]
+step_list = [0.3, 0.3]
+[algorithm.pamc]
+Tmin = 1.0
+Tmax = 10.0
+Tnum = 2
+numsteps_annealing = 2
+nreplica_per_proc = 4
+resampling_interval = 2
+"""
+
+
+@pytest.mark.parametrize("text", [PLAIN_MPI_INPUT, PLAIN_MPI_PAMC_INPUT], ids=["exchange", "pamc"])
+def test_plain_mpiexec_command_gives_the_serial_files(tmp_path, text):
     # ODAT-SE's launch, `mpiexec -n 2 multiwalk run input.toml`: rank 0 samples, rank 1 evaluates,
     # serving before it imports JAX (its timeline says so); the output folder is the serial run's,
     # byte for byte (the same seed, the same numbers: the values are the objective's, on either rank).
+    # pamc too: its rank 0 must serve rank 1 the end of the batches, or mpiexec kills rank 1 (exit 9).
     pytest.importorskip("mpi4py")
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
     if mpiexec is None:
@@ -205,18 +225,36 @@ def test_plain_mpiexec_command_gives_the_serial_files(tmp_path):
     for folder in ("mpi", "serial"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "cheap.py").write_text("import numpy as np\n\ndef sphere(x):\n    return float(np.sum(x * x))\n")
-        (tmp_path / folder / "input.toml").write_text(PLAIN_MPI_INPUT)
+        (tmp_path / folder / "input.toml").write_text(text)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "MULTIWALK_TIMELINE": "1"}
     run = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", "--no-progress"],
                          cwd=tmp_path / "mpi", capture_output=True, text=True, timeout=240, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "rank 1 serves rank 0's batches" in run.stderr and "executor mpi (1 worker)" in run.stdout
+    assert "rank 1 serves rank 0's batches" in run.stderr
+    assert "executor mpi (1 worker)" in run.stdout or text is PLAIN_MPI_PAMC_INPUT  # pamc does not print it
     assert run_cli(tmp_path / "serial", "input.toml", "--executor", "serial") == 0
     names = sorted(p.relative_to(tmp_path / "serial" / "out") for p in (tmp_path / "serial" / "out").rglob("*") if p.is_file())
     assert names and names == sorted(p.relative_to(tmp_path / "mpi" / "out") for p in (tmp_path / "mpi" / "out").rglob("*")
                                      if p.is_file())
     for name in names:
         assert (tmp_path / "mpi" / "out" / name).read_bytes() == (tmp_path / "serial" / "out" / name).read_bytes(), name
+
+
+def test_plain_mpiexec_command_with_an_error_on_rank_0_ends(tmp_path):
+    # Rank 1 serves from the launcher while rank 0 reads the options and the input; an error there
+    # (one the launcher cannot see: --nprocs 0) must end rank 1 too, with rank 0's status, not leave
+    # it waiting for batches forever.  60 s: a run that ends takes ~1 s.
+    pytest.importorskip("mpi4py")
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    (tmp_path / "cheap.py").write_text("def sphere(x):\n    return float(sum(x * x))\n")
+    (tmp_path / "input.toml").write_text(PLAIN_MPI_INPUT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "MULTIWALK_TIMELINE": "1"}
+    run = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", "--nprocs", "0"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    assert "rank 1 serves rank 0's batches" in run.stderr  # the case at stake: rank 1 served early
+    assert run.returncode == 2 and "--nprocs must be at least 1, got 0" in run.stderr, run.stderr[-3000:]
 
 
 def _raises_right_of_two(x: np.ndarray) -> float:

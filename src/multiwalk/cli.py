@@ -275,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\n{command_parser.prog}: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
     finally:  # workers `multiwalk run` started before importing JAX that no run took (an error, --help, ...)
+        _multiwalk_launch.release_mpi_servers()  # and, under mpiexec, ranks > 0 that no run met
         _multiwalk_launch.shutdown_early_pool()
         _multiwalk_launch.mark("command done")
 

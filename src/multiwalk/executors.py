@@ -246,6 +246,7 @@ def mpi_comm_executor() -> Iterator[bool]:
     from mpi4py import MPI
     from mpi4py.futures import MPICommExecutor
 
+    _multiwalk_launch.mpi_servers_met()  # rank 0 meets the ranks serving from _multiwalk_launch here
     with MPICommExecutor(MPI.COMM_WORLD, root=0) as executor:
         if executor is None:  # a worker rank: it has served every batch
             yield False

@@ -1233,7 +1233,8 @@ def _run_algorithm(setup: RunSetup, args: argparse.Namespace) -> int:
     runs it and the other ranks evaluate the objective (:func:`multiwalk.executors.mpi_comm_executor`)."""
     from ..executors import launched_under_mpi, mpi_comm_executor
 
-    run = {"exchange": run_exchange, "minsearch": _run_minsearch}.get(setup.algorithm, run_multiwalk_solver)
+    run = {"exchange": run_exchange, "minsearch": _run_minsearch, "pamc": _run_pamc_or_mapper,
+           "mapper": _run_pamc_or_mapper}.get(setup.algorithm, run_multiwalk_solver)
     if setup.host is None or args.executor not in (None, "mpi") or not launched_under_mpi():
         return run(setup, args)
     with mpi_comm_executor() as runs_here:
@@ -1285,8 +1286,8 @@ def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from ..executors import workers_for_the_command
 
             workers_for_the_command(setup.root_dir)
-        if setup.algorithm in ("pamc", "mapper"):
-            return _run_pamc_or_mapper(setup, args)
+        if setup.algorithm in ("pamc", "mapper"):  # under mpiexec too: the other ranks serve its batches
+            return _run_algorithm(setup, args)
         if setup.algorithm != "exchange" and (args.resume or args.cont):
             raise InputError(f"--resume/--cont are for algorithm exchange, not {setup.algorithm}")
         if setup.algorithm != "exchange" and args.nprocs not in (None, 1):
