@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import json
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -170,6 +171,7 @@ def tree_to_host(tree: Any) -> Any:
 SPARE_PINNED_MAX_BYTES = 1 << 30
 SPARE_PINNED_TOTAL_BYTES = 4 << 30
 _SPARE_BYTES = [0]  # made so far
+_SPARE_LOCK = threading.Lock()  # results read on several threads count their spares once each
 # (devices, bytes) -> the call (``call_started``'s count) whose reads reserve that size's spares
 _SPARE_PINNED: dict[tuple[Any, int], int] = {}
 _CALLS = [0]
@@ -210,10 +212,11 @@ def _reserve_spare(value: Any, pinned_sharding: Any) -> None:
     import jax
 
     size = (tuple(sorted(d.id for d in value.sharding.device_set)), int(value.nbytes))
-    if (_SPARE_PINNED.setdefault(size, _CALLS[0]) != _CALLS[0] or value.nbytes > SPARE_PINNED_MAX_BYTES
-            or _SPARE_BYTES[0] + value.nbytes > SPARE_PINNED_TOTAL_BYTES):
-        return
-    _SPARE_BYTES[0] += int(value.nbytes)
+    with _SPARE_LOCK:
+        if (_SPARE_PINNED.setdefault(size, _CALLS[0]) != _CALLS[0] or value.nbytes > SPARE_PINNED_MAX_BYTES
+                or _SPARE_BYTES[0] + value.nbytes > SPARE_PINNED_TOTAL_BYTES):
+            return
+        _SPARE_BYTES[0] += int(value.nbytes)
     jax.block_until_ready(jax.device_put(value, pinned_sharding))  # allocated, then freed into the pool
 
 
