@@ -257,6 +257,31 @@ def test_plain_mpiexec_command_with_an_error_on_rank_0_ends(tmp_path):
     assert run.returncode == 2 and "--nprocs must be at least 1, got 0" in run.stderr, run.stderr[-3000:]
 
 
+def test_plain_mpiexec_with_a_jax_objective_runs_on_rank_0_alone(tmp_path):
+    # Every rank of `mpiexec -n 2 multiwalk run` runs the command: with a JAX objective (nothing to
+    # hand out) rank 0 runs it, saying so, and rank 1 ends, rather than both running it and writing
+    # the same files at once.  The folder is a single process's, byte for byte.
+    pytest.importorskip("mpi4py")
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    analytical = PLAIN_MPI_INPUT.replace('name = "python"\nfunction = "cheap.py:sphere"\nbackend = "python"',
+                                         'name = "analytical"\nfunction_name = "himmelblau"')
+    for folder in ("mpi", "one"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "input.toml").write_text(analytical)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", "--no-progress"],
+                         cwd=tmp_path / "mpi", capture_output=True, text=True, timeout=240, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("output in") == 1 and "a JAX objective runs on rank 0 alone" in run.stderr
+    assert run_cli(tmp_path / "one", "input.toml") == 0
+    one = sorted(p.relative_to(tmp_path / "one" / "out") for p in (tmp_path / "one" / "out").rglob("*") if p.is_file())
+    assert one == sorted(p.relative_to(tmp_path / "mpi" / "out") for p in (tmp_path / "mpi" / "out").rglob("*") if p.is_file())
+    for name in one:
+        assert (tmp_path / "mpi" / "out" / name).read_bytes() == (tmp_path / "one" / "out" / name).read_bytes(), name
+
+
 def _raises_right_of_two(x: np.ndarray) -> float:
     if x[0] > 2.0:
         _raises_right_of_two.raised += 1  # type: ignore[attr-defined]

@@ -1235,10 +1235,34 @@ def _run_algorithm(setup: RunSetup, args: argparse.Namespace) -> int:
 
     run = {"exchange": run_exchange, "minsearch": _run_minsearch, "pamc": _run_pamc_or_mapper,
            "mapper": _run_pamc_or_mapper}.get(setup.algorithm, run_multiwalk_solver)
+    if setup.host is None and _plain_mpi_launch(args):
+        return _run_on_rank_0(run, setup, args)
     if setup.host is None or args.executor not in (None, "mpi") or not launched_under_mpi():
         return run(setup, args)
     with mpi_comm_executor() as runs_here:
         return run(setup, args) if runs_here else EXIT_OK
+
+
+def _plain_mpi_launch(args: argparse.Namespace) -> bool:
+    """Whether every rank of an ``mpiexec -n N`` runs this command as its own program (not
+    ``--distributed``, not ``python -m mpi4py.futures``, whose ranks > 0 are a pool)."""
+    from ..executors import mpi_futures_pool_launched
+
+    return not args.distributed and _multiwalk_launch.mpi_launch_environment() and not mpi_futures_pool_launched()
+
+
+def _run_on_rank_0(run: Any, setup: RunSetup, args: argparse.Namespace) -> int:
+    """A JAX objective under a plain ``mpiexec -n N``: every rank would run the whole run and write
+    the same files.  Rank 0 runs it, saying so; the other ranks, with nothing to evaluate, end."""
+    from ..executors import launched_rank
+
+    if launched_rank() > 0:
+        return EXIT_OK
+    print(f"multiwalk run: under mpiexec, a JAX objective runs on rank 0 alone ({args.nprocs or 1} x "
+          f"{setup.nreplica_per_proc} replicas: --nprocs x nreplica_per_proc); the other ranks have nothing to "
+          "evaluate and end.  For ODAT-SE's P x nreplica_per_proc replicas give --nprocs P (one process emulates "
+          "the P), without mpiexec.", file=sys.stderr, flush=True)
+    return run(setup, args)
 
 
 def _handle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
