@@ -90,7 +90,7 @@ def update(request):
 
     @jax.jit
     def fused(r, x, best, pixel, a, i, j, live):
-        blocks = (best, pixel, clean_kernel.block_values(pixel, r))
+        blocks = (best, pixel, greedy.at_block_pixels(pixel, r))
         return clean_kernel.update_and_rescan(r, x, kernel_k, blocks, a, i, j, live, geo=geo, pad=pad, num_warps=4,
                                               interpret=True)
 
@@ -119,7 +119,7 @@ def test_one_launch_equals_subtract_and_rescan(update, i, j):
     # live=False (the unrolled loop's steps past the end) changes nothing, bit for bit.
     idle = fused(r, x, best, pixel, a, ii, jj, jnp.asarray(False))
     for name, g, w in zip(("residual", "x", "best", "pixel", "value"), idle,
-                          (r, x, best, pixel, clean_kernel.block_values(pixel, r))):
+                          (r, x, best, pixel, greedy.at_block_pixels(pixel, r))):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
 
 

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..compile_cache import cached_jit, start_with  # kept across solve() calls of the same problem
-from ..kernels import KernelPlan, check_kernel_option, unrolled_while
+from ..kernels import KernelPlan, check_kernel_option
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import clean_kernel, greedy, patches
@@ -57,7 +57,7 @@ class CleanState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Clean(Solver):
+class Clean(greedy.FusedKernelForm, Solver):
     """Hogbom CLEAN for ``Deconvolution`` problems.
 
     Parameters
@@ -155,14 +155,6 @@ class Clean(Solver):
             iteration=None,
         )
 
-    def unsplit_reason(self, problem: Deconvolution) -> str | None:
-        """The Pallas form's: one launch a step, which XLA cannot split; the XLA form splits."""
-        plan = self.kernel_plan()
-        if not plan.use_pallas:
-            return None
-        return (f"Clean(kernel={self.kernel!r}) runs its Pallas form here ({plan.reason}), one kernel launch an "
-                f"iteration that stays on one device; pass kernel='xla' to split the image over devices")
-
     def batch_option(self, problem: Deconvolution) -> str:
         return f"the number of {self._block()[0]}-row blocks over N = {problem.shape[0]} rows"
 
@@ -177,7 +169,7 @@ class Clean(Solver):
         if self.kernel_plan().use_pallas:
             a, b = self._kernel_pad(problem, geo)
             kernel = jnp.pad(kernel, ((a, a), (b, b)))
-            values = KernelBlocks(clean_kernel.block_values(pixel, residual))
+            values = KernelBlocks(greedy.at_block_pixels(pixel, residual))
         else:
             kernel = greedy.pad_kernel(kernel, geo)
         return CleanState(
@@ -187,7 +179,7 @@ class Clean(Solver):
 
     def step(self, problem: Deconvolution, state: CleanState, phase: int) -> CleanState:
         if self.kernel_plan().use_pallas:
-            return self._kernel_step(problem, state, jnp.asarray(True))
+            return self._step_where(problem, state, jnp.asarray(True))
         geo, _ = self._geometry(problem)
         s = state
         mesh = patches.row_mesh()
@@ -213,7 +205,7 @@ class Clean(Solver):
             x=x, residual=residual, block_best=best, block_pixel=pixel, steps=s.steps.at[k].set(peak), iteration=k + 1
         )
 
-    def _kernel_step(self, problem: Deconvolution, s: CleanState, live: jax.Array) -> CleanState:
+    def _step_where(self, problem: Deconvolution, s: CleanState, live: jax.Array) -> CleanState:
         """One iteration of the kernel form: the peak and its residual from the block arrays (no
         gather from the residual), then one fused launch; where ``live`` is False, none (every
         change is zero: the unrolled loop runs a fixed number of these per trip, see run_chunk)."""
@@ -231,19 +223,6 @@ class Clean(Solver):
         return s._replace(
             x=x, residual=residual, block_best=best, block_pixel=pixel, block_values=KernelBlocks(values),
             steps=s.steps.at[k].set(jnp.where(live, peak, s.steps[k])), iteration=k + live.astype(jnp.int32),
-        )
-
-    def run_chunk(
-        self, problem: Deconvolution, state: CleanState, phase: int, n: jax.Array, plan: Any = None
-    ) -> tuple[CleanState, jax.Array]:
-        """The XLA form: the driver's while loop over ``step``.  The kernel form: ``unroll``
-        iterations per loop trip (each a no-op once ``n`` are done or the run has stopped), so
-        the loop's predicate goes to the host once per ``unroll`` iterations, not every one."""
-        if not self.kernel_plan().use_pallas:
-            return super().run_chunk(problem, state, phase, n, plan)
-        return unrolled_while(
-            lambda s, live: self._kernel_step(problem, s, live), lambda s: self.done(problem, s, phase), state, n,
-            self.unroll,
         )
 
     def convert_checkpoint(self, fresh_state: CleanState, saved_layout: list[str], leaves: list[np.ndarray]) -> list | None:

@@ -29,13 +29,7 @@ import jax.numpy as jnp
 from ..kernels import compiler_params
 from . import greedy
 
-__all__ = ["block_values", "update_and_rescan"]
-
-
-def block_values(block_pixel: jax.Array, residual: jax.Array) -> jax.Array:
-    """The residual at each block's best pixel, (nb, mb): the next iteration's component without
-    a gather from the image-size residual."""
-    return jnp.take(residual.reshape(-1), block_pixel.reshape(-1)).reshape(block_pixel.shape)
+__all__ = ["update_and_rescan"]
 
 
 def update_and_rescan(

@@ -61,7 +61,7 @@ import numpy as np
 
 from .. import distributed as dist
 from ..compile_cache import cached_jit, start_with  # kept across solve() calls of the same problem
-from ..kernels import check_kernel_option, unrolled_while
+from ..kernels import check_kernel_option
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import coordinate_descent_kernel as cdk
@@ -125,7 +125,7 @@ def _max_step(residual: jax.Array, model: jax.Array, psf: jax.Array, lam: jax.Ar
 
 
 @dataclasses.dataclass(frozen=True)
-class CoordinateDescent(Solver):
+class CoordinateDescent(greedy.FusedKernelForm, Solver):
     """Greedy coordinate descent for ``Deconvolution`` problems (elastic net, x >= 0).
 
     Parameters
@@ -263,14 +263,6 @@ class CoordinateDescent(Solver):
             tolerance=None, dirty=None, start=None, fp=None,
         )
 
-    def unsplit_reason(self, problem: Deconvolution) -> str | None:
-        """The Pallas form's: one launch a step, which XLA cannot split; the XLA form splits."""
-        plan = self.kernel_plan()
-        if not plan.use_pallas:
-            return None
-        return (f"CoordinateDescent(kernel={self.kernel!r}) runs its Pallas form here ({plan.reason}), one kernel launch an "
-                f"iteration that stays on one device; pass kernel='xla' to split the image over devices")
-
     def batch_option(self, problem: Deconvolution) -> str:
         return f"the number of {self._block()[0]}-row blocks over N = {problem.shape[0]} rows"
 
@@ -366,9 +358,9 @@ class CoordinateDescent(Solver):
         return self.lam * (self.alpha * jnp.sum(jnp.abs(x)) + 0.5 * (1.0 - self.alpha) * jnp.sum(x * x))
 
     def step(self, problem: Deconvolution, state: CDState, phase: int) -> CDState:
-        return self._step(problem, state, jnp.asarray(True))
+        return self._step_where(problem, state, jnp.asarray(True))
 
-    def _step(self, problem: Deconvolution, state: CDState, live: jax.Array) -> CDState:
+    def _step_where(self, problem: Deconvolution, state: CDState, live: jax.Array) -> CDState:
         """One iteration; where ``live`` is False, none (every change is zero: the kernel form's
         unrolled loop runs a fixed number of these per trip, see run_chunk)."""
         geo = self._geometry(problem)
@@ -435,18 +427,6 @@ class CoordinateDescent(Solver):
             fun_trace=s.fun_trace.at[k].set(jnp.where(live, objective, s.fun_trace[k])),
             steps=s.steps.at[k].set(jnp.where(live, jnp.abs(d), s.steps[k])), iteration=k + live.astype(jnp.int32),
             exact=jnp.where(live, verified, s.exact),
-        )
-
-    def run_chunk(
-        self, problem: Deconvolution, state: CDState, phase: int, n: jax.Array, plan: Any = None
-    ) -> tuple[CDState, jax.Array]:
-        """The XLA form: the driver's while loop over ``step``.  The kernel form: ``unroll``
-        iterations per loop trip (each a no-op once ``n`` are done or the run has converged), so
-        the loop's predicate goes to the host once per ``unroll`` iterations, not every one."""
-        if not self.kernel_plan().use_pallas:
-            return super().run_chunk(problem, state, phase, n, plan)
-        return unrolled_while(
-            lambda s, live: self._step(problem, s, live), lambda s: self.done(problem, s, phase), state, n, self.unroll
         )
 
     def convert_checkpoint(self, fresh_state: CDState, saved_layout: list[str], leaves: list[np.ndarray]) -> list | None:

@@ -79,9 +79,8 @@ def kernel_pad(geo: greedy.Geometry, kernel_shape: tuple[int, int]) -> tuple[int
 
 def block_values(block_pixel: jax.Array, gradient: jax.Array, x: jax.Array, signed_lipschitz: jax.Array):
     """(g, x, |L|) at each block's best pixel, (nb, mb) each: what the next step needs of the big maps."""
-    flat = block_pixel.reshape(-1)
-    take = [jnp.take(a.reshape(-1), flat).reshape(block_pixel.shape) for a in (gradient, x, signed_lipschitz)]
-    return take[0], take[1], jnp.abs(take[2])
+    g, xv, signed = (greedy.at_block_pixels(block_pixel, a) for a in (gradient, x, signed_lipschitz))
+    return g, xv, jnp.abs(signed)
 
 
 def block_marks(x: jax.Array, geo: greedy.Geometry) -> jax.Array:

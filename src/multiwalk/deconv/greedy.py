@@ -26,11 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.fft
 
+from ..kernels import unrolled_while
 from ..solvers._common import check_int_option
 
 __all__ = [
-    "Geometry", "geometry", "check_block_option", "lipschitz_map", "compact_lags", "compact_fft_shape", "crop_psf",
-    "compact_psf_fft", "convolve_compact", "correlate_compact", "fft_size", "psf_fft",
+    "FusedKernelForm", "Geometry", "geometry", "at_block_pixels", "check_block_option", "lipschitz_map", "compact_lags",
+    "compact_fft_shape", "crop_psf", "compact_psf_fft", "convolve_compact", "correlate_compact", "fft_size", "psf_fft",
 ]
 
 
@@ -202,6 +203,12 @@ def _block_best(scores: jax.Array, origin: tuple[Any, Any], geo: Geometry) -> tu
     return best, (origin[0] + row) * geo.padded[1] + origin[1] + col
 
 
+def at_block_pixels(block_pixel: jax.Array, image: jax.Array) -> jax.Array:
+    """``image``'s value at each block's best pixel (``block_pixel``, flat padded indices), (nb, mb):
+    what a kernel form keeps per block so that its next step gathers nothing from the image."""
+    return jnp.take(image.reshape(-1), block_pixel.reshape(-1)).reshape(block_pixel.shape)
+
+
 def all_blocks(score_fn: Any, arrays: tuple[jax.Array, ...], geo: Geometry) -> tuple[jax.Array, jax.Array]:
     """Block maxima and their pixels over the whole image."""
     zero = jnp.asarray(0, jnp.int32)
@@ -287,3 +294,26 @@ def block_frame(first_row_block: Any, first_col_block: Any, geo: Geometry) -> Bl
     rr = r0 + jax.lax.broadcasted_iota(jnp.int32, (b1, b2), 0)
     cc = c0 + jax.lax.broadcasted_iota(jnp.int32, (b1, b2), 1)
     return BlockFrame(bi, bj, r0, c0, pl.ds(r0, b1), pl.ds(c0, b2), rr, cc, (rr < n) & (cc < m))
+
+
+class FusedKernelForm:
+    """What CoordinateDescent and Clean share about their fused Pallas form, a mixin before
+    ``Solver``: the solver gives ``kernel`` (its option), ``kernel_plan()``, ``unroll``, ``done`` and
+    ``_step_where(problem, state, live)`` (one iteration, none where ``live`` is False)."""
+
+    def run_chunk(self, problem: Any, state: Any, phase: int, n: jax.Array, plan: Any = None) -> tuple[Any, jax.Array]:
+        """The XLA form: the driver's while loop over ``step``.  The kernel form: ``unroll``
+        iterations per loop trip (each a no-op once ``n`` are done or the run has stopped), so
+        the loop's predicate goes to the host once per ``unroll`` iterations, not every one."""
+        if not self.kernel_plan().use_pallas:  # type: ignore[attr-defined]
+            return super().run_chunk(problem, state, phase, n, plan)  # type: ignore[misc]
+        return unrolled_while(lambda s, live: self._step_where(problem, s, live),  # type: ignore[attr-defined]
+                              lambda s: self.done(problem, s, phase), state, n, self.unroll)  # type: ignore[attr-defined]
+
+    def unsplit_reason(self, problem: Any) -> str | None:
+        """The Pallas form's: one launch an iteration, which XLA cannot split; the XLA form splits."""
+        plan = self.kernel_plan()  # type: ignore[attr-defined]
+        if not plan.use_pallas:
+            return None
+        return (f"{type(self).__name__}(kernel={self.kernel!r}) runs its Pallas form here ({plan.reason}), one "  # type: ignore[attr-defined]
+                "kernel launch an iteration that stays on one device; pass kernel='xla' to split the image over devices")
