@@ -67,7 +67,7 @@ from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import coordinate_descent_kernel as cdk
 from . import greedy, patches
 from .problem import Deconvolution
-from .result import DeconvolutionResult, final_model
+from .result import DeconvolutionResult, final_model, psf_spectrum
 
 __all__ = ["CoordinateDescent", "proximal_step"]
 
@@ -117,10 +117,12 @@ class CDState(NamedTuple):
 
 
 @jax.jit
-def _max_step(residual: jax.Array, model: jax.Array, psf: jax.Array, lam: jax.Array, alpha: jax.Array) -> jax.Array:
-    """max |proximal step - model| over the image, on the exact gradient map of ``residual``."""
+def _max_step(residual: jax.Array, model: jax.Array, psf: jax.Array, fp: jax.Array, lam: jax.Array,
+              alpha: jax.Array) -> jax.Array:
+    """max |proximal step - model| over the image, on the exact gradient map of ``residual``
+    (``fp``: the PSF's spectrum on the compact grid, ``result.psf_spectrum``)."""
     size = greedy.compact_fft_shape(residual.shape, psf.shape[0])
-    gradient = greedy.correlate_compact(residual, greedy.compact_psf_fft(psf, residual.shape), size)
+    gradient = greedy.correlate_compact(residual, fp, size)
     return jnp.max(jnp.abs(proximal_step(gradient, model, jnp.sum(psf * psf), lam, alpha) - model))
 
 
@@ -303,7 +305,7 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         marks = cdk.block_marks(x, geo) if self._uses_marks() else None
         return CDState(
             x=x, gradient=gradient, lipschitz=lipschitz, kernel=kernel, block_best=best, block_pixel=pixel,
-            block_values=values, block_marks=marks, fun=0.5 * jnp.sum(dirty * dirty) + self._penalty(start) + zero,
+            block_values=values, block_marks=marks, fun=self._start_objective(dirty, start) + zero,
             fun_trace=jnp.zeros(self.max_iterations, dirty.dtype), steps=jnp.zeros(self.max_iterations, dirty.dtype),
             iteration=jnp.asarray(0, jnp.int32), exact=jnp.asarray(True), refreshes=jnp.asarray(0, jnp.int32),
             tolerance=(self.epsilon * scale).astype(dirty.dtype), dirty=dirty, start=start, fp=fp,
@@ -353,6 +355,10 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         residual = dirty - greedy.convolve_compact(x - start, fp, size)
         gradient = greedy.pad_image(greedy.correlate_compact(residual, fp, size), self._geometry(problem))
         return gradient, 0.5 * jnp.sum(residual * residual) + self._penalty(x)
+
+    def _start_objective(self, dirty: jax.Array, start: jax.Array) -> jax.Array:
+        """The objective at the start: ``dirty`` is the start's residual (N x M)."""
+        return 0.5 * jnp.sum(dirty * dirty) + self._penalty(start)
 
     def _penalty(self, x: jax.Array) -> jax.Array:
         return self.lam * (self.alpha * jnp.sum(jnp.abs(x)) + 0.5 * (1.0 - self.alpha) * jnp.sum(x * x))
@@ -460,13 +466,16 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         # ``exact``: the map is the initial (FFT) one, or a refresh just confirmed the tolerance.
         return (best <= state.tolerance) & state.exact
 
-    def exact_max_step(self, problem: Deconvolution, model: Any, residual: Any, psf: Any = None) -> jax.Array:
+    def exact_max_step(self, problem: Deconvolution, model: Any, residual: Any, psf: Any = None,
+                       fp: Any = None) -> jax.Array:
         """The largest proximal step of any pixel of ``model`` (N x M) on the exact gradient map of
         its ``residual`` (``dirty - (model - start) * PSF``, N x M): one FFT correlation, a 0-d
-        array on the device (``psf``: the problem's, on the device, unless given)."""
+        array on the device (``psf``: the problem's, on the device, and ``fp`` its spectrum,
+        unless given)."""
         psf = problem.device_images()[1] if psf is None else psf
-        arrays = (jnp.asarray(a, problem.dtype) for a in (residual, model, psf, self.lam, self.alpha))
-        return _max_step(*arrays)
+        fp = psf_spectrum(psf, problem.shape) if fp is None else fp
+        residual, model, lam, alpha = (jnp.asarray(a, problem.dtype) for a in (residual, model, self.lam, self.alpha))
+        return _max_step(residual, model, psf, fp, lam, alpha)
 
     def summary(self, problem: Deconvolution, state: CDState) -> dict[str, jax.Array]:
         return {"objective": state.fun, "max_step": jnp.max(state.block_best)}
@@ -482,7 +491,7 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         if self.update_window is None and np.isfinite(objective):
             return None
         dirty, _, start = problem.device_images()
-        at_start = float(0.5 * jnp.sum(dirty * dirty) + self._penalty(start))
+        at_start = float(self._start_objective(dirty, start))
         rounding = 4 * float(np.finfo(problem.dirty.dtype).eps) * np.sqrt(problem.dirty.size) * abs(at_start)
         if np.isfinite(objective) and objective <= at_start + rounding:
             return None
@@ -495,7 +504,7 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
     ) -> DeconvolutionResult:
         iterations = int(state.iteration)
         model, residual, objective, max_step = final_model(
-            problem, state.x, self._penalty, lambda x, r, psf: self.exact_max_step(problem, x, r, psf))
+            problem, state.x, self._penalty, lambda x, r, psf, fp: self.exact_max_step(problem, x, r, psf, fp))
         tolerance, refreshes = float(state.tolerance), int(state.refreshes)
         diverged = self._diverged(problem, objective)
         if diverged is not None and status in (Status.SUCCESS, Status.MAX_STEPS):
