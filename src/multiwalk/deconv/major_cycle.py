@@ -39,9 +39,10 @@ def _ducc0():
 
 
 def _threads() -> int:
-    import os
+    """ducc0's threads: the CPUs this process may use."""
+    from _multiwalk_launch import default_workers
 
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return default_workers()
 
 
 # Image layout ("sky order", the FITS / astropy array order): ``image[row, col]`` with the row the

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from _multiwalk_launch import default_workers  # the CPUs this process may use
+
 if TYPE_CHECKING:  # polars is imported where used: runs without step files never need it
     import polars as pl
 
@@ -407,11 +409,7 @@ def _write_headers(headers: dict[Path, str]) -> None:
 def default_write_threads() -> int:
     """Threads that format the step files: the CPUs this process may use, at most 4 (polars
     spreads each write over its own threads too; 16 of ours on 16 cores were slower than 1)."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        n = os.cpu_count() or 1
-    return max(1, min(4, n))
+    return max(1, min(4, default_workers()))
 
 
 # ``--write-processes auto`` (:func:`default_write_processes`): worker processes only where they
@@ -425,13 +423,6 @@ AUTO_MIN_REPLICA_STEPS = 200_000
 DEFAULT_WRITE_CHUNKS = 8
 
 
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
     """Worker processes for ``--write-processes auto``: 0 (the threaded writer) below
     :data:`AUTO_MIN_CORES` usable CPUs or :data:`AUTO_MIN_REPLICA_STEPS` replica-steps of step
@@ -439,7 +430,7 @@ def default_write_processes(replica_steps: int, cpus: int | None = None) -> int:
     the CPUs, at most 16: the rest for the sampling (XLA's threads) and the parent's copying.
     Chosen by measurement on a 16-core host, where half the CPUs were the fastest count at both
     sizes measured (docs/benchmarks.md, ODAT-SE section); other core counts were not measured."""
-    cpus = _usable_cpus() if cpus is None else int(cpus)
+    cpus = default_workers() if cpus is None else int(cpus)
     if os.name != "posix" or cpus < AUTO_MIN_CORES or replica_steps < AUTO_MIN_REPLICA_STEPS:
         return 0
     return min(16, cpus // 2)
