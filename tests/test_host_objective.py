@@ -22,7 +22,7 @@ import host_objective_cases as cases
 import jax
 import numpy as np
 import pytest
-from odatse_inputs import run_cli
+from odatse_inputs import himmelblau_exchange, run_cli
 
 import multiwalk as mw
 from multiwalk import host_objective
@@ -153,14 +153,32 @@ def test_dask_local_cluster_gives_the_same_result(problem, serial):
     assert result.stats["host_objective"]["executor"] == "dask" and result.stats["host_objective"]["workers"] == 2
 
 
-def test_two_rank_mpi_run_gives_the_same_result(serial, tmp_path):
+def _mpiexec() -> str:
+    """The ``mpiexec`` beside this Python (mpich's, from the dev extras), else on the PATH; skips without one."""
     pytest.importorskip("mpi4py")
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
     if mpiexec is None:
         pytest.skip("no mpiexec (pip install mpich)")
+    return mpiexec
+
+
+def _mpiexec_multiwalk_run(folder: Path, *options: str, timeout: float = 240,
+                           **env: str) -> subprocess.CompletedProcess:
+    """``mpiexec -n 2 python -m multiwalk run input.toml *options`` in ``folder``, its output captured."""
+    return subprocess.run([_mpiexec(), "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", *options],
+                          cwd=folder, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env})
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (its path relative to it) and its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_two_rank_mpi_run_gives_the_same_result(serial, tmp_path):
     out = tmp_path / "mpi.npz"
     run = subprocess.run(
-        [mpiexec, "-n", "2", sys.executable, "-m", "mpi4py.futures", str(HERE / "host_objective_mpi.py"), str(out)],
+        [_mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py.futures", str(HERE / "host_objective_mpi.py"), str(out)],
         capture_output=True, text=True, timeout=240, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -218,41 +236,26 @@ def test_plain_mpiexec_command_gives_the_serial_files(tmp_path, text):
     # serving before it imports JAX (its timeline says so); the output folder is the serial run's,
     # byte for byte (the same seed, the same numbers: the values are the objective's, on either rank).
     # pamc too: its rank 0 must serve rank 1 the end of the batches, or mpiexec kills rank 1 (exit 9).
-    pytest.importorskip("mpi4py")
-    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-    if mpiexec is None:
-        pytest.skip("no mpiexec (pip install mpich)")
     for folder in ("mpi", "serial"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "cheap.py").write_text("import numpy as np\n\ndef sphere(x):\n    return float(np.sum(x * x))\n")
         (tmp_path / folder / "input.toml").write_text(text)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "MULTIWALK_TIMELINE": "1"}
-    run = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", "--no-progress"],
-                         cwd=tmp_path / "mpi", capture_output=True, text=True, timeout=240, env=env)
+    run = _mpiexec_multiwalk_run(tmp_path / "mpi", "--no-progress", MULTIWALK_TIMELINE="1")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "rank 1 serves rank 0's batches" in run.stderr
     assert "executor mpi (1 worker)" in run.stdout or text is PLAIN_MPI_PAMC_INPUT  # pamc does not print it
     assert run_cli(tmp_path / "serial", "input.toml", "--executor", "serial") == 0
-    names = sorted(p.relative_to(tmp_path / "serial" / "out") for p in (tmp_path / "serial" / "out").rglob("*") if p.is_file())
-    assert names and names == sorted(p.relative_to(tmp_path / "mpi" / "out") for p in (tmp_path / "mpi" / "out").rglob("*")
-                                     if p.is_file())
-    for name in names:
-        assert (tmp_path / "mpi" / "out" / name).read_bytes() == (tmp_path / "serial" / "out" / name).read_bytes(), name
+    serial = _files(tmp_path / "serial" / "out")
+    assert serial and _files(tmp_path / "mpi" / "out") == serial
 
 
 def test_plain_mpiexec_command_with_an_error_on_rank_0_ends(tmp_path):
     # Rank 1 serves from the launcher while rank 0 reads the options and the input; an error there
     # (one the launcher cannot see: --nprocs 0) must end rank 1 too, with rank 0's status, not leave
     # it waiting for batches forever.  60 s: a run that ends takes ~1 s.
-    pytest.importorskip("mpi4py")
-    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-    if mpiexec is None:
-        pytest.skip("no mpiexec (pip install mpich)")
     (tmp_path / "cheap.py").write_text("def sphere(x):\n    return float(sum(x * x))\n")
     (tmp_path / "input.toml").write_text(PLAIN_MPI_INPUT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "MULTIWALK_TIMELINE": "1"}
-    run = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", "--nprocs", "0"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    run = _mpiexec_multiwalk_run(tmp_path, "--nprocs", "0", timeout=60, MULTIWALK_TIMELINE="1")
     assert "rank 1 serves rank 0's batches" in run.stderr  # the case at stake: rank 1 served early
     assert run.returncode == 2 and "--nprocs must be at least 1, got 0" in run.stderr, run.stderr[-3000:]
 
@@ -265,21 +268,15 @@ def test_plain_mpiexec_with_a_jax_objective_runs_on_rank_0_alone(tmp_path):
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
     if mpiexec is None:
         pytest.skip("no mpiexec (pip install mpich)")
-    analytical = PLAIN_MPI_INPUT.replace('name = "python"\nfunction = "cheap.py:sphere"\nbackend = "python"',
-                                         'name = "analytical"\nfunction_name = "himmelblau"')
     for folder in ("mpi", "one"):
         (tmp_path / folder).mkdir()
-        (tmp_path / folder / "input.toml").write_text(analytical)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", "--no-progress"],
-                         cwd=tmp_path / "mpi", capture_output=True, text=True, timeout=240, env=env)
+        (tmp_path / folder / "input.toml").write_text(himmelblau_exchange(seed=3, numsteps=6, numsteps_exchange=2))
+    run = _mpiexec_multiwalk_run(tmp_path / "mpi", "--no-progress")
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("output in") == 1 and "a JAX objective runs on rank 0 alone" in run.stderr
     assert run_cli(tmp_path / "one", "input.toml") == 0
-    one = sorted(p.relative_to(tmp_path / "one" / "out") for p in (tmp_path / "one" / "out").rglob("*") if p.is_file())
-    assert one == sorted(p.relative_to(tmp_path / "mpi" / "out") for p in (tmp_path / "mpi" / "out").rglob("*") if p.is_file())
-    for name in one:
-        assert (tmp_path / "mpi" / "out" / name).read_bytes() == (tmp_path / "one" / "out" / name).read_bytes(), name
+    one = _files(tmp_path / "one" / "output")
+    assert one and _files(tmp_path / "mpi" / "output") == one
 
 
 def _raises_right_of_two(x: np.ndarray) -> float:
