@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse
 import scipy.sparse.linalg
+from ulp import assert_close_ulp
 
 import multiwalk as mw
 from multiwalk.deconv import greedy
@@ -234,16 +235,21 @@ def test_images_are_read_only_and_kept_on_the_device(field):
 def test_a_second_solve_sends_no_image(field, solver):
     # A second solve of a problem starts from its images on the device and makes the exact residual
     # there.  The host images are then overwritten with NaN behind the problem's back: a solve that
-    # sent them again would give NaN; this one gives the first solve's result bit for bit (the same
-    # programs on the same arrays).
+    # sent them again would give NaN; this one gives the first solve's result.  The same programs on
+    # the same images, but XLA's FFT on a CPU may round a new array's transform differently from
+    # one call to the next (docs/deconvolution.md, "Reproducibility on the CPU"): the decisions
+    # exactly, the images and the objective to 64 ulp of the images' largest value (the FFT's
+    # rounding is relative to its largest terms; NaN is infinitely many ulps away).
     problem = mw.deconv.Deconvolution(field["dirty"], field["psf"])
     first = mw.solve(problem, solver, progress=False)
     for name in ("dirty", "psf", "model"):
         problem.__dict__[name] = np.full_like(getattr(problem, name), np.nan)
     second = mw.solve(problem, solver, progress=False)
     assert second.status == first.status and second.iterations == first.iterations
-    for got, want in ((second.model, first.model), (second.residual, first.residual), (second.fun, first.fun)):
-        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(second.model != 0, first.model != 0)  # the same pixels
+    for got, want in ((second.model, first.model), (second.residual, first.residual)):
+        assert_close_ulp(got, want, 64, scale=float(np.abs(want).max()))
+    assert_close_ulp(second.fun, first.fun, 64)
 
 
 def test_coordinate_descent_checkpoint_of_other_blocks_or_fft_grid_is_refused(field, tmp_path):
