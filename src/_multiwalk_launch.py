@@ -359,4 +359,15 @@ def end_after_cleanup(status: int) -> None:
 def _end_without_teardown() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
+    _finalize_mpi()
     os._exit(_EXIT_STATUS[0])
+
+
+def _finalize_mpi() -> None:
+    """End MPI if this process started it (rank 0 of a plain ``mpiexec -n N multiwalk run``).
+    mpi4py ends it only in the interpreter's teardown, which ``os._exit`` skips; a rank that leaves
+    without ``MPI_Finalize`` makes mpiexec kill the ranks still ending (exit status 9), the ranks
+    that served its batches among them."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()

@@ -230,18 +230,42 @@ resampling_interval = 2
 """
 
 
+SPHERE_ENDING_LATE_OFF_RANK_0 = """import atexit
+import os
+import time
+
+import numpy as np
+
+
+def _end_late(rank):
+    time.sleep(0.5)
+    open(f"rank {rank} ended", "w").close()
+
+
+def sphere(x):
+    rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
+    if rank != "0" and "SPHERE_ENDS_LATE" not in os.environ:  # once per process
+        os.environ["SPHERE_ENDS_LATE"] = "1"
+        atexit.register(_end_late, rank)
+    return float(np.sum(x * x))
+"""
+
+
 @pytest.mark.parametrize("text", [PLAIN_MPI_INPUT, PLAIN_MPI_PAMC_INPUT], ids=["exchange", "pamc"])
 def test_plain_mpiexec_command_gives_the_serial_files(tmp_path, text):
     # ODAT-SE's launch, `mpiexec -n 2 multiwalk run input.toml`: rank 0 samples, rank 1 evaluates,
     # serving before it imports JAX (its timeline says so); the output folder is the serial run's,
     # byte for byte (the same seed, the same numbers: the values are the objective's, on either rank).
     # pamc too: its rank 0 must serve rank 1 the end of the batches, or mpiexec kills rank 1 (exit 9).
+    # Rank 1 ends 0.5 s after rank 0 (its objective's exit handler; a loaded machine does so by
+    # itself): rank 0 must end MPI before it leaves, or mpiexec kills rank 1 before that handler ends.
     for folder in ("mpi", "serial"):
         (tmp_path / folder).mkdir()
-        (tmp_path / folder / "cheap.py").write_text("import numpy as np\n\ndef sphere(x):\n    return float(np.sum(x * x))\n")
+        (tmp_path / folder / "cheap.py").write_text(SPHERE_ENDING_LATE_OFF_RANK_0)
         (tmp_path / folder / "input.toml").write_text(text)
     run = _mpiexec_multiwalk_run(tmp_path / "mpi", "--no-progress", MULTIWALK_TIMELINE="1")
     assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "mpi" / "rank 1 ended").exists(), "mpiexec killed rank 1 before its exit handlers ran"
     assert "rank 1 serves rank 0's batches" in run.stderr
     assert "executor mpi (1 worker)" in run.stdout or text is PLAIN_MPI_PAMC_INPUT  # pamc does not print it
     assert run_cli(tmp_path / "serial", "input.toml", "--executor", "serial") == 0
