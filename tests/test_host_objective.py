@@ -243,20 +243,25 @@ def _end_late(rank):
 
 
 def sphere(x):
-    rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
-    if rank != "0" and "SPHERE_ENDS_LATE" not in os.environ:  # once per process
-        os.environ["SPHERE_ENDS_LATE"] = "1"
-        atexit.register(_end_late, rank)
+    rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")
+    if rank is not None and "SPHERE_SEEN" not in os.environ:  # once per process launched by mpiexec
+        os.environ["SPHERE_SEEN"] = "1"
+        with open("ranks", "a") as ranks:  # the ranks that evaluated
+            ranks.write(rank + " ")
+        if rank != "0":
+            atexit.register(_end_late, rank)
     return float(np.sum(x * x))
 """
 
 
 @pytest.mark.parametrize("text", [PLAIN_MPI_INPUT, PLAIN_MPI_PAMC_INPUT], ids=["exchange", "pamc"])
 def test_plain_mpiexec_command_gives_the_serial_files(tmp_path, text):
-    # ODAT-SE's launch, `mpiexec -n 2 multiwalk run input.toml`: rank 0 samples, rank 1 evaluates,
-    # serving before it imports JAX (its timeline says so); the output folder is the serial run's,
-    # byte for byte (the same seed, the same numbers: the values are the objective's, on either rank).
-    # pamc too: its rank 0 must serve rank 1 the end of the batches, or mpiexec kills rank 1 (exit 9).
+    # ODAT-SE's launch, `mpiexec -n 2 multiwalk run input.toml`: ODAT-SE's 2 x nreplica_per_proc
+    # replicas; rank 0 samples, and both ranks evaluate a piece of each batch, rank 1 serving before
+    # it imports JAX (its timeline says so); the output folder is that of the serial run of
+    # `--nprocs 2`, byte for byte (the same seed, the same numbers: the values are the objective's,
+    # on either rank).  pamc too: its rank 0 must serve rank 1 the end of the batches, or mpiexec
+    # kills rank 1 (exit 9).
     # Rank 1 ends 0.5 s after rank 0 (its objective's exit handler; a loaded machine does so by
     # itself): rank 0 must end MPI before it leaves, or mpiexec kills rank 1 before that handler ends.
     for folder in ("mpi", "serial"):
@@ -267,8 +272,9 @@ def test_plain_mpiexec_command_gives_the_serial_files(tmp_path, text):
     assert run.returncode == 0, run.stderr[-3000:]
     assert (tmp_path / "mpi" / "rank 1 ended").exists(), "mpiexec killed rank 1 before its exit handlers ran"
     assert "rank 1 serves rank 0's batches" in run.stderr
-    assert "executor mpi (1 worker)" in run.stdout or text is PLAIN_MPI_PAMC_INPUT  # pamc does not print it
-    assert run_cli(tmp_path / "serial", "input.toml", "--executor", "serial") == 0
+    assert "executor mpi (2 workers)" in run.stdout or text is PLAIN_MPI_PAMC_INPUT  # pamc does not print it
+    assert sorted(set((tmp_path / "mpi" / "ranks").read_text().split())) == ["0", "1"]  # both evaluated
+    assert run_cli(tmp_path / "serial", "input.toml", "--executor", "serial", "--nprocs", "2") == 0
     serial = _files(tmp_path / "serial" / "out")
     assert serial and _files(tmp_path / "mpi" / "out") == serial
 
@@ -292,13 +298,14 @@ def test_plain_mpiexec_with_a_jax_objective_runs_on_rank_0_alone(tmp_path):
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
     if mpiexec is None:
         pytest.skip("no mpiexec (pip install mpich)")
+    # Its replicas are ODAT-SE's: 2 x nreplica_per_proc, as `--nprocs 2` in one process.
     for folder in ("mpi", "one"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "input.toml").write_text(himmelblau_exchange(seed=3, numsteps=6, numsteps_exchange=2))
     run = _mpiexec_multiwalk_run(tmp_path / "mpi", "--no-progress")
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.count("output in") == 1 and "a JAX objective runs on rank 0 alone" in run.stderr
-    assert run_cli(tmp_path / "one", "input.toml") == 0
+    assert run.stdout.count("output in") == 1 and "a JAX objective runs on rank 0 alone (2 x" in run.stderr
+    assert run_cli(tmp_path / "one", "input.toml", "--nprocs", "2") == 0
     one = _files(tmp_path / "one" / "output")
     assert one and _files(tmp_path / "mpi" / "output") == one
 

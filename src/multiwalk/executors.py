@@ -8,7 +8,8 @@
 * ``"mpi"``: :mod:`mpi4py.futures`, the default when launched under ``mpiexec`` with several ranks:
   ``mpiexec -n N python -m mpi4py.futures ...`` gives an :class:`~mpi4py.futures.MPIPoolExecutor`
   over ranks 1 .. N-1; a plain ``mpiexec -n N multiwalk run`` (ODAT-SE's way) an
-  :class:`~mpi4py.futures.MPICommExecutor` on ``COMM_WORLD`` (rank 0 runs, the others evaluate);
+  :class:`~mpi4py.futures.MPICommExecutor` on ``COMM_WORLD`` (rank 0 runs the solver, and every
+  rank, rank 0 too, evaluates one piece of each batch: ``Engine.evaluates_here``);
 * ``"dask"``: a Dask distributed ``Client`` (``Client()`` reads ``DASK_SCHEDULER_ADDRESS``, else
   starts a local cluster of ``workers`` processes), its ``client.get_executor()``;
 * ``"serial"``: in this process, one point after another;
@@ -142,7 +143,9 @@ class Engine:
             import importlib
 
             size = int(importlib.import_module("mpi4py.MPI").COMM_WORLD.Get_size())
-            return max(size - 1, 1)  # rank 0 runs the solver; the others evaluate
+            # a plain mpiexec launch: every rank evaluates a piece, rank 0 too (as each of ODAT-SE's
+            # ranks evaluates its own replicas); an mpi4py.futures pool: ranks 1 .. N-1
+            return size if self.evaluates_here else max(size - 1, 1)
         if _is_dask_client(self.spec):
             return max(len(self.spec.scheduler_info().get("workers", {})), 1)
         if isinstance(self.spec, cf.ProcessPoolExecutor):
@@ -152,6 +155,13 @@ class Engine:
     @property
     def serial(self) -> bool:
         return self.name == "serial"
+
+    @property
+    def evaluates_here(self) -> bool:
+        """Whether this process evaluates one piece of each batch itself, beside the executor's
+        workers: rank 0 of a plain ``mpiexec -n N multiwalk run`` (:func:`mpi_comm_executor`), which
+        holds a core of its own that would otherwise wait for the others."""
+        return self.name == "mpi" and self.spec in (None, "mpi") and bool(_COMM_EXECUTOR)
 
     def executor(self) -> cf.Executor:
         """The executor, made now if it is not yet (processes start on first use)."""
@@ -247,7 +257,7 @@ def mpi_comm_executor() -> Iterator[bool]:
     from mpi4py.futures import MPICommExecutor
 
     _multiwalk_launch.mpi_servers_met()  # rank 0 meets the ranks serving from _multiwalk_launch here
-    with MPICommExecutor(MPI.COMM_WORLD, root=0) as executor:
+    with MPICommExecutor(MPI.COMM_WORLD, root=0, backoff=_multiwalk_launch.MPI_POLL_SECONDS) as executor:
         if executor is None:  # a worker rank: it has served every batch
             yield False
             return

@@ -210,17 +210,25 @@ class HostObjective:
 
     def _in_pieces(self, X: np.ndarray) -> tuple[np.ndarray, list[tuple[int, str]]]:
         """One contiguous piece of rows per worker (sizes differing by at most one), submitted to the
-        executor; the values put back in order, the errors in order of rows."""
+        executor; the values put back in order, the errors in order of rows.  Where this process
+        evaluates a piece too (``engine.evaluates_here``), it takes the last (a smallest) one, once
+        the executor has sent every other."""
         executor = self.engine.executor()
         pieces = np.array_split(np.arange(len(X)), min(self.engine.workers, len(X)))
+        here = pieces.pop() if self.engine.evaluates_here and len(pieces) > 1 else None
         payload = self.payload()
         futures = [executor.submit(evaluate_piece, payload, X[p], int(p[0])) for p in pieces]
         values = np.empty(len(X))
         errors: list[tuple[int, str]] = []
+        if here is not None:
+            _until_sent(futures)
+            values[here], errors_here = evaluate_rows(self.spec, X[here], int(here[0]))
         for p, future in zip(pieces, futures):
             v, e = future.result()
             values[p] = v
             errors += e
+        if here is not None:
+            errors += errors_here
         return values, errors
 
     def stats(self) -> dict[str, Any]:
@@ -236,6 +244,16 @@ class HostObjective:
         self.counts = dict.fromkeys(self.counts, 0)
         self.counts["seconds"] = 0.0
         self.first_error = self.failure = None
+
+
+def _until_sent(futures: list[Any], seconds: float = 1.0) -> None:
+    """Wait (at most ``seconds``) until the executor has handed every future to a worker.  mpi4py's
+    executor sends them from a thread of its own, which needs the interpreter's lock: an objective
+    in pure Python started at once in this thread would hold it, and each send would wait up to a
+    switch interval (5 ms)."""
+    end = time.perf_counter() + seconds
+    while not all(f.running() or f.done() for f in futures) and time.perf_counter() < end:
+        time.sleep(1e-5)
 
 
 class OnHost:

@@ -6,7 +6,8 @@ The input is ODAT-SE's TOML (``[base]``, ``[algorithm]``, ``[algorithm.param]``,
 
 * ``"exchange"``: ODAT-SE's replica-exchange Monte Carlo, :class:`multiwalk.Exchange`, every
   replica at once; ``--nprocs P`` stands for ``mpiexec -np P`` (P x nreplica_per_proc replicas,
-  output folders 0 .. P-1).  ``--distributed`` runs it over several processes (hosts) through
+  output folders 0 .. P-1), and a plain ``mpiexec -n N multiwalk run`` is such a run of P = N
+  (pamc's too).  ``--distributed`` runs it over several processes (hosts) through
   ``jax.distributed``: P is then the number of processes, the replicas are split over every
   process's devices, and process 0 writes the files.
 * ``"minsearch"``: ODAT-SE's Nelder-Mead (scipy), ``[algorithm.minimize]``, with its files
@@ -1229,12 +1230,16 @@ def _run_minsearch(setup: RunSetup, args: argparse.Namespace) -> int:
 
 
 def _run_algorithm(setup: RunSetup, args: argparse.Namespace) -> int:
-    """Run the set-up's algorithm.  Under a plain ``mpiexec -n N`` with a Python objective, rank 0
-    runs it and the other ranks evaluate the objective (:func:`multiwalk.executors.mpi_comm_executor`)."""
+    """Run the set-up's algorithm.  Under a plain ``mpiexec -n N`` exchange and pamc run ODAT-SE's
+    N x nreplica_per_proc replicas (``--nprocs`` N, unless given); with a Python objective rank 0
+    runs the algorithm and every rank evaluates a piece of each batch
+    (:func:`multiwalk.executors.mpi_comm_executor`), with a JAX one rank 0 runs it alone."""
     from ..executors import launched_under_mpi, mpi_comm_executor
 
     run = {"exchange": run_exchange, "minsearch": _run_minsearch, "pamc": _run_pamc_or_mapper,
            "mapper": _run_pamc_or_mapper}.get(setup.algorithm, run_multiwalk_solver)
+    if _plain_mpi_launch(args) and args.nprocs is None and setup.algorithm in ("exchange", "pamc"):
+        args.nprocs = _multiwalk_launch.launched_size()  # ODAT-SE's P x nreplica_per_proc: P the ranks started
     if setup.host is None and _plain_mpi_launch(args):
         return _run_on_rank_0(run, setup, args)
     if setup.host is None or args.executor not in (None, "mpi") or not launched_under_mpi():
@@ -1258,10 +1263,11 @@ def _run_on_rank_0(run: Any, setup: RunSetup, args: argparse.Namespace) -> int:
 
     if launched_rank() > 0:
         return EXIT_OK
-    print(f"multiwalk run: under mpiexec, a JAX objective runs on rank 0 alone ({args.nprocs or 1} x "
-          f"{setup.nreplica_per_proc} replicas: --nprocs x nreplica_per_proc); the other ranks have nothing to "
-          "evaluate and end.  For ODAT-SE's P x nreplica_per_proc replicas give --nprocs P (one process emulates "
-          "the P), without mpiexec.", file=sys.stderr, flush=True)
+    replicas = (f" ({args.nprocs} x {setup.nreplica_per_proc} replicas, as ODAT-SE's {args.nprocs} processes)"
+                if setup.algorithm in ("exchange", "pamc") else "")
+    print(f"multiwalk run: under mpiexec, a JAX objective runs on rank 0 alone{replicas}; the other ranks have "
+          "nothing to evaluate and end.  The same run without mpiexec: --nprocs P (one process stands for "
+          "ODAT-SE's P).", file=sys.stderr, flush=True)
     return run(setup, args)
 
 
