@@ -1,6 +1,7 @@
 """Wall time of a non-JAX objective of 10 ms a point (``time.sleep``, or ``--busy``: a busy loop of
 that length) with W worker processes against serial, and against ``mpiexec -np W`` ODAT-SE on the
-same problem when odatse is installed (skipped otherwise).
+same problem when odatse is installed (skipped otherwise); ``mpiexec -np W multiwalk run`` on
+ODAT-SE's own input too, where an ``mpiexec`` is found.
 
     python benchmarks/host_objective.py --workers 1 2 4 8 16 --out host_objective.json
 
@@ -104,7 +105,7 @@ def exchange_input(output_dir: str, solver: str, per_process: int, steps: int) -
 
 def peer(workers: int, replicas: int, steps: int, folder: Path) -> dict | None:
     """``mpiexec -np W`` odatse's exchange on the same problem (replicas / W per process), or None."""
-    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    mpiexec = _mpiexec()
     if mpiexec is None or replicas % workers:
         return None
     # the package, not benchmarks/odatse.py beside this script: asked of a Python started in the folder
@@ -152,15 +153,19 @@ def dispatch(replicas: list[int], steps: int = 400) -> None:
     host_loop.applies = applies
 
 
-def ours_command(workers: int, replicas: int, steps: int, folder: Path) -> dict:
-    """``multiwalk run input.toml --workers W``, the whole process (start, imports, compiling, files),
-    on the input the peer runs, the objective a plain NumPy file ([solver] name = "python")."""
-    run_dir = folder / f"ours{workers}"
+def ours_command(workers: int, replicas: int, steps: int, folder: Path, mpiexec: str | None = None) -> dict:
+    """``multiwalk run input.toml --workers W`` (or, with ``mpiexec``, ``mpiexec -np W multiwalk run
+    input.toml`` on the peer's own input: ``nreplica_per_proc`` = replicas / W, every rank evaluating),
+    the whole process (start, imports, compiling, files), the objective a plain NumPy file ([solver]
+    name = "python"); cold (a fresh persistent cache), then warm."""
+    run_dir = folder / f"ours{workers}{'_mpi' if mpiexec else ''}"
     run_dir.mkdir()
     (run_dir / "slow.py").write_text(SLOW_MODULE)
     solver = '[solver]\nname = "python"\nfunction = "slow.py:slow_sphere"\nbackend = "python"'
-    (run_dir / "input.toml").write_text(exchange_input("out", solver, replicas, steps))
-    command = [sys.executable, "-m", "multiwalk", "run", "input.toml", "--workers", str(workers)]
+    (run_dir / "input.toml").write_text(exchange_input("out", solver, replicas // workers if mpiexec else replicas,
+                                                       steps))
+    command = [sys.executable, "-m", "multiwalk", "run", "input.toml"]
+    command = [mpiexec, "-np", str(workers), *command] if mpiexec else [*command, "--workers", str(workers)]
     try:
         import polars  # noqa: F401  (the step files' writer)
     except ImportError:
@@ -175,6 +180,10 @@ def ours_command(workers: int, replicas: int, steps: int, folder: Path) -> dict:
             raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         walls.append(time.perf_counter() - t0)
     return {"workers": workers, "wall_s": walls[1], "cold_s": walls[0], "step_files": "--no-step-files" not in command}
+
+
+def _mpiexec() -> str | None:
+    return shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 
 
 def main() -> None:
@@ -199,6 +208,8 @@ def main() -> None:
             row = ours("processes", w, args.replicas, args.steps)
             row["speedup"] = serial["run_s"] / row["run_s"]
             row["command"] = ours_command(w, args.replicas, args.steps, Path(tmp))
+            mpiexec = _mpiexec() if args.replicas % w == 0 else None
+            row["mpiexec"] = None if mpiexec is None else ours_command(w, args.replicas, args.steps, Path(tmp), mpiexec)
             row["peer"] = peer(w, args.replicas, args.steps, Path(tmp))
             rows.append(row)
     floor = args.replicas * args.steps * SECONDS_PER_POINT
@@ -207,15 +218,17 @@ def main() -> None:
           f"{datetime.date.today()}\n")
     print(f"serial: {serial['run_s']:.2f} s of run ({floor:.2f} s of objective at most)\n")
     print("| W | run (s) | speed-up vs serial | >= 0.8 W | `multiwalk run --workers W`, whole process, warm cache (s) "
-          "| cold cache (s) | odatse mpiexec -np W, whole process (s) | odatse / ours (warm) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| cold cache (s) | `mpiexec -np W multiwalk run`, the peer's input, warm (s) "
+          "| odatse mpiexec -np W, whole process (s) | odatse / ours (warm) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        p, c = r["peer"], r["command"]
+        p, c, m = r["peer"], r["command"], r["mpiexec"]
         enough = "yes" if r["speedup"] >= 0.8 * r["workers"] else "no"
         files = "" if c["step_files"] else " (no step files)"
         ratio = "" if p is None else f"{p['wall_s'] / c['wall_s']:.2f}"
         print(f"| {r['workers']} | {r['run_s']:.2f} | {r['speedup']:.2f} | {enough} | {c['wall_s']:.2f}{files} "
-              f"| {c['cold_s']:.2f} | {'odatse not installed' if p is None else format(p['wall_s'], '.2f')} | {ratio} |")
+              f"| {c['cold_s']:.2f} | {'no mpiexec' if m is None else format(m['wall_s'], '.2f')} "
+              f"| {'odatse not installed' if p is None else format(p['wall_s'], '.2f')} | {ratio} |")
     if args.out is not None:
         args.out.write_text(json.dumps({"serial": serial, "rows": rows, "busy": args.busy, "replicas": args.replicas,
                                         "steps": args.steps, "cpus": os.cpu_count(), "date": str(datetime.date.today())},
