@@ -6,20 +6,11 @@ import os
 import shutil
 import tempfile
 
-# XLA's CPU backend at -O0 (LLVM's optimisation passes off) and with its older fusion code
-# generator (the fusion emitters take longer to compile) for the test processes and the
-# subprocesses they start: the suite is mostly compilation of small programs, which each of the
-# two makes about a third faster.  IEEE semantics are kept either way; comparisons between
-# differently compiled programs use ulp tolerances anyway.  Set before JAX makes its CPU client.
-_TEST_XLA_FLAGS = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
-try:  # XLA aborts on a flag it does not know, and jaxlib 0.11's XLA has no fusion-emitter switch
-    from importlib.metadata import version as _version
+# XLA's CPU options for the test processes and the subprocesses they start (tests/xla_test_flags.py
+# says which and why), set before JAX makes its CPU client.
+from xla_test_flags import TEST_XLA_FLAGS  # noqa: E402
 
-    if tuple(int(p) for p in _version("jaxlib").split(".")[:2]) >= (0, 11):
-        del _TEST_XLA_FLAGS["xla_cpu_use_fusion_emitters"]
-except Exception:  # noqa: BLE001 - no jaxlib metadata: keep the flags
-    pass
-for _name, _value in _TEST_XLA_FLAGS.items():
+for _name, _value in TEST_XLA_FLAGS.items():
     if _name not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --{_name}={_value}").strip()
 

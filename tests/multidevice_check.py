@@ -25,8 +25,9 @@ import sys
 import time
 import traceback
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-                           " --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false")
+from xla_test_flags import flags_text  # noqa: E402 - this folder is on the path: the script's own
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count=4 {flags_text()}"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402

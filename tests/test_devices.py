@@ -152,7 +152,10 @@ def test_one_chosen_device_runs_the_loop_and_the_summary_there():
     """``solve(..., devices=[jax.devices()[2]])`` (the docstring: "a list of jax devices: those") on
     4 virtual CPU devices: the compiled loop's inputs and the per-chunk read are on device 2, not
     on device 0 (a user giving each of two runs its own GPU must not get GPU 0 twice)."""
+    # a clean environment but for the test run's compilation cache (conftest.py): without it the
+    # subprocess used the per-user folder (~/.cache/multiwalk), whatever an earlier run left there
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "JAX_"))}
+    env.update({k: v for k, v in os.environ.items() if k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))})
     env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4",
                PYTHONPATH=os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]))
     out = subprocess.run([sys.executable, "-c", _ONE_CHOSEN_DEVICE], env=env, capture_output=True, text=True,

@@ -25,6 +25,7 @@ import pytest
 from odatse_inputs import himmelblau_exchange, output_files
 from test_exchange_blocks import SCALE, ULPS  # Himmelblau sampled by Exchange: the same reasons
 from ulp import assert_close_ulp
+from xla_test_flags import flags_text
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -36,8 +37,7 @@ def _env(devices: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "MULTIWALK_", "JAX_"))}
     env.update({k: v for k, v in os.environ.items() if k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))})
     env["JAX_PLATFORMS"] = "cpu"
-    env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0"
-                        " --xla_cpu_use_fusion_emitters=false")
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices} {flags_text()}"
     env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 

@@ -267,7 +267,9 @@ def test_an_lbfgs_first_call_compiles_its_loop_while_the_start_compiles(lbfgs_fi
     # on a thread meanwhile; the start on the calling thread.  L-BFGS reports no one-point value.
     _, recorder, _ = lbfgs_first_calls["concurrent"]
     assert recorder.loop_compiling_during_start is True  # False: the start waited 10 s for nothing
-    assert recorder.compiled == [("jit_run_chunk", "multiwalk-compile"), (LBFGS_START, "MainThread")]
+    # in either order: which thread reaches its compile() first is the scheduler's choice (the
+    # loop's thread, started first, usually; on a loaded machine not always)
+    assert sorted(recorder.compiled) == sorted([("jit_run_chunk", "multiwalk-compile"), (LBFGS_START, "MainThread")])
 
 
 def test_an_lbfgs_first_call_compiles_each_program_once_and_gives_the_same_result(lbfgs_first_calls):

@@ -101,12 +101,16 @@ def test_a_device_array_x0_outside_the_box_or_not_finite_is_refused_by_index():
 
 def test_a_short_pattern_search_whose_loop_ran_before_is_one_chunk():
     # The first call times its loop (chunks of 1, 2, 4, ... iterations); the second sizes its first
-    # chunk from that timing, and 20 iterations of 64 walkers are far below chunk_seconds (1 s):
-    # one dispatch, one read-back.  Chunking never changes the result: bit for bit the same.
+    # chunk from that timing, and 20 iterations of 64 walkers are far below chunk_seconds: one
+    # dispatch, one read-back.  Chunking never changes the result: bit for bit the same.
+    # chunk_seconds=30 for the second call: its first chunk is 15 s at the slowest time per
+    # iteration the first call measured (~0.1 ms here), so one chunk unless a chunk of the first
+    # call stalled 0.75 s per iteration; at the default 1 s a stall of 25 ms per iteration (a
+    # loaded machine's descheduled or throttled process) split it.  Not kept: 1, 2, 4, 8, 5.
     problem = mw.Problem(objective=shifted_sphere, lower=[-2.0] * 3, upper=[2.0] * 3)
     solver = mw.PatternSearch(n_walkers=64, iterations=20)
     first = mw.solve(problem, solver, seed=1, progress=False)
-    second = mw.solve(problem, solver, seed=1, progress=False)
+    second = mw.solve(problem, solver, seed=1, progress=False, chunk_seconds=30.0)
     assert first.stats["chunks"] > 1
     assert second.stats["chunks"] == 1 and second.stats["iterations"] == {"search": 20}
     # with a callback (which may stop the run after any chunk) chunks start at one iteration again
@@ -121,6 +125,10 @@ def test_a_slow_first_launch_does_not_split_the_next_call():
     # program's kernels): here a callback sleeping 0.3 s in the loop's first evaluation.  Kept as the loop's time
     # per iteration it made the next call's first chunk 0.5 s / 0.3 s = 1 iteration, so 20
     # iterations took several chunks; the later chunks' timing is kept instead: one chunk.
+    # chunk_seconds=10 for the second call: the slow launch kept would still split it (5 s / 0.3 s
+    # = 16 < 20 iterations, fewer on a slower machine), while the later chunks' timing makes it one
+    # chunk unless one of them stalled 0.25 s per iteration (at the default 1 s: 25 ms, which a
+    # loaded machine's chunk of 2 iterations can take).
     calls = []
 
     def first_call_slow(x: np.ndarray) -> np.ndarray:
@@ -136,7 +144,7 @@ def test_a_slow_first_launch_does_not_split_the_next_call():
     problem = mw.Problem(objective=objective, lower=[-2.0] * 3, upper=[2.0] * 3)
     solver = mw.PatternSearch(n_walkers=32, iterations=20, kernel="xla")
     first = mw.solve(problem, solver, seed=2, progress=False)
-    second = mw.solve(problem, solver, seed=2, progress=False)
+    second = mw.solve(problem, solver, seed=2, progress=False, chunk_seconds=10.0)
     assert len(calls) > 2 and first.stats["chunks"] > 1
     assert second.stats["chunks"] == 1
 
