@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -288,6 +289,44 @@ def test_plain_mpiexec_command_with_an_error_on_rank_0_ends(tmp_path):
     run = _mpiexec_multiwalk_run(tmp_path, "--nprocs", "0", timeout=60, MULTIWALK_TIMELINE="1")
     assert "rank 1 serves rank 0's batches" in run.stderr  # the case at stake: rank 1 served early
     assert run.returncode == 2 and "--nprocs must be at least 1, got 0" in run.stderr, run.stderr[-3000:]
+
+
+SPHERE_SLOW_SAYING_RANK_1_SAMPLES = """import os
+import time
+
+import numpy as np
+
+CALLS = [0]
+
+
+def sphere(x):
+    CALLS[0] += 1
+    if CALLS[0] == 20 and (os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
+        open("rank 1 samples", "w").close()  # its 5th batch: the run is in its chunks
+    time.sleep(0.005)
+    return float(np.sum(x * x))
+"""
+
+
+def test_ctrl_c_on_a_plain_mpiexec_ends_the_run_with_its_partial_result(tmp_path):
+    # Ctrl-C on mpiexec reaches every rank.  Rank 0 ends the run after the chunk in flight, with its
+    # files and checkpoint (exit 130); the ranks serving it ignore the signal: one that died of it,
+    # or handed back a KeyboardInterrupt, would leave that chunk without its values (exit 1 or a hang).
+    (tmp_path / "cheap.py").write_text(SPHERE_SLOW_SAYING_RANK_1_SAMPLES)
+    (tmp_path / "input.toml").write_text(PLAIN_MPI_INPUT.replace("numsteps = 6", "numsteps = 100000"))
+    command = [_mpiexec(), "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", "--no-progress"]
+    run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        deadline = time.monotonic() + 200  # a loaded 2-core machine starts the two ranks in seconds
+        while not (tmp_path / "rank 1 samples").exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 130, err[-3000:]
+    assert "interrupted (Ctrl-C or SIGTERM)" in out and (tmp_path / "out" / "0" / "checkpoint.npz").exists()
 
 
 def test_plain_mpiexec_with_a_jax_objective_runs_on_rank_0_alone(tmp_path):

@@ -257,6 +257,8 @@ def mpi_comm_executor() -> Iterator[bool]:
     from mpi4py.futures import MPICommExecutor
 
     _multiwalk_launch.mpi_servers_met()  # rank 0 meets the ranks serving from _multiwalk_launch here
+    if MPI.COMM_WORLD.Get_rank() != 0:  # only rank 0 ends the run on Ctrl-C or SIGTERM
+        _multiwalk_launch.ignore_stop_signals()
     with MPICommExecutor(MPI.COMM_WORLD, root=0, backoff=_multiwalk_launch.MPI_POLL_SECONDS) as executor:
         if executor is None:  # a worker rank: it has served every batch
             yield False
