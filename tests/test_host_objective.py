@@ -595,3 +595,19 @@ def test_an_objective_in_root_dir_may_import_its_neighbours(tmp_path, monkeypatc
     finally:
         signal.signal(signal.SIGINT, handler)
     assert sys.path[0] == str(tmp_path / "proj")
+
+
+def test_the_piece_of_rank_0_waits_for_as_many_pieces_as_the_other_ranks_can_hold():
+    # mpiexec -n 2 with --workers 4: rank 0 keeps one piece and sends 3, of which rank 1 holds one at a
+    # time.  Rank 0 starts on its own once that one is sent, not once rank 1 has done two of them.
+    import concurrent.futures as cf
+
+    futures = [cf.Future() for _ in range(3)]
+    futures[0].set_running_or_notify_cancel()  # sent to rank 1; the others wait in the executor's queue
+    waiting = threading.Thread(target=host_objective._until_sent, args=(futures, 1, 600.0), daemon=True)
+    waiting.start()
+    waiting.join(timeout=60)  # it returns at once; 60 s is far above any machine's load
+    assert not waiting.is_alive()
+    t0 = time.perf_counter()
+    host_objective._until_sent(futures, 2, seconds=0.05)  # one sent of the two ranks' worth: waits it out
+    assert time.perf_counter() - t0 >= 0.05

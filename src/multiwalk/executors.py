@@ -163,6 +163,12 @@ class Engine:
         holds a core of its own that would otherwise wait for the others."""
         return self.name == "mpi" and self.spec in (None, "mpi") and bool(_COMM_EXECUTOR)
 
+    def ranks_elsewhere(self) -> int:
+        """With :attr:`evaluates_here`: the other ranks, each evaluating one piece at a time."""
+        import importlib
+
+        return int(importlib.import_module("mpi4py.MPI").COMM_WORLD.Get_size()) - 1
+
     def executor(self) -> cf.Executor:
         """The executor, made now if it is not yet (processes start on first use)."""
         if self._executor is None:
