@@ -763,6 +763,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     meta, saved_leaves = _read_checkpoint_file(ckpt) if mode != "init" else (None, None)
     seed = _exchange_seed(setup, meta, writes)
     _check_resume_mode(setup, meta, mode)
+    _check_resume_processes(setup, meta, nprocs)
     record = _record_length(R, setup.dimension) if args.step_files else 0
     processes, max_chunk = _write_plan(setup, args, R, record)
     thermalization = _thermalization(setup, meta)
@@ -867,6 +868,22 @@ def _exchange_seed(setup: RunSetup, meta: dict[str, Any] | None, writes: bool) -
         if writes:
             print(f"[algorithm] seed is not given: using seed = {seed}")
     return seed
+
+
+def _check_resume_processes(setup: RunSetup, meta: dict[str, Any] | None, nprocs: int) -> None:
+    """InputError when the checkpoint's run had P x nreplica_per_proc replicas for another P: a run
+    started under ``mpiexec -n P`` (or with ``--nprocs P``) goes on with the same P, as ODAT-SE's does."""
+    if meta is None:
+        return
+    replicas, per = len(meta["options"].get("betas", ())), setup.nreplica_per_proc
+    if meta["options"].get("nreplica_per_proc") != per or replicas in (0, nprocs * per) or replicas % per:
+        return  # another nreplica_per_proc: the options' own comparison names it
+    saved = replicas // per
+    raise InputError(
+        f"{setup.checkpoint_file} holds {replicas} replicas, {saved} x nreplica_per_proc = {per} (a run of {saved} "
+        f"processes), but this run has {nprocs} x {per}: go on with the same count, under mpiexec -n {saved} or "
+        f"with --nprocs {saved}"
+    )
 
 
 def _check_resume_mode(setup: RunSetup, meta: dict[str, Any] | None, mode: str) -> None:
