@@ -610,6 +610,17 @@ def test_minsearch_and_pattern(tmp_path):
     assert float(res["fx"]) == 0.0
 
 
+def test_minsearch_under_mpiexec_says_it_runs_one_start(tmp_path, monkeypatch, capsys):
+    # rank 0 of mpiexec -n 2 as its launcher's variables say (mpich's): ODAT-SE would run a start a rank
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setenv("PMI_RANK", "0")
+    minsearch = HIMMELBLAU.format(numsteps=10).replace('name = "exchange"', 'name = "minsearch"').replace(
+        "[algorithm.exchange]", "[x]").split("[x]")[0].replace("step_list = [0.5, 0.5]", "initial_list = [2.5, 1.5]")
+    write_input(tmp_path, minsearch)
+    assert run_cli(tmp_path, "input.toml") == 0
+    assert "note: under mpiexec -n 2 ODAT-SE's minsearch runs one Nelder-Mead a rank" in capsys.readouterr().err
+
+
 LBFGS_IN_A_BOX = """
 [base]
 dimension = 2

@@ -1257,6 +1257,10 @@ def _run_algorithm(setup: RunSetup, args: argparse.Namespace) -> int:
            "mapper": _run_pamc_or_mapper}.get(setup.algorithm, run_multiwalk_solver)
     if _plain_mpi_launch(args) and args.nprocs is None and setup.algorithm in ("exchange", "pamc"):
         args.nprocs = _multiwalk_launch.launched_size()  # ODAT-SE's P x nreplica_per_proc: P the ranks started
+    if _plain_mpi_launch(args) and setup.algorithm == "minsearch" and _multiwalk_launch.launched_rank() == 0:
+        print(f"note: under mpiexec -n {_multiwalk_launch.launched_size()} ODAT-SE's minsearch runs one Nelder-Mead a "
+              "rank (initial_list's row of that rank, or a random start); this one runs one, from the first start, "
+              "and the other ranks wait", file=sys.stderr, flush=True)
     if setup.host is None and _plain_mpi_launch(args):
         return _run_on_rank_0(run, setup, args)
     if setup.host is None or args.executor not in (None, "mpi") or not launched_under_mpi():
