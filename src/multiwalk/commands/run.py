@@ -1186,7 +1186,8 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--reset-rand", "--reset_rand", action="store_true", help="a new random series after --resume/--cont")
     p.add_argument("--nprocs", type=int, default=None, metavar="P",
                    help="replicas = P x nreplica_per_proc, output folders 0..P-1, as mpiexec -np P "
-                        "(default 1, or the number of processes with --distributed)")
+                        "(default 1; the ranks started under a plain mpiexec -n N; the number of processes "
+                        "with --distributed)")
     group = p.add_argument_group(
         "several processes or hosts (jax.distributed)",
         "Start the same command once per process. Each flag left out is read from MULTIWALK_COORDINATOR, "
@@ -1232,8 +1233,8 @@ def add_parser(commands: Any) -> None:
     host.add_argument("--workers", type=int, default=None, metavar="N",
                       help="processes that evaluate the objective (default: the CPUs)")
     host.add_argument("--executor", choices=["processes", "mpi", "dask", "serial"], default=None,
-                      help="where: processes on this machine (default), mpi (the default under mpiexec: the other "
-                           "ranks evaluate), dask (a Dask cluster: DASK_SCHEDULER_ADDRESS, else a local one), serial")
+                      help="where: processes on this machine (default), mpi (the default under mpiexec: every rank "
+                           "evaluates a piece; under python -m mpi4py.futures ranks 1..N-1), dask (a Dask cluster: DASK_SCHEDULER_ADDRESS, else a local one), serial")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this much run time")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
