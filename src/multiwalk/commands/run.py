@@ -762,8 +762,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     ckpt = setup.checkpoint_file
     meta, saved_leaves = _read_checkpoint_file(ckpt) if mode != "init" else (None, None)
     seed = _exchange_seed(setup, meta, writes)
-    _check_resume_mode(setup, meta, mode)
-    _check_resume_processes(setup, meta, nprocs)
+    _check_resume_mode(setup, meta, mode, nprocs)
     record = _record_length(R, setup.dimension) if args.step_files else 0
     processes, max_chunk = _write_plan(setup, args, R, record)
     thermalization = _thermalization(setup, meta)
@@ -886,11 +885,13 @@ def _check_resume_processes(setup: RunSetup, meta: dict[str, Any] | None, nprocs
     )
 
 
-def _check_resume_mode(setup: RunSetup, meta: dict[str, Any] | None, mode: str) -> None:
+def _check_resume_mode(setup: RunSetup, meta: dict[str, Any] | None, mode: str, nprocs: int) -> None:
     """--resume continues a run that stopped before its end; --cont extends a finished run to a
-    larger numsteps: InputError, naming the checkpoint, where the saved run says otherwise."""
+    larger numsteps, both with its ``nprocs``: InputError, naming the checkpoint, where the saved run
+    says otherwise."""
     if meta is None:
         return
+    _check_resume_processes(setup, meta, nprocs)
     ckpt = setup.checkpoint_file
     done = int(meta["done"][0])
     saved = meta["options"]
@@ -1234,7 +1235,8 @@ def add_parser(commands: Any) -> None:
                       help="processes that evaluate the objective (default: the CPUs)")
     host.add_argument("--executor", choices=["processes", "mpi", "dask", "serial"], default=None,
                       help="where: processes on this machine (default), mpi (the default under mpiexec: every rank "
-                           "evaluates a piece; under python -m mpi4py.futures ranks 1..N-1), dask (a Dask cluster: DASK_SCHEDULER_ADDRESS, else a local one), serial")
+                           "evaluates a piece; under python -m mpi4py.futures ranks 1..N-1), dask (a Dask cluster: "
+                           "DASK_SCHEDULER_ADDRESS, else a local one), serial")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this much run time")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
