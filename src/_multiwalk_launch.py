@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["MPI_POLL_SECONDS", "MPI_SIZE_VARIABLES", "claim_early_pool", "default_workers", "end_after_cleanup",
-           "launched_rank", "launched_size", "mark",
+           "ignore_stop_signals", "launched_rank", "launched_size", "mark",
            "mpi_launch_environment", "mpi_servers_met", "release_mpi_servers", "run_options_read_early",
            "serve_mpi_early", "shutdown_early_pool", "start_every_worker", "start_pool_early"]
 
@@ -211,10 +211,25 @@ def serve_mpi_early(options: dict[str, Any] | None) -> bool:
     from mpi4py.futures import MPICommExecutor
 
     mark(f"rank {MPI.COMM_WORLD.Get_rank()} serves rank 0's batches")
+    ignore_stop_signals()
     # None here: this rank evaluates until rank 0 is done (rank 0's options, MPI_POLL_SECONDS, reach it)
     with MPICommExecutor(MPI.COMM_WORLD, root=0):
         pass
     return True
+
+
+def ignore_stop_signals() -> None:
+    """On a rank that only evaluates rank 0's batches: ignore Ctrl-C (SIGINT) and SIGTERM.  mpiexec
+    hands them to every rank, as a batch system's time limit does, but only rank 0 acts on them: it
+    ends the run after the chunk in flight, writes its checkpoint, then lets these ranks go.  A rank
+    that died of them would leave that chunk without its values, and mpiexec would end every rank,
+    the partial result lost.  (The objective's own child processes inherit the choice, as the
+    process pool's workers' do.)"""
+    import signal
+
+    for name in ("SIGINT", "SIGTERM"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
 def mpi_servers_met() -> None:

@@ -177,3 +177,29 @@ def test_a_kept_host_loop_reads_as_text_like_a_compiled_loop():
              seed=0, progress=False)
     loops = [c for c in compile_cache.compiled_loops() if isinstance(c, host_loop.HostLoop)]
     assert loops and all(c.as_text().count("HloModule") == 2 for c in loops)
+
+
+def test_a_keyboard_interrupt_from_inside_a_chunk_is_raised_and_the_last_checkpoint_kept(tmp_path):
+    # An MPI or Dask worker stopped by Ctrl-C hands back a KeyboardInterrupt, which arrives inside a
+    # chunk: the state went to that chunk's first step (donated) and is gone.  solve() raises it (no
+    # partial result to build) rather than failing on the deleted state, and the checkpoint of the
+    # chunk before stays.  The callback makes the first chunk one step; the others are record=5 steps
+    # (chunk_seconds=60 asks for more): the interrupt comes at step 9, the third of a chunk.
+    from multiwalk.checkpoint import read_checkpoint
+
+    calls = [0]
+
+    def stops_at_call_40(x: np.ndarray) -> float:
+        calls[0] += 1
+        if calls[0] == 40:  # the start's 4 points, then 4 a step: step 9
+            raise KeyboardInterrupt
+        return bumpy(x)
+
+    problem = mw.Problem(objective=stops_at_call_40, backend="python", executor="serial", **BOX)
+    solver = mw.Exchange(betas=(4.0, 1.5, 0.5, 0.2), numsteps=13, numsteps_exchange=3, step_width=(0.6, 0.6), record=5)
+    path = tmp_path / "run.npz"
+    with jax.enable_x64(True), pytest.raises(KeyboardInterrupt):
+        mw.solve(problem, solver, seed=7, progress=False, chunk_seconds=60.0, checkpoint=path, checkpoint_every=0.0,
+                 callback=lambda info: None)
+    meta, _ = read_checkpoint(path)
+    assert int(meta["done"][0]) < 9  # written after a chunk before the interrupted one

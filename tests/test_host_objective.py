@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -293,6 +294,44 @@ def test_plain_mpiexec_command_with_an_error_on_rank_0_ends(tmp_path):
     assert run.returncode == 2 and "--nprocs must be at least 1, got 0" in run.stderr, run.stderr[-3000:]
 
 
+SPHERE_SLOW_SAYING_RANK_1_SAMPLES = """import os
+import time
+
+import numpy as np
+
+CALLS = [0]
+
+
+def sphere(x):
+    CALLS[0] += 1
+    if CALLS[0] == 20 and (os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
+        open("rank 1 samples", "w").close()  # its 5th batch: the run is in its chunks
+    time.sleep(0.005)
+    return float(np.sum(x * x))
+"""
+
+
+def test_ctrl_c_on_a_plain_mpiexec_ends_the_run_with_its_partial_result(tmp_path):
+    # Ctrl-C on mpiexec reaches every rank.  Rank 0 ends the run after the chunk in flight, with its
+    # files and checkpoint (exit 130); the ranks serving it ignore the signal: one that died of it,
+    # or handed back a KeyboardInterrupt, would leave that chunk without its values (exit 1 or a hang).
+    (tmp_path / "cheap.py").write_text(SPHERE_SLOW_SAYING_RANK_1_SAMPLES)
+    (tmp_path / "input.toml").write_text(PLAIN_MPI_INPUT.replace("numsteps = 6", "numsteps = 100000"))
+    command = [_mpiexec(), "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", "--no-progress"]
+    run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        deadline = time.monotonic() + 200  # a loaded 2-core machine starts the two ranks in seconds
+        while not (tmp_path / "rank 1 samples").exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 130, err[-3000:]
+    assert "interrupted (Ctrl-C or SIGTERM)" in out and (tmp_path / "out" / "0" / "checkpoint.npz").exists()
+
+
 def test_plain_mpiexec_with_a_jax_objective_runs_on_rank_0_alone(tmp_path):
     # Every rank of `mpiexec -n 2 multiwalk run` runs the command: with a JAX objective (nothing to
     # hand out) rank 0 runs it, saying so, and rank 1 ends, rather than both running it and writing
@@ -559,3 +598,19 @@ def test_an_objective_in_root_dir_may_import_its_neighbours(tmp_path, monkeypatc
     finally:
         signal.signal(signal.SIGINT, handler)
     assert sys.path[0] == str(tmp_path / "proj")
+
+
+def test_the_piece_of_rank_0_waits_for_as_many_pieces_as_the_other_ranks_can_hold():
+    # mpiexec -n 2 with --workers 4: rank 0 keeps one piece and sends 3, of which rank 1 holds one at a
+    # time.  Rank 0 starts on its own once that one is sent, not once rank 1 has done two of them.
+    import concurrent.futures as cf
+
+    futures = [cf.Future() for _ in range(3)]
+    futures[0].set_running_or_notify_cancel()  # sent to rank 1; the others wait in the executor's queue
+    waiting = threading.Thread(target=host_objective._until_sent, args=(futures, 1, 600.0), daemon=True)
+    waiting.start()
+    waiting.join(timeout=60)  # it returns at once; 60 s is far above any machine's load
+    assert not waiting.is_alive()
+    t0 = time.perf_counter()
+    host_objective._until_sent(futures, 2, seconds=0.05)  # one sent of the two ranks' worth: waits it out
+    assert time.perf_counter() - t0 >= 0.05

@@ -567,6 +567,15 @@ def test_continuing_another_problem_or_damaged_files_is_refused(full_run, tmp_pa
     assert output_files(tmp_path) == before  # nothing was written
 
 
+def test_continuing_with_another_count_of_processes_is_refused_naming_it(full_run, tmp_path, capsys):
+    # the run was 2 x nreplica_per_proc (mpiexec -n 2, or --nprocs 2); --cont without either is 1 x
+    shutil.copytree(full_run / "output", tmp_path / "output")
+    write_input(tmp_path, HIMMELBLAU.format(numsteps=451).replace("nreplica_per_proc = 4", "nreplica_per_proc = 2"))
+    assert run_cli(tmp_path, "input.toml", "--cont") == 2
+    assert "holds 4 replicas, 2 x nreplica_per_proc = 2 (a run of 2 processes), but this run has 1 x 2: go on with " \
+           "the same count, under mpiexec -n 2 or with --nprocs 2" in capsys.readouterr().err
+
+
 def test_checkpoint_file_that_cannot_be_written_is_refused_first(tmp_path, capsys):
     (tmp_path / "a_file").write_text("")
     write_input(tmp_path, himmelblau_exchange(algorithm_extra=f'checkpoint_file = "{tmp_path / "a_file" / "ck.npz"}"'))
@@ -599,6 +608,17 @@ def test_minsearch_and_pattern(tmp_path):
     assert run_cli(tmp_path, "input.toml") == 0
     res = dict(ln.split(" = ") for ln in (tmp_path / "output" / "res.txt").read_text().splitlines())
     assert float(res["fx"]) == 0.0
+
+
+def test_minsearch_under_mpiexec_says_it_runs_one_start(tmp_path, monkeypatch, capsys):
+    # rank 0 of mpiexec -n 2 as its launcher's variables say (mpich's): ODAT-SE would run a start a rank
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setenv("PMI_RANK", "0")
+    minsearch = HIMMELBLAU.format(numsteps=10).replace('name = "exchange"', 'name = "minsearch"').replace(
+        "[algorithm.exchange]", "[x]").split("[x]")[0].replace("step_list = [0.5, 0.5]", "initial_list = [2.5, 1.5]")
+    write_input(tmp_path, minsearch)
+    assert run_cli(tmp_path, "input.toml") == 0
+    assert "note: under mpiexec -n 2 ODAT-SE's minsearch runs one Nelder-Mead a rank" in capsys.readouterr().err
 
 
 LBFGS_IN_A_BOX = """

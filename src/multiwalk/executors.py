@@ -163,6 +163,12 @@ class Engine:
         holds a core of its own that would otherwise wait for the others."""
         return self.name == "mpi" and self.spec in (None, "mpi") and bool(_COMM_EXECUTOR)
 
+    def ranks_elsewhere(self) -> int:
+        """With :attr:`evaluates_here`: the other ranks, each evaluating one piece at a time."""
+        import importlib
+
+        return int(importlib.import_module("mpi4py.MPI").COMM_WORLD.Get_size()) - 1
+
     def executor(self) -> cf.Executor:
         """The executor, made now if it is not yet (processes start on first use)."""
         if self._executor is None:
@@ -257,6 +263,8 @@ def mpi_comm_executor() -> Iterator[bool]:
     from mpi4py.futures import MPICommExecutor
 
     _multiwalk_launch.mpi_servers_met()  # rank 0 meets the ranks serving from _multiwalk_launch here
+    if MPI.COMM_WORLD.Get_rank() != 0:  # only rank 0 ends the run on Ctrl-C or SIGTERM
+        _multiwalk_launch.ignore_stop_signals()
     with MPICommExecutor(MPI.COMM_WORLD, root=0, backoff=_multiwalk_launch.MPI_POLL_SECONDS) as executor:
         if executor is None:  # a worker rank: it has served every batch
             yield False

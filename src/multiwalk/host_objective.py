@@ -221,7 +221,7 @@ class HostObjective:
         values = np.empty(len(X))
         errors: list[tuple[int, str]] = []
         if here is not None:
-            _until_sent(futures)
+            _until_sent(futures, min(len(futures), self.engine.ranks_elsewhere()))
             values[here], errors_here = evaluate_rows(self.spec, X[here], int(here[0]))
         for p, future in zip(pieces, futures):
             v, e = future.result()
@@ -246,13 +246,15 @@ class HostObjective:
         self.first_error = self.failure = None
 
 
-def _until_sent(futures: list[Any], seconds: float = 1.0) -> None:
-    """Wait (at most ``seconds``) until the executor has handed every future to a worker.  mpi4py's
-    executor sends them from a thread of its own, which needs the interpreter's lock: an objective
-    in pure Python started at once in this thread would hold it, and each send would wait up to a
-    switch interval (5 ms)."""
+def _until_sent(futures: list[Any], at_once: int, seconds: float = 1.0) -> None:
+    """Wait (at most ``seconds``) until the executor has handed ``at_once`` of ``futures`` to its
+    workers (mpi4py's hands a piece only to an idle rank: with more pieces than ranks, the rest wait
+    for the first to end, and this process would wait with them).  mpi4py's executor sends them
+    from a thread of its own, which needs the interpreter's lock: an objective in pure Python
+    started at once in this thread would hold it, and each send would wait up to a switch interval
+    (5 ms)."""
     end = time.perf_counter() + seconds
-    while not all(f.running() or f.done() for f in futures) and time.perf_counter() < end:
+    while sum(f.running() or f.done() for f in futures) < at_once and time.perf_counter() < end:
         time.sleep(1e-5)
 
 

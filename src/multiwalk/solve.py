@@ -792,7 +792,9 @@ def _run_phases(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], bar: 
                     break
             run.phase_index += 1
     except KeyboardInterrupt:  # raised by the callback, or a second Ctrl-C
-        if ctrl_c.forced:
+        # raised inside a chunk (by a worker's objective: an MPI or Dask worker hit by Ctrl-C) the
+        # state went to that chunk and is gone: no partial result to build, the last checkpoint stays
+        if ctrl_c.forced or _deleted(run.state):
             raise
         run.status = Status.INTERRUPTED
     except BaseException:

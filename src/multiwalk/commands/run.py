@@ -762,7 +762,7 @@ def run_exchange(setup: RunSetup, args: argparse.Namespace) -> int:
     ckpt = setup.checkpoint_file
     meta, saved_leaves = _read_checkpoint_file(ckpt) if mode != "init" else (None, None)
     seed = _exchange_seed(setup, meta, writes)
-    _check_resume_mode(setup, meta, mode)
+    _check_resume_mode(setup, meta, mode, nprocs)
     record = _record_length(R, setup.dimension) if args.step_files else 0
     processes, max_chunk = _write_plan(setup, args, R, record)
     thermalization = _thermalization(setup, meta)
@@ -869,11 +869,29 @@ def _exchange_seed(setup: RunSetup, meta: dict[str, Any] | None, writes: bool) -
     return seed
 
 
-def _check_resume_mode(setup: RunSetup, meta: dict[str, Any] | None, mode: str) -> None:
-    """--resume continues a run that stopped before its end; --cont extends a finished run to a
-    larger numsteps: InputError, naming the checkpoint, where the saved run says otherwise."""
+def _check_resume_processes(setup: RunSetup, meta: dict[str, Any] | None, nprocs: int) -> None:
+    """InputError when the checkpoint's run had P x nreplica_per_proc replicas for another P: a run
+    started under ``mpiexec -n P`` (or with ``--nprocs P``) goes on with the same P, as ODAT-SE's does."""
     if meta is None:
         return
+    replicas, per = len(meta["options"].get("betas", ())), setup.nreplica_per_proc
+    if meta["options"].get("nreplica_per_proc") != per or replicas in (0, nprocs * per) or replicas % per:
+        return  # another nreplica_per_proc: the options' own comparison names it
+    saved = replicas // per
+    raise InputError(
+        f"{setup.checkpoint_file} holds {replicas} replicas, {saved} x nreplica_per_proc = {per} (a run of {saved} "
+        f"processes), but this run has {nprocs} x {per}: go on with the same count, under mpiexec -n {saved} or "
+        f"with --nprocs {saved}"
+    )
+
+
+def _check_resume_mode(setup: RunSetup, meta: dict[str, Any] | None, mode: str, nprocs: int) -> None:
+    """--resume continues a run that stopped before its end; --cont extends a finished run to a
+    larger numsteps, both with its ``nprocs``: InputError, naming the checkpoint, where the saved run
+    says otherwise."""
+    if meta is None:
+        return
+    _check_resume_processes(setup, meta, nprocs)
     ckpt = setup.checkpoint_file
     done = int(meta["done"][0])
     saved = meta["options"]
@@ -1169,7 +1187,8 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--reset-rand", "--reset_rand", action="store_true", help="a new random series after --resume/--cont")
     p.add_argument("--nprocs", type=int, default=None, metavar="P",
                    help="replicas = P x nreplica_per_proc, output folders 0..P-1, as mpiexec -np P "
-                        "(default 1, or the number of processes with --distributed)")
+                        "(default 1; the ranks started under a plain mpiexec -n N; the number of processes "
+                        "with --distributed)")
     group = p.add_argument_group(
         "several processes or hosts (jax.distributed)",
         "Start the same command once per process. Each flag left out is read from MULTIWALK_COORDINATOR, "
@@ -1215,8 +1234,9 @@ def add_parser(commands: Any) -> None:
     host.add_argument("--workers", type=int, default=None, metavar="N",
                       help="processes that evaluate the objective (default: the CPUs)")
     host.add_argument("--executor", choices=["processes", "mpi", "dask", "serial"], default=None,
-                      help="where: processes on this machine (default), mpi (the default under mpiexec: the other "
-                           "ranks evaluate), dask (a Dask cluster: DASK_SCHEDULER_ADDRESS, else a local one), serial")
+                      help="where: processes on this machine (default), mpi (the default under mpiexec: every rank "
+                           "evaluates a piece; under python -m mpi4py.futures ranks 1..N-1), dask (a Dask cluster: "
+                           "DASK_SCHEDULER_ADDRESS, else a local one), serial")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this much run time")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
@@ -1240,6 +1260,10 @@ def _run_algorithm(setup: RunSetup, args: argparse.Namespace) -> int:
            "mapper": _run_pamc_or_mapper}.get(setup.algorithm, run_multiwalk_solver)
     if _plain_mpi_launch(args) and args.nprocs is None and setup.algorithm in ("exchange", "pamc"):
         args.nprocs = _multiwalk_launch.launched_size()  # ODAT-SE's P x nreplica_per_proc: P the ranks started
+    if _plain_mpi_launch(args) and setup.algorithm == "minsearch" and _multiwalk_launch.launched_rank() == 0:
+        print(f"note: under mpiexec -n {_multiwalk_launch.launched_size()} ODAT-SE's minsearch runs one Nelder-Mead a "
+              "rank (initial_list's row of that rank, or a random start); this one runs one, from the first start, "
+              "and the other ranks wait", file=sys.stderr, flush=True)
     if setup.host is None and _plain_mpi_launch(args):
         return _run_on_rank_0(run, setup, args)
     if setup.host is None or args.executor not in (None, "mpi") or not launched_under_mpi():
