@@ -36,8 +36,9 @@ __all__ = ["MPI_POLL_SECONDS", "MPI_SIZE_VARIABLES", "claim_early_pool", "defaul
            "serve_mpi_early", "shutdown_early_pool", "start_every_worker", "start_pool_early"]
 
 # the longest sleep of mpi4py.futures' polling loops (its ``backoff``; its default is 1 ms): rank 0 waits
-# for a step's values, the other ranks for their next piece.  At 1 ms a 40 ms step of 8 replicas on 2
-# ranks took 45.5 ms, at 0.1 ms 43.9 ms (2-core VM); an idle rank's polls cost it ~nothing.
+# for a step's values, the other ranks for their next piece.  One 40 ms piece sent, one evaluated on
+# rank 0 (2 ranks, 2-core VM, median of 40): 43.07 ms a round at 1 ms, 41.17 ms at 0.1 ms; an idle
+# rank's polls cost it ~nothing.
 MPI_POLL_SECONDS = 1e-4
 # environment variables that MPI launchers set in every rank: the world size
 MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
