@@ -29,7 +29,10 @@ def pytest_configure(config: pytest.Config) -> None:
     test starts compile many of the same programs (the same solver on the same problem from
     different test files), and XLA's CPU compile is most of the suite's time.  A cached executable
     is the program XLA would build again, so every comparison means what it did; the directory is
-    made fresh for each run and removed at its end (see pytest_unconfigure)."""
+    made fresh for each run and removed at its end (see pytest_unconfigure).  No eviction in any of
+    them (``max_size`` -1): ``import multiwalk`` above turned it on for this process (2 GiB), and an
+    evicting process reads every entry's access-time file, which processes that do not evict never
+    write: each of this process's cache writes then failed with a warning (FileNotFoundError)."""
     if _CACHE_VARIABLE not in os.environ:  # the controlling process; xdist workers inherit it
         os.environ[_CACHE_VARIABLE] = tempfile.mkdtemp(prefix="multiwalk-test-jax-cache-")
         config._multiwalk_made_cache = True  # type: ignore[attr-defined]
@@ -37,6 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "JAX_COMPILATION_CACHE_DIR": os.environ[_CACHE_VARIABLE],
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+        "JAX_COMPILATION_CACHE_MAX_SIZE": "-1",
     }
     os.environ.update(settings)  # for the subprocesses tests start
     for name, value in settings.items():  # for this process, whose jax is already imported
