@@ -86,9 +86,10 @@ def initial_state_fn(problem: Any, solver: Solver, init_fn: Callable[[jax.Array]
     ``prepare(shapes)`` (the start's shapes, ``jax.ShapeDtypeStruct`` leaves): work for this thread
     while worker processes evaluate the start's points (the driver traces and loads the step's
     programs then), done before the start is made; the start's own second program is loaded in
-    that time too.  Only where the points go to other processes (the processes executor): a
-    serial objective runs in this thread, as does all tracing (JAX's settings such as
-    ``jax.enable_x64`` are per thread)."""
+    that time too.  Only where the points go to an executor (processes, MPI ranks, Dask; rank 0's
+    own piece of a plain ``mpiexec`` run is then evaluated on that thread too): a serial objective
+    runs in this thread, as does all tracing (JAX's settings such as ``jax.enable_x64`` are per
+    thread)."""
     host = problem.host_objective
     who = f"{type(solver).__name__}.init"
     points_of = compile_cache.cached_jit(
@@ -102,7 +103,7 @@ def initial_state_fn(problem: Any, solver: Solver, init_fn: Callable[[jax.Array]
         if not evaluates:
             return init_fn(key)
         points = np.asarray(points_of(key))
-        if prepare is None or host.engine.name != "processes":
+        if prepare is None or host.engine.serial:
             return start_of(key, host.evaluate(points))
         values = _in_background(host.evaluate, points)
         try:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _multiwalk_launch
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -945,8 +946,10 @@ def solve(
         host.reset()
         host.start()  # the worker processes come up while the solver compiles
     try:
+        _multiwalk_launch.mark("solve: options checked")
         run = _start(problem, solver, plan, int(seed), devices, time_limit, checkpoint, resume, callback,
                      chunk_seconds, checkpoint_every, writer)
+        _multiwalk_launch.mark("solve: start made")
         run.iteration_callback = iteration_callback
         # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
         # compiling), returning what was done; a second Ctrl-C aborts at once.
@@ -958,8 +961,11 @@ def solve(
         total = None if run.until_time_limit else sum(p.length for p in run.phases)
         bar = prog.ProgressBar(show and run.status == Status.SUCCESS, total, sum(run.done))
         run.last_checkpoint = t_loop = time.perf_counter()  # the chunk loop's wall time: chunks, writers, checkpoints
+        _multiwalk_launch.mark("solve: loops ready")
         _run_phases(run, executables, bar, ctrl_c)
+        _multiwalk_launch.mark("solve: run done")
         result = _finish(run, t_loop)
+        _multiwalk_launch.mark("solve: result made")
     except jax.errors.JaxRuntimeError as err:  # a non-JAX objective's failure: its own one-paragraph error
         plain = host_objective.plain_error(problem, err)
         if plain is None:
