@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import _multiwalk_launch
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+import _multiwalk_launch
 
 # the checkpoint format and the progress display under short names: solve()'s keywords are
 # called checkpoint and progress
