@@ -176,9 +176,12 @@ def test_resume_with_other_blocks_in_the_same_form_continues_the_run(tmp_path):
     whole = mw.solve(problem, mw.deconv.Clean(gain=0.3, max_iterations=12, kernel="xla", block=(8, 16)),
                      progress=False)
     assert resumed.iterations == whole.iterations == 12
-    # one form, the same picks: the same arithmetic per pixel, bit for bit
-    np.testing.assert_array_equal(resumed.steps, whole.steps)
-    np.testing.assert_array_equal(resumed.model, whole.model)
+    # The same picks (the same pixels in the model), exactly; the first iteration ran in the loop of
+    # 16 x 16 blocks, another compiled program (other block arrays, another rescan) than the 8 x 16 one, which may
+    # contract r - a * PSF into a fused multiply-add differently: model and steps to 2 ulp, as above.
+    np.testing.assert_array_equal(resumed.model != 0, whole.model != 0)
+    assert_close_ulp(resumed.model, whole.model, 2, "model", scale=1.0)
+    assert_close_ulp(resumed.steps, whole.steps, 2, "steps", scale=1.0)
 
 
 def test_options():

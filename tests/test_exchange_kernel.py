@@ -98,13 +98,27 @@ def test_kernel_plan_and_its_reasons():
 
 
 # ---------------------------------------------------------------------------- the threaded writer
-def _input(checkpoint: str = "") -> str:
-    """The ODAT-SE input these tests run: 3 replicas per process, 300 steps, seed 777."""
-    return himmelblau_exchange(seed=777, numsteps=300, nreplica_per_proc=3, labels=False, algorithm_extra=checkpoint)
+# Every run of these tests has chunks of at most 16 steps: a checkpoint every 16 steps bounds them
+# (the writers' own bound, --write-chunks' piece, is never below 16).  The longest chunk sets how
+# many exchange intervals one trip of the compiled loop holds (Exchange.interval_group), so runs
+# with other bounds are other compiled programs, which may round differently (tests/ulp.py); with
+# one bound every run is the same program and the files must be the same bytes.
+CHECKPOINT_EVERY_16 = "checkpoint = true\ncheckpoint_steps = 16"
+
+
+def _input() -> str:
+    """The ODAT-SE input these tests run: 3 replicas per process, 300 steps, seed 777, chunks of <= 16 steps."""
+    return himmelblau_exchange(seed=777, numsteps=300, nreplica_per_proc=3, labels=False,
+                               algorithm_extra=CHECKPOINT_EVERY_16)
 
 
 def _cli(folder: Path, *args: str) -> int:
     return run_cli(folder, "input.toml", "--nprocs", "2", *args)
+
+
+def _solver_options(folder: Path) -> dict:
+    """The Exchange options a run in ``folder`` compiled its loop with (from its checkpoint)."""
+    return read_checkpoint(folder / "output" / "0" / "checkpoint.npz")[0]["options"]
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +136,8 @@ def test_threaded_writer_writes_the_same_bytes(in_the_caller, tmp_path, monkeypa
     monkeypatch.setattr(odatse_io, "ROWS_PER_PIECE", 7)
     (tmp_path / "input.toml").write_text(_input())
     assert _cli(tmp_path, "--write-threads", "3") == 0
+    # the same compiled loop (the same options, max_chunk_steps=16 included), so the same bytes
+    assert _solver_options(tmp_path) == _solver_options(in_the_caller)
     ours, reference = output_files(tmp_path), output_files(in_the_caller)
     assert len(reference) == 4 + 6 + 2  # trial/result of 2 processes, 6 result_T, fx, best_result
     assert ours == reference
@@ -133,7 +149,7 @@ def test_files_reach_every_checkpoint_and_a_crash_resumes(in_the_caller, tmp_pat
     reference files."""
     from multiwalk import checkpoint as checkpoint_format
 
-    (tmp_path / "input.toml").write_text(_input("checkpoint = true\ncheckpoint_steps = 20"))
+    (tmp_path / "input.toml").write_text(_input())
     original_write, original_on_steps, original_ckpt = (
         odatse_io.StepWriter._write, odatse_io.StepWriter.on_steps, checkpoint_format.write_checkpoint)
     seen = []
@@ -166,6 +182,7 @@ def test_files_reach_every_checkpoint_and_a_crash_resumes(in_the_caller, tmp_pat
     assert len(seen) == 3 and all(file_step == state_step for file_step, state_step in seen), seen
     monkeypatch.setattr(odatse_io.StepWriter, "on_steps", original_on_steps)
     assert _cli(tmp_path, "--resume") == 0
+    assert _solver_options(tmp_path) == _solver_options(in_the_caller)  # one compiled loop: the same bytes
     ours, reference = output_files(tmp_path), output_files(in_the_caller)
     assert ours == reference
 

@@ -18,6 +18,7 @@ import pytest
 from odatse_inputs import ctrl_c_after_chunks, himmelblau_exchange, output_files, run_cli
 from step_records import chunk_record, chunk_records, write_steps
 
+from multiwalk.checkpoint import read_checkpoint
 from multiwalk.cli import main
 from multiwalk.io import odatse as odatse_io
 from multiwalk.io import step_processes
@@ -136,9 +137,11 @@ def test_a_dead_worker_is_an_error_not_a_hang(tmp_path, slot_dirs):
 
 def test_ctrl_c_leaves_complete_files_that_resume_extends(tmp_path, slot_dirs, monkeypatch):
     """multiwalk run --write-processes 2, Ctrl-C after the third chunk, --resume (also with 2
-    processes): the same files as a run written between chunks."""
+    processes): the same files as a run written between chunks.  Both runs' chunks are bounded by
+    the checkpoint's 16 steps (the writers' own bound, a piece of the run, is never below 16): one
+    chunk bound, one compiled loop (it sets Exchange's intervals per trip), so the same bytes."""
     text = himmelblau_exchange(seed=5, numsteps=160, nreplica_per_proc=3, labels=False,
-                               algorithm_extra="checkpoint = true\ncheckpoint_steps = 20")
+                               algorithm_extra="checkpoint = true\ncheckpoint_steps = 16")
 
     def cli(folder: Path, *args: str) -> int:
         return run_cli(folder, "input.toml", "--nprocs", "2", *args)
@@ -157,6 +160,8 @@ def test_ctrl_c_leaves_complete_files_that_resume_extends(tmp_path, slot_dirs, m
         assert lines[-1] == b"" and int(lines[-2].split()[0]) == calls[-1], name
     assert _all_removed(slot_dirs)
     assert cli(tmp_path, "--resume", "--write-processes", "2") == 0
+    options = [read_checkpoint(folder / "output" / "0" / "checkpoint.npz")[0]["options"] for folder in (tmp_path, reference)]
+    assert options[0] == options[1] and options[0]["max_chunk_steps"] == 16  # one compiled loop
     assert output_files(tmp_path) == output_files(reference)
 
 
