@@ -311,13 +311,16 @@ def sphere(x):
 """
 
 
-def test_ctrl_c_on_a_plain_mpiexec_ends_the_run_with_its_partial_result(tmp_path):
+@pytest.mark.parametrize("pool", [[], ["-m", "mpi4py.futures"]], ids=["plain", "mpi4py.futures"])
+def test_ctrl_c_on_mpiexec_ends_the_run_with_its_partial_result(tmp_path, pool):
     # Ctrl-C on mpiexec reaches every rank.  Rank 0 ends the run after the chunk in flight, with its
     # files and checkpoint (exit 130); the ranks serving it ignore the signal: one that died of it,
     # or handed back a KeyboardInterrupt, would leave that chunk without its values (exit 1 or a hang).
+    # So do the ranks of mpi4py.futures' own pool (`python -m mpi4py.futures`), which then ends the
+    # job with MPI_Abort(130), as it does for any status but 0.
     (tmp_path / "cheap.py").write_text(SPHERE_SLOW_SAYING_RANK_1_SAMPLES)
     (tmp_path / "input.toml").write_text(PLAIN_MPI_INPUT.replace("numsteps = 6", "numsteps = 100000"))
-    command = [_mpiexec(), "-n", "2", sys.executable, "-m", "multiwalk", "run", "input.toml", "--no-progress"]
+    command = [_mpiexec(), "-n", "2", sys.executable, *pool, "-m", "multiwalk", "run", "input.toml", "--no-progress"]
     run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:

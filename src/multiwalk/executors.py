@@ -206,7 +206,9 @@ class Engine:
                 return _COMM_EXECUTOR[-1], False
             from mpi4py.futures import MPIPoolExecutor
 
-            return MPIPoolExecutor(max_workers=self.workers), True
+            # mpiexec hands Ctrl-C and SIGTERM to every rank: the pool's ranks ignore them, as the
+            # processes' workers do, and this rank ends the run after the chunk, with its checkpoint
+            return MPIPoolExecutor(max_workers=self.workers, initializer=_multiwalk_launch.ignore_stop_signals), True
         if spec == "dask":
             from distributed import Client
 
