@@ -79,13 +79,7 @@ def default_workers() -> int:
 def mpi_launch_environment() -> bool:
     """Whether an MPI launcher's environment variables give this process a world of more than one
     rank (MPI itself is not started to find out)."""
-    for name in MPI_SIZE_VARIABLES:
-        try:
-            if int(os.environ.get(name, "1")) > 1:
-                return True
-        except ValueError:
-            continue
-    return False
+    return launched_size() > 1
 
 
 def _is_the_command() -> bool:
@@ -160,13 +154,15 @@ def _pool_plan(options: dict[str, Any]) -> tuple[int, str] | None:
 
 
 def launched_size() -> int:
-    """The number of ranks the MPI launcher started (1 when not launched so), from its environment."""
+    """The number of ranks the MPI launcher started (1 when not launched so), from its environment:
+    the largest of :data:`MPI_SIZE_VARIABLES` (``MPI_LOCALNRANKS`` counts one node's ranks only)."""
+    sizes = [1]
     for name in MPI_SIZE_VARIABLES:
         try:
-            return max(int(os.environ[name]), 1)
+            sizes.append(int(os.environ[name]))
         except (KeyError, ValueError):
             continue
-    return 1
+    return max(sizes)
 
 
 def launched_rank() -> int:

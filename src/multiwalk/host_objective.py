@@ -220,6 +220,7 @@ class HostObjective:
         futures = [executor.submit(evaluate_piece, payload, X[p], int(p[0])) for p in pieces]
         values = np.empty(len(X))
         errors: list[tuple[int, str]] = []
+        errors_here: list[tuple[int, str]] = []  # of the last rows: listed last
         if here is not None:
             _until_sent(futures, min(len(futures), self.engine.ranks_elsewhere()))
             values[here], errors_here = evaluate_rows(self.spec, X[here], int(here[0]))
@@ -227,9 +228,7 @@ class HostObjective:
             v, e = future.result()
             values[p] = v
             errors += e
-        if here is not None:
-            errors += errors_here
-        return values, errors
+        return values, errors + errors_here
 
     def stats(self) -> dict[str, Any]:
         """What ``stats["host_objective"]`` reports of the last run."""

@@ -869,11 +869,9 @@ def _exchange_seed(setup: RunSetup, meta: dict[str, Any] | None, writes: bool) -
     return seed
 
 
-def _check_resume_processes(setup: RunSetup, meta: dict[str, Any] | None, nprocs: int) -> None:
+def _check_resume_processes(setup: RunSetup, meta: dict[str, Any], nprocs: int) -> None:
     """InputError when the checkpoint's run had P x nreplica_per_proc replicas for another P: a run
     started under ``mpiexec -n P`` (or with ``--nprocs P``) goes on with the same P, as ODAT-SE's does."""
-    if meta is None:
-        return
     replicas, per = len(meta["options"].get("betas", ())), setup.nreplica_per_proc
     if meta["options"].get("nreplica_per_proc") != per or replicas in (0, nprocs * per) or replicas % per:
         return  # another nreplica_per_proc: the options' own comparison names it
@@ -1249,6 +1247,10 @@ def _run_minsearch(setup: RunSetup, args: argparse.Namespace) -> int:
     return run_minsearch(setup, args.dtype)
 
 
+# the algorithms whose replicas are ODAT-SE's P x nreplica_per_proc (P: --nprocs, or mpiexec's ranks)
+_PER_PROCESS_ALGORITHMS = ("exchange", "pamc")
+
+
 def _run_algorithm(setup: RunSetup, args: argparse.Namespace) -> int:
     """Run the set-up's algorithm.  Under a plain ``mpiexec -n N`` exchange and pamc run ODAT-SE's
     N x nreplica_per_proc replicas (``--nprocs`` N, unless given); with a Python objective rank 0
@@ -1258,13 +1260,14 @@ def _run_algorithm(setup: RunSetup, args: argparse.Namespace) -> int:
 
     run = {"exchange": run_exchange, "minsearch": _run_minsearch, "pamc": _run_pamc_or_mapper,
            "mapper": _run_pamc_or_mapper}.get(setup.algorithm, run_multiwalk_solver)
-    if _plain_mpi_launch(args) and args.nprocs is None and setup.algorithm in ("exchange", "pamc"):
+    plain = _plain_mpi_launch(args)
+    if plain and args.nprocs is None and setup.algorithm in _PER_PROCESS_ALGORITHMS:
         args.nprocs = _multiwalk_launch.launched_size()  # ODAT-SE's P x nreplica_per_proc: P the ranks started
-    if _plain_mpi_launch(args) and setup.algorithm == "minsearch" and _multiwalk_launch.launched_rank() == 0:
+    if plain and setup.algorithm == "minsearch" and _multiwalk_launch.launched_rank() == 0:
         print(f"note: under mpiexec -n {_multiwalk_launch.launched_size()} ODAT-SE's minsearch runs one Nelder-Mead a "
               "rank (initial_list's row of that rank, or a random start); this one runs one, from the first start, "
               "and the other ranks wait", file=sys.stderr, flush=True)
-    if setup.host is None and _plain_mpi_launch(args):
+    if setup.host is None and plain:
         return _run_on_rank_0(run, setup, args)
     if setup.host is None or args.executor not in (None, "mpi") or not launched_under_mpi():
         return run(setup, args)
@@ -1283,12 +1286,10 @@ def _plain_mpi_launch(args: argparse.Namespace) -> bool:
 def _run_on_rank_0(run: Any, setup: RunSetup, args: argparse.Namespace) -> int:
     """A JAX objective under a plain ``mpiexec -n N``: every rank would run the whole run and write
     the same files.  Rank 0 runs it, saying so; the other ranks, with nothing to evaluate, end."""
-    from ..executors import launched_rank
-
-    if launched_rank() > 0:
+    if _multiwalk_launch.launched_rank() > 0:
         return EXIT_OK
     replicas = (f" ({args.nprocs} x {setup.nreplica_per_proc} replicas, as ODAT-SE's {args.nprocs} processes)"
-                if setup.algorithm in ("exchange", "pamc") else "")
+                if setup.algorithm in _PER_PROCESS_ALGORITHMS else "")
     print(f"multiwalk run: under mpiexec, a JAX objective runs on rank 0 alone{replicas}; the other ranks have "
           "nothing to evaluate and end.  The same run without mpiexec: --nprocs P (one process stands for "
           "ODAT-SE's P).", file=sys.stderr, flush=True)
