@@ -96,7 +96,7 @@ def device_events(path: str) -> tuple[list[tuple[float, float, str]], tuple[floa
     return sorted(ops), window
 
 
-def describe(ops: list[tuple[float, float, str]], window: tuple[float, float], iterations: int) -> None:
+def describe(ops: list[tuple[float, float, str]], window: tuple[float, float], iterations: int, top: int = 8) -> None:
     t0, t1 = window
     ops = [o for o in ops if o[1] > t0 and o[0] < t1]
     if not ops:
@@ -120,7 +120,7 @@ def describe(ops: list[tuple[float, float, str]], window: tuple[float, float], i
     by_name: dict[str, list[float]] = {}
     for s, e, name in ops:
         by_name.setdefault(name, []).append(e - s)
-    for name, d in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:8]:
+    for name, d in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]:
         print(f"    {sum(d) / 1e6:8.3f} ms  {len(d):6d} x {np.mean(d) / 1e3:8.2f} us  {name[:90]}")
 
 
@@ -131,7 +131,7 @@ def iterations_of(name: str, result: Any) -> int:
     return {"re_default": 800, "re_1m": 120, "xringaus": 1400}.get(name, int(np.asarray(its).max()) if its else 0)
 
 
-def timeline(name: str) -> None:
+def timeline(name: str, top: int = 8) -> None:
     import jax
 
     problem, solver, options = workload(name)
@@ -145,7 +145,7 @@ def timeline(name: str) -> None:
     print(f"\n=== {name}: first call {first:.3f} s, second {second * 1e3:.2f} ms (run "
           f"{r2.stats.get('run_seconds', float('nan')) * 1e3:.2f} ms), traced {traced * 1e3:.2f} ms (run "
           f"{r.stats.get('run_seconds', float('nan')) * 1e3:.2f} ms)")
-    describe(ops, window, iterations_of(name, r))
+    describe(ops, window, iterations_of(name, r), top)
     if name in ("clean", "cd"):  # a whole-image copy an iteration in the loop is traffic for nothing
         from multiwalk import compile_cache
 
@@ -226,6 +226,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", nargs="+")
     p.add_argument("--repeat", type=int, default=12, help="spikes: calls")
+    p.add_argument("--top", type=int, default=8, help="the operations listed, those of most time first")
     args = p.parse_args()
     for name in args.what:
         if name == "floors":
@@ -233,7 +234,7 @@ def main() -> None:
         elif name == "spikes":
             spikes(args.repeat)
         else:
-            timeline(name)
+            timeline(name, args.top)
         sys.stdout.flush()
 
 

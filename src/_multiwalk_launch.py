@@ -212,6 +212,7 @@ def serve_mpi_early(options: dict[str, Any] | None) -> bool:
     # None here: this rank evaluates until rank 0 is done (rank 0's options, MPI_POLL_SECONDS, reach it)
     with MPICommExecutor(MPI.COMM_WORLD, root=0):
         pass
+    mark(f"rank {MPI.COMM_WORLD.Get_rank()} served every batch")
     return True
 
 
@@ -399,3 +400,4 @@ def _finalize_mpi() -> None:
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
         mpi.Finalize()
+        mark("MPI finalized")

@@ -264,6 +264,7 @@ def mpi_comm_executor() -> Iterator[bool]:
     from mpi4py import MPI
     from mpi4py.futures import MPICommExecutor
 
+    _multiwalk_launch.mark("MPI initialized")
     _multiwalk_launch.mpi_servers_met()  # rank 0 meets the ranks serving from _multiwalk_launch here
     if MPI.COMM_WORLD.Get_rank() != 0:  # only rank 0 ends the run on Ctrl-C or SIGTERM
         _multiwalk_launch.ignore_stop_signals()
@@ -271,6 +272,7 @@ def mpi_comm_executor() -> Iterator[bool]:
         if executor is None:  # a worker rank: it has served every batch
             yield False
             return
+        _multiwalk_launch.mark("MPI executor ready")
         _COMM_EXECUTOR.append(executor)
         try:
             yield True

@@ -36,6 +36,8 @@ from typing import Any
 import jax
 import numpy as np
 
+import _multiwalk_launch
+
 from . import compile_cache
 from . import distributed as dist
 from .host_objective import HostObjective, Tap
@@ -109,7 +111,9 @@ def initial_state_fn(problem: Any, solver: Solver, init_fn: Callable[[jax.Array]
         try:
             start_of.compile_for(key, np.zeros(points.shape[:-1], host.dtype))  # host.evaluate's array: same key
             prepare(shapes)
+            _multiwalk_launch.mark("solve: the step's programs ready")
             outcome = values.result()
+            _multiwalk_launch.mark("solve: the start's values back")
         except BaseException:
             # The batch ends before the error goes on (a second Ctrl-C does not wait): left
             # running, it would count its points into the next run's statistics.
