@@ -62,9 +62,11 @@ _MPI_SERVERS_WAITING: list[bool] = []  # [True] on rank 0 while ranks > 0 serve 
 
 def mark(label: str) -> None:
     """With ``MULTIWALK_TIMELINE`` set: one line on stderr, the seconds since this module was imported
-    (the interpreter's first ~20 ms are before it) and ``label``."""
+    (the interpreter's first ~20 ms are before it), ``label``, and the CPU seconds of the thread that
+    marks and of the process (a wall span much longer than the thread's CPU span: it waited)."""
     if os.environ.get("MULTIWALK_TIMELINE"):
-        print(f"multiwalk timeline: {time.perf_counter() - _START:7.3f} s  {label}", file=sys.stderr, flush=True)
+        print(f"multiwalk timeline: {time.perf_counter() - _START:7.3f} s  {label}  (CPU seconds: this thread "
+              f"{time.thread_time():.3f}, the process {time.process_time():.3f})", file=sys.stderr, flush=True)
 
 
 def default_workers() -> int:

@@ -105,11 +105,13 @@ def initial_state_fn(problem: Any, solver: Solver, init_fn: Callable[[jax.Array]
         if not evaluates:
             return init_fn(key)
         points = np.asarray(points_of(key))
+        _multiwalk_launch.mark("solve: the start's points made")
         if prepare is None or host.engine.serial:
             return start_of(key, host.evaluate(points))
         values = _in_background(host.evaluate, points)
         try:
             start_of.compile_for(key, np.zeros(points.shape[:-1], host.dtype))  # host.evaluate's array: same key
+            _multiwalk_launch.mark("solve: the start's program ready")
             prepare(shapes)
             _multiwalk_launch.mark("solve: the step's programs ready")
             outcome = values.result()
@@ -188,10 +190,14 @@ class HostLoop:
         # first run of a problem waits for the longer of the two rather than for both; the capture
         # compiles (or loads from the persistent cache) while this thread traces and lowers the finish
         lowered = jax.jit(capture).lower(state, arrays)
+        _multiwalk_launch.mark("solve: the step's points traced")
         with ThreadPoolExecutor(1) as other:
             points = other.submit(compile, lowered, f"{who} (its points)")
             values = jax.ShapeDtypeStruct(lowered.out_info[0].shape[:-1], self.host.dtype)
-            self.finish = compile(jax.jit(finish, donate_argnums=0).lower(state, values, arrays), who)
+            lowered_finish = jax.jit(finish, donate_argnums=0).lower(state, values, arrays)
+            _multiwalk_launch.mark("solve: the step's finish traced")
+            self.finish = compile(lowered_finish, who)
+            _multiwalk_launch.mark("solve: the step's finish loaded")
             self.capture = points.result()
 
     def as_text(self) -> str:
