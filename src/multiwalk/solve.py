@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 import os
 import sys
 import threading
@@ -217,7 +218,7 @@ def _loop_of(problem: Problem, solver: Solver, phase: int, state: Any, placement
     shared = not on_host and solver.one_loop(problem, jax.default_backend() if device is None else device.platform)
     common = (
         fingerprint, solver, None if shared else phase, jax.tree_util.tree_structure(state), avals,
-        placement.key() if sharded else (), tuple(sorted(plan.compiler_options)), on_host,
+        placement.key() if sharded else (), tuple(sorted(plan.compiler_options)), on_host, plan.loop_block,
     )
     if arrays is None:  # compiled for this very problem object
         key = (id(problem), *common)
@@ -464,9 +465,11 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     key = _kept_run_key(seed)
     init_fn = solver.initial_state_fn(problem, None, plan)
     placement = _placement(problem, solver, init_fn, key, devices)
-    plan = dataclasses.replace(plan, mesh=placement.mesh)
-    prepared_seconds = [0.0]
     on_host = host_loop.applies(problem, solver, placement)  # a non-JAX objective between compiled steps
+    done, phase_index = ckpt.resumed_position(saved[0], phases, saved[2]) if saved else ([0] * len(phases), 0)
+    plan = dataclasses.replace(plan, mesh=placement.mesh,
+                               loop_block=_loop_block(problem, solver, plan, phases, done, placement, on_host))
+    prepared_seconds = [0.0]
     ahead = None if on_host or saved is not None else _compile_ahead(problem, solver, phases, placement, plan,
                                                                       init_fn, key)
     if on_host:  # the start's evaluation on the host too
@@ -475,7 +478,6 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
             prepare = functools.partial(_prepare_loops, problem, solver, phases, placement, plan, prepared_seconds)
         init_fn = host_loop.initial_state_fn(problem, solver, init_fn, prepare)
     state = _first_state(problem, solver, init_fn, key, placement, plan, devices is not None, saved)
-    done, phase_index = ckpt.resumed_position(saved[0], phases, saved[2]) if saved else ([0] * len(phases), 0)
     writers = tuple(w for w in (solver.writer(problem), writer) if w is not None)
     gather = dist.multi_process() and bool(dist.broadcast(np.int32(bool(writers))))
     # a compiled loop ends with the progress summary; a host loop's is a program of its own
@@ -485,6 +487,21 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
     return _Run(problem, solver, plan, placement, phases, seed, identity, checkpoint_path, checkpoint_every,
                 time_limit, chunk_seconds, callback, writers, gather, summary, state, done, phase_index, stats,
                 ahead=ahead)
+
+
+def _loop_block(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], done: list[int],
+                placement: dist.Placement, on_host: bool) -> int:
+    """The plan's ``loop_block``: the solver's (:meth:`~multiwalk.solvers.base.Solver.loop_block`) where
+    the loop runs, cut to its largest divisor that divides every phase's length, the iterations a
+    resumed run has done of each and the plan's longest chunk, so that every chunk can be a multiple
+    of it; 1 for a solver with ``done`` (a block would run past it) and for a host loop."""
+    if on_host or type(solver).done is not Solver.done:
+        return 1
+    device = placement.devices[0]  # None: JAX's default device
+    block = int(solver.loop_block(problem, jax.default_backend() if device is None else device.platform))
+    for count in [phase.length for phase in phases] + list(done) + [plan.max_chunk or 0]:
+        block = math.gcd(block, int(count))
+    return max(block, 1)
 
 
 def _prepare_loops(problem: Any, solver: Solver, phases: list[Phase], placement: dist.Placement, plan: RunPlan,
@@ -762,6 +779,8 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog
             run.status = Status.TIME_LIMIT
             return
         n = int(min(n_next, remaining))
+        block = run.plan.loop_block  # remaining is a multiple of it (_loop_block)
+        n = max(block, n // block * block)
         n_run, dt = _run_chunk(run, compiled, arrays, n, bar, ctrl_c)
         remaining -= n_run
         if run.status != Status.SUCCESS:  # the iteration callback asked to stop

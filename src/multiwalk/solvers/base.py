@@ -133,6 +133,10 @@ class RunPlan:
     arrays_as_arguments: bool = True
     #: with ``solve(time_limit=T)``: the last phase is unbounded and reaching T is success
     until_time_limit: bool = False
+    #: iterations per trip of the chunk's ``while_loop``, run by an inner loop of that fixed trip
+    #: count (:meth:`Solver.loop_block`); the driver makes every chunk a multiple of it.  1 (default):
+    #: one iteration a trip
+    loop_block: int = 1
 
     @property
     def mesh_size(self) -> int:
@@ -313,13 +317,33 @@ class Solver(abc.ABC):
         is a ``while_loop`` over ``step``; a solver may run several iterations per loop trip
         (PatternSearch's Pallas form: one kernel per round) as long as the result is that of ``n`` steps."""
 
-        return self.steps_while(problem, state, phase, n, self.step)
+        return self.steps_while(problem, state, phase, n, self.step, 1 if plan is None else plan.loop_block)
+
+    def loop_block(self, problem: Problem, platform: str) -> int:
+        """Iterations one trip of the chunk's loop may run on ``platform``, in an inner loop of that
+        fixed trip count (1, the default: one).  On a GPU, XLA reads a ``while_loop``'s condition
+        back on the host at every trip, a wait of the device for the host; an inner loop of known
+        trip count needs none, so a block of 8 waits once in 8 iterations.  Only for a solver without
+        ``done`` (every chunk runs all its iterations); the driver uses the largest divisor of it
+        that divides every phase's length (and a resumed run's position), else 1."""
+        return 1
 
     def steps_while(
-        self, problem: Problem, state: Any, phase: int, n: jax.Array, step: Callable[[Problem, Any, int], Any]
+        self, problem: Problem, state: Any, phase: int, n: jax.Array, step: Callable[[Problem, Any, int], Any],
+        block: int = 1,
     ) -> tuple[Any, jax.Array]:
         """:meth:`run_chunk`'s ``while_loop``: up to ``n`` calls of ``step(problem, state, phase)``,
-        fewer once ``done``: ``(state, iterations run)`` (for an override that only changes the step)."""
+        fewer once ``done``: ``(state, iterations run)`` (for an override that only changes the step).
+        ``block`` > 1 (the plan's ``loop_block``; ``n`` is then a multiple of it and the solver has no
+        ``done``): ``n / block`` trips of an inner loop of ``block`` iterations."""
+        if block > 1:
+            def run_block(carry):
+                i, s = carry
+                return i + block, jax.lax.fori_loop(0, block, lambda _, s: step(problem, s, phase), s)
+
+            n_run, state = jax.lax.while_loop(lambda carry: carry[0] < n, run_block,
+                                              (jax.numpy.asarray(0, jax.numpy.int32), state))
+            return state, n_run
 
         def cond(carry):
             i, s = carry

@@ -1,0 +1,99 @@
+"""The chunk's loop in blocks of a fixed trip count (``RunPlan.loop_block``, ``Solver.loop_block``).
+
+On GPUs ReplicaExchange runs 8 iterations a trip of the chunk's ``while_loop`` (XLA reads a
+``while_loop``'s condition back on the host at every trip); here, on the CPU, the block is forced
+through the solver's ``loop_block``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multiwalk as mw
+from multiwalk.solvers.base import Phase, RunPlan
+from multiwalk.solvers.replica_exchange import ReplicaExchange
+
+driver = importlib.import_module("multiwalk.solve")  # the module (``multiwalk.solve`` is also the function)
+
+
+def sphere2(x):
+    return jnp.sum(x**2)
+
+
+@pytest.fixture
+def problem():
+    return mw.Problem(objective=sphere2, lower=[-5.0, -5.0], upper=[5.0, 5.0])
+
+
+def _run(problem, nburn=40, niter=64, **options):
+    chunks = []
+    result = mw.solve(problem, mw.ReplicaExchange(nbeta=8, nseq=4, nburn=nburn, niter=niter), seed=3,
+                      progress=False, callback=lambda info: chunks.append(tuple(info["done"])), **options)
+    return result, chunks
+
+
+def test_blocks_of_eight_give_the_run_of_one_iteration_a_trip(problem, monkeypatch):
+    # The same iterations in the same order, one loop body: the same chains.  The two programs
+    # differ (a loop in a loop), so the decisions are compared exactly (acceptances, swaps) and the
+    # floats to 4 ulp (float32: XLA may fuse the body otherwise inside the inner loop).
+    one, one_chunks = _run(problem)
+    monkeypatch.setattr(ReplicaExchange, "loop_block", lambda self, problem, platform: 8)
+    blocked, chunks = _run(problem)
+    for decisions in ("n_accepted", "n_trials", "n_swaps", "label_trace"):
+        assert np.array_equal(np.asarray(getattr(one, decisions)), np.asarray(getattr(blocked, decisions))), decisions
+    eps = 4 * np.finfo(np.float32).eps
+    np.testing.assert_allclose(np.asarray(blocked.samples), np.asarray(one.samples), rtol=eps, atol=eps)
+    np.testing.assert_allclose(np.asarray(blocked.fun), np.asarray(one.fun), rtol=eps, atol=eps)
+    # every chunk a multiple of 8 iterations (the first, which times a step, too); one per trip before
+    assert all(done % 8 == 0 for chunk in chunks for done in chunk), chunks
+    assert one_chunks[0] == (1, 0)
+
+
+def test_the_block_divides_every_phase_and_the_resumed_position(problem, monkeypatch):
+    monkeypatch.setattr(ReplicaExchange, "loop_block", lambda self, problem, platform: 8)
+    solver = mw.ReplicaExchange(nbeta=8, nseq=4)
+    placement = type("P", (), {"devices": (None,)})()
+
+    def block(lengths, done, plan=None):
+        phases = [Phase(f"phase {i}", n) for i, n in enumerate(lengths)]
+        return driver._loop_block(problem, solver, plan or RunPlan(), phases, done, placement, on_host=False)
+
+    assert block([400, 1000], [0, 0]) == 8
+    assert block([300, 500], [0, 0]) == 4  # the seed's default: 4 divides both
+    assert block([301, 500], [0, 0]) == 1
+    assert block([400, 1000], [400, 12]) == 4  # a run resumed after 12 sampling iterations
+    assert block([400, 1000], [0, 0], RunPlan(max_chunk=2)) == 2  # a writer's ring of 2 steps
+    assert driver._loop_block(problem, solver, RunPlan(), [Phase("p", 400)], [0], placement, on_host=True) == 1
+
+
+def test_a_solver_that_can_stop_early_runs_one_iteration_a_trip(problem, monkeypatch):
+    # A block would run past ``done`` (a converged L-BFGS would go on iterating): such solvers get 1.
+    lbfgs = mw.LBFGS()
+    monkeypatch.setattr(type(lbfgs), "loop_block", lambda self, problem, platform: 8, raising=False)
+    placement = type("P", (), {"devices": (None,)})()
+    assert driver._loop_block(problem, lbfgs, RunPlan(), [Phase("p", 400)], [0], placement, on_host=False) == 1
+
+
+def test_a_resumed_run_in_blocks_equals_one_run(problem, monkeypatch, tmp_path):
+    # Interrupted by the time limit after some chunk, resumed: the chunks of both calls are multiples
+    # of the block, and the end is the single run's (the same program: bit for bit).
+    monkeypatch.setattr(ReplicaExchange, "loop_block", lambda self, problem, platform: 8)
+    whole, _ = _run(problem)
+    path = tmp_path / "ckpt.npz"
+    stop_after_two = []
+
+    def two_chunks(info):
+        stop_after_two.append(1)
+        if len(stop_after_two) == 2:
+            raise KeyboardInterrupt
+
+    solver = mw.ReplicaExchange(nbeta=8, nseq=4, nburn=40, niter=64)
+    part = mw.solve(problem, solver, seed=3, progress=False, checkpoint=path, callback=two_chunks)
+    assert part.status == mw.Status.INTERRUPTED
+    rest, chunks = _run(problem, resume=path)
+    assert all(done % 8 == 0 for chunk in chunks for done in chunk), chunks
+    assert np.array_equal(np.asarray(rest.samples), np.asarray(whole.samples))
