@@ -779,8 +779,16 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog
             run.status = Status.TIME_LIMIT
             return
         n = int(min(n_next, remaining))
-        block = run.plan.loop_block  # remaining is a multiple of it (_loop_block)
+        # Every chunk a multiple of the block (the blocked loop runs whole blocks only).  remaining
+        # is one too, so n <= remaining: _loop_block divides the phase's length and what a resumed
+        # run has done of it, and each chunk runs all its n iterations (a solver in blocks has no
+        # done) or ends the phase.  Checked, as a run past the phase's end would go on unseen.
+        block = run.plan.loop_block
         n = max(block, n // block * block)
+        if n % block or n > remaining:
+            raise RuntimeError(f"a chunk of {n} iterations in blocks of {block} with {remaining} left of phase "
+                               f"{run.phases[run.phase_index].name!r}: the block must divide the chunk, the "
+                               f"phase's length and the iterations done")
         n_run, dt = _run_chunk(run, compiled, arrays, n, bar, ctrl_c)
         remaining -= n_run
         if run.status != Status.SUCCESS:  # the iteration callback asked to stop
