@@ -785,7 +785,7 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog
         # done) or ends the phase.  Checked, as a run past the phase's end would go on unseen.
         block = run.plan.loop_block
         n = max(block, n // block * block)
-        if n % block or n > remaining:
+        if n % block or not block <= n <= remaining:
             raise RuntimeError(f"a chunk of {n} iterations in blocks of {block} with {remaining} left of phase "
                                f"{run.phases[run.phase_index].name!r}: the block must divide the chunk, the "
                                f"phase's length and the iterations done")
