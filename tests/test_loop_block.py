@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import multiwalk as mw
+from multiwalk.distributed import Placement
 from multiwalk.solvers.base import Phase, RunPlan
 from multiwalk.solvers.replica_exchange import ReplicaExchange
 
@@ -44,6 +45,8 @@ def test_blocks_give_the_run_of_one_iteration_a_trip(problem, monkeypatch):
     # floats to 4 ulp (float32: XLA may fuse the body otherwise inside the inner loop).
     one, one_chunks = _run(problem)
     monkeypatch.setattr(ReplicaExchange, "loop_block", lambda self, problem, platform: 8)
+    # chunks after the first as the clock might size them, 7 iterations (no multiple of the block)
+    monkeypatch.setattr(driver, "_next_chunk_length", lambda run, n, n_run, per_step: 7)
     blocked, chunks = _run(problem)
     for decisions in ("n_accepted", "n_trials", "n_swaps", "label_trace"):
         assert np.array_equal(np.asarray(getattr(one, decisions)), np.asarray(getattr(blocked, decisions))), decisions
@@ -53,7 +56,7 @@ def test_blocks_give_the_run_of_one_iteration_a_trip(problem, monkeypatch):
     # every chunk a multiple of 4 iterations (the first, which times a step, too); one per trip before;
     # no phase run past its end
     assert all(done % 4 == 0 for chunk in chunks for done in chunk), chunks
-    assert chunks[0] == (4, 0) and one_chunks[0] == (1, 0)
+    assert chunks[:2] == [(4, 0), (8, 0)] and one_chunks[0] == (1, 0)
     assert blocked.stats["iterations"] == one.stats["iterations"] == {"burn-in": 36, "sampling": 60}
 
 
@@ -140,3 +143,7 @@ def test_replica_exchange_runs_the_plans_block_in_an_inner_loop_of_fixed_trip_co
 
     assert inner_lengths(RunPlan(loop_block=16)) == [16]
     assert 16 not in inner_lengths(RunPlan())
+    # so a loop kept for one block never serves a call in another
+    placement = Placement((None,), None, None)
+    keys = {driver._loop_of(problem, solver, 0, state, placement, RunPlan(loop_block=b)).key for b in (1, 16)}
+    assert len(keys) == 2
