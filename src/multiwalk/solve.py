@@ -747,7 +747,8 @@ def _first_chunk_length(run: _Run, loop_key: tuple) -> int:
     one (a ``traced_phase`` solver's loop serves every phase), so a short run is one
     dispatch (half and the longest: the machine's load may have changed since); or one
     iteration, which times a step, when it has not run before.  With a ``callback`` (which may
-    stop the run after any chunk) chunks start at one iteration."""
+    stop the run after any chunk) chunks start at one iteration.  :func:`_run_phase` rounds it
+    to the plan's ``loop_block``."""
     per_step = compile_cache.step_seconds(loop_key)
     n = 1
     if per_step is not None and run.callback is None:
@@ -922,7 +923,8 @@ def solve(
         the problem must be the one it was written for (:mod:`multiwalk.identity`).
     callback : called after each chunk with a dict (phase, iteration, elapsed, summary);
         raising KeyboardInterrupt from it stops the run like Ctrl-C.  With a callback every
-        phase starts with a chunk of one iteration; without one, a phase whose compiled loop ran
+        phase starts with a chunk of one iteration (one block where the loop runs several a trip:
+        ``RunPlan.loop_block``, ReplicaExchange on GPUs); without one, a phase whose compiled loop ran
         in an earlier call starts with about ``chunk_seconds`` of work (a short run is one chunk).
     chunk_seconds : target wall time of one jitted chunk (progress and clock granularity).
     devices : where the run goes.  ``None`` (default): split the solver's batch axis (sequences,
