@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import multiwalk as mw
+from multiwalk.distributed import Placement
 from multiwalk.solvers.base import Phase, RunPlan
 from multiwalk.solvers.replica_exchange import ReplicaExchange
 
@@ -29,28 +31,33 @@ def problem():
     return mw.Problem(objective=sphere2, lower=[-5.0, -5.0], upper=[5.0, 5.0])
 
 
-def _run(problem, nburn=40, niter=64, **options):
+def _run(problem, nburn=36, niter=60, **options):
+    # 36 and 60: the forced block of 8 runs as 4, the largest divisor of 8 dividing both
     chunks = []
     result = mw.solve(problem, mw.ReplicaExchange(nbeta=8, nseq=4, nburn=nburn, niter=niter), seed=3,
                       progress=False, callback=lambda info: chunks.append(tuple(info["done"])), **options)
     return result, chunks
 
 
-def test_blocks_of_eight_give_the_run_of_one_iteration_a_trip(problem, monkeypatch):
+def test_blocks_give_the_run_of_one_iteration_a_trip(problem, monkeypatch):
     # The same iterations in the same order, one loop body: the same chains.  The two programs
     # differ (a loop in a loop), so the decisions are compared exactly (acceptances, swaps) and the
     # floats to 4 ulp (float32: XLA may fuse the body otherwise inside the inner loop).
     one, one_chunks = _run(problem)
     monkeypatch.setattr(ReplicaExchange, "loop_block", lambda self, problem, platform: 8)
+    # chunks after the first as the clock might size them, 7 iterations (no multiple of the block)
+    monkeypatch.setattr(driver, "_next_chunk_length", lambda run, n, n_run, per_step: 7)
     blocked, chunks = _run(problem)
     for decisions in ("n_accepted", "n_trials", "n_swaps", "label_trace"):
         assert np.array_equal(np.asarray(getattr(one, decisions)), np.asarray(getattr(blocked, decisions))), decisions
     eps = 4 * np.finfo(np.float32).eps
     np.testing.assert_allclose(np.asarray(blocked.samples), np.asarray(one.samples), rtol=eps, atol=eps)
     np.testing.assert_allclose(np.asarray(blocked.fun), np.asarray(one.fun), rtol=eps, atol=eps)
-    # every chunk a multiple of 8 iterations (the first, which times a step, too); one per trip before
-    assert all(done % 8 == 0 for chunk in chunks for done in chunk), chunks
-    assert one_chunks[0] == (1, 0)
+    # every chunk a multiple of 4 iterations (the first, which times a step, too); one per trip before;
+    # no phase run past its end
+    assert all(done % 4 == 0 for chunk in chunks for done in chunk), chunks
+    assert chunks[:2] == [(4, 0), (8, 0)] and one_chunks[0] == (1, 0)
+    assert blocked.stats["iterations"] == one.stats["iterations"] == {"burn-in": 36, "sampling": 60}
 
 
 def test_the_block_divides_every_phase_and_the_resumed_position(problem, monkeypatch):
@@ -79,8 +86,11 @@ def test_a_solver_that_can_stop_early_runs_one_iteration_a_trip(problem, monkeyp
 
 
 def test_a_resumed_run_in_blocks_equals_one_run(problem, monkeypatch, tmp_path):
-    # Interrupted by the time limit after some chunk, resumed: the chunks of both calls are multiples
-    # of the block, and the end is the single run's (the same program: bit for bit).
+    # Interrupted after two chunks, resumed: the chunks of both calls are multiples of the block, and
+    # the end is the single run's (the same program: bit for bit).  Resumed where the block is 1
+    # (a CPU), the checkpoint written in blocks gives the same run: decisions exactly, floats to 4 ulp
+    # (float32; two programs, as in the first test).
+    one, _ = _run(problem)
     monkeypatch.setattr(ReplicaExchange, "loop_block", lambda self, problem, platform: 8)
     whole, _ = _run(problem)
     path = tmp_path / "ckpt.npz"
@@ -91,9 +101,49 @@ def test_a_resumed_run_in_blocks_equals_one_run(problem, monkeypatch, tmp_path):
         if len(stop_after_two) == 2:
             raise KeyboardInterrupt
 
-    solver = mw.ReplicaExchange(nbeta=8, nseq=4, nburn=40, niter=64)
+    solver = mw.ReplicaExchange(nbeta=8, nseq=4, nburn=36, niter=60)
     part = mw.solve(problem, solver, seed=3, progress=False, checkpoint=path, callback=two_chunks)
     assert part.status == mw.Status.INTERRUPTED
     rest, chunks = _run(problem, resume=path)
-    assert all(done % 8 == 0 for chunk in chunks for done in chunk), chunks
+    assert all(done % 4 == 0 for chunk in chunks for done in chunk), chunks
     assert np.array_equal(np.asarray(rest.samples), np.asarray(whole.samples))
+    monkeypatch.undo()  # the CPU's block: 1
+    on_cpu, chunks = _run(problem, resume=path)
+    assert chunks[0][0] == 12 + 1, chunks  # burn-in went on one iteration a trip from the checkpoint's 12
+    assert np.array_equal(np.asarray(on_cpu.n_accepted), np.asarray(one.n_accepted))
+    eps = 4 * np.finfo(np.float32).eps
+    np.testing.assert_allclose(np.asarray(on_cpu.samples), np.asarray(one.samples), rtol=eps, atol=eps)
+
+
+def test_the_inner_loop_runs_whole_blocks_never_past_n(problem):
+    # A counter as the step: the iterations run are the state.  n a multiple: all of them; n not
+    # one (no driver asks it, but run_chunk is public): the largest multiple, never more than n.
+    solver = mw.ReplicaExchange(nbeta=8, nseq=4)
+    chunk = jax.jit(lambda n: solver.steps_while(problem, jnp.int32(0), 0, n, lambda p, s, ph: s + 1, 4))
+    for n, expected in ((12, 12), (10, 8), (3, 0)):
+        state, n_run = chunk(jnp.int32(n))
+        assert int(state) == int(n_run) == expected, (n, int(state), int(n_run))
+    # A solver with a convergence test cannot be run in blocks: the inner loop would not test it.
+    with pytest.raises(ValueError, match="block must be 1, got 4"):
+        mw.LBFGS().steps_while(problem, jnp.int32(0), 0, jnp.int32(8), lambda p, s, ph: s + 1, 4)
+
+
+def test_replica_exchange_runs_the_plans_block_in_an_inner_loop_of_fixed_trip_count(problem):
+    # What the block is for: inside the chunk's while_loop, a loop of static trip count (a scan of
+    # the block's length in the jaxpr, 16 here, which no loop of the step has), whose condition a
+    # GPU does not read back; the step's own loops (scans of 2 and 8) then lie inside it.
+    solver = mw.ReplicaExchange(nbeta=8, nseq=4, nburn=8, niter=8)
+    assert solver.loop_block(problem, "gpu") == 8 and solver.loop_block(problem, "cpu") == 1
+    state = jax.eval_shape(lambda key: solver.init(problem, key), jax.random.key(0))
+
+    def inner_lengths(plan):
+        jaxpr = jax.make_jaxpr(lambda s, n: solver.run_chunk(problem, s, 1, n, plan))(state, jnp.int32(16))
+        return [eqn.params["length"] for loop in jaxpr.jaxpr.eqns if loop.primitive.name == "while"
+                for eqn in loop.params["body_jaxpr"].jaxpr.eqns if eqn.primitive.name == "scan"]
+
+    assert inner_lengths(RunPlan(loop_block=16)) == [16]
+    assert 16 not in inner_lengths(RunPlan())
+    # so a loop kept for one block never serves a call in another
+    placement = Placement((None,), None, None)
+    keys = {driver._loop_of(problem, solver, 0, state, placement, RunPlan(loop_block=b)).key for b in (1, 16)}
+    assert len(keys) == 2

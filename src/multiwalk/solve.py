@@ -747,7 +747,8 @@ def _first_chunk_length(run: _Run, loop_key: tuple) -> int:
     one (a ``traced_phase`` solver's loop serves every phase), so a short run is one
     dispatch (half and the longest: the machine's load may have changed since); or one
     iteration, which times a step, when it has not run before.  With a ``callback`` (which may
-    stop the run after any chunk) chunks start at one iteration."""
+    stop the run after any chunk) chunks start at one iteration.  :func:`_run_phase` rounds it
+    to the plan's ``loop_block``."""
     per_step = compile_cache.step_seconds(loop_key)
     n = 1
     if per_step is not None and run.callback is None:
@@ -779,8 +780,16 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog
             run.status = Status.TIME_LIMIT
             return
         n = int(min(n_next, remaining))
-        block = run.plan.loop_block  # remaining is a multiple of it (_loop_block)
+        # Every chunk a multiple of the block (the blocked loop runs whole blocks only).  remaining
+        # is one too, so n <= remaining: _loop_block divides the phase's length and what a resumed
+        # run has done of it, and each chunk runs all its n iterations (a solver in blocks has no
+        # done) or ends the phase.  Checked, as a run past the phase's end would go on unseen.
+        block = run.plan.loop_block
         n = max(block, n // block * block)
+        if n % block or not block <= n <= remaining:
+            raise RuntimeError(f"a chunk of {n} iterations in blocks of {block} with {remaining} left of phase "
+                               f"{run.phases[run.phase_index].name!r}: the block must divide the chunk, the "
+                               f"phase's length and the iterations done")
         n_run, dt = _run_chunk(run, compiled, arrays, n, bar, ctrl_c)
         remaining -= n_run
         if run.status != Status.SUCCESS:  # the iteration callback asked to stop
@@ -914,7 +923,8 @@ def solve(
         the problem must be the one it was written for (:mod:`multiwalk.identity`).
     callback : called after each chunk with a dict (phase, iteration, elapsed, summary);
         raising KeyboardInterrupt from it stops the run like Ctrl-C.  With a callback every
-        phase starts with a chunk of one iteration; without one, a phase whose compiled loop ran
+        phase starts with a chunk of one iteration (one block where the loop runs several a trip:
+        ``RunPlan.loop_block``, ReplicaExchange on GPUs); without one, a phase whose compiled loop ran
         in an earlier call starts with about ``chunk_seconds`` of work (a short run is one chunk).
     chunk_seconds : target wall time of one jitted chunk (progress and clock granularity).
     devices : where the run goes.  ``None`` (default): split the solver's batch axis (sequences,

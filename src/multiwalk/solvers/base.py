@@ -334,14 +334,20 @@ class Solver(abc.ABC):
     ) -> tuple[Any, jax.Array]:
         """:meth:`run_chunk`'s ``while_loop``: up to ``n`` calls of ``step(problem, state, phase)``,
         fewer once ``done``: ``(state, iterations run)`` (for an override that only changes the step).
-        ``block`` > 1 (the plan's ``loop_block``; ``n`` is then a multiple of it and the solver has no
-        ``done``): ``n / block`` trips of an inner loop of ``block`` iterations."""
+        ``block`` > 1 (the plan's ``loop_block``; the driver's ``n`` is a multiple of it): trips of an
+        inner loop of ``block`` iterations while a whole block fits in ``n``, so never more than ``n``
+        (``n`` not a multiple: its largest multiple runs, and is what is returned); only for a
+        solver without ``done``, which the inner loop could not test."""
         if block > 1:
+            if type(self).done is not Solver.done:  # a block would run past the iteration that converged
+                raise ValueError(f"{type(self).__name__} has a convergence test (done), so its loop runs one "
+                                 f"iteration a trip: block must be 1, got {block}")
+
             def run_block(carry):
                 i, s = carry
                 return i + block, jax.lax.fori_loop(0, block, lambda _, s: step(problem, s, phase), s)
 
-            n_run, state = jax.lax.while_loop(lambda carry: carry[0] < n, run_block,
+            n_run, state = jax.lax.while_loop(lambda carry: carry[0] + block <= n, run_block,
                                               (jax.numpy.asarray(0, jax.numpy.int32), state))
             return state, n_run
 

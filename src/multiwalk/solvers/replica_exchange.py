@@ -383,9 +383,10 @@ class ReplicaExchange(Solver):
                                 1 if plan is None else plan.loop_block)
 
     def loop_block(self, problem: Problem, platform: str) -> int:
-        """8 iterations a trip of the chunk's loop on GPUs (``Solver.loop_block``): the seed default's
-        800 iterations ran in 30-32 ms instead of 38 ms, the xringaus fit's 1400 in 305-308 ms instead
-        of 320 ms (one H100, docs/benchmarks.md); elsewhere one (a CPU reads no condition back)."""
+        """8 iterations a trip of the chunk's loop on GPUs (``Solver.loop_block``; the driver cuts it to
+        a divisor of the phases' lengths: 4 for the seed default's 300 + 500, whose run took 34 ms
+        instead of 38 ms; the xringaus fit's 400 + 1000 in 305-308 ms instead of 323-324 ms: one
+        H100, docs/benchmarks.md); elsewhere one (a CPU reads no condition back)."""
         return 8 if platform == "gpu" else 1
 
     def step(self, problem: Problem, state: ReplicaExchangeState, phase: int | jax.Array) -> ReplicaExchangeState:
