@@ -805,7 +805,8 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog
             return
         later = range(run.phase_index + 1, len(run.phases))
         work_left = remaining > 0 or any(run.done[j] < run.phases[j].length for j in later)
-        if work_left and run.time_limit is not None and run.t_run + per_step > run.time_limit:
+        # the next chunk is at least one block of the loop (run.plan.loop_block iterations)
+        if work_left and run.time_limit is not None and run.t_run + per_step * run.plan.loop_block > run.time_limit:
             run.status = Status.TIME_LIMIT
             return
 
