@@ -60,11 +60,17 @@ _EXIT_STATUS: list[int] = []  # multiwalk run's exit status, once it has returne
 _MPI_SERVERS_WAITING: list[bool] = []  # [True] on rank 0 while ranks > 0 serve early and rank 0 has not met them
 
 
+# ``MULTIWALK_TIMELINE``, read once: os.environ's lookup cost ~15 us a mark, five marks a solve() call
+# (~11 % of a short PatternSearch call's host time on a 2-core CPU)
+_TIMELINE = bool(os.environ.get("MULTIWALK_TIMELINE"))
+
+
 def mark(label: str) -> None:
-    """With ``MULTIWALK_TIMELINE`` set: one line on stderr, the seconds since this module was imported
-    (the interpreter's first ~20 ms are before it), ``label``, and the CPU seconds of the thread that
-    marks and of the process (a wall span much longer than the thread's CPU span: it waited)."""
-    if os.environ.get("MULTIWALK_TIMELINE"):
+    """With ``MULTIWALK_TIMELINE`` set (in the environment the process started with): one line on
+    stderr, the seconds since this module was imported (the interpreter's first ~20 ms are before
+    it), ``label``, and the CPU seconds of the thread that marks and of the process (a wall span
+    much longer than the thread's CPU span: it waited)."""
+    if _TIMELINE:
         print(f"multiwalk timeline: {time.perf_counter() - _START:7.3f} s  {label}  (CPU seconds: this thread "
               f"{time.thread_time():.3f}, the process {time.process_time():.3f})", file=sys.stderr, flush=True)
 
