@@ -213,9 +213,7 @@ def _loop_of(problem: Problem, solver: Solver, phase: int, state: Any, placement
     fingerprint = (compile_cache.arguments_fingerprint(problem) if arrays is not None
                    else compile_cache.full_fingerprint(problem))
     on_host = host_loop.applies(problem, solver, placement)  # a non-JAX objective between compiled steps
-    # one loop for every phase, the phase an argument
-    device = placement.devices[0]  # None: JAX's default device
-    shared = not on_host and solver.one_loop(problem, jax.default_backend() if device is None else device.platform)
+    shared = not on_host and solver.one_loop(problem, _platform(placement))  # one loop for every phase, the phase an argument
     common = (
         fingerprint, solver, None if shared else phase, jax.tree_util.tree_structure(state), avals,
         placement.key() if sharded else (), tuple(sorted(plan.compiler_options)), on_host, plan.loop_block,
@@ -489,6 +487,12 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
                 ahead=ahead)
 
 
+def _platform(placement: dist.Placement) -> str:
+    """The platform the run's loop runs on (``"cpu"``, ``"gpu"``, ...): its first device's, or JAX's default."""
+    device = placement.devices[0]  # None: JAX's default device
+    return jax.default_backend() if device is None else device.platform
+
+
 def _loop_block(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], done: list[int],
                 placement: dist.Placement, on_host: bool) -> int:
     """The plan's ``loop_block``: the solver's (:meth:`~multiwalk.solvers.base.Solver.loop_block`) where
@@ -497,8 +501,7 @@ def _loop_block(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase]
     of it; 1 for a solver with ``done`` (a block would run past it) and for a host loop."""
     if on_host or type(solver).done is not Solver.done:
         return 1
-    device = placement.devices[0]  # None: JAX's default device
-    block = int(solver.loop_block(problem, jax.default_backend() if device is None else device.platform))
+    block = int(solver.loop_block(problem, _platform(placement)))
     for count in [phase.length for phase in phases] + list(done) + [plan.max_chunk or 0]:
         block = math.gcd(block, int(count))
     return max(block, 1)
@@ -779,17 +782,17 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog
         if run.time_limit is not None and run.t_run >= run.time_limit:
             run.status = Status.TIME_LIMIT
             return
-        n = int(min(n_next, remaining))
-        # Every chunk a multiple of the block (the blocked loop runs whole blocks only).  remaining
-        # is one too, so n <= remaining: _loop_block divides the phase's length and what a resumed
-        # run has done of it, and each chunk runs all its n iterations (a solver in blocks has no
-        # done) or ends the phase.  Checked, as a run past the phase's end would go on unseen.
+        # Every chunk a whole number of blocks (the blocked loop runs whole blocks only), at least
+        # one, at most what is left: remaining is a multiple of the block (_loop_block divides the
+        # phase's length and what a resumed run has done of it, and each chunk runs all its n
+        # iterations, a solver in blocks having no done, or ends the phase).  Checked, as a run past
+        # the phase's end would go on unseen.
         block = run.plan.loop_block
-        n = max(block, n // block * block)
-        if n % block or not block <= n <= remaining:
-            raise RuntimeError(f"a chunk of {n} iterations in blocks of {block} with {remaining} left of phase "
-                               f"{run.phases[run.phase_index].name!r}: the block must divide the chunk, the "
-                               f"phase's length and the iterations done")
+        if remaining % block:
+            raise RuntimeError(f"{remaining} iterations left of phase {run.phases[run.phase_index].name!r}, not a "
+                               f"multiple of the loop's block of {block}: the block must divide the phase's length "
+                               "and the iterations done")
+        n = max(block, int(min(n_next, remaining)) // block * block)
         n_run, dt = _run_chunk(run, compiled, arrays, n, bar, ctrl_c)
         remaining -= n_run
         if run.status != Status.SUCCESS:  # the iteration callback asked to stop
