@@ -1,6 +1,6 @@
 """The chunk's loop in blocks of a fixed trip count (``RunPlan.loop_block``, ``Solver.loop_block``).
 
-On GPUs ReplicaExchange runs 8 iterations a trip of the chunk's ``while_loop`` (XLA reads a
+On GPUs ReplicaExchange runs 20 iterations a trip of the chunk's ``while_loop`` (XLA reads a
 ``while_loop``'s condition back on the host at every trip); here, on the CPU, the block is forced
 through the solver's ``loop_block``.
 """
@@ -77,6 +77,22 @@ def test_the_block_divides_every_phase_and_the_resumed_position(problem, monkeyp
     assert driver._loop_block(problem, solver, RunPlan(), [Phase("p", 400)], [0], placement, on_host=True) == 1
 
 
+def test_replica_exchange_s_block_on_a_gpu_for_the_documented_phases(problem, monkeypatch):
+    # The default (not forced) block where the loop runs on a GPU: 20 for the seed default's
+    # 300 + 500, the xringaus fit's 400 + 1000 and 20 + 100; 1 where no divisor of 20 fits.
+    monkeypatch.setattr(driver, "_platform", lambda placement: "gpu")
+    solver = mw.ReplicaExchange(nbeta=8, nseq=4)
+    placement = type("P", (), {"devices": (None,)})()
+
+    def block(*lengths):
+        phases = [Phase(f"phase {i}", n) for i, n in enumerate(lengths)]
+        return driver._loop_block(problem, solver, RunPlan(), phases, [0] * len(lengths), placement, on_host=False)
+
+    assert (block(300, 500), block(400, 1000), block(20, 100), block(36, 60), block(301, 500)) == (20, 20, 20, 4, 1)
+    monkeypatch.setattr(driver, "_platform", lambda placement: "cpu")
+    assert block(300, 500) == 1
+
+
 def test_a_solver_that_can_stop_early_runs_one_iteration_a_trip(problem, monkeypatch):
     # A block would run past ``done`` (a converged L-BFGS would go on iterating): such solvers get 1.
     lbfgs = mw.LBFGS()
@@ -133,7 +149,7 @@ def test_replica_exchange_runs_the_plans_block_in_an_inner_loop_of_fixed_trip_co
     # the block's length in the jaxpr, 16 here, which no loop of the step has), whose condition a
     # GPU does not read back; the step's own loops (scans of 2 and 8) then lie inside it.
     solver = mw.ReplicaExchange(nbeta=8, nseq=4, nburn=8, niter=8)
-    assert solver.loop_block(problem, "gpu") == 8 and solver.loop_block(problem, "cpu") == 1
+    assert solver.loop_block(problem, "gpu") == 20 and solver.loop_block(problem, "cpu") == 1
     state = jax.eval_shape(lambda key: solver.init(problem, key), jax.random.key(0))
 
     def inner_lengths(plan):

@@ -383,11 +383,13 @@ class ReplicaExchange(Solver):
                                 1 if plan is None else plan.loop_block)
 
     def loop_block(self, problem: Problem, platform: str) -> int:
-        """8 iterations a trip of the chunk's loop on GPUs (``Solver.loop_block``; the driver cuts it to
-        a divisor of the phases' lengths: 4 for the seed default's 300 + 500, whose run took 34 ms
-        instead of 38 ms; the xringaus fit's 400 + 1000 in 305-308 ms instead of 323-324 ms: one
-        H100, docs/benchmarks.md); elsewhere one (a CPU reads no condition back)."""
-        return 8 if platform == "gpu" else 1
+        """20 iterations a trip of the chunk's loop on GPUs (``Solver.loop_block``; the driver cuts it to
+        a divisor of the phases' lengths: 20 for the seed default's 300 + 500 and the xringaus fit's
+        400 + 1000).  Against 8 (4 for 300 + 500), one H100: the seed default's run 28.2-28.8 ms
+        instead of 32.7-33.5 ms, 1M chains' 38.0-38.5 ms instead of 39.6-39.8 ms (docs/benchmarks.md).
+        Not more: every chunk is a whole number of blocks, so a slow objective's first chunk, its
+        progress and its Ctrl-C wait for 20 iterations.  Elsewhere one (a CPU reads no condition back)."""
+        return 20 if platform == "gpu" else 1
 
     def step(self, problem: Problem, state: ReplicaExchangeState, phase: int | jax.Array) -> ReplicaExchangeState:
         """One iteration of every chain (the module docstring's steps 1-3); ``phase`` 0 is burn-in, 1
