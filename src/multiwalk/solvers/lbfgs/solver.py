@@ -700,9 +700,11 @@ class LBFGS(Solver):
         if isinstance(starts, lbfgs_onepass.OnePassState):  # g_k is row k % (m + 2) of the ring G
             k = int(starts.iteration[0])
             return starts.G[0, k % (self.m + 2)].reshape(-1), None
-        from .inverse_hessian import best_start_pairs  # with scipy.sparse: only when the pairs are kept
+        pairs = None
+        if self.keep_pairs:  # imported only then: scipy.sparse.linalg takes ~0.12 s to import
+            from .inverse_hessian import best_start_pairs
 
-        pairs = best_start_pairs(starts, best, self.m) if self.keep_pairs else None
+            pairs = best_start_pairs(starts, best, self.m)
         return starts.g[best], pairs
 
     def _form_stats(self, problem: Problem, state: LBFGSRun, devices: int) -> dict[str, str]:
