@@ -915,7 +915,8 @@ def solve(
     ----------
     seed : the random seed; the same seed gives the same result.
     progress : show a progress bar (phase, iteration, best value, ...); ``None`` shows one
-        when standard error is a terminal.
+        when standard error is a terminal.  Before it, a call that spends over a second making its
+        start and compiling shows a status line saying so (:class:`~multiwalk.progress.CompileStatus`).
     time_limit : seconds of run time (compilation not counted); at the limit the run stops
         after the current chunk with ``status=Status.TIME_LIMIT`` and a partial result.
         Solvers that work in rounds (``PatternSearch(rounds=None)``) instead keep starting
