@@ -1,11 +1,13 @@
-"""What a run shows and hears while it goes: the progress summary read after each chunk, the bar
-that shows it, and Ctrl-C / SIGTERM, which end the run after the chunk in flight."""
+"""What a run shows and hears while it goes: a status line while a first call compiles, the progress
+summary read after each chunk, the bar that shows it, and Ctrl-C / SIGTERM, which end the run after
+the chunk in flight."""
 
 from __future__ import annotations
 
 import hashlib
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +18,79 @@ import numpy as np
 from . import compile_cache
 from .solvers.base import Solver
 
-__all__ = ["ProgressBar", "CtrlC", "summary_runner", "start_copies", "fetch"]
+__all__ = ["CompileStatus", "ProgressBar", "CtrlC", "summary_runner", "start_copies", "fetch"]
+
+
+# seconds a call's compiling (and start) may take before CompileStatus shows its line: a later call,
+# or a first one whose programs load quickly from the persistent cache, stays quiet
+COMPILE_STATUS_AFTER = 1.0
+
+
+class CompileStatus:
+    """A context manager around what a call does before its run (making the start, compiling the
+    loops): when ``enabled`` and the block lasts more than ``after`` seconds (default
+    :data:`COMPILE_STATUS_AFTER`), a one-line tqdm status on standard error, its seconds updated
+    about once a second, removed when the block ends (before the run's bar appears).
+
+    The line is written by a daemon thread (the caller's thread is busy compiling); the thread is
+    stopped and joined on every way out of the block, and writes only under a lock it shares with
+    :meth:`__exit__`, so nothing is written after the block.  ``evaluates_start``: the start runs a
+    non-JAX objective (``Problem(backend="python")``), whose evaluation may take long on any call,
+    and the line says so instead of naming only the compiling."""
+
+    THREAD_NAME = "multiwalk-compile-status"
+    COMPILING = "compiling (first call; later calls and processes reuse it)"
+    EVALUATING = "evaluating the start's points (and compiling, on a first call)"
+    JOIN_SECONDS = 1.0  # how long the block's end waits for the thread (it wakes at once when told)
+
+    def __init__(self, enabled: bool, evaluates_start: bool = False, after: float | None = None) -> None:
+        self.enabled = enabled
+        self.text = self.EVALUATING if evaluates_start else self.COMPILING
+        self.after = COMPILE_STATUS_AFTER if after is None else after
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()  # held while the thread writes, and by __exit__ to stop it
+        self._thread: threading.Thread | None = None
+        self._bar: Any = None
+        self._tqdm: Any = None  # tqdm.auto.tqdm, imported when enabled
+        self._started = 0.0
+
+    def __enter__(self) -> CompileStatus:
+        if self.enabled:
+            from tqdm.auto import tqdm  # a widget in a notebook, as ProgressBar's
+
+            self._tqdm = tqdm
+            self._started = time.perf_counter()
+            self._thread = threading.Thread(target=self._show, name=self.THREAD_NAME, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._thread is None:
+            return
+        with self._lock:  # the thread writes no more once this is set
+            self._stopped.set()
+            bar, self._bar = self._bar, None
+        self._thread.join(timeout=self.JOIN_SECONDS)
+        self._thread = None
+        if bar is not None:
+            bar.close()  # leave=False: the line is cleared
+
+    def _line(self) -> str:
+        return f"{self.text}: {time.perf_counter() - self._started:.0f} s"
+
+    def _show(self) -> None:
+        """The thread: wait out the threshold, then show the line and update it once a second."""
+        if self._stopped.wait(self.after):
+            return
+        with self._lock:
+            if self._stopped.is_set():
+                return
+            self._bar = self._tqdm(total=None, desc=self._line(), bar_format="{desc}", leave=False)
+        while not self._stopped.wait(1.0):
+            with self._lock:
+                if self._stopped.is_set():
+                    return
+                self._bar.set_description_str(self._line())  # refreshes the line
 
 
 class ProgressBar:

@@ -915,7 +915,8 @@ def solve(
     ----------
     seed : the random seed; the same seed gives the same result.
     progress : show a progress bar (phase, iteration, best value, ...); ``None`` shows one
-        when standard error is a terminal.
+        when standard error is a terminal.  Before it, a call that spends over a second making its
+        start and compiling shows a status line saying so (:class:`~multiwalk.progress.CompileStatus`).
     time_limit : seconds of run time (compilation not counted); at the limit the run stops
         after the current chunk with ``status=Status.TIME_LIMIT`` and a partial result.
         Solvers that work in rounds (``PatternSearch(rounds=None)``) instead keep starting
@@ -979,19 +980,21 @@ def solve(
     if host is not None:
         host.reset()
         host.start()  # the worker processes come up while the solver compiles
+    show = sys.stderr.isatty() if progress is None else bool(progress)
     try:
         _multiwalk_launch.mark("solve: options checked")
-        run = _start(problem, solver, plan, int(seed), devices, time_limit, checkpoint, resume, callback,
-                     chunk_seconds, checkpoint_every, writer)
-        _multiwalk_launch.mark("solve: start made")
-        run.iteration_callback = iteration_callback
-        # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
-        # compiling), returning what was done; a second Ctrl-C aborts at once.
-        ctrl_c = prog.CtrlC()
-        executables = _compile(run, ctrl_c)
+        # a first call compiles for seconds before the bar can appear: a status line says so meanwhile
+        with prog.CompileStatus(show, evaluates_start=host is not None):
+            run = _start(problem, solver, plan, int(seed), devices, time_limit, checkpoint, resume, callback,
+                         chunk_seconds, checkpoint_every, writer)
+            _multiwalk_launch.mark("solve: start made")
+            run.iteration_callback = iteration_callback
+            # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
+            # compiling), returning what was done; a second Ctrl-C aborts at once.
+            ctrl_c = prog.CtrlC()
+            executables = _compile(run, ctrl_c)
         if ctrl_c.pressed:
             run.status = Status.INTERRUPTED
-        show = sys.stderr.isatty() if progress is None else bool(progress)
         total = None if run.until_time_limit else sum(p.length for p in run.phases)
         bar = prog.ProgressBar(show and run.status == Status.SUCCESS, total, sum(run.done))
         run.last_checkpoint = t_loop = time.perf_counter()  # the chunk loop's wall time: chunks, writers, checkpoints

@@ -1,0 +1,98 @@
+"""The status line shown while a first solve() call compiles (multiwalk.progress.CompileStatus):
+shown on standard error when the block outlasts its threshold and progress is on, never otherwise,
+and its thread gone when the block ends, however it ends."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+import time
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multiwalk as mw
+from multiwalk import progress
+
+SOLVER = mw.PatternSearch(n_walkers=4, iterations=3, rounds=1, kernel="xla")  # compiles in well under a second
+
+
+def status_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == progress.CompileStatus.THREAD_NAME]
+
+
+def box_problem(objective) -> mw.Problem:
+    return mw.Problem(objective=objective, lower=-np.ones(2), upper=np.ones(2))
+
+
+# A function of its own per problem: a new function is compiled anew (kept programs are found by the
+# functions and shapes), so each call below that needs to compile does.
+def sphere(x, args=None):
+    return jnp.sum(x**2)
+
+
+def shifted_sphere(x, args=None):
+    return jnp.sum((x - 0.25) ** 2)
+
+
+def test_a_slow_block_shows_the_line_updates_it_and_stops_its_thread(capsys):
+    # 1.6 s block, shown after 0.1 s ("0 s"), updated once a second ("1 s" at ~1.1 s): 0.5 s of slack
+    # for a busy machine's thread wake-up.  Sleeping costs no CPU.
+    with progress.CompileStatus(True, after=0.1):
+        time.sleep(1.6)
+    err = capsys.readouterr().err
+    assert f"{progress.CompileStatus.COMPILING}: 0 s" in err
+    assert f"{progress.CompileStatus.COMPILING}: 1 s" in err
+    assert status_threads() == []  # joined when the block ended
+
+
+def test_a_fast_block_or_a_disabled_one_shows_nothing_and_an_exception_stops_the_thread(capsys):
+    started = time.perf_counter()
+    with progress.CompileStatus(True, after=5.0):  # ends long before its threshold
+        pass
+    # the thread wakes at once when the block ends: it is not waited out (5 s); 1 s: a loaded machine
+    assert time.perf_counter() - started < 1.0
+    with progress.CompileStatus(False, after=0.0):  # progress off: no thread, no line
+        assert status_threads() == []
+        time.sleep(0.05)
+    assert "compiling" not in capsys.readouterr().err
+    with pytest.raises(KeyboardInterrupt), progress.CompileStatus(True, after=0.01):
+        time.sleep(0.2)
+        raise KeyboardInterrupt
+    assert status_threads() == []
+    assert "compiling" in capsys.readouterr().err  # it was shown, then removed with its thread
+
+
+@pytest.fixture(scope="module")
+def compiled_once():
+    """A first call with progress on and no threshold: its standard error (capsys is per test), and its
+    problem, now compiled."""
+    problem = box_problem(sphere)
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err):
+        patch.setattr(progress, "COMPILE_STATUS_AFTER", 0.0)
+        mw.solve(problem, SOLVER, seed=0, progress=True)
+    return problem, err.getvalue()
+
+
+def test_a_first_call_with_progress_shows_the_status(compiled_once):
+    _, err = compiled_once
+    assert progress.CompileStatus.COMPILING in err
+    assert status_threads() == []
+
+
+def test_a_second_call_stays_quiet(compiled_once, capsys):
+    # the default threshold (1 s) against a call that compiles nothing (milliseconds)
+    problem, _ = compiled_once
+    mw.solve(problem, SOLVER, seed=1, progress=True)
+    err = capsys.readouterr().err
+    assert "compiling" not in err
+    assert "it/s" in err or "it]" in err  # the run's own bar was written: stderr was captured
+
+
+def test_progress_off_shows_no_status_even_while_compiling(monkeypatch, capsys):
+    monkeypatch.setattr(progress, "COMPILE_STATUS_AFTER", 0.0)
+    mw.solve(box_problem(shifted_sphere), SOLVER, seed=0, progress=False)  # a new function: compiles
+    assert "compiling" not in capsys.readouterr().err
