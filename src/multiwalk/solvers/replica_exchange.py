@@ -484,12 +484,30 @@ class ReplicaExchange(Solver):
             return st._replace(n_trials=st.n_trials + mask, n_accepted=st.n_accepted + mask * acc_i[..., None])
 
         if static_burn is not None:
-            return (self._adapt_step(st, j, onehot, burn, accept, acc_i, dt) if static_burn
-                    else counted(st, onehot))
+            return self._adapt_step(st, j, onehot, burn, accept, acc_i, dt) if static_burn else counted(st, onehot)
         if _branch_on_phase():
             return jax.lax.cond(burn, lambda st: self._adapt_step(st, j, onehot, jnp.asarray(True), accept, acc_i, dt),
                                 lambda st: counted(st, onehot), st)
         return counted(self._adapt_step(st, j, onehot, burn, accept, acc_i, dt), onehot & ~burn)
+
+    def _adapt_reads(self, st: ReplicaExchangeState, j: jax.Array, accept: jax.Array, acc_i: jax.Array
+                     ) -> tuple[jax.Array, ...]:
+        """What a burn-in trial's step adaptation reads of the state, with its outcome: ``(count,
+        flat_idx, old, window_sum, accept, acc_i)``, each (nseq, nbeta): the chosen parameter's count
+        of trials, the slot of its ring buffer, that slot's old entry, the buffer's old sum of
+        acceptances, the outcome (bool and int32).
+
+        Made at once, in one small kernel (an optimization barrier), before any of the state is
+        written in place: the adaptation's scatter reads the old count and writes the history, the
+        counts' update reads the old history entry and writes the counts; left to XLA, that cycle
+        made it copy two state arrays every burn-in trial (on a GPU, a kernel each), and a third
+        where the new rate was read back from the updated sums (hence ``window_sum``)."""
+        ns, nb, nf = st.x.shape
+        count = _take(st.n_count, j)
+        flat_idx = j * self.nadj + count % self.nadj
+        old = _take(st.history.reshape(ns, nb, nf * self.nadj), flat_idx)
+        window_sum = _take(st.history_sum, j)
+        return jax.lax.optimization_barrier((count, flat_idx, old, window_sum, accept, acc_i))
 
     def _adapt_step(self, st: ReplicaExchangeState, j: jax.Array, onehot: jax.Array, burn: jax.Array,
                     accept: jax.Array, acc_i: jax.Array, dt: Any) -> ReplicaExchangeState:
@@ -497,19 +515,18 @@ class ReplicaExchange(Solver):
         parameter ``j``'s last ``nadj`` outcomes (``acc_i``: as int32), and that parameter's step width
         adapted to it; ``onehot`` (nseq, nbeta, n_free) marks ``j``.  Where ``burn`` (a () bool) is False
         (sampling: one compiled loop runs both phases) the state comes back unchanged."""
+        count, flat_idx, old, window_sum, accept, acc_i = self._adapt_reads(st, j, accept, acc_i)
         adapting = onehot & burn
         ns, nb, nf = st.x.shape
-        count = _take(st.n_count, j)
-        flat_idx = j * self.nadj + count % self.nadj
         hist = st.history.reshape(ns, nb, nf * self.nadj)
-        old = _take(hist, flat_idx)
         entry = jnp.where(burn, accept.astype(jnp.int8), old)  # sampling: the old entry again
         # One entry per chain, written by a scatter vmapped over (nseq, nbeta): its batch
         # dimensions are the sequences, so on several devices each writes its own rows
         # (jnp.put_along_axis builds whole-batch indices, which XLA all-gathered per trial).
         hist = jax.vmap(jax.vmap(lambda h, i, a: h.at[i].set(a)))(hist, flat_idx, entry)
-        hsum = st.history_sum + adapting * (acc_i - old.astype(jnp.int32))[..., None]
-        rate = _take(hsum, j) / jnp.minimum(self.nadj, count + 1)
+        change = acc_i - old.astype(jnp.int32)  # the chosen parameter's sum of its last nadj outcomes moves by it
+        hsum = st.history_sum + adapting * change[..., None]
+        rate = (window_sum + jnp.where(burn, change, 0)) / jnp.minimum(self.nadj, count + 1)  # _take(hsum, j) / ...
         factor = jnp.where(rate < _ADAPT_TARGET, 1.0 / _ADAPT_FACTOR, _ADAPT_FACTOR).astype(dt)
         return st._replace(
             step=jnp.where(adapting, st.step * factor[..., None], st.step),
