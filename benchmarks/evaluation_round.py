@@ -21,7 +21,8 @@ Prints the median, mean and least round (ms) of each, after 3 rounds not counted
 
 ``--host-loop W``: where a step of ``mw.Exchange`` (64 replicas, the same objective, W worker
 processes) spends its time: each part of :class:`multiwalk.host_loop.HostLoop`'s step (the capture
-program, its read back, the evaluation, the finish program), ms a step, twice (the second call).
+program, its read back, the evaluation, the finish program run to its end), ms a step, twice (the
+second call).
 """
 
 from __future__ import annotations
@@ -167,9 +168,12 @@ def host_loop_parts(workers: int, steps: int) -> None:
     from multiwalk import host_loop
 
     parts = dict.fromkeys(("capture", "read", "evaluate", "finish"), 0.0)
+    timed = [0]  # steps timed (Exchange runs numsteps - 1)
 
     def timed_call(self, state, n, arrays):  # HostLoop.__call__ with a clock around each part
+        assert not self.checks_done  # Exchange has no convergence test to stop a chunk early
         for _ in range(int(n)):
+            timed[0] += 1
             t0 = time.perf_counter()
             out = self.capture(state, arrays)
             t1 = time.perf_counter()
@@ -190,10 +194,11 @@ def host_loop_parts(workers: int, steps: int) -> None:
                          step_width=(0.2,) * DIMENSION)
     for call in ("first", "second"):
         parts.update(dict.fromkeys(parts, 0.0))
+        timed[0] = 0
         result = mw.solve(problem, solver, seed=0, progress=False)
-        each = ", ".join(f"{name} {1e3 * t / steps:.3f}" for name, t in parts.items())
-        print(f"host loop, {workers} workers, {call} call: run {1e3 * result.stats['run_seconds'] / steps:.2f} ms a "
-              f"step; {each} ms a step", flush=True)
+        each = ", ".join(f"{name} {1e3 * t / timed[0]:.3f}" for name, t in parts.items())
+        print(f"host loop, {workers} workers, {call} call: run {1e3 * result.stats['run_seconds'] / timed[0]:.2f} ms "
+              f"a step; {each} ms a step ({timed[0]} steps)", flush=True)
     problem.host_objective.engine.shutdown()
 
 
@@ -204,6 +209,8 @@ def main() -> None:
     p.add_argument("--host-loop", type=int, default=None, help="workers: the parts of an Exchange step")
     p.add_argument("--steps", type=int, default=100, help="--host-loop's steps")
     args = p.parse_args()
+    if args.rounds < 4:
+        p.error(f"--rounds must be at least 4 (the first 3 are not counted), got {args.rounds}")
     if args.host_loop is not None:
         host_loop_parts(args.host_loop, args.steps)
     elif args.pool is None:

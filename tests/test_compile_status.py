@@ -96,3 +96,10 @@ def test_progress_off_shows_no_status_even_while_compiling(monkeypatch, capsys):
     monkeypatch.setattr(progress, "COMPILE_STATUS_AFTER", 0.0)
     mw.solve(box_problem(shifted_sphere), SOLVER, seed=0, progress=False)  # a new function: compiles
     assert "compiling" not in capsys.readouterr().err
+
+
+def test_progress_none_without_a_terminal_shows_no_status(monkeypatch, capsys):
+    # progress=None shows the bar and the status only when stderr is a terminal; captured, it is not
+    monkeypatch.setattr(progress, "COMPILE_STATUS_AFTER", 0.0)
+    mw.solve(box_problem(shifted_sphere), SOLVER, seed=2, progress=None)
+    assert "compiling" not in capsys.readouterr().err

@@ -39,7 +39,7 @@ class CompileStatus:
     and the line says so instead of naming only the compiling."""
 
     THREAD_NAME = "multiwalk-compile-status"
-    COMPILING = "compiling (first call; later calls and processes reuse it)"
+    COMPILING = "compiling the run's programs (kept for later calls)"
     EVALUATING = "evaluating the start's points (and compiling, on a first call)"
     JOIN_SECONDS = 1.0  # how long the block's end waits for the thread (it wakes at once when told)
 
@@ -70,10 +70,12 @@ class CompileStatus:
         with self._lock:  # the thread writes no more once this is set
             self._stopped.set()
             bar, self._bar = self._bar, None
-        self._thread.join(timeout=self.JOIN_SECONDS)
-        self._thread = None
-        if bar is not None:
-            bar.close()  # leave=False: the line is cleared
+        try:
+            self._thread.join(timeout=self.JOIN_SECONDS)
+        finally:  # a second Ctrl-C in the join still clears the line
+            self._thread = None
+            if bar is not None:
+                bar.close()  # leave=False: the line is cleared
 
     def _line(self) -> str:
         return f"{self.text}: {time.perf_counter() - self._started:.0f} s"
