@@ -52,6 +52,11 @@ def main() -> dict:
         out[f"re_ulps_{k}"] = worst({f: (getattr(runs[k], f), getattr(runs[1], f)) for f in fields})
         out[f"re_devices_{k}"] = runs[k].stats["devices"]
     out["re_default_devices"] = mw.solve(plane, re, seed=3, progress=False).stats["devices"]  # cached: 4 devices
+    # the swap kernel (Pallas, interpret mode here) on each device's sequences, against one device
+    re_kernel = mw.ReplicaExchange(nseq=8, nbeta=4, nburn=10, niter=20, kernel="pallas")
+    kernel_runs = {k: mw.solve(plane, re_kernel, seed=3, progress=False, devices=k) for k in (1, 2)}
+    out["re_kernel_ulps_2"] = worst({f: (getattr(kernel_runs[2], f), getattr(kernel_runs[1], f)) for f in fields})
+    out["re_kernel_form_2"] = kernel_runs[2].stats["kernel"]
 
     # PatternSearch (XLA form): 64 walkers, two rounds
     ps = mw.PatternSearch(n_walkers=64, iterations=4, rounds=2, kernel="xla")

@@ -62,6 +62,13 @@ def test_replica_exchange_on_1_2_4_devices(report):
     assert report["re_default_devices"] == 4  # devices=None takes all 4: 8 sequences split evenly
 
 
+def test_replica_exchange_s_swap_kernel_on_each_device_s_sequences(report):
+    # split over 2 devices, the Pallas swap kernel runs under shard_map on each device's sequences
+    # (it ran the XLA form there before): the run of one device, to ULPS (labels exactly)
+    assert "split over devices" in report["re_kernel_form_2"], report["re_kernel_form_2"]
+    assert _within(report["re_kernel_ulps_2"]), report["re_kernel_ulps_2"]
+
+
 def test_pattern_search_on_4_devices(report):
     assert report["ps_devices"] == 4
     assert _within(report["ps_ulps"]), report["ps_ulps"]  # every walker, its value, and the best point

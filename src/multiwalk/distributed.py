@@ -47,6 +47,7 @@ __all__ = [
     "check_random_streams",
     "current_mesh",
     "mesh_context",
+    "shard_map_unchecked",
 ]
 
 AXIS = "batch"  # the mesh's one axis name
@@ -98,6 +99,21 @@ def current_mesh() -> Mesh | None:
     their own collectives read it while tracing ``step``: the deconvolution solvers run their
     per-patch update under :func:`jax.shard_map` on it (:mod:`multiwalk.deconv.patches`)."""
     return _MESH.get()
+
+
+def shard_map_unchecked(f: Any, mesh: Mesh, in_specs: Any, out_specs: Any) -> Any:
+    """``jax.shard_map`` (JAX >= 0.6, else ``jax.experimental.shard_map``) with its replication check
+    off: a ``pallas_call`` has no replication rule, and the outputs a caller declares replicated are
+    the same on every device by construction (a ``psum`` or an ``all_gather``)."""
+    import inspect
+
+    sm = getattr(jax, "shard_map", None)
+    if sm is not None:
+        check = "check_vma" if "check_vma" in inspect.signature(sm).parameters else "check_rep"
+        return sm(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, **{check: False})
+    from jax.experimental.shard_map import shard_map  # older JAX
+
+    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
 
 
 def multi_process() -> bool:

@@ -30,7 +30,6 @@ The driver tells the solver the mesh while it compiles (:func:`multiwalk.distrib
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -44,16 +43,7 @@ from . import greedy
 __all__ = ["row_mesh", "pick", "update", "refresh", "split_problem"]
 
 
-def _shard_map(f: Callable, mesh: Any, in_specs: Any, out_specs: Any) -> Callable:
-    """``jax.shard_map`` (JAX >= 0.6), else ``jax.experimental.shard_map``; the replication check
-    is off: outputs declared replicated are the same on every device by construction (all_gather)."""
-    sm = getattr(jax, "shard_map", None)
-    if sm is not None:
-        check = "check_vma" if "check_vma" in inspect.signature(sm).parameters else "check_rep"
-        return sm(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, **{check: False})
-    from jax.experimental.shard_map import shard_map  # older JAX
-
-    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
+_shard_map = dist.shard_map_unchecked  # the replication check off: see there
 
 
 def row_mesh() -> Any:

@@ -314,15 +314,9 @@ def direction_and_store(
 def _shard_map(f: Any, mesh: Any, in_specs: Any, out_specs: Any) -> Any:
     """``jax.shard_map`` without the replication check: pallas_call has no replication rule, and the
     outputs declared whole are psums (equal on every device by construction)."""
-    import inspect
+    from .. import distributed as dist
 
-    sm = getattr(jax, "shard_map", None)
-    if sm is not None:
-        check = "check_vma" if "check_vma" in inspect.signature(sm).parameters else "check_rep"
-        return sm(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, **{check: False})
-    from jax.experimental.shard_map import shard_map  # older JAX
-
-    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
+    return dist.shard_map_unchecked(f, mesh, in_specs, out_specs)
 
 
 def _specs(mesh: Any) -> tuple[Any, Any, Any, str]:

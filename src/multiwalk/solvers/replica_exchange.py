@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import diagnostics
+from .. import distributed as dist
 from ..evidence import Evidence
 from ..evidence import evidence as _evidence
 from ..kernels import KernelPlan, check_kernel_option
@@ -140,7 +141,7 @@ class ReplicaExchange(Solver):
         loop of a few XLA kernels per attempt.  ``"pallas"``: all attempts in ONE Pallas (Triton)
         kernel (:mod:`.replica_exchange_swaps_kernel`; Pallas' interpret mode off GPUs, slow, for
         tests).  ``"auto"``: the kernel on a GPU, XLA elsewhere.  A run split over several devices
-        uses the XLA form (the kernel is one custom call XLA cannot split).
+        runs it under ``shard_map`` on each device's sequences (:meth:`_swap_kernel`).
         ``result.stats["kernel"]`` and ``["kernel_reason"]`` say which ran and why.
     loops : ``"auto"`` (default), ``"one"`` or ``"per_phase"``: whether burn-in and sampling are one
         compiled loop (the phase an argument: the objective compiled once) or a loop each (each
@@ -368,7 +369,7 @@ class ReplicaExchange(Solver):
     # ----------------------------------------------------------------- one iteration
     def kernel_plan(self, split: bool = False) -> KernelPlan:
         """Which form runs the exchange's swap attempts, and why; ``split``: the state is split
-        over several devices (then the XLA form)."""
+        over several devices (the kernel then runs on each device's sequences: :meth:`_swap_kernel`)."""
         return swaps_kernel.plan(self.kernel, split, self.exchange_unroll)
 
     def run_chunk(
@@ -376,8 +377,7 @@ class ReplicaExchange(Solver):
         plan: RunPlan | None = None,
     ) -> tuple[ReplicaExchangeState, jax.Array]:
         """Up to ``n`` iterations, fewer if ``done`` (the base class's ``while_loop`` over :meth:`step`),
-        the swap attempts in the form the plan's devices allow: the kernel only when the loop is not
-        split (``plan.mesh_size == 1``)."""
+        the swap attempts in the form :meth:`kernel_plan` chooses for the plan's devices."""
         kplan = self.kernel_plan(split=plan is not None and plan.mesh_size > 1)
         return self.steps_while(problem, state, phase, n, lambda p, s, ph: self._iteration(p, s, ph, kplan),
                                 1 if plan is None else plan.loop_block)
@@ -601,8 +601,7 @@ class ReplicaExchange(Solver):
         pairs = jax.random.randint(k_pair, (nb, ns, 1), 0, nb - 1)
         log_u = jnp.log(jax.random.uniform(k_u, (nb, ns, 1), state.fun.dtype))
         if kplan is not None and kplan.use_pallas:
-            fun, perm, tries, swaps = swaps_kernel.swap_attempts(
-                state.fun, pairs[..., 0], log_u[..., 0], beta, interpret=kplan.interpret)
+            fun, perm, tries, swaps = self._swap_kernel(state.fun, pairs[..., 0], log_u[..., 0], beta, kplan)
         else:
             fun, perm, tries, swaps = self._swap_attempts(state.fun, pairs, log_u, beta)
         state = state._replace(
@@ -613,6 +612,25 @@ class ReplicaExchange(Solver):
         )
         return state._replace(n_swap_tries=state.n_swap_tries + jnp.where(record, tries, 0),
                               n_swaps=state.n_swaps + jnp.where(record, swaps, 0))
+
+    @staticmethod
+    def _swap_kernel(fun: jax.Array, pairs: jax.Array, log_u: jax.Array, beta: jax.Array, kplan: KernelPlan
+                     ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        """:func:`.replica_exchange_swaps_kernel.swap_attempts`; where the run is split over devices
+        (the mesh the driver compiles for), under ``shard_map`` on each device's own sequences: a
+        sequence's attempts read only its own row, and XLA cannot split the kernel's custom call
+        itself (it ran the XLA form there, ~2x the kernels an iteration)."""
+        from jax.sharding import PartitionSpec
+
+        def run(fun: jax.Array, pairs: jax.Array, log_u: jax.Array, beta: jax.Array) -> tuple[jax.Array, ...]:
+            return swaps_kernel.swap_attempts(fun, pairs, log_u, beta, interpret=kplan.interpret)
+
+        mesh = dist.current_mesh()
+        if mesh is None or mesh.size == 1:
+            return run(fun, pairs, log_u, beta)
+        rows, columns = PartitionSpec(dist.AXIS, None), PartitionSpec(None, dist.AXIS)  # (nseq, .), (., nseq)
+        split = dist.shard_map_unchecked(run, mesh, (rows, columns, columns, PartitionSpec()), (rows,) * 4)
+        return split(fun, pairs, log_u, beta)
 
     def _swap_attempts(
         self, fun: jax.Array, pairs: jax.Array, log_u: jax.Array, beta: jax.Array

@@ -41,10 +41,10 @@ DEFAULT_WARPS = 1  # warps per program
 
 def plan(kernel: str, split: bool, exchange_unroll: int | None = None) -> KernelPlan:
     """Which form runs ``ReplicaExchange(kernel=kernel)``'s swap attempts, and why; ``split``: the
-    state is split over several devices (the kernel is one custom call XLA cannot split, so the
-    XLA form runs there); ``exchange_unroll`` given: the XLA form it shapes runs under ``"auto"``
-    (ReplicaExchange refuses it with ``"pallas"``).  Never raises; ``kernel="pallas"`` that cannot
-    run warns."""
+    state is split over several devices (the kernel, one custom call XLA cannot split, then runs
+    under ``shard_map`` on each device's sequences: ``ReplicaExchange._swap_kernel``);
+    ``exchange_unroll`` given: the XLA form it shapes runs under ``"auto"`` (ReplicaExchange
+    refuses it with ``"pallas"``).  Never raises; ``kernel="pallas"`` that cannot run warns."""
     name, on_gpu = kernels.backend()
     what = "the exchange's swap kernel"
     decided = kernels.xla_plan(kernel, name, on_gpu, what)
@@ -53,11 +53,8 @@ def plan(kernel: str, split: bool, exchange_unroll: int | None = None) -> Kernel
     if kernel == "auto" and exchange_unroll is not None:
         return kernels.KernelPlan(False, False, f"exchange_unroll={exchange_unroll} was given: it unrolls the "
                                                 "XLA form of the swap attempts, which kernel='auto' then runs")
-    if split:
-        return kernels.fallback_plan(
-            kernel, "ReplicaExchange", "the run is split over devices and the swap kernel is one custom call "
-            "XLA cannot split")
-    return kernels.pallas_plan(kernel, name, on_gpu, what)
+    return kernels.pallas_plan(kernel, name, on_gpu, what, detail=", on each device's sequences" if split else "",
+                               split=split)
 
 
 def _bits_dtype(dtype: Any) -> Any:
