@@ -740,10 +740,9 @@ class ReplicaExchange(Solver):
                ) -> dict[str, jax.Array] | None:
         """What :meth:`result` reads at once (:func:`_host_summary`'s, the best point with its fixed
         values), made at the end of each chunk's program and read back with the chunk that ends the
-        run; None for a run split over devices (the result's own program gathers it).  The value at
-        the point is evaluated after it, by :func:`value_at_point` (no ``report_ready``)."""
-        if plan is not None and plan.mesh_size > 1:
-            return None
+        run; split over devices too (the loop's program gathers these few values, replicated,
+        instead of a program of the result's own after the run).  The value at the point is
+        evaluated after it, by :func:`value_at_point` (no ``report_ready``)."""
         summary = _summary_of(state)
         summary["best_x"] = problem.expand(summary["best_x"])
         return summary
