@@ -102,7 +102,7 @@ def loop_bytes_per_device(problem: Any, solver: Any, k: int) -> int:
                                         shapes, placement.shardings)
         rep = placement.replicated
         jitted = jax.jit(runner, donate_argnums=0, in_shardings=(placement.shardings, rep, rep),
-                         out_shardings=(placement.shardings, rep))
+                         out_shardings=(placement.shardings, rep, rep, rep))  # state, steps, summary, report
     else:
         jitted = jax.jit(runner, donate_argnums=0)
     # compiled as the driver does: with the plan's mesh (L-BFGS then picks the form XLA can split)

@@ -119,6 +119,13 @@ def solve_others(box: mw.Problem, report: dict) -> None:
     report["re"] = loop_collectives(lambda: re_run.setdefault("r", mw.solve(box, re_solver, progress=False, devices=2)))
     report["re_devices"] = re_run["r"].stats["devices"]
     report["re_loops"] = loop_structure(compile_cache.compiled_loops()[-1].as_text(), "f64[24,4,3]")
+    # the swap kernel (Pallas, interpret mode here) on each device's sequences: nothing crosses
+    # devices in the loop (run whole on every device, its operands would be gathered every iteration)
+    re_kernel = mw.ReplicaExchange(nseq=48, nbeta=4, nburn=4, niter=4, kernel="pallas")
+    kernel_run = {}
+    loop_collectives(lambda: kernel_run.setdefault("r", mw.solve(box, re_kernel, progress=False, devices=2)))
+    report["re_kernel_form"] = kernel_run["r"].stats["kernel"]
+    report["re_kernel_loops"] = loop_structure(compile_cache.compiled_loops()[-1].as_text(), "f64[24,4,3]")
     ps_run = {}
     report["ps"] = loop_collectives(lambda: ps_run.setdefault("r", mw.solve(box, ps_solver, progress=False, devices=2)))
     report["ps_devices"] = ps_run["r"].stats["devices"]

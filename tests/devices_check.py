@@ -57,6 +57,15 @@ def main() -> dict:
     kernel_runs = {k: mw.solve(plane, re_kernel, seed=3, progress=False, devices=k) for k in (1, 2)}
     out["re_kernel_ulps_2"] = worst({f: (getattr(kernel_runs[2], f), getattr(kernel_runs[1], f)) for f in fields})
     out["re_kernel_form_2"] = kernel_runs[2].stats["kernel"]
+    # a run stopped after its first chunk reads its result from the final state (no chunk's report):
+    # split over 2 devices as on one
+
+    def first_chunk_only(info):
+        raise KeyboardInterrupt  # as Ctrl-C: the run ends after this chunk
+
+    stopped = {k: mw.solve(plane, re, seed=3, progress=False, devices=k, callback=first_chunk_only) for k in (1, 2)}
+    out["re_stopped_status"] = [stopped[k].status.name for k in (1, 2)]
+    out["re_stopped_ulps_2"] = worst({f: (getattr(stopped[2], f), getattr(stopped[1], f)) for f in ("x", "fun")})
 
     # PatternSearch (XLA form): 64 walkers, two rounds
     ps = mw.PatternSearch(n_walkers=64, iterations=4, rounds=2, kernel="xla")

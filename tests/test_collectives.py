@@ -49,7 +49,15 @@ def test_replica_exchange_loops_have_no_collectives(report):
     # result's report, gathered whole: per sequence its best point, best chi2, non-finite count and
     # round trips (48 sequences x 3 parameters at most here), never every chain's (48 x 4 x 3)
     assert all(n <= 48 * 3 for _, n in report["re"]["0"]), report["re"]["0"]
-    assert any(kind == "all-gather" and n == 48 * 3 for kind, n in report["re"]["0"]), report["re"]["0"]
+
+
+def test_replica_exchange_s_swap_kernel_runs_on_each_device_s_sequences(report):
+    # the Pallas swap kernel split over 2 devices: its iterations' loop holds no collective (the
+    # kernel run whole on every device would gather its operands every iteration)
+    assert "split over devices" in report["re_kernel_form"], report["re_kernel_form"]
+    loops = report["re_kernel_loops"]
+    assert [loop for loop in loops if loop[1]], loops
+    assert not [loop for loop in loops if loop[1] and loop[2]], loops
 
 
 def test_pattern_search_reduces_its_best_point_not_the_walkers(report):

@@ -69,6 +69,12 @@ def test_replica_exchange_s_swap_kernel_on_each_device_s_sequences(report):
     assert _within(report["re_kernel_ulps_2"]), report["re_kernel_ulps_2"]
 
 
+def test_a_stopped_split_replica_exchange_reads_its_result_from_the_state(report):
+    # no chunk's report: the result's own program on the split state gives one device's best point
+    assert report["re_stopped_status"] == ["INTERRUPTED"] * 2, report["re_stopped_status"]
+    assert _within(report["re_stopped_ulps_2"]), report["re_stopped_ulps_2"]
+
+
 def test_pattern_search_on_4_devices(report):
     assert report["ps_devices"] == 4
     assert _within(report["ps_ulps"]), report["ps_ulps"]  # every walker, its value, and the best point

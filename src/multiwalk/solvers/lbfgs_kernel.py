@@ -38,6 +38,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .. import distributed as dist
 from ..kernels import KERNELS, KernelPlan, backend, compiler_params, pallas_plan, xla_plan
 
 __all__ = [
@@ -311,12 +312,8 @@ def direction_and_store(
 # --------------------------------------------------------------------------------------------------
 
 
-def _shard_map(f: Any, mesh: Any, in_specs: Any, out_specs: Any) -> Any:
-    """``jax.shard_map`` without the replication check: pallas_call has no replication rule, and the
-    outputs declared whole are psums (equal on every device by construction)."""
-    from .. import distributed as dist
-
-    return dist.shard_map_unchecked(f, mesh, in_specs, out_specs)
+# jax.shard_map without the replication check: the outputs declared whole are psums
+_shard_map = dist.shard_map_unchecked
 
 
 def _specs(mesh: Any) -> tuple[Any, Any, Any, str]:

@@ -378,8 +378,9 @@ class ReplicaExchange(Solver):
     ) -> tuple[ReplicaExchangeState, jax.Array]:
         """Up to ``n`` iterations, fewer if ``done`` (the base class's ``while_loop`` over :meth:`step`),
         the swap attempts in the form :meth:`kernel_plan` chooses for the plan's devices."""
-        kplan = self.kernel_plan(split=plan is not None and plan.mesh_size > 1)
-        return self.steps_while(problem, state, phase, n, lambda p, s, ph: self._iteration(p, s, ph, kplan),
+        mesh = plan.mesh if plan is not None and plan.mesh_size > 1 else None
+        kplan = self.kernel_plan(split=mesh is not None)
+        return self.steps_while(problem, state, phase, n, lambda p, s, ph: self._iteration(p, s, ph, kplan, mesh),
                                 1 if plan is None else plan.loop_block)
 
     def loop_block(self, problem: Problem, platform: str) -> int:
@@ -398,9 +399,11 @@ class ReplicaExchange(Solver):
         return self._iteration(problem, state, phase, self.kernel_plan())
 
     def _iteration(
-        self, problem: Problem, state: ReplicaExchangeState, phase: int | jax.Array, kplan: KernelPlan
+        self, problem: Problem, state: ReplicaExchangeState, phase: int | jax.Array, kplan: KernelPlan,
+        mesh: Any = None,
     ) -> ReplicaExchangeState:
-        """:meth:`step` with the swap attempts run as ``kplan`` says."""
+        """:meth:`step` with the swap attempts run as ``kplan`` says (on ``mesh``'s devices' sequences
+        when the run is split over them: the plan's mesh)."""
         burn = jnp.asarray(phase) == 0  # () bool
         # A loop per phase (``phase`` a Python int): each program leaves out the other phase's
         # bookkeeping, which would otherwise run as a no-op (burn-in's scatter over every chain).
@@ -438,7 +441,7 @@ class ReplicaExchange(Solver):
 
         state = jax.lax.fori_loop(0, nf, metropolis, state, unroll=self.unrolled_updates(problem))
         if nb > 1:
-            state = self._exchange(state, k_exchange, beta, record=~burn, kplan=kplan)
+            state = self._exchange(state, k_exchange, beta, record=~burn, kplan=kplan, mesh=mesh)
             trip_phase, round_trips = track_round_trips(state.trip_phase, state.label, state.round_trips, ~burn)
             state = state._replace(trip_phase=trip_phase, round_trips=round_trips)
         if self.adapt_ladder:  # during burn-in; frozen from the first sampling iteration on
@@ -590,7 +593,7 @@ class ReplicaExchange(Solver):
 
     def _exchange(
         self, state: ReplicaExchangeState, key: jax.Array, beta: jax.Array, record: jax.Array,
-        kplan: KernelPlan | None = None,
+        kplan: KernelPlan | None = None, mesh: Any = None,
     ) -> ReplicaExchangeState:
         """nbeta sequential swap attempts per sequence, on a permutation; the points move once.
         The attempts run in the XLA form (:meth:`_swap_attempts`) or, as ``kplan`` says, in one
@@ -601,7 +604,7 @@ class ReplicaExchange(Solver):
         pairs = jax.random.randint(k_pair, (nb, ns, 1), 0, nb - 1)
         log_u = jnp.log(jax.random.uniform(k_u, (nb, ns, 1), state.fun.dtype))
         if kplan is not None and kplan.use_pallas:
-            fun, perm, tries, swaps = self._swap_kernel(state.fun, pairs[..., 0], log_u[..., 0], beta, kplan)
+            fun, perm, tries, swaps = self._swap_kernel(state.fun, pairs[..., 0], log_u[..., 0], beta, kplan, mesh)
         else:
             fun, perm, tries, swaps = self._swap_attempts(state.fun, pairs, log_u, beta)
         state = state._replace(
@@ -614,19 +617,20 @@ class ReplicaExchange(Solver):
                               n_swaps=state.n_swaps + jnp.where(record, swaps, 0))
 
     @staticmethod
-    def _swap_kernel(fun: jax.Array, pairs: jax.Array, log_u: jax.Array, beta: jax.Array, kplan: KernelPlan
-                     ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    def _swap_kernel(fun: jax.Array, pairs: jax.Array, log_u: jax.Array, beta: jax.Array, kplan: KernelPlan,
+                     mesh: Any = None) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         """:func:`.replica_exchange_swaps_kernel.swap_attempts`; where the run is split over devices
-        (the mesh the driver compiles for), under ``shard_map`` on each device's own sequences: a
-        sequence's attempts read only its own row, and XLA cannot split the kernel's custom call
-        itself (it ran the XLA form there, ~2x the kernels an iteration)."""
+        (``mesh``, the plan's, as ``kplan.split`` says), under ``shard_map`` on each device's own
+        sequences: a sequence's attempts read only its own row, and XLA cannot split the kernel's
+        custom call itself (it ran the XLA form there, ~2x the kernels an iteration)."""
         from jax.sharding import PartitionSpec
 
         def run(fun: jax.Array, pairs: jax.Array, log_u: jax.Array, beta: jax.Array) -> tuple[jax.Array, ...]:
             return swaps_kernel.swap_attempts(fun, pairs, log_u, beta, interpret=kplan.interpret)
 
-        mesh = dist.current_mesh()
-        if mesh is None or mesh.size == 1:
+        if kplan.split != (mesh is not None):
+            raise ValueError(f"the swap kernel's plan (split={kplan.split}) and its mesh ({mesh}) disagree")
+        if mesh is None:
             return run(fun, pairs, log_u, beta)
         rows, columns = PartitionSpec(dist.AXIS, None), PartitionSpec(None, dist.AXIS)  # (nseq, .), (., nseq)
         split = dist.shard_map_unchecked(run, mesh, (rows, columns, columns, PartitionSpec()), (rows,) * 4)
@@ -737,11 +741,11 @@ class ReplicaExchange(Solver):
         }
 
     def report(self, problem: Problem, state: ReplicaExchangeState, plan: RunPlan | None = None
-               ) -> dict[str, jax.Array] | None:
+               ) -> dict[str, jax.Array]:
         """What :meth:`result` reads at once (:func:`_host_summary`'s, the best point with its fixed
         values), made at the end of each chunk's program and read back with the chunk that ends the
-        run; split over devices too (the loop's program gathers these few values, replicated,
-        instead of a program of the result's own after the run).  The value at the point is
+        run; split over devices too (each chunk's program gathers these few values, replicated: every
+        sequence's best point and counts, instead of a program of the result's own after the run).  The value at the point is
         evaluated after it, by :func:`value_at_point` (no ``report_ready``)."""
         summary = _summary_of(state)
         summary["best_x"] = problem.expand(summary["best_x"])
