@@ -8,11 +8,14 @@ arithmetic is per replica, the random numbers do not depend on the split, and pr
 writes (the step files from the state gathered after each chunk).  The split loop is another
 compiled program, which may contract a multiply-add the other does not (tests/ulp.py), so the
 files' words are compared as numbers: integers (steps, walkers, temperature indices, acceptances)
-and text exactly, floats to ULPS.  ~15 s on 2 cores.
+and text exactly, floats to ULPS.  ~15 s on 2 cores.  Also ReplicaExchange through ``mw.solve(...,
+distributed=...)``: its swap kernel on each device's sequences and its report gathered across the
+processes, against one process (~5 s).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -119,3 +122,40 @@ def _number(word: str) -> bool:
 
 def _integer(word: str) -> bool:
     return word.lstrip("+-").isdigit()
+
+
+_REPLICA_EXCHANGE = textwrap.dedent("""
+    import json, sys
+    import numpy as np, jax, jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    import multiwalk as mw
+    process, port = int(sys.argv[1]), sys.argv[2]
+    problem = mw.Problem(objective=lambda x: jnp.sum(x ** 2), lower=-5.0 * np.ones(2), upper=5.0 * np.ones(2))
+    solver = mw.ReplicaExchange(nseq=8, nbeta=4, nburn=10, niter=20, kernel="pallas")
+    where = ({"devices": 1} if process < 0 else
+             {"distributed": {"coordinator_address": f"127.0.0.1:{port}", "num_processes": 2, "process_id": process}})
+    r = mw.solve(problem, solver, seed=3, progress=False, **where)
+    print(json.dumps({"x": np.asarray(r.x).tolist(), "fun": float(np.asarray(r.fun)), "kernel": r.stats["kernel"],
+                      "samples": np.asarray(r.samples).tolist(), "devices": r.stats["devices"]}))
+""")
+
+
+def test_replica_exchange_over_two_processes_equals_one_process():
+    # 8 sequences over 2 processes x 2 devices: the swap kernel (Pallas, interpret mode) on each
+    # device's sequences, the result's report gathered in the chunk's program, against one device
+    # (samples and best point to ULPS, for the reasons of the module docstring)
+    port = _free_port()
+    cmd = [sys.executable, "-c", _REPLICA_EXCHANGE]
+    procs = [subprocess.Popen(cmd + [str(i), str(port)], env=_env(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in range(2)]
+    single = subprocess.run(cmd + ["-1", "0"], env=_env(1), capture_output=True, text=True, timeout=300)
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    assert single.returncode == 0, single.stderr[-3000:]
+    reference = json.loads(single.stdout.strip().splitlines()[-1])
+    for out, _ in outs:
+        split = json.loads(out.strip().splitlines()[-1])
+        assert split["devices"] == 4 and "split over devices" in split["kernel"], split["kernel"]
+        for field in ("x", "fun", "samples"):
+            assert_close_ulp(np.asarray(split[field]), np.asarray(reference[field]), ULPS, field, scale=SCALE)
