@@ -172,7 +172,7 @@ class HostLoop:
     def __init__(self, problem: Any, solver: Solver, phase: int, state: Any, arrays: Any, static: Any,
                  compile: Callable[[Any, str], Any]) -> None:
         self.host: HostObjective = problem.host_objective
-        self.checks_done = type(solver).done is not Solver.done
+        self.checks_done = solver.checks_convergence
         who = f"{type(solver).__name__}.step"
 
         def capture(state: Any, arrays: Any) -> tuple[Any, Any]:

@@ -499,7 +499,7 @@ def _loop_block(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase]
     the loop runs, cut to its largest divisor that divides every phase's length, the iterations a
     resumed run has done of each and the plan's longest chunk, so that every chunk can be a multiple
     of it; 1 for a solver with ``done`` (a block would run past it) and for a host loop."""
-    if on_host or type(solver).done is not Solver.done:
+    if on_host or solver.checks_convergence:
         return 1
     block = int(solver.loop_block(problem, _platform(placement)))
     for count in [phase.length for phase in phases] + list(done) + [plan.max_chunk or 0]:
@@ -808,8 +808,8 @@ def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog
             return
         later = range(run.phase_index + 1, len(run.phases))
         work_left = remaining > 0 or any(run.done[j] < run.phases[j].length for j in later)
-        # the next chunk is at least one block of the loop (run.plan.loop_block iterations)
-        if work_left and run.time_limit is not None and run.t_run + per_step * run.plan.loop_block > run.time_limit:
+        # the next chunk is at least one block of the loop
+        if work_left and run.time_limit is not None and run.t_run + per_step * block > run.time_limit:
             run.status = Status.TIME_LIMIT
             return
 
@@ -870,7 +870,7 @@ def _converged(solver: Solver, problem: Any, state: Any, phase: int) -> bool:
     the final state; a solver without one, such as a sampler, always has).  Evaluated on the state
     rather than read from the chunks, so a run that converged on its last iteration, or a resumed
     one, is judged alike."""
-    if type(solver).done is Solver.done:
+    if not solver.checks_convergence:
         return True
     return bool(solver.done(problem, state, phase))
 

@@ -242,6 +242,12 @@ class Solver(abc.ABC):
         """Whether the phase has converged and can stop early (a traced bool)."""
         return jax.numpy.asarray(False)
 
+    @property
+    def checks_convergence(self) -> bool:
+        """Whether this solver overrides :meth:`done` (a convergence test that may end a phase early);
+        without one, every chunk runs all its iterations."""
+        return type(self).done is not Solver.done
+
     @abc.abstractmethod
     def result(
         self, problem: Problem, state: Any, done: list[int], status: Status, stats: dict[str, Any]
@@ -339,7 +345,7 @@ class Solver(abc.ABC):
         (``n`` not a multiple: its largest multiple runs, and is what is returned); only for a
         solver without ``done``, which the inner loop could not test."""
         if block > 1:
-            if type(self).done is not Solver.done:  # a block would run past the iteration that converged
+            if self.checks_convergence:  # a block would run past the iteration that converged
                 raise ValueError(f"{type(self).__name__} has a convergence test (done), so its loop runs one "
                                  f"iteration a trip: block must be 1, got {block}")
 

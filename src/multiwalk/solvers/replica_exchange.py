@@ -745,8 +745,8 @@ class ReplicaExchange(Solver):
         """What :meth:`result` reads at once (:func:`_host_summary`'s, the best point with its fixed
         values), made at the end of each chunk's program and read back with the chunk that ends the
         run; split over devices too (each chunk's program gathers these few values, replicated: every
-        sequence's best point and counts, instead of a program of the result's own after the run).  The value at the point is
-        evaluated after it, by :func:`value_at_point` (no ``report_ready``)."""
+        sequence's best point and counts, instead of a program of the result's own after the run).
+        The value at the point is evaluated after it, by :func:`value_at_point` (no ``report_ready``)."""
         summary = _summary_of(state)
         summary["best_x"] = problem.expand(summary["best_x"])
         return summary
