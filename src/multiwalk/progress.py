@@ -42,9 +42,12 @@ class CompileStatus:
     COMPILING = "compiling the run's programs (kept for later calls)"
     EVALUATING = "evaluating the start's points (and compiling, on a first call)"
     JOIN_SECONDS = 1.0  # how long the block's end waits for the thread (it wakes at once when told)
+    UPDATE_SECONDS = 1.0  # between updates of the line's seconds
 
-    def __init__(self, enabled: bool, evaluates_start: bool = False, after: float | None = None) -> None:
+    def __init__(self, enabled: bool, evaluates_start: bool = False, after: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.enabled = enabled
+        self._clock = clock  # the seconds shown: the block's wall time
         self.text = self.EVALUATING if evaluates_start else self.COMPILING
         self.after = COMPILE_STATUS_AFTER if after is None else after
         self._stopped = threading.Event()
@@ -59,7 +62,7 @@ class CompileStatus:
             from tqdm.auto import tqdm  # a widget in a notebook, as ProgressBar's
 
             self._tqdm = tqdm
-            self._started = time.perf_counter()
+            self._started = self._clock()
             self._thread = threading.Thread(target=self._show, name=self.THREAD_NAME, daemon=True)
             self._thread.start()
         return self
@@ -78,7 +81,7 @@ class CompileStatus:
                 bar.close()  # leave=False: the line is cleared
 
     def _line(self) -> str:
-        return f"{self.text}: {time.perf_counter() - self._started:.0f} s"
+        return f"{self.text}: {self._clock() - self._started:.0f} s"
 
     def _show(self) -> None:
         """The thread: wait out the threshold, then show the line and update it once a second."""
@@ -88,7 +91,7 @@ class CompileStatus:
             if self._stopped.is_set():
                 return
             self._bar = self._tqdm(total=None, desc=self._line(), bar_format="{desc}", leave=False)
-        while not self._stopped.wait(1.0):
+        while not self._stopped.wait(self.UPDATE_SECONDS):
             with self._lock:
                 if self._stopped.is_set():
                     return
