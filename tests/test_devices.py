@@ -148,9 +148,9 @@ _ONE_CHOSEN_DEVICE = textwrap.dedent("""
     box = mw.Problem(objective=lambda x: ((x - 0.5) ** 2).sum(), lower=-5 * np.ones(3), upper=5 * np.ones(3))
     fetched = set()
     fetch = progress.fetch
-    def spy(tree):
+    def spy(tree, **kwargs):
         fetched.update(d.id for x in jax.tree_util.tree_leaves(tree) for d in x.devices())
-        return fetch(tree)
+        return fetch(tree, **kwargs)
     progress.fetch = spy
     r = mw.solve(box, mw.ReplicaExchange(nseq=3, nbeta=2, nburn=3, niter=6), progress=False,
                  chunk_seconds=1e-9, devices=[jax.devices()[2]])

@@ -16,6 +16,8 @@ from jax._src.array import ArrayImpl
 
 import multiwalk as mw
 from multiwalk import compile_cache
+from multiwalk.solvers import replica_exchange
+from multiwalk.solvers.base import value_at_point
 
 
 def shifted_sphere(x):
@@ -159,7 +161,7 @@ class DeviceWork:
     back: the driver's one read after a chunk (``progress.fetch``), ``jax.device_get``, and any other
     host copy of a device array (``ArrayImpl._value``: ``np.asarray``, ``float()``) outside those."""
 
-    def __init__(self, monkeypatch) -> None:
+    def __init__(self, monkeypatch, refuse_transfers: bool = True) -> None:
         from jax._src import core
 
         from multiwalk import progress
@@ -195,7 +197,8 @@ class DeviceWork:
 
         monkeypatch.setattr(jax.stages.Compiled, "__call__", counting_run)
         monkeypatch.setattr(core.EvalTrace, "process_primitive", counting_bind)
-        self._guard = jax.transfer_guard_host_to_device("disallow_explicit")
+        self._guard = (jax.transfer_guard_host_to_device("disallow_explicit") if refuse_transfers
+                       else jax.transfer_guard_host_to_device("allow"))
 
     def __enter__(self) -> DeviceWork:
         self._guard.__enter__()
@@ -229,3 +232,28 @@ def test_a_second_short_pattern_search_runs_three_programs_and_reads_back_once(m
     assert np.array_equal(first.x, second.x) and first.fun == second.fun and isinstance(second.fun, float)
     assert second.stats["nonfinite"] == first.stats["nonfinite"] == 0 and second.stats["chunks"] == 1
     np.testing.assert_array_equal(first.walkers, second.walkers)
+
+
+def test_a_second_replica_exchange_reads_back_once_a_phase_and_its_value_with_the_last(monkeypatch):
+    # The result's few numbers (the best point, the bytes of its chi2 and of the non-finite counts,
+    # the ladder) and the one-point value at the point, queued behind the last chunk, come back with
+    # that chunk's read: one read a phase (burn-in, sampling), none after; 4 programs (the start, a
+    # chunk a phase, the value).  The per-sequence records (round_trips among them) stay on the
+    # device until read.
+    problem = mw.Problem(objective=shifted_sphere, lower=[-2.0] * 2, upper=[2.0] * 2)
+    solver = mw.ReplicaExchange(nbeta=3, nseq=4, nburn=6, niter=8)
+    first = mw.solve(problem, solver, seed=1, progress=False)
+    # transfers allowed: a loop shared by the phases takes the phase index from the host with each call
+    work = DeviceWork(monkeypatch, refuse_transfers=False)
+    evaluated_after = []  # value_at_point: the value's program and read after the run (what is not done)
+    monkeypatch.setattr(replica_exchange, "value_at_point", lambda *a: evaluated_after.append(a) or value_at_point(*a))
+    with work:
+        second = mw.solve(problem, solver, seed=1, progress=False)
+    assert (work.programs, work.reads, evaluated_after) == (4, ["fetch", "fetch"], [])
+    # the same run, read the same way: bit for bit the first call's result and counts
+    assert np.array_equal(first.x, second.x) and first.fun == second.fun
+    assert second.stats["nonfinite"] == first.stats["nonfinite"] == 0
+    np.testing.assert_array_equal(first.round_trips, second.round_trips)
+    assert second.round_trips.dtype == np.int64 and second.round_trips.shape == (4,)
+    # the value is the one-point program's at x, as value_at_point gives it
+    assert second.fun == value_at_point(problem, second.x, 1.0)  # 1.0: any finite value found

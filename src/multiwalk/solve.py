@@ -670,7 +670,7 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     dt = time.perf_counter() - t0
     # One read from the device per chunk: the steps run and the progress summary's scalars (and,
     # after the chunk that ends the run, what the result reads).
-    n_run, info, run.report = prog.fetch((n_run, info, report))
+    n_run, info, run.report = prog.fetch((n_run, info, report), started=True)
     info = {k: float(v) for k, v in info.items()}
     # Every decision below derives from dt and the flags: under jax.distributed all
     # processes take process 0's, so they run the same chunks and stop together.

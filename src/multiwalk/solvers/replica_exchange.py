@@ -56,7 +56,7 @@ from ._common import (
     objective_equations,
     uniform_in_box,
 )
-from .base import Phase, RunPlan, Solver, end_status, value_at_point
+from .base import Phase, RunPlan, Solver, end_status, point_value_program, reported_value, value_at_point
 from .ladder_adaptation import adapt_ladder, track_round_trips
 
 __all__ = ["ReplicaExchange", "ReplicaExchangeResult", "Roots"]
@@ -742,14 +742,25 @@ class ReplicaExchange(Solver):
 
     def report(self, problem: Problem, state: ReplicaExchangeState, plan: RunPlan | None = None
                ) -> dict[str, jax.Array]:
-        """What :meth:`result` reads at once (:func:`_host_summary`'s, the best point with its fixed
-        values), made at the end of each chunk's program and read back with the chunk that ends the
-        run; split over devices too (each chunk's program gathers these few values, replicated: every
-        sequence's best point and counts, instead of a program of the result's own after the run).
-        The value at the point is evaluated after it, by :func:`value_at_point` (no ``report_ready``)."""
+        """What :meth:`result` reads at once (:func:`_summary_of`: the best point with its fixed
+        values, the bytes of its chi2 and of the non-finite counts, the ladder), made at the end of
+        each chunk's program and read back with the chunk that ends the run; split over devices too
+        (each chunk's program gathers these few values, replicated, instead of a program of the
+        result's own after the run).  The value at the point is queued behind it (:meth:`report_ready`)."""
         summary = _summary_of(state)
         summary["best_x"] = problem.expand(summary["best_x"])
         return summary
+
+    def report_ready(self, problem: Problem, report: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        """The report with the value at its point by :func:`value_at_point`'s one-point program,
+        queued behind the chunk that ends the run (read back with it: no round trip of its own).
+        A run split over devices gives the point on each (replicated): the copy on the default
+        device is used, so the value does not depend on how the run was split."""
+        one_point = point_value_program(problem)
+        x = _on_default_device(report["best_x"])
+        if one_point is None or x is None:
+            return report
+        return {**report, "value": one_point(x)}
 
     def result(
         self, problem: Problem, state: ReplicaExchangeState, done: list[int], status: Status, stats: dict[str, Any],
@@ -763,15 +774,22 @@ class ReplicaExchange(Solver):
         # The value at the best point: value_at_point's one-point program on the host point (the
         # program a first call compiled beside its loops), a program and a read back of its own.
         if reported is None:
-            st = SimpleNamespace(**jax.device_get(_host_summary(state)))
+            st = SimpleNamespace(value=None, **jax.device_get(_host_summary(state)))
             x_best = np.asarray(problem.expand(st.best_x))
         else:
-            st = SimpleNamespace(**reported)
+            st = SimpleNamespace(**{"value": None, **reported})
             x_best = np.asarray(st.best_x)
-        fun = value_at_point(problem, x_best, float(st.best_fun))
+        numbers = np.asarray(st.numbers)  # the bytes of the best chi2, then the two int32 counts
+        best_fun = numbers[:-8].view(np.dtype(problem.dtype))[0]
+        n_sum, n_max = numbers[-8:].view(np.int32)
+        fun = (reported_value(st.value, float(best_fun)) if st.value is not None
+               else value_at_point(problem, x_best, float(best_fun)))
         n_rec = done[1]
         stats = dict(stats)
-        stats["nonfinite"] = int(st.n_nonfinite.sum(dtype=np.int64))  # per sequence on the device: no int32 overflow
+        # the int32 sum on the device is exact while no partial sum can pass 2**31 (the largest
+        # count times the chains below it); else the counts are summed on the host in int64
+        exact = int(n_max) * state.n_nonfinite.size < 2**31
+        stats["nonfinite"] = int(n_sum) if exact else int(to_host(state.n_nonfinite).sum(dtype=np.int64))
         stats["chains"] = self.nseq * self.nbeta
         if self.nbeta > 1:  # one temperature: no exchange, no kernel
             kplan = self.kernel_plan(split=stats.get("devices", 1) > 1)  # as run_chunk decided from the mesh
@@ -780,7 +798,7 @@ class ReplicaExchange(Solver):
         status, message = end_status(
             status,
             f"ran {done[0]} burn-in and {done[1]} sampling iterations",
-            bool(np.isfinite(st.best_fun)),
+            bool(np.isfinite(best_fun)),
             "no chain ever had a finite chi2 (all NaN or inf): check the objective inside the box",
         )
         return ReplicaExchangeResult(
@@ -793,7 +811,7 @@ class ReplicaExchange(Solver):
             **self._chain_counters(state),
             log_likelihood_constant=problem.log_likelihood_constant(),
             betas=np.asarray(st.betas, np.float64) if self.adapt_ladder else self.ladder(),
-            round_trips=st.round_trips.astype(np.int64),
+            round_trips=Deferred(lambda: to_host(state.round_trips).astype(np.int64)),
             names=list(problem.names),
             free_index=problem.free_index.copy(),
             lower=problem.lower.copy(),
@@ -811,11 +829,26 @@ def _host_summary(state: ReplicaExchangeState) -> dict[str, jax.Array]:
 
 
 def _summary_of(state: ReplicaExchangeState) -> dict[str, jax.Array]:
-    """The best chain's point (n_free,) and chi2, the non-finite counts per sequence, the ladder and
-    the round trips (the records stay on the device: ``_records``, ``_chain_counters``)."""
+    """The best chain's point (n_free,); ``numbers``: the bytes of its chi2 and of the non-finite
+    counts' sum and largest (int32; :meth:`ReplicaExchange.result` says when the sum is exact), one
+    array (every array read back is a copy of its own); the ladder.  The records and per-sequence
+    counters stay on the device (``_records``, ``_chain_counters``, ``round_trips``)."""
     i = jnp.argmin(state.best_fun)  # the first of equal minima, as np.argmin
-    return {"best_x": state.best_x[i], "best_fun": state.best_fun[i], "n_nonfinite": jnp.sum(state.n_nonfinite, axis=-1),
-            "betas": state.betas, "round_trips": state.round_trips}
+    counts = jnp.stack([jnp.sum(state.n_nonfinite, dtype=jnp.int32), jnp.max(state.n_nonfinite)])
+    numbers = [jax.lax.bitcast_convert_type(v, jnp.uint8).ravel() for v in (state.best_fun[i], counts)]
+    return {"best_x": state.best_x[i], "numbers": jnp.concatenate(numbers), "betas": state.betas}
+
+
+def _on_default_device(x: jax.Array) -> jax.Array | None:
+    """``x`` (replicated when split over devices) as an array on the default device, where the
+    one-point program runs; None when no copy of it is there."""
+    if len(x.sharding.device_set) == 1:
+        return x
+    default = jax.config.jax_default_device
+    default = default if isinstance(default, jax.Device) else jax.devices()[0]
+    if not x.is_fully_replicated:
+        return None
+    return next((shard.data for shard in x.addressable_shards if shard.device == default), None)
 
 
 @dataclass(repr=False, kw_only=True)
@@ -879,7 +912,8 @@ class ReplicaExchangeResult(Result):
 
     # the records are built on the device and come to the host when first read (Result.lazy_fields)
     lazy_fields = frozenset({"samples", "fun_trace", "fun_trace_all", "samples_all", "label_trace", "accept_history",
-                             "acceptance", "exchange_rate", "steps", "n_accepted", "n_trials", "n_swaps", "labels"})
+                             "acceptance", "exchange_rate", "steps", "n_accepted", "n_trials", "n_swaps", "labels",
+                             "round_trips"})
 
     @property
     def chi2(self) -> np.ndarray:
