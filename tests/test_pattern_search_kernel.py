@@ -18,6 +18,7 @@ XLA.  What is checked:
 from __future__ import annotations
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -207,6 +208,43 @@ def test_solve_with_kernel_is_deterministic(step_runs):
     problem, solvers, res = step_runs
     again = mw.solve(problem, solvers["pallas"], seed=5)  # the cached compiled loop, the same seed
     assert again.fun == res["pallas"].fun and np.array_equal(again.walkers, res["pallas"].walkers)
+
+
+def primitives_outside_kernels(jaxpr) -> set[str]:
+    """The primitives of ``jaxpr`` and of the jaxprs it calls, but not inside a ``pallas_call``
+    (whose interpret mode on a CPU emulates the kernel's grid with loops)."""
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        if eqn.primitive.name != "pallas_call":
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                names |= primitives_outside_kernels(sub)
+    return names
+
+
+def test_one_round_runs_each_chunk_as_one_launch_exactly():
+    """rounds=1 with iterations one launch holds: each chunk is one launch, no loop (on a GPU the
+    chunk's program then does not wait for the host at a loop's condition).  The driver's chunks (1,
+    2, 4, ... iterations) give exactly the XLA form's step-by-step result on the Step function
+    (integer values: exact in any summation order); a chunk asking for more than is left runs what
+    is left, and one at the end runs nothing and changes nothing."""
+    problem = yao_problem("step", 4)
+    kw = dict(n_walkers=48, iterations=7, rounds=1, kernel_block=16)
+    xla, pallas = mw.PatternSearch(kernel="xla", **kw), mw.PatternSearch(kernel="pallas", **kw)
+    a, b = mw.solve(problem, xla, seed=5), mw.solve(problem, pallas, seed=5)
+    assert b.stats["chunks"] > 1 and b.stats["kernel"] == "pallas (interpret mode)"
+    assert a.fun == b.fun and np.array_equal(a.x, b.x)
+    for field in ("walkers", "funs", "steps", "halvings", "resets"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+    state = jax.jit(lambda k: pallas.init(problem, k))(jax.random.PRNGKey(5))
+    traced = jax.make_jaxpr(lambda s, n: pallas.run_chunk(problem, s, 0, n))(state, jnp.int32(3))
+    assert "while" not in primitives_outside_kernels(traced.jaxpr)
+    chunk = jax.jit(lambda s, n: pallas.run_chunk(problem, s, 0, n))
+    ended, ran = chunk(state, jnp.int32(10))
+    again, ran_again = chunk(ended, jnp.int32(3))
+    assert int(ran) == 7 and int(ended.iteration) == 7 and int(ran_again) == 0
+    for field in ended._fields:
+        np.testing.assert_array_equal(getattr(ended, field), getattr(again, field), err_msg=field)
 
 
 def test_run_chunk_equals_steps_mid_round():

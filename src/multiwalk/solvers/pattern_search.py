@@ -317,6 +317,12 @@ class PatternSearch(Solver):
         if not kplan.use_pallas:
             return super().run_chunk(problem, state, phase, n, plan)
         per_launch = min(self.iterations, pattern_search_kernel.MAX_ITERATIONS)
+        if self.rounds == 1 and self.iterations <= per_launch:
+            # One round that one launch holds: every chunk is one launch, without a loop.  On a GPU
+            # a while_loop's condition is read back on the host at each trip, which makes the
+            # chunk's program wait for the device; this one is queued, and the host goes on.
+            k = jnp.clip(jnp.minimum(n, self.iterations - state.iteration), 0, per_launch).astype(jnp.int32)
+            return self._kernel_iterations(problem, kplan, state, k, per_launch), k
 
         def body(carry: tuple) -> tuple:
             i, s = carry
