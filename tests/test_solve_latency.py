@@ -257,3 +257,23 @@ def test_a_second_replica_exchange_reads_back_once_a_phase_and_its_value_with_th
     assert second.round_trips.dtype == np.int64 and second.round_trips.shape == (4,)
     # the value is the one-point program's at x, as value_at_point gives it
     assert second.fun == value_at_point(problem, second.x, 1.0)  # 1.0: any finite value found
+
+
+def test_the_progress_summary_is_read_only_where_it_is_shown(monkeypatch):
+    # Each array read back is a copy and a call into JAX: a call without a bar or a callback reads
+    # the steps run and the result's report, not the progress summary; with a callback, the
+    # summary is read and handed to it.
+    from multiwalk import progress
+
+    problem = mw.Problem(objective=shifted_sphere, lower=[-2.0] * 3, upper=[2.0] * 3)
+    solver = mw.PatternSearch(n_walkers=16, iterations=2)
+    fetched = []
+    fetch = progress.fetch
+    monkeypatch.setattr(progress, "fetch", lambda tree, **kw: fetched.append(tree[1]) or fetch(tree, **kw))
+    mw.solve(problem, solver, seed=0, progress=False)
+    assert fetched and all(info == {} for info in fetched)
+    fetched.clear()
+    seen = []
+    mw.solve(problem, solver, seed=0, progress=False, callback=seen.append)
+    assert fetched and all(set(info) == {"best", "round"} for info in fetched)
+    assert seen and all("best" in info for info in seen)

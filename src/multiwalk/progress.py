@@ -108,6 +108,11 @@ class ProgressBar:
 
             self.bar = tqdm(total=total, initial=initial, unit="it", dynamic_ncols=True, leave=True)
 
+    @property
+    def shown(self) -> bool:
+        """Whether the bar is on (its postfix shows the progress summary)."""
+        return self.bar is not None
+
     def update(self, n: int, phase: str, info: dict[str, float]) -> None:
         if self.bar is None:
             return

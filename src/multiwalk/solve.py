@@ -616,9 +616,10 @@ def _kept_loop(key: tuple) -> Any | None:
     return compile_cache.loop(key)
 
 
-def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]:
+def _compile(run: _Run, ctrl_c: prog.CtrlC, summary_shown: bool) -> dict[int, tuple[Any, Any, tuple]]:
     """``{phase index: (compiled loop, problem arrays, its cache key)}`` of every phase still to run, compiled with
-    the progress summary before the clock and the bar start: the chunk loop compiles nothing."""
+    the progress summary (where it is shown: ``summary_shown``) before the clock and the bar start:
+    the chunk loop compiles nothing."""
     t0 = time.perf_counter()
     executables = {}
     try:
@@ -626,7 +627,7 @@ def _compile(run: _Run, ctrl_c: prog.CtrlC) -> dict[int, tuple[Any, Any, tuple]]
         for i in range(run.phase_index, len(run.phases)):
             if run.done[i] < run.phases[i].length:
                 executables[i] = _compiled_chunk_runner(run.problem, run.solver, i, run.state, run.placement, run.plan)
-        if executables and run.summary is not None:
+        if executables and run.summary is not None and summary_shown:
             run.summary(run.state)  # a host loop's progress summary too (compiled on first use)
     except BaseException:
         ctrl_c.restore()
@@ -655,6 +656,9 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     # Ctrl-C only sets a flag (see CtrlC), so nothing interrupts this.
     run.unaccounted = True  # the state is ahead of ``done`` until the chunk is counted
     report = None
+    # the progress summary is read only where it is shown: the bar's postfix, the callback's dict
+    # (each array read back costs a copy and a call into JAX: ~0.1 ms on some GPU hosts)
+    wants_summary = bar.shown or run.callback is not None
     if run.summary is None:  # the compiled loop returns the progress summary (and the report) with the state
         run.state, n_run, info, report = compiled(run.state, trip_count, arrays)
         # the result's report is read only at the end, with what the solver queues on it (not
@@ -664,12 +668,13 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
         t0 += time.perf_counter() - t_ready
     else:
         run.state, n_run = compiled(run.state, trip_count, arrays)
-        info = run.summary(run.state)
+        info = run.summary(run.state) if wants_summary else {}
+    info = info if wants_summary else {}
     prog.start_copies((n_run, info, report))  # queued behind the chunk: read without a second round trip
     jax.block_until_ready(run.state)
     dt = time.perf_counter() - t0
-    # One read from the device per chunk: the steps run and the progress summary's scalars (and,
-    # after the chunk that ends the run, what the result reads).
+    # One read from the device per chunk: the steps run and, where shown, the progress summary's
+    # scalars (and, after the chunk that ends the run, what the result reads).
     n_run, info, run.report = prog.fetch((n_run, info, report), started=True)
     info = {k: float(v) for k, v in info.items()}
     # Every decision below derives from dt and the flags: under jax.distributed all
@@ -992,7 +997,7 @@ def solve(
             # From here on Ctrl-C sets a flag that ends the run after the current chunk (or after
             # compiling), returning what was done; a second Ctrl-C aborts at once.
             ctrl_c = prog.CtrlC()
-            executables = _compile(run, ctrl_c)
+            executables = _compile(run, ctrl_c, summary_shown=show or callback is not None)
         if ctrl_c.pressed:
             run.status = Status.INTERRUPTED
         total = None if run.until_time_limit else sum(p.length for p in run.phases)
