@@ -52,6 +52,17 @@ def main() -> dict:
         out[f"re_ulps_{k}"] = worst({f: (getattr(runs[k], f), getattr(runs[1], f)) for f in fields})
         out[f"re_devices_{k}"] = runs[k].stats["devices"]
     out["re_default_devices"] = mw.solve(plane, re, seed=3, progress=False).stats["devices"]  # cached: 4 devices
+    # a repeated split call copies nothing to the devices: the run's key and the chunks' trip counts
+    # are kept where the split start and loop take them (the first repeat keeps the trip counts of
+    # whole phases; a first call's chunks were shorter)
+    mw.solve(plane, re, seed=3, progress=False, devices=2)
+    try:
+        with jax.transfer_guard_host_to_device("disallow"), jax.transfer_guard_device_to_device("disallow"):
+            again = mw.solve(plane, re, seed=3, progress=False, devices=2)
+        out["re_repeat_2_copies"] = "none"
+        out["re_repeat_2_same"] = bool(np.array_equal(again.samples, runs[2].samples) and again.fun == runs[2].fun)
+    except Exception as err:  # noqa: BLE001 - the guard's refusal, reported to the test
+        out["re_repeat_2_copies"] = f"{type(err).__name__}: {str(err)[:200]}"
     # the swap kernel (Pallas, interpret mode here) on each device's sequences, against one device
     re_kernel = mw.ReplicaExchange(nseq=8, nbeta=4, nburn=10, niter=20, kernel="pallas")
     kernel_runs = {k: mw.solve(plane, re_kernel, seed=3, progress=False, devices=k) for k in (1, 2)}

@@ -62,6 +62,13 @@ def test_replica_exchange_on_1_2_4_devices(report):
     assert report["re_default_devices"] == 4  # devices=None takes all 4: 8 sequences split evenly
 
 
+def test_a_repeated_split_replica_exchange_copies_nothing_to_the_devices(report):
+    # the run's key replicated and the trip counts kept on the mesh: no host->device or
+    # device->device copy in a repeated call (each was one per call or per chunk), the same run
+    assert report["re_repeat_2_copies"] == "none", report["re_repeat_2_copies"]
+    assert report["re_repeat_2_same"]
+
+
 def test_replica_exchange_s_swap_kernel_on_each_device_s_sequences(report):
     # split over 2 devices, the Pallas swap kernel runs under shard_map on each device's sequences
     # (it ran the XLA form there before): the run of one device, to ULPS (labels exactly)

@@ -112,13 +112,18 @@ _RUN_KEYS: dict[tuple, jax.Array] = {}
 _RUN_KEYS_MAX = 16
 
 
-def _kept_run_key(seed: int) -> jax.Array:
+def _kept_run_key(seed: int, placement: dist.Placement | None = None) -> jax.Array:
     """:func:`run_key` made once per seed and kept.  The start copies it into the state (a compiled
     program's output never is its input's buffer), so donating the state leaves it alone; a key
-    that was deleted anyway is made again."""
+    that was deleted anyway is made again.  With a ``placement`` split over devices: the key
+    replicated over them, as the split start takes it (else a copy to every device in every call)."""
     cache_key = (seed, str(jax.config.jax_default_prng_impl), bool(jax.config.jax_enable_x64),
                  str(jax.config.jax_default_device))
-    return _kept_device_value(_RUN_KEYS, cache_key, _RUN_KEYS_MAX, lambda: run_key(seed))
+    key = _kept_device_value(_RUN_KEYS, cache_key, _RUN_KEYS_MAX, lambda: run_key(seed))
+    if placement is None or not placement.sharded:
+        return key
+    return _kept_device_value(_RUN_KEYS, (*cache_key, placement.key()), _RUN_KEYS_MAX,
+                              lambda: dist.place(key, placement.replicated))
 
 
 _KEPT_LOCK = threading.Lock()  # solve() may run in several threads at once
@@ -181,7 +186,7 @@ def _compiled_chunk_runner(
     elif compiled is None:
         compiled = _lowered_loop(loop, state)()
     if loop.shared:
-        compiled = _with_phase(compiled, phase)
+        compiled = _with_phase(compiled, phase, placement)
     return compiled, loop.arrays, loop.key
 
 
@@ -251,10 +256,10 @@ def _lowered_loop(loop: _Loop, state: Any) -> Callable[[], Any]:
     return compile_and_keep
 
 
-def _with_phase(compiled: Any, phase: int) -> Callable:
+def _with_phase(compiled: Any, phase: int, placement: dist.Placement) -> Callable:
     """A shared loop's ``(state, n, arrays, phase)`` called as ``(state, n, arrays)`` for ``phase``
-    (a NumPy int32, copied in with the call as ``n`` is)."""
-    phase_index = np.int32(phase)
+    (a device scalar kept where the loop runs, as the trip count is: :func:`_kept_int32`)."""
+    phase_index = _kept_int32(phase, placement)
 
     def run(state: Any, n: Any, arrays: Any) -> Any:
         return compiled(state, n, arrays, phase_index)
@@ -475,7 +480,8 @@ def _start(problem: Any, solver: Solver, plan: RunPlan, seed: int, devices: Any,
         if saved is None and devices is None:  # the loops for the start's shapes, while its points are evaluated
             prepare = functools.partial(_prepare_loops, problem, solver, phases, placement, plan, prepared_seconds)
         init_fn = host_loop.initial_state_fn(problem, solver, init_fn, prepare)
-    state = _first_state(problem, solver, init_fn, key, placement, plan, devices is not None, saved)
+    start_key = _kept_run_key(seed, placement)  # on the devices the start runs on
+    state = _first_state(problem, solver, init_fn, start_key, placement, plan, devices is not None, saved)
     writers = tuple(w for w in (solver.writer(problem), writer) if w is not None)
     gather = dist.multi_process() and bool(dist.broadcast(np.int32(bool(writers))))
     # a compiled loop ends with the progress summary; a host loop's is a program of its own
@@ -694,14 +700,25 @@ _TRIP_COUNTS_MAX = 64
 
 
 def _trip_count(run: _Run, n: int) -> Any:
-    """A chunk's trip count ``n`` as the compiled loop takes it: a device scalar kept across chunks
-    and calls when the run is on the default device (as a NumPy scalar it was a host->device copy
-    before every chunk; ``jnp.asarray`` each time was a dispatch of its own, ~0.1 ms on a CPU),
-    else a NumPy scalar, which the executable copies in where it runs (a split or pinned run)."""
-    if run.placement.sharded or run.placement.devices[0] is not None:
-        return np.int32(n)
-    key = (n, str(jax.config.jax_default_device))
-    return _kept_device_value(_TRIP_COUNTS, key, _TRIP_COUNTS_MAX, lambda: jnp.asarray(np.int32(n)))
+    """A chunk's trip count ``n`` as the compiled loop takes it: :func:`_kept_int32` (as a NumPy
+    scalar it was a host->device copy before every chunk, to every device of a split run;
+    ``jnp.asarray`` each time was a dispatch of its own, ~0.1 ms on a CPU)."""
+    return _kept_int32(n, run.placement)
+
+
+def _kept_int32(n: int, placement: dist.Placement) -> Any:
+    """``n`` as an int32 device scalar where a run's loop takes it, kept across chunks and calls:
+    on the default device, on the one device a pinned run chose, or replicated over a split run's."""
+    if placement.sharded:
+        where: Any = placement.key()
+        make = lambda: dist.place(np.int32(n), placement.replicated)  # noqa: E731
+    elif placement.devices[0] is not None:
+        where = placement.devices[0].id
+        make = lambda: jax.device_put(np.int32(n), placement.devices[0])  # noqa: E731
+    else:
+        where = str(jax.config.jax_default_device)
+        make = lambda: jnp.asarray(np.int32(n))  # noqa: E731
+    return _kept_device_value(_TRIP_COUNTS, (n, where), _TRIP_COUNTS_MAX, make)
 
 
 def _after_chunk(run: _Run, n_run: int, info: dict[str, float], checkpoint_due: bool, bar: prog.ProgressBar) -> None:
