@@ -236,7 +236,8 @@ def _lowered_loop(loop: _Loop, state: Any) -> Callable[[], Any]:
     reads JAX's per-thread settings, so it happens here; the compilation may run on another thread."""
     placement, plan, problem = loop.placement, loop.plan, loop.problem
     runner = _chunk_runner(problem, loop.solver, loop.phase, loop.static, plan)
-    scalars = (jnp.asarray(1, jnp.int32),) + ((jnp.asarray(0, jnp.int32),) if loop.shared else ())
+    # the trip count and phase by shape: a concrete jnp.asarray here would compile a program of its own
+    scalars = (jax.ShapeDtypeStruct((), jnp.int32),) * (2 if loop.shared else 1)
     if placement.sharded:
         rep = placement.replicated
         in_shardings = (placement.shardings, rep, rep, rep) if loop.shared else (placement.shardings, rep, rep)
@@ -281,7 +282,11 @@ def _compile_lowered(lowered: Any, options: dict[str, Any], who: str) -> Any:
 
 
 def _initial_shapes(problem: Any, solver: Solver, init_fn: Callable, key: jax.Array) -> Any:
-    """``jax.eval_shape(init_fn, key)``, kept across solve() calls like the start itself."""
+    """``jax.eval_shape(init_fn, key)``, kept across solve() calls like the start itself; or, where
+    the start says them itself (``init_fn.shapes(key)``: LBFGS's, from its sizes), without a trace."""
+    known = getattr(init_fn, "shapes", None)
+    if known is not None:
+        return known(key)
     cache_key = compile_cache.small_key(problem, solver, "initial shapes", key.shape, str(key.dtype))
     shapes = compile_cache.kept(cache_key)
     if shapes is None:
@@ -715,9 +720,9 @@ def _kept_int32(n: int, placement: dist.Placement) -> Any:
     elif placement.devices[0] is not None:
         where = placement.devices[0].id
         make = lambda: jax.device_put(np.int32(n), placement.devices[0])  # noqa: E731
-    else:
+    else:  # device_put, not jnp.asarray: the latter compiles a program of its own, a process's first time
         where = str(jax.config.jax_default_device)
-        make = lambda: jnp.asarray(np.int32(n))  # noqa: E731
+        make = lambda: jax.device_put(np.int32(n))  # noqa: E731
     return _kept_device_value(_TRIP_COUNTS, (n, where), _TRIP_COUNTS_MAX, make)
 
 

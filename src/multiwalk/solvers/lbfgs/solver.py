@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import operator
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from jax import lax
 from ...compile_cache import cached_jit
 from ...kernels import KERNELS, KernelPlan, check_launch_options
 from ...problem import Problem
-from ...result import Status, tree_to_host
+from ...result import Deferred, Status, tree_to_host
 from .. import lbfgs_kernel, lbfgs_onepass
 from .._common import (
     check_choice_option,
@@ -41,7 +42,7 @@ from .bounds import start_box
 from .evaluation import check_line_hooks, line_evaluation, line_evaluation_into, line_evaluation_reason
 from .iteration import Config, start
 from .result import LBFGSResult, host_starts, table_header, table_row
-from .state import HISTORY_STARTS, History, LBFGSRun, state_bytes
+from .state import HISTORY_STARTS, History, LBFGSRun, run_shapes, state_bytes
 
 GTOL_FLOOR = 1e-4  # the seed's restriction on GTOL: at or below it, the default 0.9 is used
 
@@ -490,7 +491,17 @@ class LBFGS(Solver):
             return init.is_kept(key, *made[0])
 
         initial_state.is_kept = is_kept  # type: ignore[attr-defined]
+        if not onepass:  # the driver lowers the loops for these shapes without tracing the start
+            initial_state.shapes = lambda key: self.state_shapes(problem)  # type: ignore[attr-defined]
         return initial_state
+
+    def state_shapes(self, problem: Problem) -> LBFGSRun:
+        """The shapes and dtypes of :meth:`init`'s state in the stored-pairs layout, from the
+        options and the problem's size (:func:`~multiwalk.solvers.lbfgs.state.run_shapes`)."""
+        n = problem.n_free
+        h0_shape = (2, n) if self.bounded(problem) else (n,) if isinstance(self.diag, np.ndarray) else ()
+        return run_shapes(n, self.m, self.n_starts(problem), problem.dtype, self.max_iterations, h0_shape,
+                          self._config(problem.dtype).params)
 
     def _h0(self, problem: Problem) -> np.ndarray:
         """The state's ``h0``: the box ``[lower; upper]`` (2, n) of a bounded problem, the user's
@@ -571,8 +582,11 @@ class LBFGS(Solver):
         }
         return forms.run_onepass_chunk(self._config(problem.dtype), state, n, block, launch, mesh)
 
-    def done(self, problem: Problem, state: LBFGSRun, phase: int) -> jax.Array:
-        return jnp.all(state.starts.status != _RUNNING)
+    def done(self, problem: Problem, state: LBFGSRun, phase: int) -> jax.Array | np.bool_:
+        status = state.starts.status
+        if not isinstance(status, jax.core.Tracer):  # the driver's test of the final state: K values
+            return np.all(np.asarray(status) != _RUNNING)  # read here (jnp's two would each compile a program)
+        return jnp.all(status != _RUNNING)
 
     def iterate(self, problem: Problem, state: LBFGSRun) -> tuple[np.ndarray, np.ndarray | float]:
         """The current iterate: ``(x (n,), f)`` for one start, ``(x (K, n), f (K,))`` for K."""
@@ -632,7 +646,8 @@ class LBFGS(Solver):
         x, _ = self.iterate(problem, state)
         print(" VECTOR X=", " ".join(f"{v:e}" for v in np.atleast_2d(x)[0]))
         if both:
-            g = np.asarray(self._best_start_extras(state, 0)[0])
+            g = self._best_start_extras(state, 0)[0]
+            g = np.asarray(g() if isinstance(g, Deferred) else g)
             print(" GRADIENT VECTOR G=", " ".join(f"{v:e}" for v in g))
 
     # ----------------------------------------------------------------- the result
@@ -693,7 +708,7 @@ class LBFGS(Solver):
             self._print_end(result)
         return result
 
-    def _best_start_extras(self, state: LBFGSRun, best: int) -> tuple[np.ndarray, dict[str, Any] | None]:
+    def _best_start_extras(self, state: LBFGSRun, best: int) -> tuple[Any, dict[str, Any] | None]:
         """The best start's gradient at x (n free values; left on the device, the result reads it
         when asked: ``LBFGSResult.lazy_fields``), and its stored pairs with ``keep_pairs``."""
         starts = state.starts
@@ -705,6 +720,10 @@ class LBFGS(Solver):
             from .inverse_hessian import best_start_pairs
 
             pairs = best_start_pairs(starts, best, self.m)
+        if starts.g.shape[0] == 1:
+            # one start: its row taken when grad is read (the (1, n) array kept is no more than the row),
+            # not now: indexing a device array compiles a program of its own, a new process's first time
+            return Deferred(operator.getitem, starts.g, 0), pairs
         return starts.g[best], pairs
 
     def _form_stats(self, problem: Problem, state: LBFGSRun, devices: int) -> dict[str, str]:

@@ -11,16 +11,16 @@ over ``K`` independent starts.  The direction is read from the state in one of t
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 from ..lbfgs_common import _chronological, compact_coefficients
-from ..more_thuente import LineSearchState
+from ..more_thuente import LineSearchParams, LineSearchState, line_search_init
 
-__all__ = ["HISTORY_STARTS", "History", "LBFGSRun", "LBFGSState", "compact_direction", "state_bytes",
+__all__ = ["HISTORY_STARTS", "History", "LBFGSRun", "LBFGSState", "compact_direction", "run_shapes", "state_bytes",
            "two_loop_direction"]
 
 HISTORY_STARTS = 64  # per-iteration history is kept for the first this-many starts
@@ -73,6 +73,34 @@ class LBFGSRun(NamedTuple):
     starts: LBFGSState  # every leaf has a leading axis K (or a OnePassState: the one-pass loop's rings)
     history: History
     h0: jax.Array  # (n,) the user's constant diag; (2, n) the box [lower; upper] of a bounded problem; or ()
+
+
+def run_shapes(n: int, m: int, starts: int, dtype: Any, max_iterations: int, h0_shape: tuple[int, ...],
+               params: LineSearchParams) -> LBFGSRun:
+    """The shapes and dtypes of the start ``LBFGS.init`` makes in the stored-pairs layout
+    (``jax.ShapeDtypeStruct`` leaves), from the sizes alone: ``n`` free parameters, ``m`` pairs,
+    ``starts`` starts, ``h0_shape`` that of the state's ``h0``.  What the driver lowers the loop
+    for; ``jax.eval_shape`` of the start would trace it (its first direction batched over the
+    starts: ~0.1 s on a CPU, in every new process).  Only the line search's own start is traced
+    (a few scalar operations), so its fields follow :func:`line_search_init`."""
+    dt = jnp.dtype(dtype)
+
+    def of(shape: tuple[int, ...], kind: Any = dt) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(shape, kind)
+
+    scalar = of(())
+    ls = jax.eval_shape(lambda f, gd, stp: line_search_init(f, gd, stp, params), scalar, scalar, scalar)
+    one = LBFGSState(
+        x=of((n,)), f=scalar, g=of((n,)), d=of((n,)), P=of((2 * m, n)), SY=of((m, m)), YY=of((m, m)),
+        a=of((m,)), b=of((m,)), gamma=scalar, gg=scalar, head=of((), jnp.int32), count=of((), jnp.int32),
+        ls=ls, iteration=of((), jnp.int32), nfev=of((), jnp.int32), gnorm=scalar, xnorm=scalar, stp=scalar,
+        status=of((), jnp.int32), nonfinite=of((), jnp.int32),
+    )
+    every_start = jax.tree.map(lambda leaf: of((starts, *leaf.shape), leaf.dtype), one)
+    rows, kept = max_iterations + 1, min(starts, HISTORY_STARTS)
+    history = History(f=of((rows, kept)), gnorm=of((rows, kept)), stp=of((rows, kept)),
+                      nfev=of((rows, kept), jnp.int32))
+    return LBFGSRun(starts=every_start, history=history, h0=of(h0_shape))
 
 
 def compact_direction(st: LBFGSState, m: int) -> tuple[jax.Array, jax.Array]:
