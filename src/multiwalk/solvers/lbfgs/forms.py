@@ -18,6 +18,7 @@ Every form computes the same iterates (up to the rounding of the kernels' sums).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -49,13 +50,15 @@ def line_search(st: LBFGSState, evaluate: Evaluator) -> tuple[LineSearchState, E
     re-evaluates x itself, stp = 0, and counts nothing), so the loop's buffers start fresh rather
     than as copies of x and g."""
 
-    def body(carry: tuple[LineSearchState, Evaluation | None]) -> tuple[LineSearchState, Evaluation]:
-        ls, _ = carry
+    # jit(inline=True): traced once for the first trial and the loop's body alike (the same
+    # operations inlined in both places: the program is the one two traces made)
+    @functools.partial(jax.jit, inline=True)
+    def trial(ls: LineSearchState) -> tuple[LineSearchState, Evaluation]:
         ev = evaluate(st, ls.stp, None)
         ls, _, _, _ = line_search_update(ls, ev.f, ev.gd)
         return ls, ev
 
-    return lax.while_loop(lambda c: ~c[0].done, body, body((st.ls, None)))
+    return lax.while_loop(lambda c: ~c[0].done, lambda c: trial(c[0]), trial(st.ls))
 
 
 def packed_line_search(
