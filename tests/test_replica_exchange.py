@@ -584,3 +584,23 @@ def test_the_result_read_with_the_last_chunk_is_the_result_read_from_the_state(t
     assert np.array_equal(ended.betas, again.betas) and np.array_equal(ended.round_trips, again.round_trips)
     assert ended.stats["nonfinite"] == again.stats["nonfinite"]
     assert (ended.status, ended.message) == (again.status, again.message)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_report_s_numbers_are_read_in_the_dtype_of_the_best_chi2(dtype):
+    # The report packs the best chi2's bytes and two int32 counts into one byte array; the result
+    # reads the chi2 back in the dtype it was written in (the state's best_fun), exactly: a bit
+    # copy, no rounding.  Read as the other float width, the bytes are refused, not misread.
+    from types import SimpleNamespace
+
+    from multiwalk.solvers import replica_exchange as rex
+
+    with jax.enable_x64(True):
+        state = SimpleNamespace(best_fun=jnp.asarray([2.5, 0.1, 0.1], dtype), best_x=jnp.zeros((3, 2), dtype),
+                                n_nonfinite=jnp.asarray([[3, 0], [5, 7], [0, 0]], jnp.int32), betas=jnp.ones(2))
+        numbers = np.asarray(rex._summary_of(state)["numbers"])
+    best, n_sum, n_max = rex._read_numbers(numbers, state.best_fun.dtype)
+    assert best.dtype == np.dtype(dtype) and best == np.asarray(0.1, dtype) and (n_sum, n_max) == (15, 7)
+    other = "float64" if dtype == "float32" else "float32"
+    with pytest.raises(ValueError, match="bytes"):
+        rex._read_numbers(numbers, other)

@@ -779,9 +779,7 @@ class ReplicaExchange(Solver):
         else:
             st = SimpleNamespace(**{"value": None, **reported})
             x_best = np.asarray(st.best_x)
-        numbers = np.asarray(st.numbers)  # the bytes of the best chi2, then the two int32 counts
-        best_fun = numbers[:-8].view(np.dtype(problem.dtype))[0]
-        n_sum, n_max = numbers[-8:].view(np.int32)
+        best_fun, n_sum, n_max = _read_numbers(st.numbers, state.best_fun.dtype)
         fun = (reported_value(st.value, float(best_fun)) if st.value is not None
                else value_at_point(problem, x_best, float(best_fun)))
         n_rec = done[1]
@@ -839,13 +837,28 @@ def _summary_of(state: ReplicaExchangeState) -> dict[str, jax.Array]:
     return {"best_x": state.best_x[i], "numbers": jnp.concatenate(numbers), "betas": state.betas}
 
 
+def _read_numbers(numbers: np.ndarray, fun_dtype: Any) -> tuple[np.floating, int, int]:
+    """``(best chi2, non-finite sum, largest count)`` from :func:`_summary_of`'s ``numbers`` bytes.
+    The chi2's bytes are read in the dtype of the state's ``best_fun`` (``fun_dtype``), the one they
+    were written in, not assumed from the problem's."""
+    numbers = np.asarray(numbers)
+    best_fun = numbers[:-8].view(np.dtype(fun_dtype))
+    if best_fun.shape != (1,):
+        raise ValueError(f"the report's numbers hold {numbers.size} bytes: not one {np.dtype(fun_dtype)} "
+                         "chi2 and two int32 counts")
+    n_sum, n_max = numbers[-8:].view(np.int32)
+    return best_fun[0], int(n_sum), int(n_max)
+
+
 def _on_default_device(x: jax.Array) -> jax.Array | None:
     """``x`` (replicated when split over devices) as an array on the default device, where the
-    one-point program runs; None when no copy of it is there."""
+    one-point program runs; None when no copy of it is there.  A run on one device (the default,
+    or the one ``solve(devices=[d])`` chose) gives ``x`` as it is: its value is evaluated there."""
     if len(x.sharding.device_set) == 1:
         return x
     default = jax.config.jax_default_device
-    default = default if isinstance(default, jax.Device) else jax.devices()[0]
+    if not isinstance(default, jax.Device):  # unset, or a platform's name ("cpu")
+        default = jax.devices(default)[0] if isinstance(default, str) else jax.devices()[0]
     if not x.is_fully_replicated:
         return None
     return next((shard.data for shard in x.addressable_shards if shard.device == default), None)
