@@ -122,7 +122,7 @@ def _kept_run_key(seed: int, placement: dist.Placement | None = None) -> jax.Arr
     key = _kept_device_value(_RUN_KEYS, cache_key, _RUN_KEYS_MAX, lambda: run_key(seed))
     if placement is None or not placement.sharded:
         return key
-    return _kept_device_value(_RUN_KEYS, (*cache_key, placement.key()), _RUN_KEYS_MAX,
+    return _kept_device_value(_RUN_KEYS, (*cache_key, _kept_where(placement)), _RUN_KEYS_MAX,
                               lambda: dist.place(key, placement.replicated))
 
 
@@ -698,9 +698,9 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     return int(n_run), dt
 
 
-# n -> n as an int32 on the default device: the trip counts of recent chunks, which a second call
-# of the same run repeats
-_TRIP_COUNTS: dict[tuple[int, str], jax.Array] = {}
+# (n, where: _kept_where) -> n as an int32 device scalar there: the trip counts of recent chunks
+# (and shared loops' phase indices), which a second call of the same run repeats
+_TRIP_COUNTS: dict[tuple[int, tuple], jax.Array] = {}
 _TRIP_COUNTS_MAX = 64
 
 
@@ -715,15 +715,23 @@ def _kept_int32(n: int, placement: dist.Placement) -> Any:
     """``n`` as an int32 device scalar where a run's loop takes it, kept across chunks and calls:
     on the default device, on the one device a pinned run chose, or replicated over a split run's."""
     if placement.sharded:
-        where: Any = placement.key()
         make = lambda: dist.place(np.int32(n), placement.replicated)  # noqa: E731
     elif placement.devices[0] is not None:
-        where = placement.devices[0].id
         make = lambda: jax.device_put(np.int32(n), placement.devices[0])  # noqa: E731
     else:  # device_put, not jnp.asarray: the latter compiles a program of its own, a process's first time
-        where = str(jax.config.jax_default_device)
         make = lambda: jax.device_put(np.int32(n))  # noqa: E731
-    return _kept_device_value(_TRIP_COUNTS, (n, where), _TRIP_COUNTS_MAX, make)
+    return _kept_device_value(_TRIP_COUNTS, (n, _kept_where(placement)), _TRIP_COUNTS_MAX, make)
+
+
+def _kept_where(placement: dist.Placement) -> tuple:
+    """Where a kept device value lies, as a cache key: the devices themselves (platform and id:
+    a CPU and a GPU both have a device 0) and a split run's partition specs, or the default
+    device's setting."""
+    if placement.sharded:
+        return (tuple(placement.devices), placement.key())
+    if placement.devices[0] is not None:
+        return (placement.devices[0],)
+    return ("default", str(jax.config.jax_default_device))
 
 
 def _after_chunk(run: _Run, n_run: int, info: dict[str, float], checkpoint_due: bool, bar: prog.ProgressBar) -> None:
