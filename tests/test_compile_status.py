@@ -19,6 +19,13 @@ from multiwalk import progress
 SOLVER = mw.PatternSearch(n_walkers=4, iterations=3, rounds=1, kernel="xla")  # compiles in well under a second
 
 
+@pytest.fixture(autouse=True)
+def patient_join(monkeypatch):
+    """The block's end waits up to 30 s (not 1 s) for the status thread, which returns as soon as the
+    thread ends: "no thread left" then holds on a machine too loaded to wake it within a second."""
+    monkeypatch.setattr(progress.CompileStatus, "JOIN_SECONDS", 30.0)
+
+
 def status_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == progress.CompileStatus.THREAD_NAME]
 
@@ -92,6 +99,7 @@ def compiled_once():
     err = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err):
         patch.setattr(progress, "COMPILE_STATUS_AFTER", 0.0)
+        patch.setattr(progress.CompileStatus, "JOIN_SECONDS", 30.0)  # as patient_join's, module-wide here
         mw.solve(problem, SOLVER, seed=0, progress=True)
     return problem, err.getvalue()
 
