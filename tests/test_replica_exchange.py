@@ -594,13 +594,14 @@ def test_the_report_s_numbers_are_read_in_the_dtype_of_the_best_chi2(dtype):
     from types import SimpleNamespace
 
     from multiwalk.solvers import replica_exchange as rex
+    from multiwalk.solvers._common import read_best_and_counts
 
     with jax.enable_x64(True):
         state = SimpleNamespace(best_fun=jnp.asarray([2.5, 0.1, 0.1], dtype), best_x=jnp.zeros((3, 2), dtype),
                                 n_nonfinite=jnp.asarray([[3, 0], [5, 7], [0, 0]], jnp.int32), betas=jnp.ones(2))
         numbers = np.asarray(rex._summary_of(state)["numbers"])
-    best, n_sum, n_max = rex._read_numbers(numbers, state.best_fun.dtype)
+    best, n_sum, n_max = read_best_and_counts(numbers, state.best_fun.dtype)
     assert best.dtype == np.dtype(dtype) and best == np.asarray(0.1, dtype) and (n_sum, n_max) == (15, 7)
     other = "float64" if dtype == "float32" else "float32"
     with pytest.raises(ValueError, match="bytes"):
-        rex._read_numbers(numbers, other)
+        read_best_and_counts(numbers, other)

@@ -363,8 +363,18 @@ def _uncommitted_sharding() -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _sharding_of_default(default: Any) -> Any:
-    device = jax.devices(default)[0] if isinstance(default, str) else default or jax.devices()[0]
-    return jax.sharding.SingleDeviceSharding(device)
+    return jax.sharding.SingleDeviceSharding(_device_of_default(default))
+
+
+def default_device() -> Any:
+    """The device a host array goes to when an executable runs it: ``jax.default_device`` (a device,
+    or a platform's name) or JAX's first device."""
+    return _device_of_default(jax.config.jax_default_device)
+
+
+@functools.lru_cache(maxsize=8)
+def _device_of_default(default: Any) -> Any:
+    return jax.devices(default)[0] if isinstance(default, str) else default or jax.devices()[0]
 
 
 def _jit_options(problem: Any, out_shardings: Any) -> dict[str, Any]:

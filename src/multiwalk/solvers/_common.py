@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..result import to_host
 from ..spaces import Mesh
 
 __all__ = [
@@ -105,6 +106,37 @@ def keep_better(
     point, and a NaN never wins (values pass through :func:`worst_if_nonfinite` first anyway)."""
     better = f < best_f
     return jnp.where(better, f, best_f), jnp.where(better[..., None], x, best_x), better
+
+
+# ---------------------------------------------------------------------------- the result's few numbers
+def best_and_counts_bytes(best_fun: jax.Array, n_nonfinite: jax.Array) -> jax.Array:
+    """The bytes of a run's best value ``best_fun`` () and of its non-finite counts' int32 sum and
+    largest (``n_nonfinite``, one count per walker or chain), one uint8 array: a report's numbers
+    come back as one read (every array read back is a copy of its own).  Read by
+    :func:`read_best_and_counts`."""
+    counts = jnp.stack([jnp.sum(n_nonfinite, dtype=jnp.int32), jnp.max(n_nonfinite)])
+    return jnp.concatenate([jax.lax.bitcast_convert_type(v, jnp.uint8).ravel() for v in (best_fun, counts)])
+
+
+def read_best_and_counts(numbers: Any, fun_dtype: Any) -> tuple[np.floating, int, int]:
+    """``(best value, non-finite sum, largest count)`` from :func:`best_and_counts_bytes`'s bytes,
+    the value read in ``fun_dtype``, the dtype it was written in (the state's best value's)."""
+    numbers = np.asarray(numbers)
+    best_fun = numbers[:-8].view(np.dtype(fun_dtype))
+    if best_fun.shape != (1,):
+        raise ValueError(f"the report's numbers hold {numbers.size} bytes: not one {np.dtype(fun_dtype)} "
+                         "value and two int32 counts")
+    n_sum, n_max = numbers[-8:].view(np.int32)
+    return best_fun[0], int(n_sum), int(n_max)
+
+
+def nonfinite_total(n_sum: int, n_max: int, n_nonfinite: Any) -> int:
+    """The count of non-finite values: the int32 sum made on the device, exact while no partial sum
+    can pass 2**31 (the largest count times the counts below it); else ``n_nonfinite`` (the state's
+    counts, one per walker or chain) summed on the host in int64."""
+    if n_max * n_nonfinite.size < 2**31:
+        return n_sum
+    return int(to_host(n_nonfinite).sum(dtype=np.int64))
 
 
 # ---------------------------------------------------------------------------- temperature ladders

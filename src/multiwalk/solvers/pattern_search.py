@@ -57,6 +57,7 @@ from ..problem import Problem
 from ..result import Deferred, Result, Status, to_host
 from . import pattern_search_kernel
 from ._common import (
+    best_and_counts_bytes,
     check_bool_option,
     check_choice_option,
     check_finite_box,
@@ -66,6 +67,8 @@ from ._common import (
     expand_as_now,
     hashable_vector,
     keep_better,
+    nonfinite_total,
+    read_best_and_counts,
     uniform_in_box,
 )
 from .base import Phase, RunPlan, Solver, end_status, point_value_program, reported_value, value_at_point
@@ -442,9 +445,7 @@ class PatternSearch(Solver):
         ``x`` (n,) with the fixed values, and ``numbers``: the bytes of its value in the run and of
         the non-finite counts' sum and largest (int32; :meth:`_reported` says when the sum is
         exact), one array (every array read back is a copy of its own: ~7 us each on a CPU)."""
-        counts = jnp.stack([jnp.sum(state.n_nonfinite, dtype=jnp.int32), jnp.max(state.n_nonfinite)])
-        numbers = [jax.lax.bitcast_convert_type(v, jnp.uint8).ravel() for v in (state.best_fun, counts)]
-        return {"x": problem.expand(state.best_x), "numbers": jnp.concatenate(numbers)}
+        return {"x": problem.expand(state.best_x), "numbers": best_and_counts_bytes(state.best_fun, state.n_nonfinite)}
 
     def report_ready(self, problem: Problem, report: dict[str, jax.Array]) -> dict[str, jax.Array]:
         """The report with the value at its point by :func:`value_at_point`'s one-point program,
@@ -510,17 +511,12 @@ class PatternSearch(Solver):
             reported = self._report_now(problem, state)
         st = SimpleNamespace(**{"value": None, **reported})
         st.x = np.asarray(st.x)
-        numbers = np.asarray(st.numbers)  # report's bytes: the best value, then the two int32 counts
-        st.best_fun = numbers[:-8].view(np.dtype(problem.dtype))[0]
-        st.n_sum, st.n_max = numbers[-8:].view(np.int32)
+        st.best_fun, n_sum, n_max = read_best_and_counts(st.numbers, state.best_fun.dtype)
         found = float(st.best_fun)
         # the one-point value comes from one device only (report_ready): a point split over a mesh
         # would compile it for the mesh, and the reported value must not depend on how the run was split
         st.fun = reported_value(st.value, found) if st.value is not None else value_at_point(problem, st.x, found)
-        # the int32 sum on the device is exact while no partial sum can pass 2**31 (max * walkers
-        # below it); else the counts (4 bytes a walker) are summed on the host in int64
-        exact = int(st.n_max) * self.n_walkers < 2**31
-        st.nonfinite = int(st.n_sum) if exact else int(to_host(state.n_nonfinite).sum(dtype=np.int64))
+        st.nonfinite = nonfinite_total(n_sum, n_max, state.n_nonfinite)
         return st
 
     def _report_now(self, problem: Problem, state: PatternSearchState) -> dict[str, np.ndarray]:

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import diagnostics
+from .. import compile_cache, diagnostics
 from .. import distributed as dist
 from ..evidence import Evidence
 from ..evidence import evidence as _evidence
@@ -43,6 +43,7 @@ from ..result import NOT_SAVED, Deferred, Result, Status, to_host
 from . import replica_exchange_swaps_kernel as swaps_kernel
 from ._common import (
     INIT_STREAM,
+    best_and_counts_bytes,
     check_bool_option,
     check_finite_box,
     check_int_option,
@@ -53,7 +54,9 @@ from ._common import (
     hashable_vector,
     keep_better,
     ladder_values,
+    nonfinite_total,
     objective_equations,
+    read_best_and_counts,
     uniform_in_box,
 )
 from .base import Phase, RunPlan, Solver, end_status, point_value_program, reported_value, value_at_point
@@ -779,15 +782,12 @@ class ReplicaExchange(Solver):
         else:
             st = SimpleNamespace(**{"value": None, **reported})
             x_best = np.asarray(st.best_x)
-        best_fun, n_sum, n_max = _read_numbers(st.numbers, state.best_fun.dtype)
+        best_fun, n_sum, n_max = read_best_and_counts(st.numbers, state.best_fun.dtype)
         fun = (reported_value(st.value, float(best_fun)) if st.value is not None
                else value_at_point(problem, x_best, float(best_fun)))
         n_rec = done[1]
         stats = dict(stats)
-        # the int32 sum on the device is exact while no partial sum can pass 2**31 (the largest
-        # count times the chains below it); else the counts are summed on the host in int64
-        exact = int(n_max) * state.n_nonfinite.size < 2**31
-        stats["nonfinite"] = int(n_sum) if exact else int(to_host(state.n_nonfinite).sum(dtype=np.int64))
+        stats["nonfinite"] = nonfinite_total(n_sum, n_max, state.n_nonfinite)
         stats["chains"] = self.nseq * self.nbeta
         if self.nbeta > 1:  # one temperature: no exchange, no kernel
             kplan = self.kernel_plan(split=stats.get("devices", 1) > 1)  # as run_chunk decided from the mesh
@@ -832,22 +832,8 @@ def _summary_of(state: ReplicaExchangeState) -> dict[str, jax.Array]:
     array (every array read back is a copy of its own); the ladder.  The records and per-sequence
     counters stay on the device (``_records``, ``_chain_counters``, ``round_trips``)."""
     i = jnp.argmin(state.best_fun)  # the first of equal minima, as np.argmin
-    counts = jnp.stack([jnp.sum(state.n_nonfinite, dtype=jnp.int32), jnp.max(state.n_nonfinite)])
-    numbers = [jax.lax.bitcast_convert_type(v, jnp.uint8).ravel() for v in (state.best_fun[i], counts)]
-    return {"best_x": state.best_x[i], "numbers": jnp.concatenate(numbers), "betas": state.betas}
-
-
-def _read_numbers(numbers: np.ndarray, fun_dtype: Any) -> tuple[np.floating, int, int]:
-    """``(best chi2, non-finite sum, largest count)`` from :func:`_summary_of`'s ``numbers`` bytes.
-    The chi2's bytes are read in the dtype of the state's ``best_fun`` (``fun_dtype``), the one they
-    were written in, not assumed from the problem's."""
-    numbers = np.asarray(numbers)
-    best_fun = numbers[:-8].view(np.dtype(fun_dtype))
-    if best_fun.shape != (1,):
-        raise ValueError(f"the report's numbers hold {numbers.size} bytes: not one {np.dtype(fun_dtype)} "
-                         "chi2 and two int32 counts")
-    n_sum, n_max = numbers[-8:].view(np.int32)
-    return best_fun[0], int(n_sum), int(n_max)
+    return {"best_x": state.best_x[i], "numbers": best_and_counts_bytes(state.best_fun[i], state.n_nonfinite),
+            "betas": state.betas}
 
 
 def _on_default_device(x: jax.Array) -> jax.Array | None:
@@ -856,11 +842,9 @@ def _on_default_device(x: jax.Array) -> jax.Array | None:
     or the one ``solve(devices=[d])`` chose) gives ``x`` as it is: its value is evaluated there."""
     if len(x.sharding.device_set) == 1:
         return x
-    default = jax.config.jax_default_device
-    if not isinstance(default, jax.Device):  # unset, or a platform's name ("cpu")
-        default = jax.devices(default)[0] if isinstance(default, str) else jax.devices()[0]
     if not x.is_fully_replicated:
         return None
+    default = compile_cache.default_device()
     return next((shard.data for shard in x.addressable_shards if shard.device == default), None)
 
 
