@@ -670,8 +670,10 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     # the progress summary is read only where it is shown: the bar's postfix, the callback's dict
     # (each array read back costs a copy and a call into JAX: ~0.1 ms on some GPU hosts)
     wants_summary = bar.shown or run.callback is not None
+    info: Any = {}
     if run.summary is None:  # the compiled loop returns the progress summary (and the report) with the state
-        run.state, n_run, info, report = compiled(run.state, trip_count, arrays)
+        run.state, n_run, summary, report = compiled(run.state, trip_count, arrays)
+        info = summary if wants_summary else {}
         # the result's report is read only at the end, with what the solver queues on it (not
         # counted as the run's time: it is the result's)
         t_ready = time.perf_counter()
@@ -679,14 +681,14 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
         t0 += time.perf_counter() - t_ready
     else:
         run.state, n_run = compiled(run.state, trip_count, arrays)
-        info = run.summary(run.state) if wants_summary else {}
-    info = info if wants_summary else {}
+        if wants_summary:
+            info = run.summary(run.state)
     prog.start_copies((n_run, info, report))  # queued behind the chunk: read without a second round trip
     jax.block_until_ready(run.state)
     dt = time.perf_counter() - t0
     # One read from the device per chunk: the steps run and, where shown, the progress summary's
     # scalars (and, after the chunk that ends the run, what the result reads).
-    n_run, info, run.report = prog.fetch((n_run, info, report), started=True)
+    n_run, info, run.report = prog.fetch((n_run, info, report))
     info = {k: float(v) for k, v in info.items()}
     # Every decision below derives from dt and the flags: under jax.distributed all
     # processes take process 0's, so they run the same chunks and stop together.
