@@ -774,8 +774,9 @@ class ReplicaExchange(Solver):
         # samples, every temperature's chi2, the burn-in outcomes, the counters and widths of each
         # chain) stays on the device until the result's user reads it (lazy_fields): at a million
         # chains they are hundreds of MB that most callers never look at.
-        # The value at the best point: value_at_point's one-point program on the host point (the
-        # program a first call compiled beside its loops), a program and a read back of its own.
+        # The value at the best point: the one-point program's, queued behind that chunk
+        # (report_ready) and read with it; else (no report, or no copy of the point on the default
+        # device) value_at_point's on the host point, a program and a read back of its own.
         if reported is None:
             st = SimpleNamespace(value=None, **jax.device_get(_host_summary(state)))
             x_best = np.asarray(problem.expand(st.best_x))
