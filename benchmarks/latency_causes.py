@@ -9,10 +9,13 @@ figures of record are ``benchmarks/user_latency.py``'s):
 * ``call_work``: the same PatternSearch calls, 200 in a row (per-call wall: mean, median, and the
   median ``run_seconds``), and what one of them asks of the device: the programs it runs (each a
   launch) and the reads back it waits for, counted through wrappers;
+* ``replay``: the PatternSearch 15360 x 20 call against the same compiled programs it runs, called
+  again in the same order on the same arguments with nothing around them, and their outputs read
+  back: what a call would cost if the driver's host work were nil (the floor of a repeated call);
 * ``xringaus_compiles``: every program the xringaus fit's first call compiles, with its time
   (``jax_log_compiles``), and the whole first call.
 
-    PYTHONPATH=src python3 benchmarks/latency_causes.py re_scaling fixed_cost call_work xringaus_compiles
+    PYTHONPATH=src python3 benchmarks/latency_causes.py re_scaling fixed_cost call_work replay xringaus_compiles
 """
 
 from __future__ import annotations
@@ -140,6 +143,72 @@ def call_work(calls: int = 200) -> None:
               f"{len(programs)} programs ({', '.join(programs)}), {len(reads)} reads back ({', '.join(reads)})")
 
 
+def _recorded_programs(problem: Any, solver: Any) -> list[tuple[Any, Any, list[Any]]]:
+    """Every compiled program one ``mw.solve`` call runs, in order: ``(executable, argument tree,
+    leaves)``, a leaf that an earlier program returned given as ``(program index, output leaf
+    index)`` (a chunk takes, and donates, the start's state), any other leaf as itself."""
+    import jax
+
+    import multiwalk as mw
+
+    calls: list[tuple[Any, Any, list[Any]]] = []
+    made: dict[int, tuple[int, int]] = {}  # id of an output leaf -> (program, leaf)
+    alive: list[Any] = []  # the outputs, held so that no id is reused during the call
+    run = jax.stages.Compiled.__call__
+
+    def recording(compiled: Any, *args: Any) -> Any:
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        calls.append((compiled, tree, [made.get(id(x), x) if isinstance(x, jax.Array) else x for x in leaves]))
+        out = run(compiled, *args)
+        alive.append(out)
+        for j, leaf in enumerate(jax.tree_util.tree_leaves(out)):
+            made[id(leaf)] = (len(calls) - 1, j)
+        return out
+
+    jax.stages.Compiled.__call__ = recording
+    try:
+        r = mw.solve(problem, solver, progress=False)
+        np.asarray(r.x), float(r.fun)
+    finally:
+        jax.stages.Compiled.__call__ = run
+    return calls
+
+
+def _replayed(programs: list[tuple[Any, Any, list[Any]]]) -> list[Any]:
+    """The recorded programs run again on their arguments, each earlier output taken from this run."""
+    import jax
+
+    outputs: list[list[Any]] = []
+    for compiled, tree, leaves in programs:
+        args = [outputs[x[0]][x[1]] if isinstance(x, tuple) else x for x in leaves]
+        outputs.append(jax.tree_util.tree_leaves(compiled(*jax.tree_util.tree_unflatten(tree, args))))
+    return outputs
+
+
+def replay(calls: int = 200) -> None:
+    import jax
+    import pattern_search as bench
+
+    import multiwalk as mw
+
+    problem = bench.make_problem(mw, "ackley", 20)
+    solver = mw.PatternSearch(n_walkers=15360, iterations=20)
+    second_call(problem, solver)
+    programs = _recorded_programs(problem, solver)
+    walls, bare = [], []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        r = mw.solve(problem, solver, progress=False)
+        np.asarray(r.x), float(r.fun)
+        walls.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        jax.device_get(_replayed(programs)[-1])
+        bare.append(time.perf_counter() - t0)
+    print(f"replay: PatternSearch 15360 x 20, {calls} calls alternated: mw.solve median {np.median(walls) * 1e3:.3f} ms "
+          f"(run_seconds {r.stats['run_seconds'] * 1e3:.3f} ms); its {len(programs)} programs alone, the same arguments, "
+          f"the last one's outputs read: median {np.median(bare) * 1e3:.3f} ms")
+
+
 class _Compiles(logging.Handler):
     """Collects JAX's "Finished XLA compilation of NAME in T sec" lines (``jax_log_compiles``)."""
 
@@ -184,7 +253,7 @@ def xringaus_compiles(unroll: int | None = None) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", nargs="+", choices=["re_scaling", "fixed_cost", "call_work", "xringaus_compiles"])
+    p.add_argument("what", nargs="+", choices=["re_scaling", "fixed_cost", "call_work", "replay", "xringaus_compiles"])
     p.add_argument("--unroll", type=int, nargs="+", default=[0], help="xringaus: metropolis_unroll (0: default)")
     args = p.parse_args()
     for name in args.what:
