@@ -495,25 +495,34 @@ def many():
     return x0, solve(mw.Problem(objective=rosen_nan_far, x0=x0), mw.LBFGS())
 
 
-def _same_run(r, k, iterations, nfev, x, f_path, label):
-    """Start k of the batch r is the run (iterations, nfev, final x, f after each iteration) of the
-    same algorithm from the same point.
+def _same_run(r, k, iterations, nfev, x, f_path, nfev_path, label):
+    """Start k of the batch r is the run (iterations, nfev, final x; f and nfev after each iteration)
+    of the same algorithm from the same point.
 
     The batch only masks finished starts; it does not change the arithmetic of running ones.  But
     the batched program (K starts) and a one-start program are compiled apart and may round
     differently from the first iteration on (measured with XLA's older CPU fusion code generator:
-    f 4e-13 apart in the first 20 iterations; on the hard start, 151 iterations along Rosenbrock's
-    valley, the paths then part at iteration 65 and the line searches take 177 evaluations
-    against 175, x 5e-5 apart at the end, both converged).  So: the same status; f after each of
-    the first 20 iterations to rtol 1e-9; iterations and evaluations within 2 % (+ 1); the final
-    x to 1e-3 (both within the gradient tolerance 1e-5 of the minimum, where Rosenbrock's
+    f 4e-13 apart in the first 20 iterations).  Along Rosenbrock's curved valley such differences
+    grow until the two paths part, and from there on the two runs are two runs: on the hard start
+    the paths parted at iteration 65 on one CPU (175 and 177 evaluations in all) and ended 171 and
+    176 iterations long on another, both converged.  (Near the minimum, where f is the square of a
+    small distance, its relative differences grow as well: the easy starts "part" there, at rows
+    33 of 39 and 36 of 44 on that CPU.)  So: the same status; f after each iteration to rtol 1e-9
+    until the paths part, which is not before iteration 20; until then the same decisions
+    (evaluations after each iteration, exactly); a path that never parts ends within one iteration
+    and one line search (the last test of the gradient may fall either side of its tolerance); the
+    final x to 1e-3 (both within the gradient tolerance 1e-5 of the minimum, where Rosenbrock's
     smallest curvature, ~0.4, allows ~1e-4)."""
     ran, evaluations = int(r.iterations_per_start[k]), int(r.nfev_per_start[k])
-    assert abs(ran - iterations) <= 0.02 * iterations + 1, (label, ran, iterations)
-    assert abs(evaluations - nfev) <= 0.02 * nfev + 1, (label, evaluations, nfev)
+    rows = min(ran, iterations) + 1
+    together = np.isclose(r.history["f"][:rows, k], f_path[:rows], rtol=1e-9, atol=1e-20)
+    parted = rows if together.all() else int(np.argmin(together))  # the first row where they differ
+    assert parted >= min(rows, 21), (label, parted, r.history["f"][:rows, k], f_path[:rows])
+    np.testing.assert_array_equal(r.history["nfev"][:parted, k], nfev_path[:parted], err_msg=label)
+    if parted == rows:  # never parted: the same run to its end
+        one_search = mw.LBFGS().maxfev  # the evaluations one line search may take
+        assert abs(ran - iterations) <= 1 and abs(evaluations - nfev) <= one_search, (label, ran, iterations, evaluations, nfev)
     np.testing.assert_allclose(r.xs[k], x, rtol=0, atol=1e-3, err_msg=label)
-    first = min(ran, iterations, 20) + 1
-    np.testing.assert_allclose(r.history["f"][:first, k], f_path[:first], rtol=1e-9, atol=1e-20, err_msg=label)
     n_rows = ran + 1
     assert r.history_length[k] == n_rows, label
     # A start that finished stays frozen while others go on: its later rows are never written.
@@ -528,11 +537,13 @@ def test_starts_run_independently(many, single_path, rosen100):
         states = single_path(x0[k])
         last = states[-1]
         assert r.statuses[k] == LBFGSStatus(int(last.status)), k
-        f_path = [float(st.f) for st in states]
-        _same_run(r, k, int(last.iteration), int(last.nfev), np.asarray(last.x), f_path, f"start {k}")
+        f_path = np.array([float(st.f) for st in states])
+        nfev_path = np.array([int(st.nfev) for st in states])
+        _same_run(r, k, int(last.iteration), int(last.nfev), np.asarray(last.x), f_path, nfev_path, f"start {k}")
     # Start 0 is also the separate mw.solve run from the seed's start.
     _, one = rosen100
-    _same_run(r, 0, one.iterations, one.nfev, one.x, one.history["f"][: one.iterations + 1, 0], "start 0 vs mw.solve")
+    _same_run(r, 0, one.iterations, one.nfev, one.x, one.history["f"][: one.iterations + 1, 0],
+              one.history["nfev"][: one.iterations + 1, 0], "start 0 vs mw.solve")
     # The start at the minimum did nothing; the NaN start did nothing; the others differ in length.
     assert r.iterations_per_start[1] == 0 and np.array_equal(r.xs[1], x0[1])
     assert r.statuses[4] == LBFGSStatus.NONFINITE_START and np.array_equal(r.xs[4], x0[4])
