@@ -85,13 +85,25 @@ def test_amplitude_gains_are_profiled_per_scan() -> None:
 def test_best_gains_recover_the_applied_ones() -> None:
     data = _observe(gains_sigma=0.1, noise=False)
     terms = eht_terms(data, "amp", gain_sigma=10.0)  # a wide prior: the data decide
-    # The true model with its gains fits exactly.  Its chi2 is r'Dr - b'H^-1 b (module doc of
-    # multiwalk.eht.likelihood), two terms of 1.4e5 here cancelling in float32: a few of their ulps
-    # (2^-6) remain, of either sign (measured -2 ulps with fused multiply-adds, +1 without), so
-    # 1e-6 of r'Dr (16 ulps).
+    # The true model with its best gains: chi2 is r'Dr - b'H^-1 b (module doc of
+    # multiwalk.eht.likelihood), two terms of 1.4e5 cancelling to what is left: the misfit and the
+    # prior of the best gains x = H^-1 b, about 8e-4 here.  In float32 that is below one ulp of the
+    # terms (2^-6), so the sum compares in float64 with the same misfit and prior summed as such
+    # (no cancellation): 1e-9 absolute, ~34 float64 ulps of r'Dr (measured 1 ulp with and without
+    # fused multiply-adds), ~1e-6 of the value.
+    with jax.enable_x64(True):
+        got = _chi2(terms, RING)["amp"]
+        model = np.asarray(xringaus(jnp.asarray(RING), jnp.asarray(data.u), jnp.asarray(data.v)))
     amp = terms.args(np.float64)["amp"]
-    r = amp["log_obs"] - np.log(np.abs(np.asarray(xringaus(RING, data.u, data.v))))
-    assert abs(_chi2(terms, RING)["amp"]) < 1e-6 * np.sum(amp["weight"] * r * r)
+    r = amp["log_obs"] - np.log(np.abs(model))
+    wr = amp["weight"] * r
+    b = np.zeros(amp["h_inv"].shape[:2]).ravel()
+    np.add.at(b, amp["slot1"], wr)
+    np.add.at(b, amp["slot2"], wr)
+    x = np.einsum("sij,sj->si", amp["h_inv"], b.reshape(amp["h_inv"].shape[:2])).ravel()
+    misfit = r - x[amp["slot1"]] - x[amp["slot2"]]
+    want = np.sum(amp["weight"] * misfit**2) + np.sum(x**2) / 10.0**2
+    assert 1e-4 < want < 1e-2 and got == pytest.approx(want, rel=0, abs=1e-9), (got, want)
     truth = eht_terms(_observe(noise=False), "amp")
     stations, gains = terms.gains(np.asarray(xringaus(RING, data.u, data.v)))
     ratio = data.amplitude / truth.data.amplitude  # the applied g_a g_b, per row

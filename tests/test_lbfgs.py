@@ -503,23 +503,28 @@ def _same_run(r, k, iterations, nfev, x, f_path, nfev_path, label):
     the batched program (K starts) and a one-start program are compiled apart and may round
     differently from the first iteration on (measured with XLA's older CPU fusion code generator:
     f 4e-13 apart in the first 20 iterations).  Along Rosenbrock's curved valley such differences
-    grow until the two paths part, and from there on the two runs are two runs: on the hard start
-    the paths parted at iteration 65 on one CPU (175 and 177 evaluations in all) and ended 171 and
-    176 iterations long on another, both converged.  (Near the minimum, where f is the square of a
-    small distance, its relative differences grow as well: the easy starts "part" there, at rows
-    33 of 39 and 36 of 44 on that CPU.)  So: the same status; f after each iteration to rtol 1e-9
-    until the paths part, which is not before iteration 20; until then the same decisions
-    (evaluations after each iteration, exactly); a path that never parts ends within one iteration
-    and one line search (the last test of the gradient may fall either side of its tolerance); the
-    final x to 1e-3 (both within the gradient tolerance 1e-5 of the minimum, where Rosenbrock's
-    smallest curvature, ~0.4, allows ~1e-4)."""
+    grow until one line search takes another number of evaluations, and from there on the two runs
+    are two runs: on the hard start the evaluations first differed at iteration 65 on one CPU
+    (175 and 177 evaluations in all) and at 126 on another (171 and 176 iterations).  So:
+    - the same decisions (evaluations after each iteration, exactly) up to where they first differ,
+      which is not before iteration 20; and up to there, f to rtol 1e-9 or 1e-9 of f at the start
+      (near the minimum f is the square of a small distance, and its relative differences grow:
+      measured up to 2.4e-11 of f at the start);
+    - the totals within 5 % + 2 (measured 2.9 % apart), and within one iteration and one line search
+      where the decisions never differ;
+    - the final x to 1e-3 (both within the gradient tolerance 1e-5 of the minimum, where
+      Rosenbrock's smallest curvature, ~0.4, allows ~1e-4)."""
     ran, evaluations = int(r.iterations_per_start[k]), int(r.nfev_per_start[k])
     rows = min(ran, iterations) + 1
-    together = np.isclose(r.history["f"][:rows, k], f_path[:rows], rtol=1e-9, atol=1e-20)
-    parted = rows if together.all() else int(np.argmin(together))  # the first row where they differ
-    assert parted >= min(rows, 21), (label, parted, r.history["f"][:rows, k], f_path[:rows])
-    np.testing.assert_array_equal(r.history["nfev"][:parted, k], nfev_path[:parted], err_msg=label)
-    if parted == rows:  # never parted: the same run to its end
+    same = r.history["nfev"][:rows, k] == nfev_path[:rows]
+    parted = rows if same.all() else int(np.argmin(same))  # the first row whose evaluations differ
+    assert parted >= min(rows, 21), (label, parted, r.history["nfev"][:rows, k], nfev_path[:rows])
+    scale = abs(f_path[0]) if np.isfinite(f_path[0]) else 0.0
+    np.testing.assert_allclose(r.history["f"][:parted, k], f_path[:parted], rtol=1e-9, atol=1e-9 * scale,
+                               err_msg=label)
+    assert abs(ran - iterations) <= 0.05 * iterations + 2, (label, ran, iterations)
+    assert abs(evaluations - nfev) <= 0.05 * nfev + 2, (label, evaluations, nfev)
+    if parted == rows:  # the same decisions to the end: the same run, but for its last test of the gradient
         one_search = mw.LBFGS().maxfev  # the evaluations one line search may take
         assert abs(ran - iterations) <= 1 and abs(evaluations - nfev) <= one_search, (label, ran, iterations, evaluations, nfev)
     np.testing.assert_allclose(r.xs[k], x, rtol=0, atol=1e-3, err_msg=label)
