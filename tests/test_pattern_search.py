@@ -19,6 +19,7 @@ import json
 import math
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -345,6 +346,39 @@ def test_time_limited_rounds(timed, one_round):
     # rounds: never worse, to the bit.
     assert r.fun <= one_round.fun
     assert in_box(r.walkers, yao_problem("rastrigin", 3))
+
+
+def _primitives(jaxpr) -> set[str]:
+    """The primitives of ``jaxpr`` and of every jaxpr it calls."""
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            names |= _primitives(sub)
+    return names
+
+
+def test_rounds_none_is_one_round_without_a_time_limit(small):
+    """rounds=None (the default): one round without a time limit, to the bit the rounds=1 run, its
+    chunk without a conditional for a new round (on a GPU XLA reads a conditional's predicate back
+    on the host every iteration); fresh rounds until the limit with one.  The two loops are compiled
+    apart: a timed call after an untimed one of the same solver still starts fresh rounds (the
+    halvings count the last round's 5 iterations only)."""
+    from multiwalk.solvers.base import RunPlan
+
+    solver = mw.PatternSearch(n_walkers=64, iterations=5)
+    untimed = mw.solve(small, solver, seed=3)
+    once = mw.solve(small, mw.PatternSearch(n_walkers=64, iterations=5, rounds=1), seed=3)
+    assert untimed.fun == once.fun and np.array_equal(untimed.x, once.x)
+    for field in ("walkers", "funs", "steps", "halvings", "resets"):
+        np.testing.assert_array_equal(getattr(untimed, field), getattr(once, field), err_msg=field)
+    timed = mw.solve(small, solver, seed=3, time_limit=0.5)
+    assert timed.stats["rounds"] > 2 and timed.halvings.max() <= 5
+    state = jax.jit(lambda k: solver.init(small, k))(jax.random.PRNGKey(3))
+    for until_time_limit, conditional in ((False, False), (True, True)):
+        plan = RunPlan(until_time_limit=until_time_limit)
+        traced = jax.make_jaxpr(lambda s, n, plan=plan: solver.run_chunk(small, s, 0, n, plan=plan))(state, jnp.int32(3))
+        assert ("cond" in _primitives(traced.jaxpr)) is conditional
 
 
 def test_fixed_rounds_run_exactly(three_rounds, one_round):

@@ -28,6 +28,7 @@ import multiwalk as mw
 from multiwalk.functions import yao
 from multiwalk.scalarise import Unsupported, scalarise
 from multiwalk.solvers import pattern_search_kernel as psk
+from multiwalk.solvers.base import RunPlan
 
 
 def yao_problem(name: str, n: int, dtype=None) -> mw.Problem:
@@ -239,6 +240,12 @@ def test_one_round_runs_each_chunk_as_one_launch_exactly():
     state = jax.jit(lambda k: pallas.init(problem, k))(jax.random.PRNGKey(5))
     traced = jax.make_jaxpr(lambda s, n: pallas.run_chunk(problem, s, 0, n))(state, jnp.int32(3))
     assert "while" not in primitives_outside_kernels(traced.jaxpr)
+    # rounds=None (the default) without a time limit (the plan says which) is one round too
+    default = mw.PatternSearch(kernel="pallas", **{**kw, "rounds": None})
+    for until_time_limit, loop in ((False, False), (True, True)):
+        plan = RunPlan(until_time_limit=until_time_limit)
+        traced = jax.make_jaxpr(lambda s, n, plan=plan: default.run_chunk(problem, s, 0, n, plan=plan))(state, jnp.int32(3))
+        assert ("while" in primitives_outside_kernels(traced.jaxpr)) is loop
     chunk = jax.jit(lambda s, n: pallas.run_chunk(problem, s, 0, n))
     ended, ran = chunk(state, jnp.int32(10))
     again, ran_again = chunk(ended, jnp.int32(3))

@@ -222,6 +222,7 @@ def _loop_of(problem: Problem, solver: Solver, phase: int, state: Any, placement
     common = (
         fingerprint, solver, None if shared else phase, jax.tree_util.tree_structure(state), avals,
         placement.key() if sharded else (), tuple(sorted(plan.compiler_options)), on_host, plan.loop_block,
+        plan.until_time_limit,  # PatternSearch(rounds=None): one round without a time limit, rounds until it with one
     )
     if arrays is None:  # compiled for this very problem object
         key = (id(problem), *common)

@@ -298,12 +298,17 @@ class PatternSearch(Solver):
         )
 
     def step(self, problem: Problem, state: PatternSearchState, phase: int) -> PatternSearchState:
+        return self._step_in_round(problem, self._maybe_new_round(problem, state), phase)
+
+    def _step_in_round(self, problem: Problem, state: PatternSearchState, phase: int) -> PatternSearchState:
+        """:meth:`step` without starting a new round: the whole step of a run that is one round
+        (:meth:`_one_round`), which then holds no conditional (on a GPU XLA reads a conditional's
+        predicate back on the host)."""
         lo, hi, _ = problem.free_bounds()
         dt = problem.dtype
         d0, tol_scale = self.steps(problem)
         lo_j, hi_j, d0_j = jnp.asarray(lo, dt), jnp.asarray(hi, dt), jnp.asarray(d0, dt)
 
-        state = self._maybe_new_round(problem, state)
         plan = self.kernel_plan(problem)
         if plan.use_pallas:
             return self._kernel_iterations(problem, plan, state, 1, 1)
@@ -317,10 +322,12 @@ class PatternSearch(Solver):
         ``pattern_search_kernel.MAX_ITERATIONS``) in one kernel launch per loop trip; the
         result is that of ``n`` steps (the same iterations, best point and counters)."""
         kplan = self.kernel_plan(problem)
+        one_round = self._one_round(plan)
         if not kplan.use_pallas:
-            return super().run_chunk(problem, state, phase, n, plan)
+            step = self._step_in_round if one_round else self.step
+            return self.steps_while(problem, state, phase, n, step, 1 if plan is None else plan.loop_block)
         per_launch = min(self.iterations, pattern_search_kernel.MAX_ITERATIONS)
-        if self.rounds == 1 and self.iterations <= per_launch:
+        if one_round and self.iterations <= per_launch:
             # One round that one launch holds: every chunk is one launch, without a loop.  On a GPU
             # a while_loop's condition is read back on the host at each trip, which makes the
             # chunk's program wait for the device; this one is queued, and the host goes on.
@@ -329,13 +336,19 @@ class PatternSearch(Solver):
 
         def body(carry: tuple) -> tuple:
             i, s = carry
-            s = self._maybe_new_round(problem, s)
+            s = s if one_round else self._maybe_new_round(problem, s)
             to_round_end = self.iterations - s.iteration % self.iterations
             k = jnp.minimum(jnp.minimum(n - i, to_round_end), per_launch).astype(jnp.int32)
             return i + k, self._kernel_iterations(problem, kplan, s, k, per_launch)
 
         n_run, state = jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.asarray(0, jnp.int32), state))
         return state, n_run
+
+    def _one_round(self, plan: RunPlan | None) -> bool:
+        """Whether a run under ``plan`` is one round: ``rounds=1``, or ``rounds=None`` without a time
+        limit (with one, the plan's ``until_time_limit``, rounds go on until it); without a plan
+        (a direct call), only ``rounds=1``."""
+        return self.rounds == 1 or (self.rounds is None and plan is not None and not plan.until_time_limit)
 
     def _maybe_new_round(self, problem: Problem, state: PatternSearchState) -> PatternSearchState:
         """Fresh walkers when ``state.iteration`` is at the start of a round after the first."""
