@@ -1006,6 +1006,8 @@ def solve(
     later calls with the same ``problem`` object and equal solver options (it then drops to ~0).  A problem whose
     bounds, data, sigma, fixed values or ``args`` arrays were changed in place is compiled
     anew; as with ``jax.jit``, global arrays read by the function are baked in at compilation.
+    ``PatternSearch(rounds=None)`` compiles one loop for calls without a time limit (one round)
+    and another for calls with one (rounds until it): a warm-up call should match the calls it warms.
     """
     if distributed:  # before anything touches a device
         _start_distributed(distributed)

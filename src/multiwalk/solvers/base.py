@@ -131,7 +131,8 @@ class RunPlan:
     #: whether the problem's data, sigma and ``args`` arrays go to the loop as arguments (a new
     #: dataset of the same shapes reuses it); False for kernels that read them as constants
     arrays_as_arguments: bool = True
-    #: with ``solve(time_limit=T)``: the last phase is unbounded and reaching T is success
+    #: with ``solve(time_limit=T)``: the last phase is unbounded and reaching T is success (a
+    #: solver's chunk may be traced otherwise: PatternSearch's rounds; part of the loop's cache key)
     until_time_limit: bool = False
     #: iterations per trip of the chunk's ``while_loop``, run by an inner loop of that fixed trip
     #: count (:meth:`Solver.loop_block`); the driver makes every chunk a multiple of it.  1 (default):

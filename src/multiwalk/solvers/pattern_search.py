@@ -347,7 +347,8 @@ class PatternSearch(Solver):
     def _one_round(self, plan: RunPlan | None) -> bool:
         """Whether a run under ``plan`` is one round: ``rounds=1``, or ``rounds=None`` without a time
         limit (with one, the plan's ``until_time_limit``, rounds go on until it); without a plan
-        (a direct call), only ``rounds=1``."""
+        (a direct call), only ``rounds=1``.  A chunk of a one-round run must not ask for iterations
+        past the round's end (the driver's never do: a phase is one round)."""
         return self.rounds == 1 or (self.rounds is None and plan is not None and not plan.until_time_limit)
 
     def _maybe_new_round(self, problem: Problem, state: PatternSearchState) -> PatternSearchState:
