@@ -659,7 +659,7 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     """One chunk of up to ``n`` iterations of the current phase, then what follows it (:func:`_after_chunk`).
     ``(iterations run, seconds)``."""
     # made before the clock: a new trip count is a transfer (the first in a process, a compilation)
-    trip_count = _trip_count(run, n) if run.summary is None else np.int32(n)  # a host loop reads n on the host
+    trip_count = _kept_int32(n, run.placement) if run.summary is None else np.int32(n)  # a host loop reads n on the host
     # the last phase's remaining iterations: no chunk follows this one, its state is the final one
     last = run.phase_index == len(run.phases) - 1
     ends_run = last and n >= run.phases[run.phase_index].length - run.done[run.phase_index]
@@ -707,16 +707,12 @@ _TRIP_COUNTS: dict[tuple[int, tuple], jax.Array] = {}
 _TRIP_COUNTS_MAX = 64
 
 
-def _trip_count(run: _Run, n: int) -> Any:
-    """A chunk's trip count ``n`` as the compiled loop takes it: :func:`_kept_int32` (as a NumPy
-    scalar it was a host->device copy before every chunk, to every device of a split run;
-    ``jnp.asarray`` each time was a dispatch of its own, ~0.1 ms on a CPU)."""
-    return _kept_int32(n, run.placement)
-
-
 def _kept_int32(n: int, placement: dist.Placement) -> Any:
-    """``n`` as an int32 device scalar where a run's loop takes it, kept across chunks and calls:
-    on the default device, on the one device a pinned run chose, or replicated over a split run's."""
+    """``n`` (a chunk's trip count, a shared loop's phase) as an int32 device scalar where a run's
+    loop takes it, kept across chunks and calls: on the default device, on the one device a pinned
+    run chose, or replicated over a split run's.  As a NumPy scalar it was a host->device copy
+    before every chunk, to every device of a split run; ``jnp.asarray`` each time was a dispatch of
+    its own (~0.1 ms on a CPU)."""
     if placement.sharded:
         make = lambda: dist.place(np.int32(n), placement.replicated)  # noqa: E731
     elif placement.devices[0] is not None:
