@@ -66,3 +66,35 @@ def test_the_cache_can_be_turned_off_or_moved(tmp_path, setting, expected):
 def test_jax_own_setting_wins(tmp_path):
     [folder] = _run({"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax"), "MULTIWALK_CACHE_DIR": str(tmp_path / "ours")})
     assert folder == str(tmp_path / "jax") and not (tmp_path / "ours").exists()
+
+
+@pytest.mark.parametrize("variable", ["MULTIWALK_CACHE_DIR", "XDG_CACHE_HOME"])
+def test_a_folder_that_cannot_be_written_leaves_the_cache_off_with_one_warning(tmp_path, variable):
+    # a path through a file cannot be made, for any user (root too, who may write anywhere else);
+    # without the check JAX warned in its own words about the first program it failed to read
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "MULTIWALK_CACHE"))}
+    env.update({variable: str(blocker / "cache")}, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", PROGRAM, "solve"], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "None"  # cache_dir(): off, and the run went on
+    warned = [line for line in out.stderr.splitlines() if "persistent compilation cache" in line]
+    assert len(warned) == 1 and str(blocker) in warned[0] and "MULTIWALK_CACHE_DIR" in warned[0], out.stderr[-2000:]
+
+
+def test_unusable_folders_are_named_with_the_reason(tmp_path):
+    from multiwalk.persistent_cache import _why_unusable
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert _why_unusable(tmp_path / "new" / "deeper") is None  # made by JAX under a writable folder
+    assert _why_unusable(tmp_path) is None
+    assert "is not a folder" in _why_unusable(blocker / "cache")
+    assert "is not a folder" in _why_unusable(blocker)
+    if os.geteuid() != 0:  # root may write in any folder
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        assert _why_unusable(locked) == "is not writable"
+        assert "is not writable" in _why_unusable(locked / "cache")

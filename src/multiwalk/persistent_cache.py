@@ -19,11 +19,16 @@ of every run, where loading each from the cache takes a few ms).  The folder is
 limited to 2 GiB, the least recently used programs going first (``JAX_COMPILATION_CACHE_MAX_SIZE``
 sets it, in bytes; JAX's eviction needs the ``filelock`` package, a dependency of multiwalk).
 Clearing the cache is deleting the folder: :func:`cache_dir` names it.
+
+A folder that cannot be written (a read-only or missing home, as batch jobs and containers often
+have, or a path through a file) leaves the cache off, with one warning naming the folder and the
+fix, where JAX would warn about each program it fails to read or write, in its own words.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import jax
@@ -54,12 +59,31 @@ def configure(environ: dict[str, str] | None = None) -> Path | None:
     if wanted.lower() in ("off", "0", "false", "no", "none"):
         return None
     folder = Path(wanted).expanduser() if wanted else default_dir()
+    unusable = _why_unusable(folder)
+    if unusable:
+        warnings.warn(f"multiwalk compiles without its persistent compilation cache: the folder {folder} {unusable}. "
+                      f"Set {ENVIRONMENT_VARIABLE} to a folder you can write (or to 'off' to silence this).",
+                      stacklevel=2)
+        return None
     jax.config.update("jax_compilation_cache_dir", str(folder))
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     if "JAX_COMPILATION_CACHE_MAX_SIZE" not in environ and _has_filelock():
         jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)  # JAX's eviction locks with filelock
     return folder
+
+
+def _why_unusable(folder: Path) -> str | None:
+    """Why ``folder`` cannot hold the cache (None: it can): it, or the nearest folder above it that
+    exists (JAX makes the rest), must be a folder this process may write in.  Nothing is created."""
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"cannot be made ({existing} is not a folder)"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return "is not writable" if existing == folder.absolute() else f"cannot be made ({existing} is not writable)"
+    return None
 
 
 def _has_filelock() -> bool:
