@@ -22,7 +22,8 @@ Clearing the cache is deleting the folder: :func:`cache_dir` names it.
 
 A folder that cannot be written (a read-only or missing home, as batch jobs and containers often
 have, or a path through a file) leaves the cache off, with one warning naming the folder and the
-fix, where JAX would warn about each program it fails to read or write, in its own words.
+fix (on rank 0 only, under an MPI launcher), where JAX would warn in its own words about the
+programs it fails to read or write.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import warnings
 from pathlib import Path
 
 import jax
+
+import _multiwalk_launch
 
 __all__ = ["cache_dir", "configure"]
 
@@ -61,6 +64,8 @@ def configure(environ: dict[str, str] | None = None) -> Path | None:
     folder = Path(wanted).expanduser() if wanted else default_dir()
     unusable = _why_unusable(folder)
     if unusable:
+        if _multiwalk_launch.launched_rank() != 0:  # every rank of an mpiexec launch has the same folder: one says it
+            return None
         warnings.warn(f"multiwalk compiles without its persistent compilation cache: the folder {folder} {unusable}. "
                       f"Set {ENVIRONMENT_VARIABLE} to a folder you can write (or to 'off' to silence this).",
                       stacklevel=2)
