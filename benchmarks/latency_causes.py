@@ -12,10 +12,15 @@ figures of record are ``benchmarks/user_latency.py``'s):
 * ``replay``: the PatternSearch 15360 x 20 call against the same compiled programs it runs, called
   again in the same order on the same arguments with nothing around them, and their outputs read
   back: what a call would cost if the driver's host work were nil (the floor of a repeated call);
+* ``replay_parts``: the same programs, each timed alone (launched, waited for, its small outputs read
+  back: a call reads its report, not its state) with the
+  ones before it already run and waited for: what a call of one program would cost, the floor of a
+  call that ran the start, the chunk and the one-point value as one program;
 * ``xringaus_compiles``: every program the xringaus fit's first call compiles, with its time
   (``jax_log_compiles``), and the whole first call.
 
-    PYTHONPATH=src python3 benchmarks/latency_causes.py re_scaling fixed_cost call_work replay xringaus_compiles
+    PYTHONPATH=src python3 benchmarks/latency_causes.py re_scaling fixed_cost call_work replay replay_parts \
+        xringaus_compiles
 """
 
 from __future__ import annotations
@@ -210,6 +215,33 @@ def replay(calls: int = 200) -> None:
           f"the last one's outputs read: median {np.median(bare) * 1e3:.3f} ms")
 
 
+def replay_parts(calls: int = 200) -> None:
+    import jax
+    import pattern_search as bench
+
+    import multiwalk as mw
+
+    problem = bench.make_problem(mw, "ackley", 20)
+    solver = mw.PatternSearch(n_walkers=15360, iterations=20)
+    second_call(problem, solver)
+    programs = _recorded_programs(problem, solver)
+    alone: list[list[float]] = [[] for _ in programs]
+    for _ in range(calls):
+        outputs: list[list[Any]] = []
+        for i, (compiled, tree, leaves) in enumerate(programs):
+            args = [outputs[x[0]][x[1]] if isinstance(x, tuple) else x for x in leaves]
+            t0 = time.perf_counter()
+            out = jax.tree_util.tree_leaves(compiled(*jax.tree_util.tree_unflatten(tree, args)))
+            jax.block_until_ready(out)  # the program done; its small outputs read, as a call reads its report
+            jax.device_get([x for x in out if x.nbytes <= 4096])
+            alone[i].append(time.perf_counter() - t0)
+            outputs.append(out)
+    parts = ", ".join(f"program {i} ({len(programs[i][2])} inputs) {np.median(t) * 1e3:.3f} ms"
+                      for i, t in enumerate(alone))
+    print(f"replay_parts: PatternSearch 15360 x 20, {calls} calls, each program launched, waited for and its "
+          f"small outputs read, alone (median): {parts}")
+
+
 class _Compiles(logging.Handler):
     """Collects JAX's "Finished XLA compilation of NAME in T sec" lines (``jax_log_compiles``)."""
 
@@ -254,7 +286,8 @@ def xringaus_compiles(unroll: int | None = None) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", nargs="+", choices=["re_scaling", "fixed_cost", "call_work", "replay", "xringaus_compiles"])
+    p.add_argument("what", nargs="+", choices=["re_scaling", "fixed_cost", "call_work", "replay", "replay_parts",
+                                                    "xringaus_compiles"])
     p.add_argument("--unroll", type=int, nargs="+", default=[0], help="xringaus: metropolis_unroll (0: default)")
     args = p.parse_args()
     for name in args.what:

@@ -197,12 +197,57 @@ def summary_runner(problem: Any, solver: Solver, state: Any, out_shardings: Any)
     return compile_cache.cached_jit(problem, solver, f"summary {layout}", summary_of, out_shardings), used
 
 
-def start_copies(tree: Any) -> None:
-    """Start copying ``tree``'s device arrays to the host: issued right after the program that makes
-    them, the copies follow it on the device, and :func:`fetch` after waiting for the program
-    finds them done (on a GPU, one round trip less a chunk)."""
-    for x in jax.tree_util.tree_leaves(tree):
+def start_copies(tree: Any) -> Any:
+    """Start copying ``tree``'s device arrays to the host, right after the program that makes them;
+    returned: the tree for :func:`fetch` to read once that program is waited for.
+
+    On one GPU, the copies are a program of their own (:func:`_pinned_copy`), queued behind the
+    one that makes them, which writes them into pinned host memory: reading them is then only the
+    wait for that program.  Each small array read from device memory instead costs a transfer
+    and its completion handed to the host: launched and read back, a jitted call of 448 floats
+    took 237 us on an H100 host, 75 us with its output in pinned host memory (launched and waited
+    for alone: 76 us).  Elsewhere (a CPU, a run split over devices) the copies are JAX's own
+    (``copy_to_host_async``), which follow the program on the device."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    copy = _pinned_copy(_one_gpu(leaves))
+    if copy is not None:
+        return copy(tree)
+    for x in leaves:
         x.copy_to_host_async()
+    return tree
+
+
+def _one_gpu(leaves: list[Any]) -> Any | None:
+    """The one GPU whose device memory holds every leaf, or None (a CPU, several devices, host memory)."""
+    devices = set()
+    for x in leaves:
+        sharding = getattr(x, "sharding", None)
+        if sharding is None or len(sharding.device_set) != 1 or getattr(sharding, "memory_kind", None) != "device":
+            return None
+        devices |= sharding.device_set
+    if len(devices) != 1:
+        return None
+    (device,) = devices
+    return device if device.platform == "gpu" else None
+
+
+# device -> the identity program whose outputs go to that device's pinned host memory (None: it
+# has none), a program per tree of arrays it copies (jax.jit's own cache; kept on disk too)
+_PINNED_COPIES: dict[Any, Any] = {}
+
+
+def _pinned_copy(device: Any | None) -> Any | None:
+    """``tree -> tree`` copied into ``device``'s pinned host memory by a program queued on the device,
+    or None where there is no such memory (or no device)."""
+    if device is None:
+        return None
+    if device not in _PINNED_COPIES:
+        from jax.sharding import SingleDeviceSharding
+
+        kinds = {memory.kind for memory in device.addressable_memories()}
+        _PINNED_COPIES[device] = (jax.jit(lambda tree: tree, out_shardings=SingleDeviceSharding(
+            device, memory_kind="pinned_host")) if "pinned_host" in kinds else None)
+    return _PINNED_COPIES[device]
 
 
 def fetch(tree: Any) -> Any:

@@ -684,12 +684,13 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
         run.state, n_run = compiled(run.state, trip_count, arrays)
         if wants_summary:
             info = run.summary(run.state)
-    prog.start_copies((n_run, info, report))  # queued behind the chunk: read without a second round trip
+    # queued behind the chunk (on one GPU a copy into pinned host memory): read without a round trip more
+    copies = prog.start_copies((n_run, info, report))
     jax.block_until_ready(run.state)
     dt = time.perf_counter() - t0
     # One read from the device per chunk: the steps run and, where shown, the progress summary's
     # scalars (and, after the chunk that ends the run, what the result reads).
-    n_run, info, run.report = prog.fetch((n_run, info, report))
+    n_run, info, run.report = prog.fetch(copies)
     info = {k: float(v) for k, v in info.items()}
     # Every decision below derives from dt and the flags: under jax.distributed all
     # processes take process 0's, so they run the same chunks and stop together.

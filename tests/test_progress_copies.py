@@ -1,0 +1,95 @@
+"""The chunk's small results read back (multiwalk.progress.start_copies / fetch): on one GPU through
+a program that copies them into pinned host memory, elsewhere through JAX's own async copies.  This
+machine has no GPU: the choice is tested on stand-ins, and the copy program on the CPU's own pinned
+host memory (the same program, for another device)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from multiwalk import progress
+
+
+@dataclass(frozen=True)
+class _Device:
+    platform: str
+    id: int = 0
+
+
+@dataclass(frozen=True)
+class _Sharding:
+    device_set: frozenset
+    memory_kind: str = "device"
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    sharding: _Sharding
+
+
+def _on(*devices: _Device, memory_kind: str = "device") -> _Leaf:
+    return _Leaf(_Sharding(frozenset(devices), memory_kind))
+
+
+def test_one_gpu_is_chosen_only_when_every_leaf_is_in_its_device_memory():
+    gpu, other = _Device("gpu", 0), _Device("gpu", 1)
+    assert progress._one_gpu([_on(gpu), _on(gpu)]) == gpu
+    assert progress._one_gpu([_on(gpu), _on(other)]) is None  # two GPUs
+    assert progress._one_gpu([_on(gpu, other)]) is None  # a leaf split over two
+    assert progress._one_gpu([_on(gpu), _on(gpu, memory_kind="pinned_host")]) is None  # already on the host
+    assert progress._one_gpu([_on(_Device("cpu"))]) is None  # a CPU reads its arrays in place
+    assert progress._one_gpu([_on(gpu), np.zeros(2)]) is None  # a host array among them
+    assert progress._one_gpu([]) is None
+
+
+def test_on_a_cpu_the_tree_is_read_as_it_is():
+    cpu = jax.devices("cpu")[0]
+    tree = jax.device_put((jnp.int32(3), {"best": jnp.float32(0.5)}, {"x": jnp.arange(4.0)}), cpu)
+    assert progress.start_copies(tree) is tree
+    n, info, report = progress.fetch(tree)
+    assert int(n) == 3 and float(info["best"]) == 0.5 and report["x"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_the_copy_program_gives_the_same_bits_in_pinned_host_memory():
+    # the program the driver queues behind a GPU's chunk, made for the default device (in CI a CPU,
+    # which has pinned host memory too): every leaf lands there with the bits it had, and what
+    # fetch reads is the same
+    copy = progress._pinned_copy(jax.devices()[0])
+    assert copy is not None and progress._pinned_copy(None) is None
+    tree = (jnp.int32(7), {}, {"x": jnp.asarray([np.pi, -0.0, np.nan]), "numbers": jnp.arange(3, dtype=jnp.int32)})
+    copied = copy(tree)
+    assert {leaf.sharding.memory_kind for leaf in jax.tree_util.tree_leaves(copied)} == {"pinned_host"}
+    assert jax.tree_util.tree_structure(copied) == jax.tree_util.tree_structure(tree)
+    for a, b in zip(jax.tree_util.tree_leaves(progress.fetch(copied)), jax.tree_util.tree_leaves(progress.fetch(tree))):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_on_a_gpu_a_solve_reads_its_chunk_through_pinned_memory_with_the_same_result(monkeypatch):
+    import pytest
+
+    import multiwalk as mw
+
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs a GPU (the copy program is for one)")
+    problem = mw.Problem(objective=lambda x: jnp.sum((x - 0.25) ** 2), lower=[-1.0] * 4, upper=[1.0] * 4)
+    solver = mw.PatternSearch(n_walkers=256, iterations=10)
+    made = []
+    start_copies = progress.start_copies
+
+    def spy(tree):
+        out = start_copies(tree)
+        made.append({leaf.sharding.memory_kind for leaf in jax.tree_util.tree_leaves(out)})
+        return out
+
+    monkeypatch.setattr(progress, "start_copies", spy)
+    pinned = mw.solve(problem, solver, progress=False)
+    assert made and made[-1] == {"pinned_host"}
+    monkeypatch.setattr(progress, "_pinned_copy", lambda device: None)  # JAX's own copies
+    plain = mw.solve(problem, solver, progress=False)
+    assert made[-1] == {"device"}
+    assert np.asarray(pinned.x).tobytes() == np.asarray(plain.x).tobytes() and pinned.fun == plain.fun
+    assert pinned.status == plain.status and pinned.stats["nonfinite"] == plain.stats["nonfinite"]
