@@ -93,3 +93,20 @@ def test_on_a_gpu_a_solve_reads_its_chunk_through_pinned_memory_with_the_same_re
     assert made[-1] == {"device"}
     assert np.asarray(pinned.x).tobytes() == np.asarray(plain.x).tobytes() and pinned.fun == plain.fun
     assert pinned.status == plain.status and pinned.stats["nonfinite"] == plain.stats["nonfinite"]
+
+
+def test_a_copy_program_that_fails_falls_back_to_jax_copies_with_a_warning(monkeypatch):
+    import pytest
+
+    gpu = _Device("gpu", 7)
+
+    def refuses(tree):
+        raise RuntimeError("UNIMPLEMENTED: host memory space")
+
+    monkeypatch.setattr(progress, "_one_gpu", lambda leaves: gpu)
+    monkeypatch.setitem(progress._PINNED_COPIES, gpu, refuses)
+    tree = (jnp.int32(3), {"x": jnp.arange(3.0)})
+    with pytest.warns(UserWarning, match="without pinned host memory"):
+        assert progress.start_copies(tree) is tree
+    assert progress._PINNED_COPIES[gpu] is None  # not tried again
+    assert progress.start_copies(tree) is tree

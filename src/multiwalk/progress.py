@@ -8,6 +8,7 @@ import hashlib
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -209,9 +210,15 @@ def start_copies(tree: Any) -> Any:
     for alone: 76 us).  Elsewhere (a CPU, a run split over devices) the copies are JAX's own
     (``copy_to_host_async``), which follow the program on the device."""
     leaves = jax.tree_util.tree_leaves(tree)
-    copy = _pinned_copy(_one_gpu(leaves))
+    device = _one_gpu(leaves)
+    copy = _pinned_copy(device)
     if copy is not None:
-        return copy(tree)
+        try:
+            return copy(tree)
+        except Exception as err:  # noqa: BLE001 - an XLA that cannot put outputs in host memory: JAX's copies
+            _PINNED_COPIES[device] = None
+            warnings.warn(f"results are read from {device} without pinned host memory ({type(err).__name__}: "
+                          f"{str(err)[:200]}); each read then costs a transfer of its own", stacklevel=2)
     for x in leaves:
         x.copy_to_host_async()
     return tree
