@@ -31,6 +31,8 @@ def median_us(fn: Callable[[], Any], calls: int = 300) -> float:
 
 def main() -> None:
     device = jax.devices()[0]
+    if "pinned_host" not in {memory.kind for memory in device.addressable_memories()}:
+        raise SystemExit(f"{device.device_kind} has no pinned host memory: nothing to compare")
     pinned = SingleDeviceSharding(device, memory_kind="pinned_host")
     x = jnp.ones(448, jnp.float32)
     on_device = jax.jit(lambda v: v * 2 + 1)

@@ -93,8 +93,37 @@ def test_unusable_folders_are_named_with_the_reason(tmp_path):
     assert _why_unusable(tmp_path) is None
     assert "is not a folder" in _why_unusable(blocker / "cache")
     assert "is not a folder" in _why_unusable(blocker)
+    broken = tmp_path / "broken"
+    broken.symlink_to(tmp_path / "gone")
+    assert "is a broken link" in _why_unusable(broken / "cache")
     if os.geteuid() != 0:  # root may write in any folder
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
         assert _why_unusable(locked) == "is not writable"
         assert "is not writable" in _why_unusable(locked / "cache")
+
+
+def test_a_folder_above_that_cannot_be_entered_is_named_not_raised(tmp_path, monkeypatch):
+    # as a user who may not enter a folder above the cache's (a container run as another user
+    # with HOME=/root), looking at the path says "not found" rather than raising; the folder
+    # then named is the nearest one that exists (here made unwritable for this test's user, root
+    # included, by os.access)
+    from multiwalk import persistent_cache
+
+    locked = tmp_path / "home"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(persistent_cache.os, "access", lambda path, mode: False if str(path) == str(locked)
+                        else real_access(path, mode))
+    assert persistent_cache._why_unusable(locked / ".cache" / "multiwalk") == f"cannot be made ({locked} is not writable)"
+
+
+def test_only_rank_0_of_a_launch_warns(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "MULTIWALK_CACHE"))}
+    env.update(MULTIWALK_CACHE_DIR=str(blocker / "cache"), OMPI_COMM_WORLD_RANK="1", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "None" and "persistent compilation cache" not in out.stderr

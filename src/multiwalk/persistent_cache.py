@@ -34,8 +34,6 @@ from pathlib import Path
 
 import jax
 
-import _multiwalk_launch
-
 __all__ = ["cache_dir", "configure"]
 
 ENVIRONMENT_VARIABLE = "MULTIWALK_CACHE_DIR"
@@ -64,12 +62,13 @@ def configure(environ: dict[str, str] | None = None) -> Path | None:
     folder = Path(wanted).expanduser() if wanted else default_dir()
     unusable = _why_unusable(folder)
     if unusable:
-        if _multiwalk_launch.launched_rank() != 0:  # every rank of an mpiexec launch has the same folder: one says it
+        if _launched_rank(environ) != 0:  # every rank of a launch has the same folder: one says it
             return None
         warnings.warn(f"multiwalk compiles without its persistent compilation cache: the folder {folder} {unusable}. "
                       f"Set {ENVIRONMENT_VARIABLE} to a folder you can write (or to 'off' to silence this).",
                       stacklevel=2)
         return None
+    folder = folder.absolute()  # a later chdir does not move it
     jax.config.update("jax_compilation_cache_dir", str(folder))
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
@@ -80,15 +79,29 @@ def configure(environ: dict[str, str] | None = None) -> Path | None:
 
 def _why_unusable(folder: Path) -> str | None:
     """Why ``folder`` cannot hold the cache (None: it can): it, or the nearest folder above it that
-    exists (JAX makes the rest), must be a folder this process may write in.  Nothing is created."""
-    existing = folder.absolute()
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
+    exists (JAX makes the rest), must be a folder this process may write in.  Nothing is created.
+    A path that cannot even be looked at (a folder above it this user may not enter) counts as
+    one that cannot be made."""
+    existing = os.path.abspath(folder)
+    while not os.path.lexists(existing) and existing != os.path.dirname(existing):
+        existing = os.path.dirname(existing)  # os.path's tests say False where Path's raise (EACCES)
+    if os.path.islink(existing) and not os.path.exists(existing):
+        return f"cannot be made ({existing} is a broken link)"
+    if not os.path.isdir(existing):
         return f"cannot be made ({existing} is not a folder)"
     if not os.access(existing, os.W_OK | os.X_OK):
-        return "is not writable" if existing == folder.absolute() else f"cannot be made ({existing} is not writable)"
+        return "is not writable" if existing == os.path.abspath(folder) else f"cannot be made ({existing} is not writable)"
     return None
+
+
+def _launched_rank(environ: dict[str, str]) -> int:
+    """This process's rank by an MPI launcher's or SLURM's environment (0 when launched alone)."""
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"):
+        try:
+            return int(environ[name])
+        except (KeyError, ValueError):
+            continue
+    return 0
 
 
 def _has_filelock() -> bool:

@@ -198,9 +198,11 @@ def summary_runner(problem: Any, solver: Solver, state: Any, out_shardings: Any)
     return compile_cache.cached_jit(problem, solver, f"summary {layout}", summary_of, out_shardings), used
 
 
-def start_copies(tree: Any) -> Any:
+def start_copies(tree: Any) -> tuple[Any, float]:
     """Start copying ``tree``'s device arrays to the host, right after the program that makes them;
-    returned: the tree for :func:`fetch` to read once that program is waited for.
+    returned: the tree for :func:`fetch` to read once that program is waited for, and the seconds
+    spent compiling a copy program in this call (0.0 but the first time for a tree's shapes: the
+    caller counts them as compiling, not as its run).
 
     On one GPU, the copies are a program of their own (:func:`_pinned_copy`), queued behind the
     one that makes them, which writes them into pinned host memory: reading them is then only the
@@ -209,19 +211,13 @@ def start_copies(tree: Any) -> Any:
     took 237 us on an H100 host, 75 us with its output in pinned host memory (launched and waited
     for alone: 76 us).  Elsewhere (a CPU, a run split over devices) the copies are JAX's own
     (``copy_to_host_async``), which follow the program on the device."""
-    leaves = jax.tree_util.tree_leaves(tree)
-    device = _one_gpu(leaves)
-    copy = _pinned_copy(device)
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    copy, compiling = _pinned_copy(_one_gpu(leaves), treedef, leaves)
     if copy is not None:
-        try:
-            return copy(tree)
-        except Exception as err:  # noqa: BLE001 - an XLA that cannot put outputs in host memory: JAX's copies
-            _PINNED_COPIES[device] = None
-            warnings.warn(f"results are read from {device} without pinned host memory ({type(err).__name__}: "
-                          f"{str(err)[:200]}); each read then costs a transfer of its own", stacklevel=2)
+        return jax.tree_util.tree_unflatten(treedef, copy(*leaves)), compiling
     for x in leaves:
         x.copy_to_host_async()
-    return tree
+    return tree, compiling
 
 
 def _one_gpu(leaves: list[Any]) -> Any | None:
@@ -238,23 +234,38 @@ def _one_gpu(leaves: list[Any]) -> Any | None:
     return device if device.platform == "gpu" else None
 
 
-# device -> the identity program whose outputs go to that device's pinned host memory (None: it
-# has none), a program per tree of arrays it copies (jax.jit's own cache; kept on disk too)
+# (device, tree, the leaves' types) -> the compiled copy of those leaves into that device's pinned
+# host memory; device -> None where it has no such memory, or its XLA refused the copy
 _PINNED_COPIES: dict[Any, Any] = {}
 
 
-def _pinned_copy(device: Any | None) -> Any | None:
-    """``tree -> tree`` copied into ``device``'s pinned host memory by a program queued on the device,
-    or None where there is no such memory (or no device)."""
-    if device is None:
-        return None
-    if device not in _PINNED_COPIES:
-        from jax.sharding import SingleDeviceSharding
+def _pinned_copy(device: Any | None, treedef: Any, leaves: list[Any]) -> tuple[Any | None, float]:
+    """The compiled program ``*leaves -> leaves`` in ``device``'s pinned host memory, compiled now
+    the first time for these leaves' types (kept, and in the persistent cache), and the seconds
+    that compiling took here (0.0 when kept); None where there is no device, no pinned host
+    memory or no such program (then with one warning)."""
+    if device is None or _PINNED_COPIES.get(device, True) is None:
+        return None, 0.0
+    key = (device, treedef, tuple(x.aval for x in leaves))
+    copy = _PINNED_COPIES.get(key)
+    if copy is not None:
+        return copy, 0.0
+    t0 = time.perf_counter()
+    from jax.sharding import SingleDeviceSharding
 
-        kinds = {memory.kind for memory in device.addressable_memories()}
-        _PINNED_COPIES[device] = (jax.jit(lambda tree: tree, out_shardings=SingleDeviceSharding(
-            device, memory_kind="pinned_host")) if "pinned_host" in kinds else None)
-    return _PINNED_COPIES[device]
+    if "pinned_host" not in {memory.kind for memory in device.addressable_memories()}:
+        _PINNED_COPIES[device] = None
+        return None, 0.0
+    try:
+        pinned = SingleDeviceSharding(device, memory_kind="pinned_host")
+        copy = jax.jit(lambda *xs: xs, out_shardings=pinned).lower(*leaves).compile()
+    except Exception as err:  # noqa: BLE001 - an XLA that cannot put outputs in host memory: JAX's copies
+        _PINNED_COPIES[device] = None
+        warnings.warn(f"results are read from {device} without pinned host memory ({type(err).__name__}: "
+                      f"{str(err)[:200]}); each read then costs a transfer of its own", stacklevel=3)
+        return None, time.perf_counter() - t0
+    _PINNED_COPIES[key] = copy
+    return copy, time.perf_counter() - t0
 
 
 def fetch(tree: Any) -> Any:

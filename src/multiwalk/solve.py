@@ -685,7 +685,9 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
         if wants_summary:
             info = run.summary(run.state)
     # queued behind the chunk (on one GPU a copy into pinned host memory): read without a round trip more
-    copies = prog.start_copies((n_run, info, report))
+    copies, compiling = prog.start_copies((n_run, info, report))
+    t0 += compiling  # a copy program's first compilation (once per process and shapes) is not the run's
+    run.stats["compile_seconds"] += compiling
     jax.block_until_ready(run.state)
     dt = time.perf_counter() - t0
     # One read from the device per chunk: the steps run and, where shown, the progress summary's
