@@ -16,7 +16,6 @@ import argparse
 import hashlib
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ def main() -> None:
     args = p.parse_args()
 
     import pattern_search as bench
+    from gpu_timeline import call
     from user_latency import sphere2
 
     import multiwalk as mw
@@ -55,14 +55,11 @@ def main() -> None:
     for name, (problem, solver, calls) in cases.items():
         calls = 2 if args.quick else calls
         for _ in range(3):
-            r = mw.solve(problem, solver, progress=False)
-            np.asarray(r.x), float(r.fun)
+            call(problem, solver, {})
         walls, runs = [], []
         for _ in range(calls):
-            t0 = time.perf_counter()
-            r = mw.solve(problem, solver, progress=False)
-            np.asarray(r.x), float(r.fun)
-            walls.append(time.perf_counter() - t0)
+            wall, r = call(problem, solver, {})
+            walls.append(wall)
             runs.append(r.stats["run_seconds"])
         out[name] = {"median_ms": round(float(np.median(walls)) * 1e3, 3),
                      "run_ms": round(float(np.median(runs)) * 1e3, 3), "chunks": r.stats["chunks"], "digest": digest(r)}
