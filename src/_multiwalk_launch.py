@@ -173,11 +173,16 @@ def launched_size() -> int:
     return max(sizes)
 
 
-def launched_rank() -> int:
-    """This process's rank as the MPI launcher's environment gives it (0 when not launched so)."""
-    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK"):
+MPI_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
+
+
+def launched_rank(environ: Any = None, variables: tuple[str, ...] = MPI_RANK_VARIABLES) -> int:
+    """This process's rank as the MPI launcher's environment gives it (0 when not launched so):
+    the first of ``variables`` set in ``environ`` (default ``os.environ``)."""
+    environ = os.environ if environ is None else environ
+    for name in variables:
         try:
-            return int(os.environ[name])
+            return int(environ[name])
         except (KeyError, ValueError):
             continue
     return 0

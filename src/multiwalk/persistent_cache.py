@@ -34,6 +34,8 @@ from pathlib import Path
 
 import jax
 
+import _multiwalk_launch
+
 __all__ = ["cache_dir", "configure"]
 
 ENVIRONMENT_VARIABLE = "MULTIWALK_CACHE_DIR"
@@ -62,7 +64,8 @@ def configure(environ: dict[str, str] | None = None) -> Path | None:
     folder = Path(wanted).expanduser() if wanted else default_dir()
     unusable = _why_unusable(folder)
     if unusable:
-        if _launched_rank(environ) != 0:  # every rank of a launch has the same folder: one says it
+        # every rank of a launch (MPI's or SLURM's) has the same folder: one says it
+        if _multiwalk_launch.launched_rank(environ, (*_multiwalk_launch.MPI_RANK_VARIABLES, "SLURM_PROCID")) != 0:
             return None
         warnings.warn(f"multiwalk compiles without its persistent compilation cache: the folder {folder} {unusable}. "
                       f"Set {ENVIRONMENT_VARIABLE} to a folder you can write (or to 'off' to silence this).",
@@ -92,16 +95,6 @@ def _why_unusable(folder: Path) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         return "is not writable" if existing == os.path.abspath(folder) else f"cannot be made ({existing} is not writable)"
     return None
-
-
-def _launched_rank(environ: dict[str, str]) -> int:
-    """This process's rank by an MPI launcher's or SLURM's environment (0 when launched alone)."""
-    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"):
-        try:
-            return int(environ[name])
-        except (KeyError, ValueError):
-            continue
-    return 0
 
 
 def _has_filelock() -> bool:
