@@ -28,6 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from . import program_store
 from .host_objective import compiler_options
 from .problem import Problem
 from .traced_once import joined_args, split_args
@@ -35,7 +36,7 @@ from .traced_once import joined_args, split_args
 __all__ = [
     "cached_jit", "start_with", "fingerprint", "full_fingerprint", "arguments_fingerprint", "one_fingerprint_per_call",
     "problem_arrays", "with_arrays", "loop", "keep_loop", "step_seconds", "note_step_seconds", "compiled_loops",
-    "clear_loops", "small_key", "kept", "keep", "kept_for", "holds", "clear", "user_functions",
+    "clear_loops", "small_key", "kept", "keep", "kept_for", "holds", "clear", "user_functions", "lasting_key",
 ]
 
 _LOOPS: dict[tuple, Any] = {}
@@ -303,17 +304,36 @@ def _lowered(fun: Callable, options: dict[str, Any], args: tuple, key: tuple, ow
     executable under ``key`` (tied to ``owner``'s life when given) and returns it.  The compilation
     may run on another thread: the tracing, which reads JAX's per-thread settings
     (``jax.enable_x64``, ``jax.default_device``), is done here."""
-    lowered = jax.jit(fun, **options).lower(*args)
-
-    def compile_and_keep() -> Any:
-        compiled = lowered.compile()
+    def keep_it(compiled: Any) -> Any:
         if owner is None:
             _keep_small(key, compiled)
         else:
             keep(owner, key, compiled)
         return compiled
 
+    # a later process finds it on disk without tracing (a program of the library's own functions)
+    stored_as = None if "compiler_options" in options else program_store.key("program", lasting_key(key, owner))
+    loaded = program_store.load(stored_as)
+    if loaded is not None:
+        return lambda: keep_it(loaded)
+    lowered = jax.jit(program_store.named(fun, stored_as), **options).lower(*args)
+
+    def compile_and_keep() -> Any:
+        return keep_it(program_store.compile_and_save(stored_as, lowered.compile))
+
     return compile_and_keep
+
+
+def lasting_key(key: tuple, problem: Any) -> tuple | None:
+    """``key`` as another process would make it (for :mod:`multiwalk.program_store`): a key of one
+    problem object (its id first) holds the problem's functions in place of the id, which stood
+    for them beside the fingerprint; a key of any problem with these functions (``"functions"``
+    first) is one already.  None for other problems (their ``fingerprint()`` is theirs to say)."""
+    if key and key[0] == "functions":
+        return key
+    if isinstance(problem, Problem) and key and key[0] == id(problem):
+        return ("problem", *user_functions(problem), *key[1:])
+    return None
 
 
 def _ahead(fun: Callable, options: dict[str, Any], args: tuple, key_of: Callable[..., tuple],

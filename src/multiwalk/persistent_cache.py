@@ -18,7 +18,9 @@ threshold leaves out the small programs JAX compiles for each operation run outs
 of every run, where loading each from the cache takes a few ms).  The folder is
 limited to 2 GiB, the least recently used programs going first (``JAX_COMPILATION_CACHE_MAX_SIZE``
 sets it, in bytes; JAX's eviction needs the ``filelock`` package, a dependency of multiwalk).
-Clearing the cache is deleting the folder: :func:`cache_dir` names it.
+Clearing the cache is deleting the folder: :func:`cache_dir` names it.  The programs of the library's
+own functions are also kept in its subfolder ``multiwalk-programs``, found without tracing
+(:mod:`multiwalk.program_store`).
 
 A folder that cannot be written (a read-only or missing home, as batch jobs and containers often
 have, or a path through a file) leaves the cache off, with one warning naming the folder and the

@@ -36,7 +36,7 @@ import _multiwalk_launch
 # the checkpoint format and the progress display under short names: solve()'s keywords are
 # called checkpoint and progress
 from . import checkpoint as ckpt
-from . import compile_cache, host_loop, host_objective
+from . import compile_cache, host_loop, host_objective, program_store
 from . import distributed as dist
 from . import progress as prog
 from .identity import problem_identity
@@ -236,7 +236,20 @@ def _lowered_loop(loop: _Loop, state: Any) -> Callable[[], Any]:
     keeps the executable (:func:`~multiwalk.compile_cache.keep_loop`) and returns it.  Tracing
     reads JAX's per-thread settings, so it happens here; the compilation may run on another thread."""
     placement, plan, problem = loop.placement, loop.plan, loop.problem
-    runner = _chunk_runner(problem, loop.solver, loop.phase, loop.static, plan)
+
+    def keep(compiled: Any) -> Any:
+        # a loop compiled for this very problem object is forgotten once that is garbage
+        compile_cache.keep_loop(loop.key, compiled, owner=problem if loop.arrays is None else None)
+        return compiled
+
+    # a later process finds it on disk without tracing (a loop of the library's own functions, on
+    # the default device of one process)
+    stored = not (loop.on_host or placement.sharded or placement.devices != (None,) or dist.multi_process())
+    stored_as = program_store.key("loop", compile_cache.lasting_key(loop.key, problem)) if stored else None
+    loaded = program_store.load(stored_as)
+    if loaded is not None:
+        return lambda: keep(loaded)
+    runner = program_store.named(_chunk_runner(problem, loop.solver, loop.phase, loop.static, plan), stored_as)
     # the trip count and phase by shape: a concrete jnp.asarray here would compile a program of its own
     scalars = (jax.ShapeDtypeStruct((), jnp.int32),) * (2 if loop.shared else 1)
     if placement.sharded:
@@ -250,10 +263,8 @@ def _lowered_loop(loop: _Loop, state: Any) -> Callable[[], Any]:
         lowered = jitted.lower(state, scalars[0], loop.arrays, *scalars[1:])
 
     def compile_and_keep() -> Any:
-        compiled = _compile_lowered(lowered, dict(plan.compiler_options), type(loop.solver).__name__)
-        # a loop compiled for this very problem object is forgotten once that is garbage
-        compile_cache.keep_loop(loop.key, compiled, owner=problem if loop.arrays is None else None)
-        return compiled
+        return keep(program_store.compile_and_save(
+            stored_as, lambda: _compile_lowered(lowered, dict(plan.compiler_options), type(loop.solver).__name__)))
 
     return compile_and_keep
 
@@ -290,8 +301,12 @@ def _initial_shapes(problem: Any, solver: Solver, init_fn: Callable, key: jax.Ar
         return known(key)
     cache_key = compile_cache.small_key(problem, solver, "initial shapes", key.shape, str(key.dtype))
     shapes = compile_cache.kept(cache_key)
-    if shapes is None:
-        shapes = jax.eval_shape(init_fn, key)
+    if shapes is None:  # traced, or found on disk (a start of the library's own functions)
+        stored_as = program_store.key("initial shapes", compile_cache.lasting_key(cache_key, problem))
+        shapes = program_store.load_value(stored_as)
+        if shapes is None:
+            shapes = jax.eval_shape(init_fn, key)
+            program_store.save_value(stored_as, shapes)
         compile_cache.keep(problem, cache_key, shapes)
     return shapes
 

@@ -43,16 +43,19 @@ def _model(name: str):
 @functools.cache
 def _amplitudes_and_closure_phases(model: str) -> Callable[[jax.Array, tuple], jax.Array]:
     """The data model of ``model``: ``f(p, (u, v, index, conj)) -> concat(|V|, closure phases)``,
-    one function object per model, so the driver can reuse its compiled loops across datasets."""
-    fn = _model(model).fn
+    one function object per model, so the driver can reuse its compiled loops across datasets.
+    A partial of a module-level function: for the library's own models it has a name a later
+    process knows (:mod:`multiwalk.program_store` then finds the fit's programs without tracing)."""
+    return functools.partial(amplitudes_and_closure_phases, _model(model).fn)
 
-    def amplitudes_and_closure_phases(p: jax.Array, args: tuple) -> jax.Array:
-        u, v, index, conj = args
-        vis = fn(p, u, v)
-        re, im = jnp.real(vis), jnp.imag(vis)
-        return jnp.concatenate([jnp.sqrt(re * re + im * im), model_closure_phases(vis, index, conj)]).astype(p.dtype)
 
-    return amplitudes_and_closure_phases
+def amplitudes_and_closure_phases(visibilities: Callable, p: jax.Array, args: tuple) -> jax.Array:
+    """``concat(|V|, closure phases)`` of the model ``visibilities(p, u, v)`` at ``args = (u, v,
+    index, conj)`` (baselines in gigalambda; the closure triangles' visibility indices and conjugations)."""
+    u, v, index, conj = args
+    vis = visibilities(p, u, v)
+    re, im = jnp.real(vis), jnp.imag(vis)
+    return jnp.concatenate([jnp.sqrt(re * re + im * im), model_closure_phases(vis, index, conj)]).astype(p.dtype)
 
 
 def xringaus_problem(

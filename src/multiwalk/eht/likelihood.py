@@ -256,12 +256,15 @@ def product_chi2(fn: Callable, products: tuple[str, ...], p: jax.Array, args: di
 @functools.cache
 def total_chi2_function(fn: Callable, products: tuple[str, ...]) -> Callable[[jax.Array, dict], jax.Array]:
     """``f(p, args) -> chi2`` summed over ``products``: one function object per model and products,
-    so fits to new data of the same shapes reuse the compiled sampler."""
+    so fits to new data of the same shapes reuse the compiled sampler.  A partial of a module-level
+    function: for the library's own models it has a name a later process knows
+    (:mod:`multiwalk.program_store` then finds the fit's programs without tracing)."""
+    return functools.partial(total_chi2, fn, products)
 
-    def total_chi2(p: jax.Array, args: dict[str, Any]) -> jax.Array:
-        return jnp.sum(product_chi2(fn, products, p, args))
 
-    return total_chi2
+def total_chi2(fn: Callable, products: tuple[str, ...], p: jax.Array, args: dict[str, Any]) -> jax.Array:
+    """The chi-square of model ``fn`` at ``p`` summed over the data ``products`` (see :func:`product_chi2`)."""
+    return jnp.sum(product_chi2(fn, products, p, args))
 
 
 @functools.cache

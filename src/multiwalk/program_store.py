@@ -1,0 +1,414 @@
+"""Compiled programs kept on disk and found without tracing them again.
+
+JAX's persistent cache (:mod:`multiwalk.persistent_cache`) finds a compiled program by its lowered
+form, so a new process still traces and lowers every program before it can load it: ~0.3 s of a
+1 s ``multiwalk run`` on two CPU cores.  This store finds a program by what it is made of, which
+the driver knows before tracing: its key in :mod:`multiwalk.compile_cache` (the problem's
+fingerprint and functions, the solver, the arguments' shapes and dtypes), together with this
+installation (multiwalk's own source files, the versions of Python, JAX, NumPy and SciPy), JAX's
+settings (``jax.config``, e.g. ``enable_x64``), the XLA and JAX environment variables, and the
+devices.
+
+A program is stored only where every part of that has the same name in every process:
+
+* the library's own functions qualify (ODAT-SE's test functions, the Yao and CUTE suites, the
+  models), found by module and name: ``multiwalk.functions.odatse:himmelblau``;
+* a function of the user's own does not (its code is not read): its programs are traced in
+  each process as before, and JAX's persistent cache still spares their compilation;
+* nor do programs with host callbacks (they hold Python objects of one process), programs split
+  over several devices or placed on a chosen one, and non-JAX objectives.
+
+The programs live in the folder ``multiwalk-programs`` inside the persistent cache's folder, and
+are on and off with it (``MULTIWALK_CACHE_DIR=off``); at most 512 of them and 1 GiB, the least
+recently used going first.  An entry that cannot be read is compiled again and replaced, with one
+warning.  The stored program is the one compiled before, so its results are the same bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import functools
+import hashlib
+import os
+import pickle
+import platform
+import sys
+import tempfile
+import threading
+import types
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import persistent_cache
+
+__all__ = ["key", "named", "load", "compile_and_save", "load_value", "save_value", "counts", "folder"]
+
+FOLDER_NAME = "multiwalk-programs"
+MAX_ENTRIES = 512
+MAX_BYTES = 1 << 30
+_FORMAT = 1  # of the files' contents; part of every key
+# environment variables that change how programs are traced or compiled
+_VARIABLE_PREFIXES = ("XLA_", "JAX_", "TF_", "CUDA_", "NVIDIA_", "LIBTPU", "MULTIWALK_")
+_VERSIONED = ("jax", "jaxlib", "numpy", "scipy", "ml_dtypes", "jax-cuda12-plugin", "jax-cuda12-pjrt",
+              "jax-cuda13-plugin", "jax-cuda13-pjrt")
+
+_COUNTS = {"loaded": 0, "stored": 0}
+_LOCK = threading.Lock()
+_WARNED: set[str] = set()
+
+
+class _Unnamed(Exception):
+    """A part of a key without a name that is the same in every process."""
+
+
+# ---------------------------------------------------------------------------- keys
+def key(kind: str, parts: tuple | None) -> str | None:
+    """The file name (a digest) program ``kind`` with driver key ``parts`` is stored under here, or
+    None where it is not stored: the store is off, ``parts`` is None (no lasting key), or a part
+    has no lasting name (a user's function)."""
+    if parts is None or folder() is None:
+        return None
+    try:
+        named = _name(parts)
+    except _Unnamed:
+        return None
+    h = hashlib.blake2b(digest_size=20)
+    for text in (_installation(), _settings(), kind, named):
+        h.update(text.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _name(value: Any) -> str:
+    """``value`` written out the same way in every process, or :class:`_Unnamed`."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return repr(value)
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__}({','.join(map(_name, value))})"
+    if isinstance(value, dict):
+        return "dict(" + ",".join(sorted(f"{_name(k)}:{_name(v)}" for k, v in value.items())) + ")"
+    if isinstance(value, np.dtype):
+        return f"dtype({value.name},{value.str})"
+    if isinstance(value, np.generic):
+        return f"{value.dtype.name}({value.item()!r})"
+    if isinstance(value, np.ndarray):
+        digest = hashlib.blake2b(np.ascontiguousarray(value).tobytes(), digest_size=16).hexdigest()
+        return f"ndarray({value.shape},{value.dtype.str},{digest})"
+    if isinstance(value, enum.Enum):
+        return f"{_library_name(type(value))}.{value.name}"
+    if isinstance(value, jax.tree_util.PyTreeDef):
+        return f"tree({value})"
+    if isinstance(value, jax.ShapeDtypeStruct):
+        if value.sharding is not None:
+            raise _Unnamed(value)
+        return f"shape({value.shape},{_name(np.dtype(value.dtype))},{value.weak_type})"
+    if isinstance(value, functools.partial):
+        return f"partial({_name(value.func)},{_name(value.args)},{_name(value.keywords)})"
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return f"type({np.dtype(value).name})"
+    if isinstance(value, (type, types.FunctionType)):
+        if isinstance(value, types.FunctionType) and value.__closure__:
+            raise _Unnamed(value)  # what it closes over has no name
+        return _library_name(value)
+    if dataclasses.is_dataclass(value):  # a solver: its class and the fields it is compared by
+        fields = ",".join(f"{f.name}={_name(getattr(value, f.name))}" for f in dataclasses.fields(value) if f.compare)
+        return f"{_library_name(type(value))}({fields})"
+    raise _Unnamed(value)
+
+
+def _library_name(obj: Any) -> str:
+    """``module:qualname`` of a class or function of multiwalk's own modules, defined at their top
+    level (what that name finds is ``obj``); :class:`_Unnamed` for anything else."""
+    module_name, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    if not isinstance(module_name, str) or not (module_name == "multiwalk" or module_name.startswith("multiwalk.")):
+        raise _Unnamed(obj)
+    found: Any = sys.modules.get(module_name)
+    for attribute in qualname.split("."):
+        found = getattr(found, attribute, None)
+    if found is not obj:  # a local function, a replaced attribute
+        raise _Unnamed(obj)
+    return f"{module_name}:{qualname}"
+
+
+@functools.lru_cache(maxsize=1)
+def _installation() -> str:
+    """What of this installation programs depend on and a process cannot change: multiwalk's source
+    files (path, size, modification time), the versions that trace and compile, the devices."""
+    import importlib.metadata
+
+    versions = []
+    for name in _VERSIONED:
+        try:
+            versions.append(f"{name}={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name}=-")
+    devices = [(d.platform, d.device_kind, d.id, d.process_index) for d in jax.devices()]
+    backend = jax.devices()[0].client
+    return repr((_FORMAT, sys.version, platform.machine(), _cpu_features(), versions, jax.__version__, devices,
+                 backend.platform, backend.platform_version, jax.process_count(), _source_stamp(_package_folder())))
+
+
+def _cpu_features() -> str:
+    """The CPU's model and instruction sets (Linux's ``/proc/cpuinfo``): a program compiled for the
+    CPU uses what this one has, and a cache folder may be shared by the nodes of a cluster."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = [line for line in f.read(1 << 16).splitlines() if line.startswith(("model name", "flags"))]
+    except OSError:
+        return platform.processor()
+    return hashlib.blake2b("\n".join(lines[:2]).encode(), digest_size=8).hexdigest()
+
+
+def _package_folder() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def _source_stamp(root: Path) -> str:
+    """A digest of every file under ``root`` (but ``__pycache__``): relative path, size and
+    modification time, as Python's bytecode cache tells a changed source (~1 ms for the package)."""
+    h = hashlib.blake2b(digest_size=16)
+    for base, folders, files in os.walk(root):
+        folders[:] = sorted(f for f in folders if f != "__pycache__")
+        for file in sorted(files):
+            stat = os.stat(os.path.join(base, file))
+            h.update(f"{os.path.relpath(os.path.join(base, file), root)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return h.hexdigest()
+
+
+def _settings() -> str:
+    """What may change within a process: JAX's settings as this thread sees them, the variables."""
+    config = sorted((name, value if isinstance(value, (str, int, float, bool, type(None))) else str(value))
+                    for name, value in jax.config.values.items())
+    variables = sorted((k, v) for k, v in os.environ.items() if k.startswith(_VARIABLE_PREFIXES))
+    return repr((config, variables))
+
+
+# ---------------------------------------------------------------------------- the folder
+def folder() -> Path | None:
+    """The store's folder (inside the persistent cache's), or None when that cache is off."""
+    cache = persistent_cache.cache_dir()
+    return None if cache is None else cache / FOLDER_NAME
+
+
+def counts() -> dict[str, int]:
+    """Programs (and facts) this process loaded from the store and stored in it."""
+    return dict(_COUNTS)
+
+
+def _path(digest: str, suffix: str) -> Path | None:
+    where = folder()
+    return None if where is None else where / f"{digest}{suffix}"
+
+
+# ---------------------------------------------------------------------------- programs
+def named(fun: Any, digest: str | None) -> Any:
+    """``fun`` under a name that ends with ``digest`` (the program's name, which JAX's persistent
+    cache keys by), or ``fun`` itself for None.  So JAX's cache holds a stored program under a name
+    of its own, and finds it only for a process of the same store key, which finds it in the store
+    first.  Where the store lost it (an entry evicted, the store's folder deleted alone), the name
+    gets the number of such losses (:func:`compile_and_save`): the next process compiles it anew,
+    and stores it."""
+    if digest is None:
+        return fun
+
+    @functools.wraps(fun)
+    def program(*args: Any) -> Any:
+        return fun(*args)
+
+    losses = _losses(digest)
+    program.__name__ = f"{getattr(fun, '__name__', 'program')}_mw{digest[:16]}" + (f"_{losses}" if losses else "")
+    return program
+
+
+def _losses(digest: str) -> int:
+    blob = _read(digest, ".lost")
+    try:
+        return int(blob) if blob else 0
+    except ValueError:
+        return 0
+
+
+def load(digest: str | None) -> Any | None:
+    """The compiled program stored under ``digest`` (a :class:`jax.stages.Compiled`), or None."""
+    blob = _read(digest, ".program")
+    if blob is None:
+        return None
+    from jax.experimental import serialize_executable
+
+    try:
+        payload, in_tree, out_tree = pickle.loads(blob)
+        compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+    except Exception as err:  # noqa: BLE001 - a damaged or foreign entry is compiled again
+        _unreadable(digest, ".program", err)
+        return None
+    _count("loaded")
+    return compiled
+
+
+def compile_and_save(digest: str | None, compile_program: Any) -> Any:
+    """``compile_program()``, the compiled program stored under ``digest`` (unless None) where it was
+    compiled here: not where JAX loaded it from its persistent cache, whose executables written out
+    again lose code on the CPU (jaxlib 0.10: "Function ... not found" when the copy runs); nor a
+    program that holds objects of this process (host callbacks, effects, constants)."""
+    if digest is None:
+        return compile_program()
+    _listen_to_jax()
+    _COMPILING.consulted = _COMPILING.loaded = False
+    compiled = compile_program()
+    # JAX says when it looked in its cache, and when it found the program there: stored only when it
+    # looked and compiled (a JAX that says neither leaves the store empty, never holding a copy)
+    if _COMPILING.consulted and not _COMPILING.loaded and _storable(compiled):
+        _save(digest, compiled)
+    elif _COMPILING.loaded:  # JAX had it, the store not: a new name next time (named), to store it then
+        _write(digest, ".lost", str(_losses(digest) + 1).encode())
+    return compiled
+
+
+_COMPILING = threading.local()  # what JAX said of the compilation on this thread
+_CONSULTED = "/jax/compilation_cache/compile_requests_use_cache"
+_FOUND = "/jax/compilation_cache/cache_hits"
+
+
+@functools.lru_cache(maxsize=1)
+def _listen_to_jax() -> None:
+    def listener(event: str, **_: Any) -> None:
+        if event == _CONSULTED:
+            _COMPILING.consulted = True
+        elif event == _FOUND:
+            _COMPILING.loaded = True
+
+    jax.monitoring.register_event_listener(listener)
+
+
+def _save(digest: str, compiled: Any) -> None:
+    from jax.experimental import serialize_executable
+
+    try:
+        payload, in_tree, out_tree = serialize_executable.serialize(compiled)
+        blob = pickle.dumps((payload, in_tree, out_tree), protocol=pickle.HIGHEST_PROTOCOL)
+    except (ValueError, NotImplementedError, TypeError, AttributeError, pickle.PicklingError):
+        return  # not serializable (JAX says which programs): traced in each process
+    if _write(digest, ".program", blob):
+        _count("stored")
+
+
+def _storable(compiled: Any) -> bool:
+    unloaded = getattr(getattr(compiled, "_executable", None), "_unloaded_executable", None)
+    if unloaded is None:
+        return False
+    holds_process_objects = (getattr(unloaded, "host_callbacks", ()) or getattr(unloaded, "keepalive", ())
+                             or getattr(unloaded, "ordered_effects", ()) or getattr(unloaded, "unordered_effects", ())
+                             or getattr(unloaded, "pgle_profiler", None) is not None)
+    return not holds_process_objects
+
+
+# ---------------------------------------------------------------------------- small facts (shapes)
+def load_value(digest: str | None) -> Any | None:
+    """A small value (shapes of a start) stored under ``digest``, or None."""
+    blob = _read(digest, ".value")
+    if blob is None:
+        return None
+    try:
+        value = pickle.loads(blob)
+    except Exception as err:  # noqa: BLE001
+        _unreadable(digest, ".value", err)
+        return None
+    _count("loaded")
+    return value
+
+
+def save_value(digest: str | None, value: Any) -> None:
+    """Store a small picklable ``value`` under ``digest`` (nothing for None, or what cannot be pickled)."""
+    if digest is None:
+        return
+    try:
+        blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return
+    if _write(digest, ".value", blob):
+        _count("stored")
+
+
+# ---------------------------------------------------------------------------- files
+def _read(digest: str | None, suffix: str) -> bytes | None:
+    path = None if digest is None else _path(digest, suffix)
+    if path is None:
+        return None
+    try:
+        blob = path.read_bytes()
+        os.utime(path)  # recently used: evicted last
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        _warn_once("read", f"multiwalk could not read its stored program {path} ({err}); compiling it")
+        return None
+    return blob
+
+
+def _write(digest: str, suffix: str, blob: bytes) -> bool:
+    """Write atomically (a file renamed into place: a reader sees all of it or nothing), then
+    evict the least recently used entries beyond the limits; whether it was written."""
+    path = _path(digest, suffix)
+    if path is None:
+        return False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".writing-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _evict(path.parent)
+    except OSError as err:
+        _warn_once("write", f"multiwalk could not store a compiled program in {path.parent} ({err}); "
+                            "later processes will trace it again")
+        return False
+    return True
+
+
+def _evict(where: Path) -> None:
+    entries = []
+    for entry in os.scandir(where):
+        if entry.name.endswith((".program", ".value", ".lost")):
+            with contextlib.suppress(OSError):
+                stat = entry.stat()
+                entries.append((stat.st_mtime_ns, stat.st_size, entry.path))
+    entries.sort()
+    total = sum(size for _, size, _ in entries)
+    while entries and (len(entries) > MAX_ENTRIES or total > MAX_BYTES):
+        _, size, path = entries.pop(0)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        total -= size
+
+
+def _unreadable(digest: str, suffix: str, err: BaseException) -> None:
+    path = _path(digest, suffix)
+    _warn_once("damaged", f"multiwalk could not load its stored program {path} "
+                          f"({type(err).__name__}: {str(err)[:200]}); compiling it again")
+    if path is not None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _warn_once(what: str, message: str) -> None:
+    with _LOCK:
+        if what in _WARNED:
+            return
+        _WARNED.add(what)
+    warnings.warn(message, stacklevel=3)
+
+
+def _count(what: str) -> None:
+    with _LOCK:
+        _COUNTS[what] += 1

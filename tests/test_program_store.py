@@ -1,0 +1,185 @@
+"""The program store (multiwalk.program_store): compiled programs of the library's own functions
+found on disk by a later process without tracing, with the same results bit for bit."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multiwalk as mw
+from multiwalk import persistent_cache, program_store
+from multiwalk.functions.odatse import himmelblau
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """The store in a folder of this test's own."""
+    monkeypatch.setattr(persistent_cache, "cache_dir", lambda: tmp_path)
+    return tmp_path / program_store.FOLDER_NAME
+
+
+def users_function(x):
+    return jnp.sum(x**2)
+
+
+def test_library_parts_have_lasting_names_and_users_functions_none(store):
+    solver = mw.ReplicaExchange(nbeta=4, nseq=2, nburn=10, niter=20)
+    parts = ("functions", himmelblau, None, np.dtype("float32"), solver, jax.tree_util.tree_structure((1, {"a": 2})),
+             ((2,), np.dtype("float32")), np.arange(3.0), functools.partial(himmelblau))
+    key = program_store.key("loop", parts)
+    assert key is not None and key == program_store.key("loop", parts)
+    assert program_store.key("start", parts) != key  # the program's kind counts
+    other_solver = mw.ReplicaExchange(nbeta=4, nseq=2, nburn=10, niter=21)
+    assert program_store.key("loop", (*parts[:4], other_solver, *parts[5:])) != key
+    other_array = np.arange(3.0) + 1
+    assert program_store.key("loop", (*parts[:7], other_array, *parts[8:])) != key
+    closure_value = 2.0
+    for unnamed in (users_function, lambda x: x, lambda x: x * closure_value, functools.partial(users_function),
+                    object(), jax.ShapeDtypeStruct((2,), jnp.float32, sharding=jax.sharding.SingleDeviceSharding(
+                        jax.devices()[0]))):
+        assert program_store.key("loop", (*parts, unnamed)) is None, unnamed
+    assert program_store.key("loop", None) is None  # a key the driver has no lasting form of
+
+
+def test_settings_and_variables_change_the_key(store, monkeypatch):
+    parts = ("functions", himmelblau)
+    key = program_store.key("loop", parts)
+    with jax.enable_x64(not jax.config.jax_enable_x64):
+        assert program_store.key("loop", parts) != key
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
+    assert program_store.key("loop", parts) != key
+
+
+def test_the_store_is_off_with_the_persistent_cache(monkeypatch):
+    monkeypatch.setattr(persistent_cache, "cache_dir", lambda: None)
+    assert program_store.folder() is None
+    assert program_store.key("loop", ("functions", himmelblau)) is None
+
+
+def test_source_stamp_follows_edits(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "__pycache__").mkdir()
+    stamp = program_store._source_stamp(tmp_path)
+    (tmp_path / "__pycache__" / "a.pyc").write_bytes(b"ignored")
+    assert program_store._source_stamp(tmp_path) == stamp
+    (tmp_path / "a.py").write_text("x = 12\n")
+    assert program_store._source_stamp(tmp_path) != stamp
+
+
+def _unique_program(digest: str):
+    """A small compiled program whose name no other test's has (JAX's cache cannot hold it)."""
+    lowered = jax.jit(program_store.named(lambda x: jnp.sin(x) * 2, digest)).lower(np.zeros(3, np.float32))
+    return lowered
+
+
+def test_a_program_compiled_here_is_stored_and_loads_the_same(store):
+    digest = uuid.uuid4().hex
+    lowered = _unique_program(digest)
+    compiled = program_store.compile_and_save(digest, lowered.compile)
+    assert (store / f"{digest}.program").exists()
+    loaded = program_store.load(digest)
+    x = np.linspace(0, 1, 3, dtype=np.float32)
+    assert np.array_equal(np.asarray(loaded(x)), np.asarray(compiled(x)))  # the same executable: exactly
+
+
+def test_a_program_jax_loaded_from_its_cache_is_not_stored_but_renamed(store):
+    """An executable JAX loaded from its persistent cache, written out again, loses code on the
+    CPU; it is not stored, and the next process's name for it differs, so that one compiles it."""
+    digest = uuid.uuid4().hex
+    lowered = _unique_program(digest)
+    assert "_mw" in lowered.as_text().split("\n", 1)[0]
+
+    def as_if_loaded_by_jax():
+        compiled = lowered.compile()
+        jax.monitoring.record_event(program_store._CONSULTED)
+        jax.monitoring.record_event(program_store._FOUND)
+        return compiled
+
+    program_store.compile_and_save(digest, as_if_loaded_by_jax)
+    assert not (store / f"{digest}.program").exists()
+    assert program_store.named(lambda x: x, digest).__name__.endswith(f"{digest[:16]}_1")
+
+
+def test_programs_with_host_callbacks_are_not_stored(store):
+    digest = uuid.uuid4().hex
+
+    def with_callback(x):
+        jax.debug.callback(lambda v: None, x)
+        return x + 1
+
+    lowered = jax.jit(program_store.named(with_callback, digest)).lower(np.zeros(3, np.float32))
+    program_store.compile_and_save(digest, lowered.compile)
+    assert not (store / f"{digest}.program").exists()
+
+
+def test_least_recently_used_entries_go_first(store, monkeypatch):
+    monkeypatch.setattr(program_store, "MAX_ENTRIES", 3)
+    for i in range(5):
+        program_store.save_value(f"entry{i}", {"i": i})
+        os.utime(store / f"entry{i}.value", ns=(i * 10**9, i * 10**9))  # written one second apart
+    assert sorted(p.name for p in store.iterdir()) == ["entry2.value", "entry3.value", "entry4.value"]
+    assert program_store.load_value("entry3") == {"i": 3}
+
+
+SCRIPT = textwrap.dedent("""
+    import hashlib, json, sys
+    import jax.numpy as jnp, numpy as np
+    import multiwalk as mw
+    from multiwalk import program_store
+    from multiwalk.functions.odatse import himmelblau
+
+    def users_own(x):
+        return (x[0] ** 2 + x[1] - 11) ** 2 + (x[0] + x[1] ** 2 - 7) ** 2
+
+    problem = mw.Problem(objective=himmelblau if sys.argv[1] == "library" else users_own, lower=[-6, -6], upper=[6, 6])
+    result = mw.solve(problem, mw.ReplicaExchange(nbeta=4, nseq=2, nburn=10, niter=20), seed=1, progress=False)
+    digest = hashlib.sha256(np.asarray(result.x).tobytes() + np.asarray(result.fun).tobytes()).hexdigest()
+    print(json.dumps({"counts": program_store.counts(), "digest": digest}))
+""")
+
+
+def _process(tmp_path: Path, which: str, cache: str) -> tuple[dict, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "MULTIWALK_TEST"))}
+    env.update(MULTIWALK_CACHE_DIR=cache, JAX_PLATFORMS="cpu")
+    script = tmp_path / "solve_once.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), which], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_a_later_process_loads_the_programs_and_gets_the_same_bits(tmp_path):
+    cache = str(tmp_path / "cache")
+    first, _ = _process(tmp_path, "library", cache)
+    second, _ = _process(tmp_path, "library", cache)
+    traced, _ = _process(tmp_path, "library", "off")  # no store, no persistent cache: traced and compiled
+    # the start, the loop and the one-point value, and the start's shapes
+    assert first["counts"] == {"loaded": 0, "stored": 4}, first
+    assert second["counts"] == {"loaded": 4, "stored": 0}, second
+    assert first["digest"] == second["digest"] == traced["digest"]  # the same programs: the same bits
+
+    # a damaged entry is compiled again, with a warning, and stored again by a later process
+    for entry in (tmp_path / "cache" / program_store.FOLDER_NAME).glob("*.program"):
+        entry.write_bytes(b"not a program")
+    damaged, err = _process(tmp_path, "library", cache)
+    assert "could not load its stored program" in err
+    again, _ = _process(tmp_path, "library", cache)
+    assert again["counts"]["stored"] == 3 and damaged["digest"] == again["digest"] == first["digest"]
+
+
+def test_a_users_own_function_is_traced_in_each_process(tmp_path):
+    cache = str(tmp_path / "cache")
+    for _ in range(2):
+        run, _ = _process(tmp_path, "users", cache)
+        assert run["counts"] == {"loaded": 0, "stored": 0}, run
