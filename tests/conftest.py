@@ -32,7 +32,13 @@ def pytest_configure(config: pytest.Config) -> None:
     made fresh for each run and removed at its end (see pytest_unconfigure).  No eviction in any of
     them (``max_size`` -1): ``import multiwalk`` above turned it on for this process (2 GiB), and an
     evicting process reads every entry's access-time file, which processes that do not evict never
-    write: each of this process's cache writes then failed with a warning (FileNotFoundError)."""
+    write: each of this process's cache writes then failed with a warning (FileNotFoundError).
+
+    The program store (``multiwalk.program_store``, in that folder) is on too, shared the same
+    way: a program of the library's own functions that one test compiled is loaded by the next
+    without tracing.  A test that changes multiwalk's code in place (monkeypatching a function or
+    a constant the traced code reads) and then solves a library function must turn it off for its
+    process (``monkeypatch.setattr(multiwalk.program_store, "folder", lambda: None)``)."""
     if _CACHE_VARIABLE not in os.environ:  # the controlling process; xdist workers inherit it
         os.environ[_CACHE_VARIABLE] = tempfile.mkdtemp(prefix="multiwalk-test-jax-cache-")
         config._multiwalk_made_cache = True  # type: ignore[attr-defined]

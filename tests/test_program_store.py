@@ -11,6 +11,7 @@ import sys
 import textwrap
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 import multiwalk as mw
-from multiwalk import persistent_cache, program_store
+from multiwalk import compile_cache, persistent_cache, program_store
 from multiwalk.functions.odatse import himmelblau
 
 
@@ -52,6 +53,55 @@ def test_library_parts_have_lasting_names_and_users_functions_none(store):
     assert program_store.key("loop", None) is None  # a key the driver has no lasting form of
 
 
+class Doubled(mw.Problem):
+    """A user's subclass: it may compute differently from Problem with the same functions."""
+
+    def chi2_full(self, x):
+        return 2 * super().chi2_full(x)
+
+
+def test_a_problems_class_and_its_other_callables_are_part_of_its_functions(store):
+    plain = mw.Problem(objective=himmelblau, lower=[-6, -6], upper=[6, 6])
+    doubled = Doubled(objective=himmelblau, lower=[-6, -6], upper=[6, 6])
+    assert compile_cache.user_functions(plain) != compile_cache.user_functions(doubled)
+    assert program_store.key("loop", compile_cache.lasting_key((id(plain), "fingerprint"), plain)) is not None
+    assert program_store.key("loop", compile_cache.lasting_key((id(doubled), "fingerprint"), doubled)) is None
+    plain.extra = users_function  # a callable set on the object: held in the key too
+    assert users_function in compile_cache.user_functions(plain)
+
+
+class Pair(NamedTuple):
+    a: int
+    b: int
+
+
+def test_values_alike_in_print_have_different_names():
+    name = program_store._name
+    assert name(np.float64(0.5)) != name(0.5) != name(np.float32(0.5))
+    assert name(True) != name(1) and name((1, 2)) != name([1, 2])
+    assert name(np.zeros(2, jnp.float8_e4m3fn)) != name(np.zeros(2, np.int8))
+    for unnamed in (Pair(1, 2), jax.ShapeDtypeStruct((2,), jax.random.key(0).dtype)):  # a user's class; a PRNG key
+        with pytest.raises(program_store._Unnamed):
+            name(unnamed)
+
+
+def test_no_store_for_several_processes_a_remote_folder_or_an_unknown_installation(store, monkeypatch):
+    parts = ("functions", himmelblau)
+    assert program_store.key("loop", parts) is not None
+    with monkeypatch.context() as m:
+        m.setattr(jax, "process_count", lambda: 2)  # jax.distributed: each process's programs are its own
+        assert program_store.key("loop", parts) is None
+    with monkeypatch.context() as m:
+        m.setattr(program_store, "_installation", lambda: None)  # a zipped package, an unknown CPU
+        assert program_store.key("loop", parts) is None
+    monkeypatch.setattr(persistent_cache, "cache_dir", lambda: Path("gs:/bucket/cache"))
+    assert program_store.folder() is None
+
+
+def test_source_stamp_needs_python_files(tmp_path):
+    assert program_store._source_stamp(tmp_path) is None
+
+
 def test_settings_and_variables_change_the_key(store, monkeypatch):
     parts = ("functions", himmelblau)
     key = program_store.key("loop", parts)
@@ -73,7 +123,7 @@ def test_source_stamp_follows_edits(tmp_path):
     stamp = program_store._source_stamp(tmp_path)
     (tmp_path / "__pycache__" / "a.pyc").write_bytes(b"ignored")
     assert program_store._source_stamp(tmp_path) == stamp
-    (tmp_path / "a.py").write_text("x = 12\n")
+    (tmp_path / "a.py").write_text("x = 2\n")  # the same size
     assert program_store._source_stamp(tmp_path) != stamp
 
 
@@ -111,7 +161,7 @@ def test_a_program_jax_loaded_from_its_cache_is_not_stored_but_renamed(store):
     assert program_store.named(lambda x: x, digest).__name__.endswith(f"{digest[:16]}_1")
 
 
-def test_programs_with_host_callbacks_are_not_stored(store):
+def test_programs_with_host_callbacks_are_not_stored_nor_renamed(store):
     digest = uuid.uuid4().hex
 
     def with_callback(x):
@@ -121,6 +171,25 @@ def test_programs_with_host_callbacks_are_not_stored(store):
     lowered = jax.jit(program_store.named(with_callback, digest)).lower(np.zeros(3, np.float32))
     program_store.compile_and_save(digest, lowered.compile)
     assert not (store / f"{digest}.program").exists()
+
+    def as_if_loaded_by_jax():
+        compiled = lowered.compile()
+        jax.monitoring.record_event(program_store._FOUND)
+        return compiled
+
+    program_store.compile_and_save(digest, as_if_loaded_by_jax)  # never storable: its name stays
+    assert not (store / f"{digest}.lost").exists()
+
+
+def test_a_damaged_file_is_not_read(store, monkeypatch):
+    monkeypatch.setattr(program_store, "_WARNED", set())  # its warning is once per process
+    program_store.save_value("entry", {"shapes": (2, 3)})
+    blob = bytearray((store / "entry.value").read_bytes())
+    blob[-1] ^= 1  # one bit
+    (store / "entry.value").write_bytes(bytes(blob))
+    with pytest.warns(UserWarning, match="checksum"):
+        assert program_store.load_value("entry") is None
+    assert not (store / "entry.value").exists()
 
 
 def test_least_recently_used_entries_go_first(store, monkeypatch):
@@ -165,8 +234,8 @@ def test_a_later_process_loads_the_programs_and_gets_the_same_bits(tmp_path):
     second, _ = _process(tmp_path, "library", cache)
     traced, _ = _process(tmp_path, "library", "off")  # no store, no persistent cache: traced and compiled
     # the start, the loop and the one-point value, and the start's shapes
-    assert first["counts"] == {"loaded": 0, "stored": 4}, first
-    assert second["counts"] == {"loaded": 4, "stored": 0}, second
+    assert first["counts"] == {"loaded": 0, "stored": 4}, f"stored: the start, loop, value and shapes? {first}"
+    assert second["counts"] == {"loaded": 4, "stored": 0}, f"loaded: those four? {second}"
     assert first["digest"] == second["digest"] == traced["digest"]  # the same programs: the same bits
 
     # a damaged entry is compiled again, with a warning, and stored again by a later process

@@ -100,10 +100,18 @@ def fingerprint(problem: Any, as_arguments: bool = False) -> str:
     return h.hexdigest()
 
 
+# a Problem's callables the fingerprint skips and user_functions names: the user's functions, and
+# what Problem derives from them (_traced)
+_NAMED_CALLABLES = ("_user_fn", "_user_vg", "_log_prior", "_traced")
+
+
 def user_functions(problem: Any) -> tuple[Any, ...]:
     """The user's functions a compiled program of ``problem`` calls, held by identity in cache keys
-    (the fingerprint skips functions): the objective or model, value_and_grad, log_prior."""
-    return problem._user_fn, problem._user_vg, getattr(problem, "_log_prior", None)
+    (the fingerprint skips functions): the problem's class (a subclass may compute differently),
+    the objective or model, value_and_grad, log_prior, and any other callable set on the object."""
+    others = tuple(value for name, value in sorted(vars(problem).items())
+                   if callable(value) and name not in _NAMED_CALLABLES)
+    return (type(problem), problem._user_fn, problem._user_vg, getattr(problem, "_log_prior", None), *others)
 
 
 # id(array) -> (weak reference, digest) of read-only arrays that own their memory: they cannot

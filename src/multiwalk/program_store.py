@@ -5,22 +5,26 @@ form, so a new process still traces and lowers every program before it can load 
 1 s ``multiwalk run`` on two CPU cores.  This store finds a program by what it is made of, which
 the driver knows before tracing: its key in :mod:`multiwalk.compile_cache` (the problem's
 fingerprint and functions, the solver, the arguments' shapes and dtypes), together with this
-installation (multiwalk's own source files, the versions of Python, JAX, NumPy and SciPy), JAX's
-settings (``jax.config``, e.g. ``enable_x64``), the XLA and JAX environment variables, and the
-devices.
+installation (the contents of multiwalk's own source files, the versions of Python, JAX, NumPy
+and SciPy, the CPU's model and instruction sets), JAX's settings (``jax.config``, e.g.
+``enable_x64``), the XLA and JAX environment variables, and the devices.
 
 A program is stored only where every part of that has the same name in every process:
 
 * the library's own functions qualify (ODAT-SE's test functions, the Yao and CUTE suites, the
   models), found by module and name: ``multiwalk.functions.odatse:himmelblau``;
-* a function of the user's own does not (its code is not read): its programs are traced in
-  each process as before, and JAX's persistent cache still spares their compilation;
-* nor do programs with host callbacks (they hold Python objects of one process), programs split
-  over several devices or placed on a chosen one, and non-JAX objectives.
+* a function of the user's own does not (its code is not read), nor a subclass of ``Problem``:
+  their programs are traced in each process as before, and JAX's persistent cache still spares
+  their compilation;
+* nor do programs with host callbacks (they hold Python objects of one process), loops split
+  over several devices or placed on a chosen one, runs of several processes (``jax.distributed``),
+  non-JAX objectives, a zipped package (its sources cannot be read) and a CPU whose model Linux
+  does not tell.
 
 The programs live in the folder ``multiwalk-programs`` inside the persistent cache's folder, and
 are on and off with it (``MULTIWALK_CACHE_DIR=off``); at most 512 of them and 1 GiB, the least
-recently used going first.  An entry that cannot be read is compiled again and replaced, with one
+recently used going first (a remote folder, ``gs://...``, has no store).  A file holds its
+contents' checksum: an entry that cannot be read is compiled again and replaced, with one
 warning.  The stored program is the one compiled before, so its results are the same bit for bit.
 """
 
@@ -35,9 +39,10 @@ import os
 import pickle
 import platform
 import sys
-import tempfile
 import threading
+import time
 import types
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any
@@ -72,14 +77,17 @@ def key(kind: str, parts: tuple | None) -> str | None:
     """The file name (a digest) program ``kind`` with driver key ``parts`` is stored under here, or
     None where it is not stored: the store is off, ``parts`` is None (no lasting key), or a part
     has no lasting name (a user's function)."""
-    if parts is None or folder() is None:
+    if parts is None or folder() is None or jax.process_count() > 1:  # each process's programs are its own
         return None
     try:
         named = _name(parts)
     except _Unnamed:
         return None
+    installation = _installation()
+    if installation is None:
+        return None
     h = hashlib.blake2b(digest_size=20)
-    for text in (_installation(), _settings(), kind, named):
+    for text in (installation, _settings(), kind, named):
         h.update(text.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -87,19 +95,21 @@ def key(kind: str, parts: tuple | None) -> str | None:
 
 def _name(value: Any) -> str:
     """``value`` written out the same way in every process, or :class:`_Unnamed`."""
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+    if isinstance(value, np.generic):  # before float: np.float64 is one
+        return f"{_dtype_name(value.dtype)}({value.item()!r})"
+    if value is None or type(value) in (bool, int, float, str, bytes):
         return repr(value)
-    if isinstance(value, (tuple, list)):
+    if type(value) in (tuple, list):
         return f"{type(value).__name__}({','.join(map(_name, value))})"
-    if isinstance(value, dict):
+    if isinstance(value, tuple):  # a NamedTuple: its class too
+        return f"{_library_name(type(value))}({','.join(map(_name, value))})"
+    if type(value) is dict:
         return "dict(" + ",".join(sorted(f"{_name(k)}:{_name(v)}" for k, v in value.items())) + ")"
     if isinstance(value, np.dtype):
-        return f"dtype({value.name},{value.str})"
-    if isinstance(value, np.generic):
-        return f"{value.dtype.name}({value.item()!r})"
+        return _dtype_name(value)
     if isinstance(value, np.ndarray):
         digest = hashlib.blake2b(np.ascontiguousarray(value).tobytes(), digest_size=16).hexdigest()
-        return f"ndarray({value.shape},{value.dtype.str},{digest})"
+        return f"ndarray({value.shape},{_dtype_name(value.dtype)},{digest})"
     if isinstance(value, enum.Enum):
         return f"{_library_name(type(value))}.{value.name}"
     if isinstance(value, jax.tree_util.PyTreeDef):
@@ -107,7 +117,11 @@ def _name(value: Any) -> str:
     if isinstance(value, jax.ShapeDtypeStruct):
         if value.sharding is not None:
             raise _Unnamed(value)
-        return f"shape({value.shape},{_name(np.dtype(value.dtype))},{value.weak_type})"
+        try:
+            dtype = np.dtype(value.dtype)
+        except TypeError:  # JAX's own dtypes (PRNG keys)
+            raise _Unnamed(value) from None
+        return f"shape({value.shape},{_dtype_name(dtype)},{value.weak_type})"
     if isinstance(value, functools.partial):
         return f"partial({_name(value.func)},{_name(value.args)},{_name(value.keywords)})"
     if isinstance(value, type) and issubclass(value, np.generic):
@@ -120,6 +134,11 @@ def _name(value: Any) -> str:
         fields = ",".join(f"{f.name}={_name(getattr(value, f.name))}" for f in dataclasses.fields(value) if f.compare)
         return f"{_library_name(type(value))}({fields})"
     raise _Unnamed(value)
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """A dtype's name, bytes and fields: ``dtype.str`` alone is ``<V1`` for several 8-bit floats."""
+    return f"dtype({dtype.name},{dtype.str},{dtype.descr if dtype.fields else ''})"
 
 
 def _library_name(obj: Any) -> str:
@@ -137,11 +156,15 @@ def _library_name(obj: Any) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _installation() -> str:
+def _installation() -> str | None:
     """What of this installation programs depend on and a process cannot change: multiwalk's source
-    files (path, size, modification time), the versions that trace and compile, the devices."""
+    files (their contents), the versions that trace and compile, the CPU and the devices; None
+    where the sources or the CPU cannot be told (a zipped package, an unknown CPU): no store."""
     import importlib.metadata
 
+    sources, cpu = _source_stamp(_package_folder()), _cpu_features()
+    if sources is None or cpu is None:
+        return None
     versions = []
     for name in _VERSIONED:
         try:
@@ -150,35 +173,45 @@ def _installation() -> str:
             versions.append(f"{name}=-")
     devices = [(d.platform, d.device_kind, d.id, d.process_index) for d in jax.devices()]
     backend = jax.devices()[0].client
-    return repr((_FORMAT, sys.version, platform.machine(), _cpu_features(), versions, jax.__version__, devices,
-                 backend.platform, backend.platform_version, jax.process_count(), _source_stamp(_package_folder())))
+    return repr((_FORMAT, sys.version, platform.machine(), cpu, versions, jax.__version__, devices,
+                 backend.platform, backend.platform_version, sources))
 
 
-def _cpu_features() -> str:
-    """The CPU's model and instruction sets (Linux's ``/proc/cpuinfo``): a program compiled for the
-    CPU uses what this one has, and a cache folder may be shared by the nodes of a cluster."""
+def _cpu_features() -> str | None:
+    """The CPU's model and instruction sets (Linux's ``/proc/cpuinfo``: x86's model name and flags,
+    ARM's implementer, part and features): a program compiled for the CPU uses what this one has,
+    and a cache folder may be shared by the nodes of a cluster.  None where they cannot be read."""
+    wanted = ("model name", "flags", "CPU implementer", "CPU architecture", "CPU variant", "CPU part", "Features")
+    found: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            lines = [line for line in f.read(1 << 16).splitlines() if line.startswith(("model name", "flags"))]
+            for line in f.read(1 << 16).splitlines():
+                name, _, value = line.partition(":")
+                if name.strip() in wanted:
+                    found.setdefault(name.strip(), value.strip())
     except OSError:
-        return platform.processor()
-    return hashlib.blake2b("\n".join(lines[:2]).encode(), digest_size=8).hexdigest()
+        return None
+    return repr(sorted(found.items())) if found else None
 
 
 def _package_folder() -> Path:
     return Path(__file__).resolve().parent
 
 
-def _source_stamp(root: Path) -> str:
-    """A digest of every file under ``root`` (but ``__pycache__``): relative path, size and
-    modification time, as Python's bytecode cache tells a changed source (~1 ms for the package)."""
+def _source_stamp(root: Path) -> str | None:
+    """A digest of the contents of every file under ``root`` (but ``__pycache__``), ~4 ms for the
+    package; None where it holds no Python file (a zipped package)."""
     h = hashlib.blake2b(digest_size=16)
+    python_files = 0
     for base, folders, files in os.walk(root):
         folders[:] = sorted(f for f in folders if f != "__pycache__")
         for file in sorted(files):
-            stat = os.stat(os.path.join(base, file))
-            h.update(f"{os.path.relpath(os.path.join(base, file), root)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
-    return h.hexdigest()
+            path = os.path.join(base, file)
+            python_files += file.endswith(".py")
+            h.update(f"{os.path.relpath(path, root)}\0".encode())
+            with open(path, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest() if python_files else None
 
 
 def _settings() -> str:
@@ -193,7 +226,9 @@ def _settings() -> str:
 def folder() -> Path | None:
     """The store's folder (inside the persistent cache's), or None when that cache is off."""
     cache = persistent_cache.cache_dir()
-    return None if cache is None else cache / FOLDER_NAME
+    if cache is None or "://" in str(jax.config.jax_compilation_cache_dir) or not cache.is_absolute():
+        return None  # off, or a remote folder (gs://...) JAX writes itself
+    return cache / FOLDER_NAME
 
 
 def counts() -> dict[str, int]:
@@ -263,7 +298,9 @@ def compile_and_save(digest: str | None, compile_program: Any) -> Any:
     compiled = compile_program()
     # JAX says when it looked in its cache, and when it found the program there: stored only when it
     # looked and compiled (a JAX that says neither leaves the store empty, never holding a copy)
-    if _COMPILING.consulted and not _COMPILING.loaded and _storable(compiled):
+    if not _storable(compiled):
+        return compiled
+    if _COMPILING.consulted and not _COMPILING.loaded:
         _save(digest, compiled)
     elif _COMPILING.loaded:  # JAX had it, the store not: a new name next time (named), to store it then
         _write(digest, ".lost", str(_losses(digest) + 1).encode())
@@ -292,8 +329,8 @@ def _save(digest: str, compiled: Any) -> None:
     try:
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
         blob = pickle.dumps((payload, in_tree, out_tree), protocol=pickle.HIGHEST_PROTOCOL)
-    except (ValueError, NotImplementedError, TypeError, AttributeError, pickle.PicklingError):
-        return  # not serializable (JAX says which programs): traced in each process
+    except Exception:  # noqa: BLE001 - not serializable here (JAX says which programs): traced in each process
+        return
     if _write(digest, ".program", blob):
         _count("stored")
 
@@ -336,33 +373,45 @@ def save_value(digest: str | None, value: Any) -> None:
 
 
 # ---------------------------------------------------------------------------- files
+# A file is its contents' digest, then the contents: a damaged file (a disk error, a write cut short
+# by a full disk) is told before anything is unpickled or handed to XLA.
+_CHECK_BYTES = 16
+_STALE_WRITE_SECONDS = 3600  # a ".writing-" file older than this was left by a killed process
+
+
 def _read(digest: str | None, suffix: str) -> bytes | None:
     path = None if digest is None else _path(digest, suffix)
     if path is None:
         return None
     try:
         blob = path.read_bytes()
-        os.utime(path)  # recently used: evicted last
     except FileNotFoundError:
         return None
     except OSError as err:
         _warn_once("read", f"multiwalk could not read its stored program {path} ({err}); compiling it")
         return None
-    return blob
+    with contextlib.suppress(OSError):
+        os.utime(path)  # recently used: evicted last (a file of another user's stays readable)
+    check, contents = blob[:_CHECK_BYTES], blob[_CHECK_BYTES:]
+    if check != hashlib.blake2b(contents, digest_size=_CHECK_BYTES).digest():
+        _unreadable(digest, suffix, ValueError("its checksum does not match its contents"))
+        return None
+    return contents
 
 
-def _write(digest: str, suffix: str, blob: bytes) -> bool:
+def _write(digest: str, suffix: str, contents: bytes) -> bool:
     """Write atomically (a file renamed into place: a reader sees all of it or nothing), then
-    evict the least recently used entries beyond the limits; whether it was written."""
+    evict the least recently used entries beyond the limits; whether it was written.  The file's
+    permissions are the user's usual ones (the umask), so a group may share a cache folder."""
     path = _path(digest, suffix)
     if path is None:
         return False
+    tmp = path.parent / f".writing-{uuid.uuid4().hex}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".writing-")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
+            with open(tmp, "xb") as f:
+                f.write(hashlib.blake2b(contents, digest_size=_CHECK_BYTES).digest() + contents)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -377,12 +426,16 @@ def _write(digest: str, suffix: str, blob: bytes) -> bool:
 
 
 def _evict(where: Path) -> None:
+    """The least recently used entries removed beyond the limits, and writes that were cut short."""
     entries = []
+    stale = time.time() - _STALE_WRITE_SECONDS
     for entry in os.scandir(where):
-        if entry.name.endswith((".program", ".value", ".lost")):
-            with contextlib.suppress(OSError):
-                stat = entry.stat()
+        with contextlib.suppress(OSError):
+            stat = entry.stat()
+            if entry.name.endswith((".program", ".value", ".lost")):
                 entries.append((stat.st_mtime_ns, stat.st_size, entry.path))
+            elif entry.name.startswith(".writing-") and stat.st_mtime < stale:
+                os.unlink(entry.path)
     entries.sort()
     total = sum(size for _, size, _ in entries)
     while entries and (len(entries) > MAX_ENTRIES or total > MAX_BYTES):
