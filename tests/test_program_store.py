@@ -4,8 +4,10 @@ found on disk by a later process without tracing, with the same results bit for 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -137,6 +139,7 @@ def test_a_program_compiled_here_is_stored_and_loads_the_same(store):
     digest = uuid.uuid4().hex
     lowered = _unique_program(digest)
     compiled = program_store.compile_and_save(digest, lowered.compile)
+    program_store.wait()  # written on a thread of its own
     assert (store / f"{digest}.program").exists()
     loaded = program_store.load(digest)
     x = np.linspace(0, 1, 3, dtype=np.float32)
@@ -157,6 +160,7 @@ def test_a_program_jax_loaded_from_its_cache_is_not_stored_but_renamed(store):
         return compiled
 
     program_store.compile_and_save(digest, as_if_loaded_by_jax)
+    program_store.wait()
     assert not (store / f"{digest}.program").exists()
     assert program_store.named(lambda x: x, digest).__name__.endswith(f"{digest[:16]}_1")
 
@@ -170,6 +174,7 @@ def test_programs_with_host_callbacks_are_not_stored_nor_renamed(store):
 
     lowered = jax.jit(program_store.named(with_callback, digest)).lower(np.zeros(3, np.float32))
     program_store.compile_and_save(digest, lowered.compile)
+    program_store.wait()
     assert not (store / f"{digest}.program").exists()
 
     def as_if_loaded_by_jax():
@@ -214,6 +219,7 @@ SCRIPT = textwrap.dedent("""
     problem = mw.Problem(objective=himmelblau if sys.argv[1] == "library" else users_own, lower=[-6, -6], upper=[6, 6])
     result = mw.solve(problem, mw.ReplicaExchange(nbeta=4, nseq=2, nburn=10, niter=20), seed=1, progress=False)
     digest = hashlib.sha256(np.asarray(result.x).tobytes() + np.asarray(result.fun).tobytes()).hexdigest()
+    program_store.wait()  # the programs are written on threads of their own
     print(json.dumps({"counts": program_store.counts(), "digest": digest}))
 """)
 
@@ -238,9 +244,12 @@ def test_a_later_process_loads_the_programs_and_gets_the_same_bits(tmp_path):
     assert second["counts"] == {"loaded": 4, "stored": 0}, f"loaded: those four? {second}"
     assert first["digest"] == second["digest"] == traced["digest"]  # the same programs: the same bits
 
-    # a damaged entry is compiled again, with a warning, and stored again by a later process
-    for entry in (tmp_path / "cache" / program_store.FOLDER_NAME).glob("*.program"):
-        entry.write_bytes(b"not a program")
+    # a damaged entry is compiled again, with a warning, and stored again by a later process: the
+    # first one's checksum fails, the others pass it but hold no program (they fail to load)
+    for i, entry in enumerate(sorted((tmp_path / "cache" / program_store.FOLDER_NAME).glob("*.program"))):
+        contents = pickle.dumps(("not", "a", "program"))
+        check = hashlib.blake2b(contents, digest_size=program_store._CHECK_BYTES).digest()
+        entry.write_bytes((b"x" * len(check) if i == 0 else check) + contents)
     damaged, err = _process(tmp_path, "library", cache)
     assert "could not load its stored program" in err
     again, _ = _process(tmp_path, "library", cache)

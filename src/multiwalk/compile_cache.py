@@ -304,7 +304,13 @@ def _kept_executable(fun: Callable, options: dict[str, Any], args: tuple, key_of
     compiled = _SMALL.get(key)
     if compiled is None:
         compiled = _lowered(fun, options, args, key, owner)()
+        if compiled is None:  # a stored program that would not load (removed now: this look compiles it)
+            compiled = _lowered(fun, options, args, key, owner)()
     return compiled
+
+
+def _kept_if(compiled: Any | None, keep_it: Callable[[Any], Any]) -> Any | None:
+    return None if compiled is None else keep_it(compiled)
 
 
 def _lowered(fun: Callable, options: dict[str, Any], args: tuple, key: tuple, owner: Any) -> Callable[[], Any]:
@@ -321,9 +327,9 @@ def _lowered(fun: Callable, options: dict[str, Any], args: tuple, key: tuple, ow
 
     # a later process finds it on disk without tracing (a program of the library's own functions)
     stored_as = None if "compiler_options" in options else program_store.key("program", lasting_key(key, owner))
-    loaded = program_store.load(stored_as)
-    if loaded is not None:
-        return lambda: keep_it(loaded)
+    pending = program_store.load_later(stored_as)
+    if pending is not None:  # loaded where it is compiled (maybe on a thread); None where it would not load
+        return lambda: _kept_if(pending(), keep_it)
     lowered = jax.jit(program_store.named(fun, stored_as), **options).lower(*args)
 
     def compile_and_keep() -> Any:

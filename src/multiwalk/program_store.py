@@ -52,7 +52,8 @@ import numpy as np
 
 from . import persistent_cache
 
-__all__ = ["key", "named", "load", "compile_and_save", "load_value", "save_value", "counts", "folder"]
+__all__ = ["key", "named", "load", "load_later", "compile_and_save", "wait", "load_value", "save_value", "counts",
+           "folder"]
 
 FOLDER_NAME = "multiwalk-programs"
 MAX_ENTRIES = 512
@@ -271,19 +272,32 @@ def _losses(digest: str) -> int:
 
 def load(digest: str | None) -> Any | None:
     """The compiled program stored under ``digest`` (a :class:`jax.stages.Compiled`), or None."""
+    pending = load_later(digest)
+    return None if pending is None else pending()
+
+
+def load_later(digest: str | None) -> Any | None:
+    """The stored program's file read now (None where there is none): returned, the function that
+    loads it onto the devices (a GPU's programs take ~0.5 s each, so the driver loads several on
+    threads at once), which returns None where it cannot (the entry is then removed, so the
+    caller traces and compiles the program on the next look)."""
     blob = _read(digest, ".program")
     if blob is None:
         return None
-    from jax.experimental import serialize_executable
 
-    try:
-        payload, in_tree, out_tree = pickle.loads(blob)
-        compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
-    except Exception as err:  # noqa: BLE001 - a damaged or foreign entry is compiled again
-        _unreadable(digest, ".program", err)
-        return None
-    _count("loaded")
-    return compiled
+    def deserialize_and_load() -> Any | None:
+        from jax.experimental import serialize_executable
+
+        try:
+            payload, in_tree, out_tree = pickle.loads(blob)
+            compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+        except Exception as err:  # noqa: BLE001 - a damaged or foreign entry is compiled again
+            _unreadable(digest, ".program", err)
+            return None
+        _count("loaded")
+        return compiled
+
+    return deserialize_and_load
 
 
 def compile_and_save(digest: str | None, compile_program: Any) -> Any:
@@ -301,13 +315,29 @@ def compile_and_save(digest: str | None, compile_program: Any) -> Any:
     if not _storable(compiled):
         return compiled
     if _COMPILING.consulted and not _COMPILING.loaded:
-        _save(digest, compiled)
+        # written beside the run, not before it (a GPU's loop takes ~0.2 s to serialize); the
+        # interpreter waits for it at exit (not a daemon), and wait() for tests and benchmarks
+        saving = threading.Thread(target=_save, args=(digest, compiled), name="multiwalk-store", daemon=False)
+        with _LOCK:
+            _SAVING.append(saving)
+        saving.start()
     elif _COMPILING.loaded:  # JAX had it, the store not: a new name next time (named), to store it then
         _write(digest, ".lost", str(_losses(digest) + 1).encode())
     return compiled
 
 
 _COMPILING = threading.local()  # what JAX said of the compilation on this thread
+_SAVING: list[threading.Thread] = []  # programs being written
+
+
+def wait() -> None:
+    """Until the programs being written are written (each on a thread of its own)."""
+    while True:
+        with _LOCK:
+            if not _SAVING:
+                return
+            saving = _SAVING.pop()
+        saving.join()
 _CONSULTED = "/jax/compilation_cache/compile_requests_use_cache"
 _FOUND = "/jax/compilation_cache/cache_hits"
 

@@ -185,6 +185,8 @@ def _compiled_chunk_runner(
         compile_cache.keep_loop(loop.key, compiled, owner=problem if loop.arrays is None else None)
     elif compiled is None:
         compiled = _lowered_loop(loop, state)()
+        if compiled is None:  # a stored program that would not load (removed now: this look compiles it)
+            compiled = _lowered_loop(loop, state)()
     if loop.shared:
         compiled = _with_phase(compiled, phase, placement)
     return compiled, loop.arrays, loop.key
@@ -246,9 +248,9 @@ def _lowered_loop(loop: _Loop, state: Any) -> Callable[[], Any]:
     # the default device of one process)
     stored = not (loop.on_host or placement.sharded or placement.devices != (None,) or dist.multi_process())
     stored_as = program_store.key("loop", compile_cache.lasting_key(loop.key, problem)) if stored else None
-    loaded = program_store.load(stored_as)
-    if loaded is not None:
-        return lambda: keep(loaded)
+    pending = program_store.load_later(stored_as)
+    if pending is not None:  # loaded where it is compiled (on a thread, beside the others); None: not kept
+        return lambda: _kept_if(pending(), keep)
     runner = program_store.named(_chunk_runner(problem, loop.solver, loop.phase, loop.static, plan), stored_as)
     # the trip count and phase by shape: a concrete jnp.asarray here would compile a program of its own
     scalars = (jax.ShapeDtypeStruct((), jnp.int32),) * (2 if loop.shared else 1)
@@ -267,6 +269,10 @@ def _lowered_loop(loop: _Loop, state: Any) -> Callable[[], Any]:
             stored_as, lambda: _compile_lowered(lowered, dict(plan.compiler_options), type(loop.solver).__name__)))
 
     return compile_and_keep
+
+
+def _kept_if(compiled: Any | None, keep: Callable[[Any], Any]) -> Any | None:
+    return None if compiled is None else keep(compiled)
 
 
 def _with_phase(compiled: Any, phase: int, placement: dist.Placement) -> Callable:
