@@ -216,8 +216,14 @@ SCRIPT = textwrap.dedent("""
     def users_own(x):
         return (x[0] ** 2 + x[1] - 11) ** 2 + (x[0] + x[1] ** 2 - 7) ** 2
 
-    problem = mw.Problem(objective=himmelblau if sys.argv[1] == "library" else users_own, lower=[-6, -6], upper=[6, 6])
-    result = mw.solve(problem, mw.ReplicaExchange(nbeta=4, nseq=2, nburn=10, niter=20), seed=1, progress=False)
+    if sys.argv[1] == "lbfgs":  # its start does not read the key it is given
+        from multiwalk.functions import cute
+        problem = mw.Problem(objective=cute.extended_rosenbrock, x0=cute.start("extended_rosenbrock", 100))
+        result = mw.solve(problem, mw.LBFGS(m=5), progress=False)
+    else:
+        fn = himmelblau if sys.argv[1] == "library" else users_own
+        problem = mw.Problem(objective=fn, lower=[-6, -6], upper=[6, 6])
+        result = mw.solve(problem, mw.ReplicaExchange(nbeta=4, nseq=2, nburn=10, niter=20), seed=1, progress=False)
     digest = hashlib.sha256(np.asarray(result.x).tobytes() + np.asarray(result.fun).tobytes()).hexdigest()
     program_store.wait()  # the programs are written on threads of their own
     print(json.dumps({"counts": program_store.counts(), "digest": digest}))
@@ -254,6 +260,17 @@ def test_a_later_process_loads_the_programs_and_gets_the_same_bits(tmp_path):
     assert "could not load its stored program" in err
     again, _ = _process(tmp_path, "library", cache)
     assert again["counts"]["stored"] == 3 and damaged["digest"] == again["digest"] == first["digest"]
+
+
+def test_a_program_that_does_not_read_an_argument_is_not_stored(tmp_path):
+    """JAX drops an argument a program does not read; such a program, loaded again, crashed its
+    process on the first call (L-BFGS's start and its unused key): it is compiled in each process."""
+    assert not program_store._storable(jax.jit(lambda k, x: x * 2).lower(1.0, np.ones(3)).compile())
+    assert program_store._storable(jax.jit(lambda k, x: x * k).lower(1.0, np.ones(3)).compile())
+    cache = str(tmp_path / "cache")
+    first, _ = _process(tmp_path, "lbfgs", cache)
+    second, _ = _process(tmp_path, "lbfgs", cache)
+    assert second["counts"]["loaded"] >= 1 and second["digest"] == first["digest"], (first, second)
 
 
 def test_a_users_own_function_is_traced_in_each_process(tmp_path):

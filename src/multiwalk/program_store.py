@@ -366,8 +366,13 @@ def _save(digest: str, compiled: Any) -> None:
 
 
 def _storable(compiled: Any) -> bool:
+    """Whether ``compiled`` can be written and loaded elsewhere: not where it holds objects of this
+    process, nor where JAX pruned arguments the program does not read (loaded again, such a
+    program crashed the process on its first call: jaxlib 0.10.2, L-BFGS's start, whose key is unused)."""
     unloaded = getattr(getattr(compiled, "_executable", None), "_unloaded_executable", None)
     if unloaded is None:
+        return False
+    if len(getattr(unloaded, "kept_var_idx", ())) != compiled.in_tree.num_leaves:
         return False
     holds_process_objects = (getattr(unloaded, "host_callbacks", ()) or getattr(unloaded, "keepalive", ())
                              or getattr(unloaded, "ordered_effects", ()) or getattr(unloaded, "unordered_effects", ())
