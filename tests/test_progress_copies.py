@@ -116,9 +116,9 @@ def test_a_copy_program_that_cannot_be_made_falls_back_to_jax_copies_with_one_wa
     monkeypatch.setattr(progress, "_one_gpu", lambda leaves: device)
     with pytest.warns(UserWarning, match="without pinned host memory"):
         copies, _ = progress.start_copies(tree)
-    assert copies is tree and progress._PINNED_COPIES[device] is None  # not tried again, no second warning
+    assert copies is tree and device in progress._NO_PINNED_COPY  # not tried again, no second warning
     assert progress.start_copies(tree) == (tree, 0.0)
-    del progress._PINNED_COPIES[device]
+    progress._NO_PINNED_COPY.discard(device)
 
 
 def test_on_a_gpu_a_solve_reads_its_chunk_through_pinned_memory_with_the_same_result(monkeypatch):

@@ -309,15 +309,13 @@ def _kept_executable(fun: Callable, options: dict[str, Any], args: tuple, key_of
     return compiled
 
 
-def _kept_if(compiled: Any | None, keep_it: Callable[[Any], Any]) -> Any | None:
-    return None if compiled is None else keep_it(compiled)
-
-
 def _lowered(fun: Callable, options: dict[str, Any], args: tuple, key: tuple, owner: Any) -> Callable[[], Any]:
     """``fun`` traced and lowered for ``args`` now; returned: its compilation, which keeps the
     executable under ``key`` (tied to ``owner``'s life when given) and returns it.  The compilation
     may run on another thread: the tracing, which reads JAX's per-thread settings
-    (``jax.enable_x64``, ``jax.default_device``), is done here."""
+    (``jax.enable_x64``, ``jax.default_device``), is done here.  A program of the program store is
+    not traced: returned, its load, None where it would not load
+    (:func:`~multiwalk.program_store.compilation`)."""
     def keep_it(compiled: Any) -> Any:
         if owner is None:
             _keep_small(key, compiled)
@@ -327,15 +325,8 @@ def _lowered(fun: Callable, options: dict[str, Any], args: tuple, key: tuple, ow
 
     # a later process finds it on disk without tracing (a program of the library's own functions)
     stored_as = None if "compiler_options" in options else program_store.key("program", lasting_key(key, owner))
-    pending = program_store.load_later(stored_as)
-    if pending is not None:  # loaded where it is compiled (maybe on a thread); None where it would not load
-        return lambda: _kept_if(pending(), keep_it)
-    lowered = jax.jit(program_store.named(fun, stored_as), **options).lower(*args)
-
-    def compile_and_keep() -> Any:
-        return keep_it(program_store.compile_and_save(stored_as, lowered.compile))
-
-    return compile_and_keep
+    return program_store.compilation(stored_as, lambda name: jax.jit(name(fun), **options).lower(*args),
+                                     lambda lowered: lowered.compile(), keep_it)
 
 
 def lasting_key(key: tuple, problem: Any) -> tuple | None:

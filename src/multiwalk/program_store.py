@@ -44,6 +44,7 @@ import time
 import types
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ import numpy as np
 
 from . import persistent_cache
 
-__all__ = ["key", "named", "load", "load_later", "compile_and_save", "wait", "load_value", "save_value", "counts",
+__all__ = ["key", "named", "compilation", "load", "load_later", "compile_and_save", "wait", "load_value", "save_value", "counts",
            "folder"]
 
 FOLDER_NAME = "multiwalk-programs"
@@ -260,6 +261,26 @@ def named(fun: Any, digest: str | None) -> Any:
     losses = _losses(digest)
     program.__name__ = f"{getattr(fun, '__name__', 'program')}_mw{digest[:16]}" + (f"_{losses}" if losses else "")
     return program
+
+
+def compilation(digest: str | None, lower: Callable[[Callable[[Any], Any]], Any],
+                compile_lowered: Callable[[Any], Any], keep: Callable[[Any], Any]) -> Callable[[], Any | None]:
+    """The driver's way to a program: returned, the function (run here or on a compile thread) that
+    loads the program stored under ``digest``, or compiles it and stores it, and passes it to ``keep``.
+
+    A stored program's file is read now and loaded when that function runs; it returns None where
+    the program would not load (the entry is removed, so the caller's next look compiles it).
+    Otherwise ``lower(name)`` traces and lowers it now (tracing reads JAX's per-thread settings),
+    its function given to ``name`` first (:func:`named`), and ``compile_lowered(lowered)`` compiles it."""
+    pending = load_later(digest)
+    if pending is not None:
+        def load_and_keep() -> Any | None:
+            compiled = pending()
+            return None if compiled is None else keep(compiled)
+
+        return load_and_keep
+    lowered = lower(functools.partial(named, digest=digest))
+    return lambda: keep(compile_and_save(digest, lambda: compile_lowered(lowered)))
 
 
 def _losses(digest: str) -> int:

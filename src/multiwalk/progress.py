@@ -235,8 +235,10 @@ def _one_gpu(leaves: list[Any]) -> Any | None:
 
 
 # (device, tree, the leaves' types) -> the compiled copy of those leaves into that device's pinned
-# host memory; device -> None where it has no such memory, or its XLA refused the copy
-_PINNED_COPIES: dict[Any, Any] = {}
+# host memory
+_PINNED_COPIES: dict[tuple, Any] = {}
+# devices without pinned host memory, or whose XLA refused the copy: JAX's copies there
+_NO_PINNED_COPY: set[Any] = set()
 
 
 def _pinned_copy(device: Any | None, treedef: Any, leaves: list[Any]) -> tuple[Any | None, float]:
@@ -244,7 +246,7 @@ def _pinned_copy(device: Any | None, treedef: Any, leaves: list[Any]) -> tuple[A
     the first time for these leaves' types (kept, and in the persistent cache), and the seconds
     that compiling took here (0.0 when kept); None where there is no device, no pinned host
     memory or no such program (then with one warning)."""
-    if device is None or _PINNED_COPIES.get(device, True) is None:
+    if device is None or device in _NO_PINNED_COPY:
         return None, 0.0
     key = (device, treedef, tuple(x.aval for x in leaves))
     copy = _PINNED_COPIES.get(key)
@@ -254,13 +256,13 @@ def _pinned_copy(device: Any | None, treedef: Any, leaves: list[Any]) -> tuple[A
     from jax.sharding import SingleDeviceSharding
 
     if "pinned_host" not in {memory.kind for memory in device.addressable_memories()}:
-        _PINNED_COPIES[device] = None
+        _NO_PINNED_COPY.add(device)
         return None, 0.0
     try:
         pinned = SingleDeviceSharding(device, memory_kind="pinned_host")
         copy = jax.jit(lambda *xs: xs, out_shardings=pinned).lower(*leaves).compile()
     except Exception as err:  # noqa: BLE001 - an XLA that cannot put outputs in host memory: JAX's copies
-        _PINNED_COPIES[device] = None
+        _NO_PINNED_COPY.add(device)
         warnings.warn(f"results are read from {device} without pinned host memory ({type(err).__name__}: "
                       f"{str(err)[:200]}); each read then costs a transfer of its own", stacklevel=3)
         return None, time.perf_counter() - t0

@@ -236,7 +236,9 @@ def _loop_of(problem: Problem, solver: Solver, phase: int, state: Any, placement
 def _lowered_loop(loop: _Loop, state: Any) -> Callable[[], Any]:
     """``loop`` traced and lowered for a state like ``state``; returned: its compilation, which
     keeps the executable (:func:`~multiwalk.compile_cache.keep_loop`) and returns it.  Tracing
-    reads JAX's per-thread settings, so it happens here; the compilation may run on another thread."""
+    reads JAX's per-thread settings, so it happens here; the compilation may run on another thread.
+    A loop of the program store is not traced: returned, its load, None where it would not load
+    (:func:`~multiwalk.program_store.compilation`)."""
     placement, plan, problem = loop.placement, loop.plan, loop.problem
 
     def keep(compiled: Any) -> Any:
@@ -248,31 +250,24 @@ def _lowered_loop(loop: _Loop, state: Any) -> Callable[[], Any]:
     # the default device of one process)
     stored = not (loop.on_host or placement.sharded or placement.devices != (None,) or dist.multi_process())
     stored_as = program_store.key("loop", compile_cache.lasting_key(loop.key, problem)) if stored else None
-    pending = program_store.load_later(stored_as)
-    if pending is not None:  # loaded where it is compiled (on a thread, beside the others); None: not kept
-        return lambda: _kept_if(pending(), keep)
-    runner = program_store.named(_chunk_runner(problem, loop.solver, loop.phase, loop.static, plan), stored_as)
-    # the trip count and phase by shape: a concrete jnp.asarray here would compile a program of its own
-    scalars = (jax.ShapeDtypeStruct((), jnp.int32),) * (2 if loop.shared else 1)
-    if placement.sharded:
-        rep = placement.replicated
-        in_shardings = (placement.shardings, rep, rep, rep) if loop.shared else (placement.shardings, rep, rep)
-        jitted = jax.jit(runner, donate_argnums=0, in_shardings=in_shardings,
-                         out_shardings=(placement.shardings, rep, rep, rep))
-    else:
-        jitted = jax.jit(runner, donate_argnums=0)
-    with dist.mesh_context(placement.mesh if placement.sharded else None):  # for the image solvers' collectives
-        lowered = jitted.lower(state, scalars[0], loop.arrays, *scalars[1:])
 
-    def compile_and_keep() -> Any:
-        return keep(program_store.compile_and_save(
-            stored_as, lambda: _compile_lowered(lowered, dict(plan.compiler_options), type(loop.solver).__name__)))
+    def lower(name: Callable[[Any], Any]) -> Any:
+        runner = name(_chunk_runner(problem, loop.solver, loop.phase, loop.static, plan))
+        # the trip count and phase by shape: a concrete jnp.asarray here would compile a program of its own
+        scalars = (jax.ShapeDtypeStruct((), jnp.int32),) * (2 if loop.shared else 1)
+        if placement.sharded:
+            rep = placement.replicated
+            in_shardings = (placement.shardings, rep, rep, rep) if loop.shared else (placement.shardings, rep, rep)
+            jitted = jax.jit(runner, donate_argnums=0, in_shardings=in_shardings,
+                             out_shardings=(placement.shardings, rep, rep, rep))
+        else:
+            jitted = jax.jit(runner, donate_argnums=0)
+        with dist.mesh_context(placement.mesh if placement.sharded else None):  # for the image solvers' collectives
+            return jitted.lower(state, scalars[0], loop.arrays, *scalars[1:])
 
-    return compile_and_keep
-
-
-def _kept_if(compiled: Any | None, keep: Callable[[Any], Any]) -> Any | None:
-    return None if compiled is None else keep(compiled)
+    return program_store.compilation(
+        stored_as, lower,
+        lambda lowered: _compile_lowered(lowered, dict(plan.compiler_options), type(loop.solver).__name__), keep)
 
 
 def _with_phase(compiled: Any, phase: int, placement: dist.Placement) -> Callable:
