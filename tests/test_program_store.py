@@ -24,6 +24,10 @@ import multiwalk as mw
 from multiwalk import compile_cache, persistent_cache, program_store
 from multiwalk.functions.odatse import himmelblau
 
+# the store is off where the CPU's model cannot be read (Linux's /proc/cpuinfo): keys are then None
+needs_store = pytest.mark.skipif(program_store._cpu_features() is None,
+                                 reason="this system does not tell its CPU's model: no program store")
+
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
@@ -36,6 +40,7 @@ def users_function(x):
     return jnp.sum(x**2)
 
 
+@needs_store
 def test_library_parts_have_lasting_names_and_users_functions_none(store):
     solver = mw.ReplicaExchange(nbeta=4, nseq=2, nburn=10, niter=20)
     parts = ("functions", himmelblau, None, np.dtype("float32"), solver, jax.tree_util.tree_structure((1, {"a": 2})),
@@ -62,6 +67,7 @@ class Doubled(mw.Problem):
         return 2 * super().chi2_full(x)
 
 
+@needs_store
 def test_a_problems_class_and_its_other_callables_are_part_of_its_functions(store):
     plain = mw.Problem(objective=himmelblau, lower=[-6, -6], upper=[6, 6])
     doubled = Doubled(objective=himmelblau, lower=[-6, -6], upper=[6, 6])
@@ -87,6 +93,7 @@ def test_values_alike_in_print_have_different_names():
             name(unnamed)
 
 
+@needs_store
 def test_no_store_for_several_processes_a_remote_folder_or_an_unknown_installation(store, monkeypatch):
     parts = ("functions", himmelblau)
     assert program_store.key("loop", parts) is not None
@@ -104,6 +111,7 @@ def test_source_stamp_needs_python_files(tmp_path):
     assert program_store._source_stamp(tmp_path) is None
 
 
+@needs_store
 def test_settings_and_variables_change_the_key(store, monkeypatch):
     parts = ("functions", himmelblau)
     key = program_store.key("loop", parts)
@@ -240,6 +248,7 @@ def _process(tmp_path: Path, which: str, cache: str) -> tuple[dict, str]:
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
 
+@needs_store
 def test_a_later_process_loads_the_programs_and_gets_the_same_bits(tmp_path):
     cache = str(tmp_path / "cache")
     first, _ = _process(tmp_path, "library", cache)
@@ -262,6 +271,7 @@ def test_a_later_process_loads_the_programs_and_gets_the_same_bits(tmp_path):
     assert again["counts"]["stored"] == 3 and damaged["digest"] == again["digest"] == first["digest"]
 
 
+@needs_store
 def test_a_program_that_does_not_read_an_argument_is_not_stored(tmp_path):
     """JAX drops an argument a program does not read; such a program, loaded again, crashed its
     process on the first call (L-BFGS's start and its unused key): it is compiled in each process."""
