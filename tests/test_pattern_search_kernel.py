@@ -232,11 +232,14 @@ def test_one_round_runs_each_chunk_as_one_launch_exactly():
     problem = yao_problem("step", 4)
     kw = dict(n_walkers=48, iterations=7, rounds=1, kernel_block=16)
     xla, pallas = mw.PatternSearch(kernel="xla", **kw), mw.PatternSearch(kernel="pallas", **kw)
-    a, b = mw.solve(problem, xla, seed=5), mw.solve(problem, pallas, seed=5)
-    assert b.stats["chunks"] > 1 and b.stats["kernel"] == "pallas (interpret mode)"
-    assert a.fun == b.fun and np.array_equal(a.x, b.x)
-    for field in ("walkers", "funs", "steps", "halvings", "resets"):
-        np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+    # in chunks (a time limit it never reaches), and as one program (without one)
+    a, b = mw.solve(problem, xla, seed=5, time_limit=600.0), mw.solve(problem, pallas, seed=5, time_limit=600.0)
+    c = mw.solve(problem, pallas, seed=5)
+    assert b.stats["chunks"] > 1 and b.stats["kernel"] == "pallas (interpret mode)" and c.stats["one_program"]
+    for r in (b, c):
+        assert a.fun == r.fun and np.array_equal(a.x, r.x)
+        for field in ("walkers", "funs", "steps", "halvings", "resets"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(r, field), err_msg=field)
     state = jax.jit(lambda k: pallas.init(problem, k))(jax.random.PRNGKey(5))
     traced = jax.make_jaxpr(lambda s, n: pallas.run_chunk(problem, s, 0, n))(state, jnp.int32(3))
     assert "while" not in primitives_outside_kernels(traced.jaxpr)

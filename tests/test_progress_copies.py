@@ -85,11 +85,13 @@ def _solve_twice(monkeypatch: Any, pinned_on: Any) -> tuple[Any, Any, list[set]]
 
     monkeypatch.setattr(progress, "fetch", spy)
     problem = mw.Problem(objective=lambda x: jnp.sum((x - 0.25) ** 2), lower=[-1.0] * 4, upper=[1.0] * 4)
-    solver = mw.PatternSearch(n_walkers=256, iterations=10)
+    solver = mw.PatternSearch(n_walkers=256, iterations=10, rounds=1)
+    # in chunks: a time limit it never reaches (without one the run is one program, whose small
+    # outputs a GPU writes into pinned memory itself)
     monkeypatch.setattr(progress, "_one_gpu", lambda leaves: pinned_on)
-    pinned = mw.solve(problem, solver, progress=False)
+    pinned = mw.solve(problem, solver, progress=False, time_limit=600.0)
     monkeypatch.setattr(progress, "_one_gpu", lambda leaves: None)  # JAX's own copies
-    plain = mw.solve(problem, solver, progress=False)
+    plain = mw.solve(problem, solver, progress=False, time_limit=600.0)
     return pinned, plain, fetched
 
 

@@ -109,10 +109,12 @@ def test_a_short_pattern_search_whose_loop_ran_before_is_one_chunk():
     # iteration the first call measured (~0.1 ms here), so one chunk unless a chunk of the first
     # call stalled 0.75 s per iteration; at the default 1 s a stall of 25 ms per iteration (a
     # loaded machine's descheduled or throttled process) split it.  Not kept: 1, 2, 4, 8, 5.
+    # The time limit (never reached) keeps the run in chunks: without one, and nothing else asked
+    # between chunks, a run this short is one program (tests/test_one_program.py).
     problem = mw.Problem(objective=shifted_sphere, lower=[-2.0] * 3, upper=[2.0] * 3)
-    solver = mw.PatternSearch(n_walkers=64, iterations=20)
-    first = mw.solve(problem, solver, seed=1, progress=False)
-    second = mw.solve(problem, solver, seed=1, progress=False, chunk_seconds=30.0)
+    solver = mw.PatternSearch(n_walkers=64, iterations=20, rounds=1)
+    first = mw.solve(problem, solver, seed=1, progress=False, time_limit=600.0)
+    second = mw.solve(problem, solver, seed=1, progress=False, chunk_seconds=30.0, time_limit=600.0)
     assert first.stats["chunks"] > 1
     assert second.stats["chunks"] == 1 and second.stats["iterations"] == {"search": 20}
     # with a callback (which may stop the run after any chunk) chunks start at one iteration again
@@ -144,9 +146,10 @@ def test_a_slow_first_launch_does_not_split_the_next_call():
         return shifted_sphere(x) + extra
 
     problem = mw.Problem(objective=objective, lower=[-2.0] * 3, upper=[2.0] * 3)
-    solver = mw.PatternSearch(n_walkers=32, iterations=20, kernel="xla")
-    first = mw.solve(problem, solver, seed=2, progress=False)
-    second = mw.solve(problem, solver, seed=2, progress=False, chunk_seconds=10.0)
+    solver = mw.PatternSearch(n_walkers=32, iterations=20, kernel="xla", rounds=1)
+    # the time limit (never reached) keeps the run in chunks, not one program
+    first = mw.solve(problem, solver, seed=2, progress=False, time_limit=600.0)
+    second = mw.solve(problem, solver, seed=2, progress=False, chunk_seconds=10.0, time_limit=600.0)
     assert len(calls) > 2 and first.stats["chunks"] > 1
     assert second.stats["chunks"] == 1
 
@@ -207,16 +210,16 @@ class DeviceWork:
         self._guard.__exit__(*exc)
 
 
-def test_a_second_short_pattern_search_runs_three_programs_and_reads_back_once(monkeypatch):
-    # A second call of a one-iteration search (the shortest run there is) pays only what it must:
-    # the start, the chunk (its progress summary and the result's point and counts inside), and the
-    # point's value (queued behind the chunk): 3 programs, no operation dispatched on its own, no
-    # host->device copy (the run's key and the trip count are kept from the first call; the point's
-    # value is computed from the point on the device), and ONE read back, after the chunk: the
-    # result reads nothing more.
+def test_a_second_short_pattern_search_in_chunks_runs_three_programs_and_reads_back_once(monkeypatch):
+    # A second call of a one-iteration search (the shortest run there is) kept in chunks (by a
+    # time limit it never reaches) pays only what it must: the start, the chunk (its progress
+    # summary and the result's point and counts inside), and the point's value (queued behind the
+    # chunk): 3 programs, no operation dispatched on its own, no host->device copy (the run's key
+    # and the trip count are kept from the first call; the point's value is computed from the point
+    # on the device), and ONE read back, after the chunk: the result reads nothing more.
     problem = mw.Problem(objective=shifted_sphere, lower=[-2.0] * 3, upper=[2.0] * 3)
-    solver = mw.PatternSearch(n_walkers=64, iterations=1)
-    first = mw.solve(problem, solver, seed=1, progress=False)
+    solver = mw.PatternSearch(n_walkers=64, iterations=1, rounds=1)
+    first = mw.solve(problem, solver, seed=1, progress=False, time_limit=600.0)
     on_device = jnp.ones(2)
     work = DeviceWork(monkeypatch)
     with work:
@@ -225,11 +228,29 @@ def test_a_second_short_pattern_search_runs_three_programs_and_reads_back_once(m
         with pytest.raises(Exception, match="[Dd]isallowed host-to-device transfer"):
             jnp.asarray(np.ones(2))  # ... and the guard refuses a transfer
         work.ops = 0
-        second = mw.solve(problem, solver, seed=1, progress=False)
+        second = mw.solve(problem, solver, seed=1, progress=False, time_limit=600.0)
     assert (work.programs, work.ops, work.reads) == (3, 0, ["fetch"])
     # the same run, read the same way: bit for bit the first call's result and counts
     assert np.array_equal(first.x, second.x) and first.fun == second.fun and isinstance(second.fun, float)
     assert second.stats["nonfinite"] == first.stats["nonfinite"] == 0 and second.stats["chunks"] == 1
+    np.testing.assert_array_equal(first.walkers, second.walkers)
+
+
+def test_a_second_short_pattern_search_is_one_program_and_one_read_back(monkeypatch):
+    # Without a time limit, progress bar, callback or checkpoint the same search is ONE program
+    # (the start, the iterations, the result's point, counts and one-point value), read back once;
+    # no operation dispatched on its own, no host->device copy.
+    problem = mw.Problem(objective=shifted_sphere, lower=[-2.0] * 3, upper=[2.0] * 3)
+    solver = mw.PatternSearch(n_walkers=64, iterations=1)
+    first = mw.solve(problem, solver, seed=1, progress=False)
+    work = DeviceWork(monkeypatch)
+    with work:
+        second = mw.solve(problem, solver, seed=1, progress=False)
+    assert (work.programs, work.ops, work.reads) == (1, 0, ["fetch"])
+    assert second.stats["one_program"] and second.stats["chunks"] == 1
+    # the same program run twice: bit for bit the first call's result and counts
+    assert np.array_equal(first.x, second.x) and first.fun == second.fun and isinstance(second.fun, float)
+    assert second.stats["nonfinite"] == first.stats["nonfinite"] == 0
     np.testing.assert_array_equal(first.walkers, second.walkers)
 
 
@@ -265,11 +286,11 @@ def test_the_progress_summary_is_read_only_where_it_is_shown(monkeypatch):
     from multiwalk import progress
 
     problem = mw.Problem(objective=shifted_sphere, lower=[-2.0] * 3, upper=[2.0] * 3)
-    solver = mw.PatternSearch(n_walkers=16, iterations=2)
+    solver = mw.PatternSearch(n_walkers=16, iterations=2, rounds=1)
     fetched = []
     fetch = progress.fetch
     monkeypatch.setattr(progress, "fetch", lambda tree, **kw: fetched.append(tree[1]) or fetch(tree, **kw))
-    mw.solve(problem, solver, seed=0, progress=False)
+    mw.solve(problem, solver, seed=0, progress=False, time_limit=600.0)  # in chunks: a time limit it never reaches
     assert fetched and all(info == {} for info in fetched)
     fetched.clear()
     seen = []

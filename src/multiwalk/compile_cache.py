@@ -456,41 +456,54 @@ def start_with(call: Callable, *args: Any) -> Callable[[jax.Array], Any]:
 
 
 def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any], Callable],
-               out_shardings: Any = None, reads_x0: bool = True) -> Callable:
+               out_shardings: Any = None, reads_x0: bool = True, arrays_as_arguments: bool = True) -> Callable:
     """:func:`cached_jit` of ``of_problem(problem)``, kept for every problem with the same functions,
     fingerprint and shapes, not only for this problem object.
 
     The problem's data, sigma and ``args`` arrays are arguments of the executable, as in the
     compiled loop (:func:`problem_arrays`), so a new dataset of the same shapes (a fit repeated on
     another day's data, a new ``Problem`` of the same model) runs the kept start and one-point
-    value instead of compiling them again.  ``of_problem`` must read the problem's arrays through
-    the problem it is given.  ``x0`` is an argument too (unless ``reads_x0`` is False): a start
-    reads it, and as a constant it would have to be digested, all its bytes, in every call.
-    Problems without such arrays (other problem kinds) use :func:`cached_jit`."""
-    arrays, static = problem_arrays(problem)
-    if arrays is None:
+    value instead of compiling them again; with ``arrays_as_arguments`` False (a run plan's, for
+    kernels that read them as constants) they are compiled in, and digested in the key.
+    ``of_problem`` must read the problem's arrays through the problem it is given.  ``x0`` is an
+    argument too (unless ``reads_x0`` is False): a start reads it, and as a constant it would have
+    to be digested, all its bytes, in every call.  Problems without such arrays (other problem
+    kinds) use :func:`cached_jit`."""
+    if not isinstance(problem, Problem):
         return cached_jit(problem, solver, name, of_problem(problem), out_shardings)
+    arrays, static = problem_arrays(problem, arrays_as_arguments)
     options = _jit_options(problem, out_shardings)
     x0 = problem.x0 if reads_x0 else None
 
     def with_problem_arrays(arrays: Any, x0: Any, *args: Any) -> Any:
-        copy = with_arrays(problem, arrays, static)
+        copy = with_arrays(problem, arrays, static) if arrays is not None else _shallow_copy(problem)
         if reads_x0:
             copy.x0 = x0
         return of_problem(copy)(*args)
 
     def key_of(*parts: Any) -> tuple:
         # the name right after the tag, where kept_shared reads it whatever the functions held
-        return ("functions", name, *user_functions(problem), arguments_fingerprint(problem), reads_x0,
-                solver, str(jax.config.jax_default_device), *parts)
+        digest = arguments_fingerprint(problem) if arrays is not None else full_fingerprint(problem)
+        return ("functions", name, *user_functions(problem), digest, reads_x0, solver,
+                str(jax.config.jax_default_device), *parts)
 
     def call(*args: Any) -> Any:
         return _kept_call(with_problem_arrays, options, (arrays, x0, *args), key_of)
 
-    # as cached_jit's: whether the executable for ``args`` is kept; its compilation ahead (_ahead)
+    # as cached_jit's: whether the executable for ``args`` is kept; its compilation ahead (_ahead);
+    # compile_for(*args): ``args -> outputs`` by the executable, compiled now where not kept
     call.is_kept = lambda *args: _executable_key(options, (arrays, x0, *args), key_of) in _SMALL  # type: ignore[attr-defined]
     call.lower_for = lambda *args: _ahead(with_problem_arrays, options, (arrays, x0, *args), key_of)  # type: ignore[attr-defined]
+    call.compile_for = lambda *args: functools.partial(  # type: ignore[attr-defined]
+        _kept_executable(with_problem_arrays, options, (arrays, x0, *args), key_of), arrays, x0)
     return call
+
+
+def _shallow_copy(problem: Any) -> Any:
+    """A shallow copy of ``problem`` (a traced ``x0`` is set on it, not on the caller's problem)."""
+    copy = object.__new__(type(problem))
+    copy.__dict__.update(vars(problem))
+    return copy
 
 
 # ---------------------------------------------------------------------------- forgetting

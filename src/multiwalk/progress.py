@@ -239,6 +239,8 @@ def _one_gpu(leaves: list[Any]) -> Any | None:
 _PINNED_COPIES: dict[tuple, Any] = {}
 # devices without pinned host memory, or whose XLA refused the copy: JAX's copies there
 _NO_PINNED_COPY: set[Any] = set()
+# devices that have pinned host memory
+_PINNED_HOST: set[Any] = set()
 
 
 def _pinned_copy(device: Any | None, treedef: Any, leaves: list[Any]) -> tuple[Any | None, float]:
@@ -246,7 +248,7 @@ def _pinned_copy(device: Any | None, treedef: Any, leaves: list[Any]) -> tuple[A
     the first time for these leaves' types (kept, and in the persistent cache), and the seconds
     that compiling took here (0.0 when kept); None where there is no device, no pinned host
     memory or no such program (then with one warning)."""
-    if device is None or device in _NO_PINNED_COPY:
+    if device is None or not has_pinned_host(device):
         return None, 0.0
     key = (device, treedef, tuple(x.aval for x in leaves))
     copy = _PINNED_COPIES.get(key)
@@ -255,19 +257,35 @@ def _pinned_copy(device: Any | None, treedef: Any, leaves: list[Any]) -> tuple[A
     t0 = time.perf_counter()
     from jax.sharding import SingleDeviceSharding
 
-    if "pinned_host" not in {memory.kind for memory in device.addressable_memories()}:
-        _NO_PINNED_COPY.add(device)
-        return None, 0.0
     try:
         pinned = SingleDeviceSharding(device, memory_kind="pinned_host")
         copy = jax.jit(lambda *xs: xs, out_shardings=pinned).lower(*leaves).compile()
     except Exception as err:  # noqa: BLE001 - an XLA that cannot put outputs in host memory: JAX's copies
-        _NO_PINNED_COPY.add(device)
-        warnings.warn(f"results are read from {device} without pinned host memory ({type(err).__name__}: "
-                      f"{str(err)[:200]}); each read then costs a transfer of its own", stacklevel=3)
+        no_pinned_copy(device, err, stacklevel=4)
         return None, time.perf_counter() - t0
     _PINNED_COPIES[key] = copy
     return copy, time.perf_counter() - t0
+
+
+def has_pinned_host(device: Any) -> bool:
+    """Whether programs may write outputs into ``device``'s pinned host memory: it has some, and
+    no program failed to (:func:`no_pinned_copy`)."""
+    if device in _NO_PINNED_COPY:
+        return False
+    if device not in _PINNED_HOST:  # asked once a device: ~us a call, before every read
+        if "pinned_host" not in {memory.kind for memory in device.addressable_memories()}:
+            _NO_PINNED_COPY.add(device)
+            return False
+        _PINNED_HOST.add(device)
+    return True
+
+
+def no_pinned_copy(device: Any, err: Exception, stacklevel: int = 3) -> None:
+    """XLA refused outputs in ``device``'s pinned host memory (``err``): said once, and results are
+    read from there by JAX's own copies from now on."""
+    _NO_PINNED_COPY.add(device)
+    warnings.warn(f"results are read from {device} without pinned host memory ({type(err).__name__}: "
+                  f"{str(err)[:200]}); each read then costs a transfer of its own", stacklevel=stacklevel)
 
 
 def fetch(tree: Any) -> Any:

@@ -36,7 +36,7 @@ import _multiwalk_launch
 # the checkpoint format and the progress display under short names: solve()'s keywords are
 # called checkpoint and progress
 from . import checkpoint as ckpt
-from . import compile_cache, host_loop, host_objective, program_store
+from . import compile_cache, host_loop, host_objective, one_program, program_store
 from . import distributed as dist
 from . import progress as prog
 from .identity import problem_identity
@@ -928,6 +928,17 @@ def _converged(solver: Solver, problem: Any, state: Any, phase: int) -> bool:
     return bool(solver.done(problem, state, phase))
 
 
+def _in_one_program(problem: Any, solver: Solver, plan: RunPlan, seed: int) -> Result:
+    """A short run as one program (:mod:`multiwalk.one_program`), with the plan's ``loop_block``
+    as a run on the default device gets it."""
+    placement = dist.Placement((None,), None, None)
+    phases = solver.phases(problem)
+    block = _loop_block(problem, solver, plan, phases, [0] * len(phases), placement, False)
+    result = one_program.run(problem, solver, dataclasses.replace(plan, loop_block=block), _kept_run_key(seed))
+    _multiwalk_launch.mark("solve: result made")
+    return result
+
+
 # ---------------------------------------------------------------------------- the driver
 def _run_plan(problem: Any, solver: Solver, devices: Any, time_limit: float | None,
               iteration_callback: Callable | None) -> RunPlan:
@@ -1036,6 +1047,11 @@ def solve(
         host.reset()
         host.start()  # the worker processes come up while the solver compiles
     show = sys.stderr.isatty() if progress is None else bool(progress)
+    between_chunks = (show or time_limit is not None or checkpoint is not None or resume is not None
+                      or callback is not None or iteration_callback is not None or writer is not None
+                      or host is not None or dist.multi_process())
+    if one_program.applies(problem, solver, plan, between_chunks=between_chunks, devices=devices):
+        return _in_one_program(problem, solver, plan, int(seed))
     try:
         _multiwalk_launch.mark("solve: options checked")
         # a first call compiles for seconds before the bar can appear: a status line says so meanwhile

@@ -19,7 +19,8 @@ The contract, in one place (docs/architecture.md has the same table with who cal
   the longest chunk, data as arguments, running until the time limit), ``run_chunk`` and
   ``initial_state_fn`` (which receive that plan), ``traced_phase`` (one compiled loop for all
   the phases), ``report`` and ``report_ready`` (what ``result`` reads of the final state, made by
-  the run's last program and read back with it);
+  the run's last program and read back with it), ``one_program`` and ``report_in_program`` (a
+  short run as one program);
 * optional, for the display and files: ``summary`` (progress bar), ``iterate`` (the current point,
   for ``solve(iteration_callback=...)``), ``writer`` (a :class:`Writer`
   the solver brings, such as LBFGS's printed table; files written as the run goes are writers
@@ -396,6 +397,22 @@ class Solver(abc.ABC):
         what small programs on it add (the one-point value at the best point), queued now, before the
         driver waits for the chunk, and read back with it.  Default: the report as it is."""
         return report
+
+    def report_in_program(self, problem: Problem, report: Any) -> Any:
+        """:meth:`report_ready`'s additions made inside the program that ends the run (``problem``
+        a copy holding traced arrays), for a run that is one program (:meth:`one_program`).
+        Default: the report as it is."""
+        return report
+
+    def one_program(self, problem: Problem, plan: RunPlan) -> bool:
+        """Whether a run of ``problem`` under ``plan`` is short by its options alone (seconds at
+        most, whatever the device), so that a call which asks for nothing between chunks (no
+        progress bar shown, callback, checkpoint, resume, writer or time limit, one device, one
+        process) runs it as ONE program: the start, every phase, :meth:`report` with
+        :meth:`report_in_program`, and :meth:`done`, its small outputs read back once
+        (:mod:`multiwalk.one_program`).  Such a call is not interrupted between chunks: Ctrl-C
+        raises KeyboardInterrupt.  Default: False."""
+        return False
 
     def writer(self, problem: Problem) -> Writer | None:
         """A :class:`Writer` the solver brings to every run of ``problem`` (LBFGS: the printed

@@ -1,0 +1,122 @@
+"""A short run as one program: :func:`multiwalk.solve`'s path for a run its solver calls short.
+
+A solve is normally several programs: the start, chunks of iterations (each read back, for the
+progress bar, the clock, checkpoints and Ctrl-C), the value at the point found, and a copy of the
+small results into host memory.  On a GPU each launch and each read costs the host tens to
+hundreds of microseconds, most of a short call: PatternSearch of 15360 walkers x 20 iterations
+keeps an H100 busy ~0.27 ms of a 1.2-1.7 ms call made so.
+
+Where the solver says a run is short by its options alone (:meth:`Solver.one_program`) and the
+call asks for nothing between chunks (see :func:`applies`), the run is one program instead: the
+start, every phase's iterations, what the result reads of the final state (:meth:`Solver.report`
+with :meth:`Solver.report_in_program`) and the convergence test, its small outputs written into
+the GPU's pinned host memory, so that reading them is only the wait for the program.  It is
+compiled once for the problem's functions and shapes (:func:`~multiwalk.compile_cache.shared_jit`,
+kept across calls and in the program store); every such call runs it, the first one included, so
+two calls with the same seed give the same bits.  Ctrl-C during it raises KeyboardInterrupt: the
+run is short by construction, and nothing between chunks would return.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from . import compile_cache
+from . import progress as prog
+from .result import Result, Status
+from .solvers.base import Phase, RunPlan, Solver
+
+__all__ = ["applies", "run"]
+
+
+def applies(problem: Any, solver: Solver, plan: RunPlan, *, between_chunks: bool, devices: Any) -> bool:
+    """Whether :func:`run` runs this call: nothing asked ``between_chunks`` (a progress bar shown, a
+    callback, a checkpoint, a resume, a writer, a time limit, a non-JAX objective), no ``devices``
+    asked for, one device in one process, and the solver calls the run short."""
+    return (not between_chunks and devices is None and jax.device_count() == 1
+            and solver.writer(problem) is None and plan.max_chunk is None and solver.one_program(problem, plan))
+
+
+def run(problem: Any, solver: Solver, plan: RunPlan, key: jax.Array) -> Result:
+    """The whole run from ``key`` (the run's key on the default device), as one program; the
+    solver's result, with ``stats["one_program"]`` True."""
+    phases = solver.phases(problem)
+    t0 = time.perf_counter()
+    launch = _compiled(problem, solver, plan, phases, key)
+    t1 = time.perf_counter()
+    state, small = launch(key)
+    n_runs, report, converged = prog.fetch(small)  # the program's end: one wait, nothing copied
+    t_run = time.perf_counter() - t1
+    done = [int(n) for n in n_runs]
+    stats: dict[str, Any] = {
+        "compile_seconds": t1 - t0, "chunks": 1, "devices": 1, "one_program": True, "run_seconds": t_run,
+        "iterations": {p.name: d for p, d in zip(phases, done)}, "loop_seconds": t_run,
+    }
+    # never a silent exit at the iteration limit: a solver with a convergence test that did not meet it
+    status = Status.SUCCESS if bool(converged) else Status.MAX_STEPS
+    reported = {} if report is None else {"reported": report}
+    return solver.result(problem, state, done, status, stats, **reported)
+
+
+def _whole_run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array) -> tuple:
+    """``(state, (iterations run of each phase, report, converged))``: the run from ``key``, traced."""
+    state = solver.init(problem, key)
+    n_runs = []
+    for i, phase in enumerate(phases):
+        if phase.length == 0:
+            n_runs.append(jnp.asarray(0, jnp.int32))
+            continue
+        state, n_run = solver.run_chunk(problem, state, i, jnp.asarray(phase.length, jnp.int32), plan=plan)
+        n_runs.append(jnp.asarray(n_run, jnp.int32))
+    report = solver.report(problem, state, plan)
+    if report is not None:
+        report = solver.report_in_program(problem, report)
+    last = len(phases) - 1
+    converged = solver.done(problem, state, last) if solver.checks_convergence else jnp.asarray(True)
+    return state, (jnp.stack(n_runs), report, converged)
+
+
+def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array,
+              pinned_if_any: bool = True) -> Any:
+    """``key -> (state, small outputs)`` by the compiled program (kept, or compiled now): the small
+    outputs in pinned host memory on a GPU that has it (else, or not ``pinned_if_any``, where JAX
+    puts them)."""
+    device = compile_cache.default_device()
+    pinned = _pinned_outputs(device) if pinned_if_any else None
+    # the plan's parts the program depends on beyond the solver and the problem (both in the key)
+    name = (f"one program {[tuple(p) for p in phases]} block {plan.loop_block} "
+            f"options {sorted(plan.compiler_options)} pinned {pinned is not None}")
+    program = compile_cache.shared_jit(
+        problem, solver, name, lambda p: lambda k: _whole_run(p, solver, plan, phases, k), pinned,
+        arrays_as_arguments=plan.arrays_as_arguments)
+    if pinned is None:
+        return program.compile_for(key)
+    try:
+        return program.compile_for(key)
+    except Exception as err:  # noqa: BLE001 - an XLA that cannot put outputs in host memory: JAX's copies
+        # compiled again without: an error of the run itself is raised from there
+        launch = _compiled(problem, solver, plan, phases, key, pinned_if_any=False)
+        prog.no_pinned_copy(device, err, stacklevel=5)
+        return launch
+
+
+def _pinned_outputs(device: Any) -> tuple | None:
+    """``out_shardings`` that leave the state in ``device``'s memory and write the small outputs
+    into its pinned host memory: a GPU's, where it has some; None elsewhere (a CPU reads in place)."""
+    if device.platform != "gpu" or not prog.has_pinned_host(device):
+        return None
+    return _shardings(device)
+
+
+@functools.lru_cache(maxsize=8)
+def _shardings(device: Any) -> tuple:
+    """``device``'s memory and its pinned host memory, as shardings (made once: ~10 us a call)."""
+    from jax.sharding import SingleDeviceSharding
+
+    return SingleDeviceSharding(device), SingleDeviceSharding(device, memory_kind="pinned_host")
+

@@ -1,0 +1,225 @@
+"""A short run as one program (multiwalk.one_program): which calls take it, and that it is the run
+the chunks make."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multiwalk as mw
+from multiwalk import compile_cache, one_program
+from multiwalk.result import Result, Status
+from multiwalk.solvers.base import Phase, Solver
+
+
+def shifted_sphere(x):
+    return jnp.sum((x - 0.25) ** 2)
+
+
+def box(n: int = 3, **kw: Any) -> mw.Problem:
+    return mw.Problem(objective=shifted_sphere, lower=[-2.0] * n, upper=[2.0] * n, **kw)
+
+
+def ulps(a: Any, b: Any) -> np.ndarray:
+    """How many float32/float64 steps apart ``a`` and ``b`` are, elementwise."""
+    a, b = np.asarray(a), np.asarray(b)
+    return np.abs(a - b) / np.spacing(np.maximum(np.abs(a), np.abs(b)))
+
+
+def test_a_short_pattern_search_is_one_program_with_the_chunks_result():
+    # The start, the iterations and the one-point value compiled together are another program than
+    # the three a run in chunks uses: its floats may round differently on another machine, so they
+    # are compared to 4 ulps; the decisions (which walkers halved or reset, the counts) exactly.
+    problem = box()
+    solver = mw.PatternSearch(n_walkers=64, iterations=12, rounds=1)
+    one = mw.solve(problem, solver, seed=3, progress=False)
+    chunks = mw.solve(problem, solver, seed=3, progress=False, time_limit=600.0)  # never reached
+    assert one.stats["one_program"] and one.stats["chunks"] == 1 and "one_program" not in chunks.stats
+    assert one.stats["iterations"] == chunks.stats["iterations"] == {"search": 12}
+    assert one.status == chunks.status == Status.SUCCESS
+    assert ulps(one.x, chunks.x).max() <= 4 and ulps(one.fun, chunks.fun) <= 4
+    for field in ("halvings", "resets"):
+        np.testing.assert_array_equal(getattr(one, field), getattr(chunks, field), err_msg=field)
+    assert one.stats["evaluations"] == chunks.stats["evaluations"] and one.stats["nonfinite"] == 0
+    assert ulps(one.walkers, chunks.walkers).max() <= 4
+    # the same program twice: the same bits
+    again = mw.solve(problem, solver, seed=3, progress=False)
+    assert np.array_equal(one.x, again.x) and one.fun == again.fun
+    assert again.stats["compile_seconds"] < one.stats["compile_seconds"]  # kept: nothing compiled
+
+
+class Recorder:
+    """A writer that records what it is asked to write."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def write(self, problem: Any, state: Any, first: int, last: int) -> None:
+        self.calls.append((first, last))
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("asked", ["progress", "callback", "iteration_callback", "checkpoint", "time_limit",
+                                   "writer", "devices"])
+def test_anything_asked_between_chunks_keeps_the_run_in_chunks(asked, tmp_path, capsys):
+    problem = box()
+    solver = mw.PatternSearch(n_walkers=16, iterations=3, rounds=1)
+    options = {
+        "progress": {"progress": True},
+        "callback": {"callback": lambda info: None},
+        "iteration_callback": {"iteration_callback": lambda it: None},
+        "checkpoint": {"checkpoint": tmp_path / "run.ckpt"},
+        "time_limit": {"time_limit": 600.0},
+        "writer": {"writer": Recorder()},
+        "devices": {"devices": 1},
+    }[asked]
+    r = mw.solve(problem, solver, seed=0, **({"progress": False} | options))
+    assert "one_program" not in r.stats and r.stats["iterations"] == {"search": 3}
+    if asked == "writer":
+        assert options["writer"].calls and options["writer"].calls[-1][1] == 3
+
+
+def test_rounds_until_a_time_limit_or_a_long_search_are_not_one_program():
+    problem = box()
+    # rounds=None with a time limit: fresh rounds until it
+    timed = mw.solve(problem, mw.PatternSearch(n_walkers=16, iterations=3), seed=0, progress=False, time_limit=0.2)
+    assert "one_program" not in timed.stats
+    # two rounds, or more coordinate moves than the XLA form's cap: not short by its options
+    solver = mw.PatternSearch(n_walkers=16, iterations=3, rounds=2)
+    assert not solver.one_program(problem, solver.plan(problem, 1, None))
+    from multiwalk.solvers.pattern_search import ONE_PROGRAM_TRIALS
+
+    big = mw.PatternSearch(n_walkers=ONE_PROGRAM_TRIALS // 3 + 1, iterations=1, kernel="xla")
+    assert not big.one_program(problem, big.plan(problem, 1, None))
+    small = mw.PatternSearch(n_walkers=ONE_PROGRAM_TRIALS // 3, iterations=1, kernel="xla")
+    assert small.one_program(problem, small.plan(problem, 1, None))
+
+
+def test_x0_changed_in_place_is_read_by_the_next_call():
+    # x0 is an argument of the program, not a constant compiled in: an x0 changed in place gives
+    # the run of a new problem holding that x0, bit for bit (the same program)
+    solver = mw.PatternSearch(n_walkers=8, iterations=1)
+    problem = box(x0=[0.25, 0.25, 0.25])
+    at_optimum = mw.solve(problem, solver, seed=0, progress=False)
+    assert at_optimum.stats["one_program"] and at_optimum.fun == 0.0
+    problem.x0[:] = [1.5, -1.5, 1.5]
+    moved = mw.solve(problem, solver, seed=0, progress=False)
+    fresh = mw.solve(box(x0=[1.5, -1.5, 1.5]), solver, seed=0, progress=False)
+    assert moved.fun > 0.0 and np.array_equal(moved.x, fresh.x) and moved.fun == fresh.fun
+
+
+def test_a_new_dataset_of_the_same_shapes_runs_the_same_program_on_its_own_data():
+    # the data are arguments of the program: one compilation serves both datasets, each run on its own
+    def model(x):
+        return x
+
+    solver = mw.PatternSearch(n_walkers=32, iterations=8)
+    runs = []
+    for target in (0.5, -0.5):
+        problem = mw.Problem(model=model, data=np.full(2, target), lower=[-2.0] * 2, upper=[2.0] * 2)
+        runs.append(mw.solve(problem, solver, seed=1, progress=False))
+    assert all(r.stats["one_program"] for r in runs)
+    assert np.all(np.abs(runs[0].x - 0.5) < 0.1) and np.all(np.abs(runs[1].x + 0.5) < 0.1)
+    assert sum(name.startswith("one program") for name in compile_cache.kept_shared()) >= 1
+    assert runs[1].stats["compile_seconds"] < runs[0].stats["compile_seconds"]
+
+
+def test_outputs_that_xla_will_not_put_in_pinned_memory_fall_back_with_one_warning(monkeypatch):
+    from multiwalk import progress
+
+    device = compile_cache.default_device()
+    monkeypatch.setattr(one_program, "_pinned_outputs", lambda device: ("not", "shardings"))
+    problem = box()
+    solver = mw.PatternSearch(n_walkers=16, iterations=2)
+    try:
+        with pytest.warns(UserWarning, match="without pinned host memory"):
+            r = mw.solve(problem, solver, seed=0, progress=False)
+        assert r.stats["one_program"] and device in progress._NO_PINNED_COPY
+    finally:
+        progress._NO_PINNED_COPY.discard(device)
+
+
+def test_an_error_of_the_run_itself_is_raised_not_taken_for_pinned_memory(monkeypatch):
+    # a program that fails to compile for a reason of its own is compiled once more without pinned
+    # outputs, which raises that reason; no pinned-memory warning, the device keeps its pinned memory
+    from multiwalk import progress
+
+    device = compile_cache.default_device()
+    monkeypatch.setattr(one_program, "_pinned_outputs", lambda device: ("not", "shardings"))
+
+    def fails_to_trace(self, problem, report):
+        raise ValueError("a failure of the run's own")
+
+    monkeypatch.setattr(mw.PatternSearch, "report_in_program", fails_to_trace)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        with pytest.raises(ValueError, match="a failure of the run's own"):
+            mw.solve(box(), mw.PatternSearch(n_walkers=8, iterations=2), seed=0, progress=False)
+    assert device not in progress._NO_PINNED_COPY
+
+
+def test_on_a_gpu_the_small_outputs_come_from_pinned_memory(monkeypatch):
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs a GPU (pinned host memory is a GPU's)")
+    from multiwalk import progress
+
+    kinds = []
+    fetch = progress.fetch
+    monkeypatch.setattr(progress, "fetch", lambda tree: kinds.append(
+        {leaf.sharding.memory_kind for leaf in jax.tree_util.tree_leaves(tree)}) or fetch(tree))
+    r = mw.solve(box(), mw.PatternSearch(n_walkers=64, iterations=4), seed=0, progress=False)
+    assert r.stats["one_program"] and kinds == [{"pinned_host"}]
+
+
+@dataclasses.dataclass(frozen=True)
+class CountTo(Solver):
+    """A toy solver with a convergence test: counts up by one an iteration, done at ``stop``."""
+
+    length: int = 5
+    stop: int = 3
+
+    def phases(self, problem: Any) -> list[Phase]:
+        return [Phase("count", self.length)]
+
+    def init(self, problem: Any, key: jax.Array) -> jax.Array:
+        return jnp.zeros((), jnp.int32)
+
+    def step(self, problem: Any, state: jax.Array, phase: int) -> jax.Array:
+        return state + 1
+
+    def done(self, problem: Any, state: jax.Array, phase: int) -> jax.Array:
+        return state >= self.stop
+
+    def one_program(self, problem: Any, plan: Any) -> bool:
+        return True
+
+    def result(self, problem: Any, state: Any, done: list[int], status: Status, stats: dict[str, Any]) -> Result:
+        count = int(state)
+        return Result(x=np.full(problem.n, float(count)), fun=float(count), status=status, message="", stats=stats)
+
+
+def test_a_convergence_test_ends_the_program_early_or_the_status_says_it_did_not():
+    problem = box(2)
+    met = mw.solve(problem, CountTo(length=5, stop=3), progress=False)
+    assert met.stats["one_program"] and met.status == Status.SUCCESS
+    assert met.fun == 3.0 and met.stats["iterations"] == {"count": 3}
+    # the iteration limit before the test is met: MAX_STEPS, as in chunks
+    unmet = mw.solve(problem, CountTo(length=2, stop=3), progress=False)
+    chunked = mw.solve(problem, CountTo(length=2, stop=3), progress=False, time_limit=600.0)
+    assert unmet.stats["one_program"] and unmet.status == chunked.status == Status.MAX_STEPS
+    assert unmet.fun == chunked.fun == 2.0
+
+
+def test_no_warning_of_ours_on_a_quiet_call():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # (JAX's own deprecations are not ours)
+        r = mw.solve(box(), mw.PatternSearch(n_walkers=8, iterations=2), seed=0, progress=False)
+    assert r.stats["one_program"]
