@@ -224,7 +224,11 @@ SCRIPT = textwrap.dedent("""
     def users_own(x):
         return (x[0] ** 2 + x[1] - 11) ** 2 + (x[0] + x[1] ** 2 - 7) ** 2
 
-    if sys.argv[1] == "lbfgs":  # its start does not read the key it is given
+    if sys.argv[1] == "pattern_search":  # a short run: one program (multiwalk.one_program)
+        problem = mw.Problem(objective=himmelblau, lower=[-6, -6], upper=[6, 6])
+        result = mw.solve(problem, mw.PatternSearch(n_walkers=16, iterations=4), seed=1, progress=False)
+        assert result.stats["one_program"]
+    elif sys.argv[1] == "lbfgs":  # its start does not read the key it is given
         from multiwalk.functions import cute
         problem = mw.Problem(objective=cute.extended_rosenbrock, x0=cute.start("extended_rosenbrock", 100))
         result = mw.solve(problem, mw.LBFGS(m=5), progress=False)
@@ -269,6 +273,24 @@ def test_a_later_process_loads_the_programs_and_gets_the_same_bits(tmp_path):
     assert "could not load its stored program" in err
     again, _ = _process(tmp_path, "library", cache)
     assert again["counts"]["stored"] == 3 and damaged["digest"] == again["digest"] == first["digest"]
+
+
+@needs_store
+def test_a_short_run_in_one_program_is_stored_and_loaded(tmp_path):
+    cache = str(tmp_path / "cache")
+    first, _ = _process(tmp_path, "pattern_search", cache)
+    second, _ = _process(tmp_path, "pattern_search", cache)
+    assert first["counts"]["stored"] >= 1 and second["counts"] == {"loaded": first["counts"]["stored"], "stored": 0}
+    assert first["digest"] == second["digest"]
+
+
+@needs_store
+def test_where_outputs_go_is_part_of_the_name(store):
+    # a program writing its outputs to pinned host memory is not the one writing them to the device
+    device = jax.devices()[0]
+    names = {program_store.key("program", ("functions", himmelblau, jax.sharding.SingleDeviceSharding(device, **kind)))
+             for kind in ({}, {"memory_kind": "pinned_host"})}
+    assert len(names) == 2 and None not in names
 
 
 @needs_store

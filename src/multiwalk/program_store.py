@@ -124,6 +124,9 @@ def _name(value: Any) -> str:
         except TypeError:  # JAX's own dtypes (PRNG keys)
             raise _Unnamed(value) from None
         return f"shape({value.shape},{_dtype_name(dtype)},{value.weak_type})"
+    if isinstance(value, jax.sharding.SingleDeviceSharding):  # where outputs go (the devices are the installation's)
+        (device,) = value.device_set
+        return f"SingleDeviceSharding({device.platform}:{device.id},{value.memory_kind})"
     if isinstance(value, functools.partial):
         return f"partial({_name(value.func)},{_name(value.args)},{_name(value.keywords)})"
     if isinstance(value, type) and issubclass(value, np.generic):
