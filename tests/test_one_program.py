@@ -48,10 +48,28 @@ def test_a_short_pattern_search_is_one_program_with_the_chunks_result():
         np.testing.assert_array_equal(getattr(one, field), getattr(chunks, field), err_msg=field)
     assert one.stats["evaluations"] == chunks.stats["evaluations"] and one.stats["nonfinite"] == 0
     assert ulps(one.walkers, chunks.walkers).max() <= 4
-    # the same program twice: the same bits
-    again = mw.solve(problem, solver, seed=3, progress=False)
-    assert np.array_equal(one.x, again.x) and one.fun == again.fun
-    assert again.stats["compile_seconds"] < one.stats["compile_seconds"]  # kept: nothing compiled
+    # the same program twice (kept: nothing traced or compiled): the same bits
+    with Compilations() as compiled:
+        again = mw.solve(problem, solver, seed=3, progress=False)
+    assert compiled.count == 0 and np.array_equal(one.x, again.x) and one.fun == again.fun
+
+
+class Compilations:
+    """Counts the programs traced and compiled (or loaded) while entered."""
+
+    def __enter__(self) -> Compilations:
+        self.count = 0
+        self.lowered = compile_cache._lowered
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return self.lowered(*args, **kwargs)
+
+        compile_cache._lowered = counting
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        compile_cache._lowered = self.lowered
 
 
 class Recorder:
@@ -122,14 +140,15 @@ def test_a_new_dataset_of_the_same_shapes_runs_the_same_program_on_its_own_data(
         return x
 
     solver = mw.PatternSearch(n_walkers=32, iterations=8)
-    runs = []
+    runs, counts = [], []
     for target in (0.5, -0.5):
         problem = mw.Problem(model=model, data=np.full(2, target), lower=[-2.0] * 2, upper=[2.0] * 2)
-        runs.append(mw.solve(problem, solver, seed=1, progress=False))
-    assert all(r.stats["one_program"] for r in runs)
+        with Compilations() as compiled:
+            runs.append(mw.solve(problem, solver, seed=1, progress=False))
+        counts.append(compiled.count)
+    assert all(r.stats["one_program"] for r in runs) and counts == [1, 0]
+    # each on its own data: the best point near that data's optimum (here within 0.009; the datasets' optima are 1.4 apart)
     assert np.all(np.abs(runs[0].x - 0.5) < 0.1) and np.all(np.abs(runs[1].x + 0.5) < 0.1)
-    assert sum(name.startswith("one program") for name in compile_cache.kept_shared()) >= 1
-    assert runs[1].stats["compile_seconds"] < runs[0].stats["compile_seconds"]
 
 
 def test_outputs_that_xla_will_not_put_in_pinned_memory_fall_back_with_one_warning(monkeypatch):
