@@ -4,6 +4,7 @@ the chunks make."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 import warnings
 from typing import Any
 
@@ -26,28 +27,30 @@ def box(n: int = 3, **kw: Any) -> mw.Problem:
     return mw.Problem(objective=shifted_sphere, lower=[-2.0] * n, upper=[2.0] * n, **kw)
 
 
-def ulps(a: Any, b: Any) -> np.ndarray:
-    """How many float32/float64 steps apart ``a`` and ``b`` are, elementwise."""
+def steps_apart(a: Any, b: Any, scale: float) -> float:
+    """The largest difference of ``a`` and ``b`` in steps of their dtype at ``scale`` (the box's
+    width for points, the value's size for values): absolute, so values near 0 are not magnified."""
     a, b = np.asarray(a), np.asarray(b)
-    return np.abs(a - b) / np.spacing(np.maximum(np.abs(a), np.abs(b)))
+    return float(np.max(np.abs(a.astype(np.float64) - b)) / np.spacing(a.dtype.type(scale)))
 
 
 def test_a_short_pattern_search_is_one_program_with_the_chunks_result():
     # The start, the iterations and the one-point value compiled together are another program than
     # the three a run in chunks uses: its floats may round differently on another machine, so they
-    # are compared to 4 ulps; the decisions (which walkers halved or reset, the counts) exactly.
+    # are compared to 4 steps of their dtype (at the box's width for points: 4.0); the decisions
+    # (which walkers halved or reset, the counts) exactly.
     problem = box()
     solver = mw.PatternSearch(n_walkers=64, iterations=12, rounds=1)
     one = mw.solve(problem, solver, seed=3, progress=False)
     chunks = mw.solve(problem, solver, seed=3, progress=False, time_limit=600.0)  # never reached
-    assert one.stats["one_program"] and one.stats["chunks"] == 1 and "one_program" not in chunks.stats
+    assert one.stats["one_program"] and one.stats["chunks"] == 1 and not chunks.stats["one_program"]
     assert one.stats["iterations"] == chunks.stats["iterations"] == {"search": 12}
     assert one.status == chunks.status == Status.SUCCESS
-    assert ulps(one.x, chunks.x).max() <= 4 and ulps(one.fun, chunks.fun) <= 4
+    assert steps_apart(one.x, chunks.x, 4.0) <= 4 and steps_apart(one.fun, chunks.fun, max(abs(one.fun), 1e-3)) <= 4
     for field in ("halvings", "resets"):
         np.testing.assert_array_equal(getattr(one, field), getattr(chunks, field), err_msg=field)
     assert one.stats["evaluations"] == chunks.stats["evaluations"] and one.stats["nonfinite"] == 0
-    assert ulps(one.walkers, chunks.walkers).max() <= 4
+    assert steps_apart(one.walkers, chunks.walkers, 4.0) <= 4
     # the same program twice (kept: nothing traced or compiled): the same bits
     with Compilations() as compiled:
         again = mw.solve(problem, solver, seed=3, progress=False)
@@ -85,12 +88,13 @@ class Recorder:
         pass
 
 
-@pytest.mark.parametrize("asked", ["progress", "callback", "iteration_callback", "checkpoint", "time_limit",
+@pytest.mark.parametrize("asked", [None, "progress", "callback", "iteration_callback", "checkpoint", "time_limit",
                                    "writer", "devices"])
 def test_anything_asked_between_chunks_keeps_the_run_in_chunks(asked, tmp_path, capsys):
     problem = box()
     solver = mw.PatternSearch(n_walkers=16, iterations=3, rounds=1)
     options = {
+        None: {},
         "progress": {"progress": True},
         "callback": {"callback": lambda info: None},
         "iteration_callback": {"iteration_callback": lambda it: None},
@@ -100,25 +104,45 @@ def test_anything_asked_between_chunks_keeps_the_run_in_chunks(asked, tmp_path, 
         "devices": {"devices": 1},
     }[asked]
     r = mw.solve(problem, solver, seed=0, **({"progress": False} | options))
-    assert "one_program" not in r.stats and r.stats["iterations"] == {"search": 3}
+    assert r.stats["one_program"] is (asked is None) and r.stats["iterations"] == {"search": 3}
     if asked == "writer":
         assert options["writer"].calls and options["writer"].calls[-1][1] == 3
+
+
+def progress_module() -> Any:
+    from multiwalk import progress
+
+    return progress
+
+
+def test_on_a_terminal_a_short_run_is_one_program_without_a_bar(monkeypatch, capsys):
+    # progress=None shows a bar on a terminal; a run short enough to be one program shows none
+    # (it would flash for under a second), so its bits do not depend on where stderr goes
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    r = mw.solve(box(), mw.PatternSearch(n_walkers=16, iterations=3), seed=0)
+    assert r.stats["one_program"] and "search" not in capsys.readouterr().err
 
 
 def test_rounds_until_a_time_limit_or_a_long_search_are_not_one_program():
     problem = box()
     # rounds=None with a time limit: fresh rounds until it
     timed = mw.solve(problem, mw.PatternSearch(n_walkers=16, iterations=3), seed=0, progress=False, time_limit=0.2)
-    assert "one_program" not in timed.stats
+    assert not timed.stats["one_program"]
     # two rounds, or more coordinate moves than the XLA form's cap: not short by its options
     solver = mw.PatternSearch(n_walkers=16, iterations=3, rounds=2)
     assert not solver.one_program(problem, solver.plan(problem, 1, None))
-    from multiwalk.solvers.pattern_search import ONE_PROGRAM_TRIALS
+    from multiwalk.solvers.pattern_search import ONE_PROGRAM_WORK
 
-    big = mw.PatternSearch(n_walkers=ONE_PROGRAM_TRIALS // 3 + 1, iterations=1, kernel="xla")
+    big = mw.PatternSearch(n_walkers=ONE_PROGRAM_WORK // 3 + 1, iterations=1, kernel="xla")
     assert not big.one_program(problem, big.plan(problem, 1, None))
-    small = mw.PatternSearch(n_walkers=ONE_PROGRAM_TRIALS // 3, iterations=1, kernel="xla")
+    small = mw.PatternSearch(n_walkers=ONE_PROGRAM_WORK // 3, iterations=1, kernel="xla")
     assert small.one_program(problem, small.plan(problem, 1, None))
+    # each evaluation of a model of 20 000 data reads them all: the same search is then long
+    fit = mw.Problem(model=lambda x: jnp.full(20_000, x.sum()), data=np.zeros(20_000), lower=[-2.0] * 3,
+                     upper=[2.0] * 3)
+    searched = mw.PatternSearch(n_walkers=2048, iterations=20, kernel="xla")
+    assert searched.one_program(problem, searched.plan(problem, 1, None))
+    assert not searched.one_program(fit, searched.plan(fit, 1, None))
 
 
 def test_x0_changed_in_place_is_read_by_the_next_call():
@@ -155,22 +179,31 @@ def test_outputs_that_xla_will_not_put_in_pinned_memory_fall_back_with_one_warni
     from multiwalk import progress
 
     device = compile_cache.default_device()
-    monkeypatch.setattr(one_program, "_pinned_outputs", lambda device: ("not", "shardings"))
+    refused = []
+
+    def pinned_until_refused(device):
+        return None if device in one_program._NO_PINNED_OUTPUTS else ("not", "shardings")
+
+    monkeypatch.setattr(one_program, "_pinned_outputs", pinned_until_refused)
     problem = box()
     solver = mw.PatternSearch(n_walkers=16, iterations=2)
     try:
-        with pytest.warns(UserWarning, match="without pinned host memory"):
+        with pytest.warns(UserWarning, match="without pinned host memory") as caught:
             r = mw.solve(problem, solver, seed=0, progress=False)
-        assert r.stats["one_program"] and device in progress._NO_PINNED_COPY
+        assert r.stats["one_program"] and device in one_program._NO_PINNED_OUTPUTS
+        assert caught[0].filename == __file__  # said at the caller's line
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # said once
+            refused.append(mw.solve(problem, solver, seed=0, progress=False))
+        # the chunks' copy program is not given up for it
+        assert device not in progress._NO_PINNED_COPY and np.array_equal(refused[0].x, r.x)
     finally:
-        progress._NO_PINNED_COPY.discard(device)
+        one_program._NO_PINNED_OUTPUTS.discard(device)
 
 
 def test_an_error_of_the_run_itself_is_raised_not_taken_for_pinned_memory(monkeypatch):
     # a program that fails to compile for a reason of its own is compiled once more without pinned
     # outputs, which raises that reason; no pinned-memory warning, the device keeps its pinned memory
-    from multiwalk import progress
-
     device = compile_cache.default_device()
     monkeypatch.setattr(one_program, "_pinned_outputs", lambda device: ("not", "shardings"))
 
@@ -182,12 +215,12 @@ def test_an_error_of_the_run_itself_is_raised_not_taken_for_pinned_memory(monkey
         warnings.simplefilter("error", UserWarning)
         with pytest.raises(ValueError, match="a failure of the run's own"):
             mw.solve(box(), mw.PatternSearch(n_walkers=8, iterations=2), seed=0, progress=False)
-    assert device not in progress._NO_PINNED_COPY
+    assert device not in one_program._NO_PINNED_OUTPUTS
 
 
 def test_on_a_gpu_the_small_outputs_come_from_pinned_memory(monkeypatch):
-    if jax.default_backend() != "gpu":
-        pytest.skip("needs a GPU (pinned host memory is a GPU's)")
+    if jax.default_backend() != "gpu" or not progress_module().has_pinned_host(jax.devices()[0]):
+        pytest.skip("needs a GPU with pinned host memory")
     from multiwalk import progress
 
     kinds = []

@@ -13,14 +13,16 @@ with :meth:`Solver.report_in_program`) and the convergence test, its small outpu
 the GPU's pinned host memory, so that reading them is only the wait for the program.  It is
 compiled once for the problem's functions and shapes (:func:`~multiwalk.compile_cache.shared_jit`,
 kept across calls and in the program store); every such call runs it, the first one included, so
-two calls with the same seed give the same bits.  Ctrl-C during it raises KeyboardInterrupt: the
-run is short by construction, and nothing between chunks would return.
+two calls with the same seed give the same bits.  Ctrl-C or SIGTERM during it lets the program
+finish (it is short by construction) and the result says ``Status.INTERRUPTED``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
+import warnings
 from typing import Any
 
 import jax
@@ -35,22 +37,32 @@ __all__ = ["applies", "run"]
 
 
 def applies(problem: Any, solver: Solver, plan: RunPlan, *, between_chunks: bool, devices: Any) -> bool:
-    """Whether :func:`run` runs this call: nothing asked ``between_chunks`` (a progress bar shown, a
-    callback, a checkpoint, a resume, a writer, a time limit, a non-JAX objective), no ``devices``
-    asked for, one device in one process, and the solver calls the run short."""
-    return (not between_chunks and devices is None and jax.device_count() == 1
+    """Whether :func:`run` runs this call: nothing asked ``between_chunks`` (a progress bar asked
+    for, a callback, a checkpoint, a resume, a writer, a time limit, a non-JAX objective), no
+    ``devices`` asked for, one device in one process, no XLA options of the plan's, and the solver
+    calls the run short."""
+    return (not between_chunks and devices is None and not plan.compiler_options and jax.device_count() == 1
             and solver.writer(problem) is None and plan.max_chunk is None and solver.one_program(problem, plan))
 
 
-def run(problem: Any, solver: Solver, plan: RunPlan, key: jax.Array) -> Result:
+def run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array, show: bool) -> Result:
     """The whole run from ``key`` (the run's key on the default device), as one program; the
-    solver's result, with ``stats["one_program"]`` True."""
-    phases = solver.phases(problem)
+    solver's result, with ``stats["one_program"]`` True.  ``show``: a status line while a first
+    call compiles for over a second.  Ctrl-C or SIGTERM during the run ends it as it ends a chunk:
+    the program finishes (it is short), and the result says ``Status.INTERRUPTED``."""
     t0 = time.perf_counter()
-    launch = _compiled(problem, solver, plan, phases, key)
+    with prog.CompileStatus(True) if show else contextlib.nullcontext():
+        launch = _compiled(problem, solver, plan, phases, key)
     t1 = time.perf_counter()
-    state, small = launch(key)
-    n_runs, report, converged = prog.fetch(small)  # the program's end: one wait, nothing copied
+    ctrl_c = prog.CtrlC()
+    try:
+        state, small = launch(key)
+        # pinned host memory: the program's end is the only wait; elsewhere each output's copy starts now
+        for leaf in jax.tree_util.tree_leaves(small):
+            leaf.copy_to_host_async()
+        n_runs, report, converged = prog.fetch(small)
+    finally:
+        ctrl_c.restore()
     t_run = time.perf_counter() - t1
     done = [int(n) for n in n_runs]
     stats: dict[str, Any] = {
@@ -58,7 +70,7 @@ def run(problem: Any, solver: Solver, plan: RunPlan, key: jax.Array) -> Result:
         "iterations": {p.name: d for p, d in zip(phases, done)}, "loop_seconds": t_run,
     }
     # never a silent exit at the iteration limit: a solver with a convergence test that did not meet it
-    status = Status.SUCCESS if bool(converged) else Status.MAX_STEPS
+    status = Status.INTERRUPTED if ctrl_c.pressed else Status.SUCCESS if bool(converged) else Status.MAX_STEPS
     reported = {} if report is None else {"reported": report}
     return solver.result(problem, state, done, status, stats, **reported)
 
@@ -81,34 +93,43 @@ def _whole_run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase],
     return state, (jnp.stack(n_runs), report, converged)
 
 
-def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array,
-              pinned_if_any: bool = True) -> Any:
+def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array) -> Any:
     """``key -> (state, small outputs)`` by the compiled program (kept, or compiled now): the small
-    outputs in pinned host memory on a GPU that has it (else, or not ``pinned_if_any``, where JAX
-    puts them)."""
+    outputs in pinned host memory on a GPU that has it, else where JAX puts them.  Where XLA will
+    not write this program's outputs there, it is compiled without, with one warning (an error of
+    the run itself is then raised by that compilation)."""
     device = compile_cache.default_device()
-    pinned = _pinned_outputs(device) if pinned_if_any else None
-    # the plan's parts the program depends on beyond the solver and the problem (both in the key)
-    name = (f"one program {[tuple(p) for p in phases]} block {plan.loop_block} "
-            f"options {sorted(plan.compiler_options)} pinned {pinned is not None}")
-    program = compile_cache.shared_jit(
-        problem, solver, name, lambda p: lambda k: _whole_run(p, solver, plan, phases, k), pinned,
-        arrays_as_arguments=plan.arrays_as_arguments)
-    if pinned is None:
-        return program.compile_for(key)
+    pinned = _pinned_outputs(device)
     try:
-        return program.compile_for(key)
-    except Exception as err:  # noqa: BLE001 - an XLA that cannot put outputs in host memory: JAX's copies
-        # compiled again without: an error of the run itself is raised from there
-        launch = _compiled(problem, solver, plan, phases, key, pinned_if_any=False)
-        prog.no_pinned_copy(device, err, stacklevel=5)
-        return launch
+        return _program(problem, solver, plan, phases, pinned).compile_for(key)
+    except Exception as err:  # noqa: BLE001 - see below
+        if pinned is None:
+            raise
+        refused = err
+    launch = _program(problem, solver, plan, phases, None).compile_for(key)
+    _NO_PINNED_OUTPUTS.add(device)
+    warnings.warn(f"a short run's results are read from {device} without pinned host memory "
+                  f"({type(refused).__name__}: {str(refused)[:200]}); each read then costs a transfer of its own",
+                  stacklevel=6)  # _compiled, run, _in_one_program, solve, its wrapper: the caller's line
+    return launch
+
+
+def _program(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], out_shardings: Any) -> Any:
+    """The whole run as a :func:`~multiwalk.compile_cache.shared_jit` of ``key``, kept across calls."""
+    name = f"one program {[tuple(p) for p in phases]} block {plan.loop_block} pinned {out_shardings is not None}"
+    return compile_cache.shared_jit(
+        problem, solver, name, lambda p: lambda k: _whole_run(p, solver, plan, phases, k), out_shardings,
+        arrays_as_arguments=plan.arrays_as_arguments)
+
+
+# devices whose XLA would not write a short run's outputs into pinned host memory
+_NO_PINNED_OUTPUTS: set[Any] = set()
 
 
 def _pinned_outputs(device: Any) -> tuple | None:
     """``out_shardings`` that leave the state in ``device``'s memory and write the small outputs
     into its pinned host memory: a GPU's, where it has some; None elsewhere (a CPU reads in place)."""
-    if device.platform != "gpu" or not prog.has_pinned_host(device):
+    if device.platform != "gpu" or device in _NO_PINNED_OUTPUTS or not prog.has_pinned_host(device):
         return None
     return _shardings(device)
 
@@ -119,4 +140,3 @@ def _shardings(device: Any) -> tuple:
     from jax.sharding import SingleDeviceSharding
 
     return SingleDeviceSharding(device), SingleDeviceSharding(device, memory_kind="pinned_host")
-

@@ -393,7 +393,7 @@ def _first_state(problem: Any, solver: Solver, init_fn: Callable, key: jax.Array
 
 
 def _first_stats(placement: dist.Placement) -> dict[str, Any]:
-    stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0, "devices": len(placement.devices)}
+    stats: dict[str, Any] = {"compile_seconds": 0.0, "chunks": 0, "devices": len(placement.devices), "one_program": False}
     if placement.note:
         stats["devices_note"] = placement.note
     if dist.multi_process():
@@ -928,13 +928,14 @@ def _converged(solver: Solver, problem: Any, state: Any, phase: int) -> bool:
     return bool(solver.done(problem, state, phase))
 
 
-def _in_one_program(problem: Any, solver: Solver, plan: RunPlan, seed: int) -> Result:
+def _in_one_program(problem: Any, solver: Solver, plan: RunPlan, seed: int, show: bool) -> Result:
     """A short run as one program (:mod:`multiwalk.one_program`), with the plan's ``loop_block``
-    as a run on the default device gets it."""
+    as a run on the default device gets it; ``show``: a status line while it compiles."""
     placement = dist.Placement((None,), None, None)
     phases = solver.phases(problem)
     block = _loop_block(problem, solver, plan, phases, [0] * len(phases), placement, False)
-    result = one_program.run(problem, solver, dataclasses.replace(plan, loop_block=block), _kept_run_key(seed))
+    result = one_program.run(problem, solver, dataclasses.replace(plan, loop_block=block), phases,
+                             _kept_run_key(seed), show)
     _multiwalk_launch.mark("solve: result made")
     return result
 
@@ -1025,6 +1026,13 @@ def solve(
     the result holds everything computed up to the last finished chunk and has
     ``status=Status.INTERRUPTED``.
 
+    A run its solver calls short (``solver.one_program``: PatternSearch's one round of a cheap
+    objective), in a call that asks for nothing between chunks (no ``progress=True``, callbacks,
+    checkpoint, resume, writer, time limit or ``devices``), is ONE program, read back once
+    (:mod:`multiwalk.one_program`; ``stats["one_program"]`` True): no bar (``progress=None`` shows
+    none for it), ``chunk_seconds`` unused, and Ctrl-C lets it finish, then says ``INTERRUPTED``.
+    Its ``run_seconds`` covers the start and the result's value too.
+
     ``stats["compile_seconds"]``: the wall time the call spent on its loops' compilation, from the
     first one's tracing to the last one's end.  A first call compiles them on threads of their own
     while it makes the start, so when they end after the start that span holds the start's own
@@ -1047,11 +1055,13 @@ def solve(
         host.reset()
         host.start()  # the worker processes come up while the solver compiles
     show = sys.stderr.isatty() if progress is None else bool(progress)
-    between_chunks = (show or time_limit is not None or checkpoint is not None or resume is not None
+    # a run short enough to be one program shows a bar only when asked for (progress=True): on a
+    # terminal by default it would flash for under a second, and the bits would follow the terminal
+    between_chunks = (bool(progress) or time_limit is not None or checkpoint is not None or resume is not None
                       or callback is not None or iteration_callback is not None or writer is not None
                       or host is not None or dist.multi_process())
     if one_program.applies(problem, solver, plan, between_chunks=between_chunks, devices=devices):
-        return _in_one_program(problem, solver, plan, int(seed))
+        return _in_one_program(problem, solver, plan, int(seed), show)
     try:
         _multiwalk_launch.mark("solve: options checked")
         # a first call compiles for seconds before the bar can appear: a status line says so meanwhile

@@ -406,12 +406,13 @@ class Solver(abc.ABC):
 
     def one_program(self, problem: Problem, plan: RunPlan) -> bool:
         """Whether a run of ``problem`` under ``plan`` is short by its options alone (seconds at
-        most, whatever the device), so that a call which asks for nothing between chunks (no
-        progress bar shown, callback, checkpoint, resume, writer or time limit, one device, one
-        process) runs it as ONE program: the start, every phase, :meth:`report` with
+        most for the objectives it expects), so that a call which asks for nothing between chunks
+        (no ``progress=True``, callback, iteration callback, checkpoint, resume, writer, time limit,
+        ``devices`` or non-JAX objective; one device, one process; no XLA options in ``plan``)
+        runs it as ONE program: the start, every phase, :meth:`report` with
         :meth:`report_in_program`, and :meth:`done`, its small outputs read back once
-        (:mod:`multiwalk.one_program`).  Such a call is not interrupted between chunks: Ctrl-C
-        raises KeyboardInterrupt.  Default: False."""
+        (:mod:`multiwalk.one_program`).  Such a run is not interrupted between chunks: Ctrl-C lets
+        it finish and its result says ``INTERRUPTED``.  Default: False."""
         return False
 
     def writer(self, problem: Problem) -> Writer | None:

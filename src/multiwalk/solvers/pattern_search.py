@@ -77,9 +77,16 @@ __all__ = ["PatternSearch", "PatternSearchResult"]
 
 _RESTARTS = ("random", "best")
 _COORDINATE_UNROLL = 8  # coordinates unrolled per loop trip: fewer GPU loop round-trips, longer compile
-# The XLA form's largest one-round run made one program (PatternSearch.one_program), in coordinate
-# moves (walkers x iterations x free parameters): 15360 x 20 x 20 (6.1e6) ran in 0.9 s on a 2-core CPU
-ONE_PROGRAM_TRIALS = 1 << 23
+# The largest one-round run made one program (PatternSearch.one_program), in coordinate moves
+# (walkers x iterations x free parameters) times the problem's array elements (at least 1): Ackley
+# in 20-D, 15360 x 20 x 20 (6.1e6), ran in 0.9 s on a 2-core CPU in the XLA form
+ONE_PROGRAM_WORK = 1 << 23
+
+
+def _array_elements(problem: Problem) -> int:
+    """The elements of the problem's data, sigma and ``args`` arrays: what one evaluation may read."""
+    arrays = (problem.data, problem.sigma, *jax.tree_util.tree_leaves(problem.args))
+    return sum(int(np.size(a)) for a in arrays if a is not None and hasattr(a, "shape"))
 
 
 class PatternSearchState(NamedTuple):
@@ -477,15 +484,18 @@ class PatternSearch(Solver):
         return {**report, "value": problem.chi2_full(report["x"])}
 
     def one_program(self, problem: Problem, plan: RunPlan) -> bool:
-        """One round (``rounds=1``, or ``None`` without a time limit) that one kernel launch holds,
-        or, in the XLA form, of at most ``ONE_PROGRAM_TRIALS`` coordinate moves (walkers x
-        iterations x free parameters: ~1 s on a 2-core CPU)."""
+        """One round (``rounds=1``, or ``None`` without a time limit), one kernel launch in the Pallas
+        form, of at most ``ONE_PROGRAM_WORK`` coordinate moves times the elements of the problem's
+        data, sigma and ``args`` arrays (~1 s of a cheap objective on a 2-core CPU).  An objective
+        whose cost hides elsewhere (a closure over large constants) may take longer:
+        ``progress=True`` or a time limit keeps its run in chunks."""
         if not self._one_round(plan):
             return False
         kplan = plan.kernel if plan.kernel is not None else self.kernel_plan(problem)
-        if kplan.use_pallas:
-            return self.iterations <= pattern_search_kernel.MAX_ITERATIONS
-        return self.n_walkers * self.iterations * problem.n_free <= ONE_PROGRAM_TRIALS
+        if kplan.use_pallas and self.iterations > pattern_search_kernel.MAX_ITERATIONS:
+            return False
+        moves = self.n_walkers * self.iterations * problem.n_free
+        return moves * max(1, _array_elements(problem)) <= ONE_PROGRAM_WORK
 
     def result(
         self, problem: Problem, state: PatternSearchState, done: list[int], status: Status, stats: dict[str, Any],
