@@ -52,14 +52,14 @@ def run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: j
     the program finishes (it is short), and the result says ``Status.INTERRUPTED``."""
     t0 = time.perf_counter()
     with prog.CompileStatus(True) if show else contextlib.nullcontext():
-        launch = _compiled(problem, solver, plan, phases, key)
+        launch, in_pinned_memory = _compiled(problem, solver, plan, phases, key)
     t1 = time.perf_counter()
     ctrl_c = prog.CtrlC()
     try:
         state, small = launch(key)
-        # pinned host memory: the program's end is the only wait; elsewhere each output's copy starts now
-        for leaf in jax.tree_util.tree_leaves(small):
-            leaf.copy_to_host_async()
+        if not in_pinned_memory:  # in pinned host memory the program's end is the only wait
+            for leaf in jax.tree_util.tree_leaves(small):
+                leaf.copy_to_host_async()
         n_runs, report, converged = prog.fetch(small)
     finally:
         ctrl_c.restore()
@@ -93,15 +93,16 @@ def _whole_run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase],
     return state, (jnp.stack(n_runs), report, converged)
 
 
-def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array) -> Any:
-    """``key -> (state, small outputs)`` by the compiled program (kept, or compiled now): the small
-    outputs in pinned host memory on a GPU that has it, else where JAX puts them.  Where XLA will
-    not write this program's outputs there, it is compiled without, with one warning (an error of
-    the run itself is then raised by that compilation)."""
+def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array) -> tuple[Any, bool]:
+    """``(key -> (state, small outputs), whether those are in pinned host memory)`` by the compiled
+    program (kept, or compiled now): the small outputs in pinned host memory on a GPU that has it,
+    else where JAX puts them.  Where XLA will not write this program's outputs there, it is
+    compiled without, with one warning (an error of the run itself is then raised by that
+    compilation)."""
     device = compile_cache.default_device()
     pinned = _pinned_outputs(device)
     try:
-        return _program(problem, solver, plan, phases, pinned).compile_for(key)
+        return _program(problem, solver, plan, phases, pinned).compile_for(key), pinned is not None
     except Exception as err:  # noqa: BLE001 - see below
         if pinned is None:
             raise
@@ -111,7 +112,7 @@ def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], 
     warnings.warn(f"a short run's results are read from {device} without pinned host memory "
                   f"({type(refused).__name__}: {str(refused)[:200]}); each read then costs a transfer of its own",
                   stacklevel=6)  # _compiled, run, _in_one_program, solve, its wrapper: the caller's line
-    return launch
+    return launch, False
 
 
 def _program(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], out_shardings: Any) -> Any:
