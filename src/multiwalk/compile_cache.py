@@ -200,8 +200,7 @@ def with_arrays(problem: Any, arrays: Any, static: Any) -> Any:
     if arrays is None:
         return problem
     data, sigma, array_leaves = arrays
-    copy = object.__new__(type(problem))
-    copy.__dict__.update(vars(problem))
+    copy = _shallow_copy(problem)
     copy.data, copy.sigma = data, sigma
     copy.args = joined_args(array_leaves, static)
     return copy
@@ -500,7 +499,7 @@ def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any],
 
 
 def _shallow_copy(problem: Any) -> Any:
-    """A shallow copy of ``problem`` (a traced ``x0`` is set on it, not on the caller's problem)."""
+    """A shallow copy of ``problem`` (traced arrays are set on it, not on the caller's problem)."""
     copy = object.__new__(type(problem))
     copy.__dict__.update(vars(problem))
     return copy

@@ -84,9 +84,9 @@ ONE_PROGRAM_WORK = 1 << 23
 
 
 def _array_elements(problem: Problem) -> int:
-    """The elements of the problem's data, sigma and ``args`` arrays: what one evaluation may read."""
-    arrays = (problem.data, problem.sigma, *jax.tree_util.tree_leaves(problem.args))
-    return sum(int(np.size(a)) for a in arrays if a is not None and hasattr(a, "shape"))
+    """The elements of the problem's data, sigma and ``args`` arrays (:func:`compile_cache.problem_arrays`):
+    what one evaluation may read."""
+    return sum(int(np.size(a)) for a in jax.tree_util.tree_leaves(compile_cache.problem_arrays(problem)[0]))
 
 
 class PatternSearchState(NamedTuple):
