@@ -116,22 +116,22 @@ def test_one_launch_equals_subtract_and_rescan(update, i, j):
         assert_close_ulp(np.asarray(g), np.asarray(w), 2, name, scale=1.0)
     assert int(got[3][0, 0]) == 1 * geo.padded[1] + 2 or float(got[2][0, 0]) > 2.5  # unless the update raised another
     np.testing.assert_array_equal(np.asarray(got[4]), np.asarray(got[0]).reshape(-1)[np.asarray(got[3])])
-    # live=False (the unrolled loop's steps past the end) changes nothing, bit for bit.
+    # live=False (a loop trip's steps past the end) changes nothing, bit for bit.
     idle = fused(r, x, best, pixel, a, ii, jj, jnp.asarray(False))
     for name, g, w in zip(("residual", "x", "best", "pixel", "value"), idle,
                           (r, x, best, pixel, greedy.at_block_pixels(pixel, r))):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
 
 
-def test_kernel_form_stops_inside_an_unrolled_trip():
-    # The kernel form runs `unroll` iterations per loop trip; the threshold reached in the middle
+def test_kernel_form_stops_inside_a_trip():
+    # The kernel form runs `trip` iterations per loop trip; the threshold reached in the middle
     # of one must leave the rest as no-ops: the same count, model and status as the XLA form.
     dirty, psf = two_sources(15)
     problem = mw.deconv.Deconvolution(dirty, psf)
     a, b = (mw.solve(problem, mw.deconv.Clean(gain=0.3, threshold=0.05, max_iterations=200, kernel=k, block=BLOCK),
                      progress=False) for k in ("xla", "pallas"))
     assert a.status == b.status == mw.Status.SUCCESS, (a.message, b.message)
-    assert a.iterations == b.iterations and a.iterations % mw.deconv.Clean.unroll != 0
+    assert a.iterations == b.iterations and a.iterations % mw.deconv.Clean.trip != 0
     assert b.stats["kernel"] == "pallas (interpret mode)" and a.stats["kernel"] == "xla"
     assert_close_ulp(b.model, a.model, 2, "model", scale=1.0)  # as above
     assert_close_ulp(b.steps, a.steps, 2, "steps", scale=1.0)

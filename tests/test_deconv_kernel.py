@@ -32,6 +32,14 @@ class SignedMapCD(mw.deconv.CoordinateDescent):
     constant_lipschitz_kernel = False
 
 
+class UnalignedTripCD(mw.deconv.CoordinateDescent):
+    """Trips of 4 iterations with a refresh every 9: a refresh falls inside a trip, whose later
+    iterations then wait for the next trip's first (the no-op steps between)."""
+
+    def trip_length(self) -> int:
+        return 4
+
+
 def both(problem: mw.deconv.Deconvolution, solver: type = mw.deconv.CoordinateDescent, **options) -> tuple:
     """The same solver in the XLA form and as the Pallas kernel (interpret mode here)."""
     return tuple(mw.solve(problem, solver(kernel=k, **options), progress=False) for k in ("xla", "pallas"))
@@ -44,6 +52,7 @@ def both(problem: mw.deconv.Deconvolution, solver: type = mw.deconv.CoordinateDe
         # small PSF: only the touched blocks run, refreshes in between; the kernel reads the signed
         # Lipschitz map (the other cases: one L as a scalar, block marks)
         (15, {"refresh_every": 9, "solver": SignedMapCD}, False),
+        (15, {"refresh_every": 9, "solver": UnalignedTripCD}, False),  # refreshes inside the kernel form's trips
         (2 * N, {"update_window": 9, "refresh_every": 7}, False),  # truncated window
     ],
 )
@@ -95,9 +104,11 @@ def test_block_marks_update_equals_lipschitz_map_update():
     i, j = jnp.int32(12), jnp.int32(9)  # block (1, 0), unmarked before this update
     common = dict(geo=geo, half=(k // 2, k // 2), pad=pad, lam=0.3, alpha=0.8, interpret=True)
     d, new, lip_j = jnp.float32(0.25), jnp.float32(0.25), jnp.asarray(lip)
-    by_map = cdk.update_and_rescan(g, jnp.asarray(x_seen), jnp.asarray(signed), kernel, blocks, d, new, lip_j, i, j, **common)
-    by_marks = cdk.update_and_rescan(g, jnp.asarray(x), None, kernel, blocks, d, new, lip_j, i, j, marks=jnp.asarray(marks),
-                                     **common)
+    live = jnp.asarray(True)
+    by_map = cdk.update_and_rescan(g, jnp.asarray(x_seen), jnp.asarray(signed), kernel, blocks, d, new, lip_j, i, j, live,
+                                   **common)
+    by_marks = cdk.update_and_rescan(g, jnp.asarray(x), None, kernel, blocks, d, new, lip_j, i, j, live,
+                                     marks=jnp.asarray(marks), **common)
     for name, a, b in zip(("gradient", "best", "pixel", "g", "x", "L"), by_map[:1] + by_map[3:], by_marks[:1] + by_marks[3:]):
         # The same pixels exactly; the maps and scores to 2 ulp (values below 1 in 1's ulp): the two
         # forms are other compiled programs, which may contract the update g - d * kernel into a
@@ -113,16 +124,24 @@ def test_block_marks_update_equals_lipschitz_map_update():
     assert float(by_map[2][12, 9]) == -2.5  # the map form marks the pixel itself
     np.testing.assert_array_equal(cdk.block_marks(jnp.asarray(x), geo), (np.add.reduceat(np.add.reduceat(
         x != 0, np.arange(0, 32, 8), axis=0), np.arange(0, 32, 16), axis=1) > 0).astype(np.int32))
+    # live=False (a loop trip's steps past the end) reads and writes nothing: every output is its
+    # input, bit for bit, in both forms.
+    for kwargs, third in ((dict(), jnp.asarray(signed)), (dict(marks=jnp.asarray(marks)), jnp.asarray(marks))):
+        inputs = (g, jnp.asarray(x), third, *blocks)
+        idle = cdk.update_and_rescan(g, jnp.asarray(x), None if kwargs else third, kernel, blocks, d, new, lip_j, i, j,
+                                     jnp.asarray(False), **kwargs, **common)
+        for k_out, (got, was) in enumerate(zip(idle, inputs)):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(was), err_msg=f"output {k_out}")
 
 
-def test_kernel_stops_inside_an_unrolled_trip():
-    # The kernel form runs `unroll` iterations per loop trip; convergence or the chunk's end in the
-    # middle of one must leave the rest as no-ops: the same count, model and status as the XLA form.
+def test_kernel_stops_inside_a_trip():
+    # The kernel form runs `trip_length()` iterations per loop trip; convergence or the chunk's end in
+    # the middle of one must leave the rest as no-ops: the same count, model and status as the XLA form.
     dirty, psf = field(N, 15, seed=5)
     problem = mw.deconv.Deconvolution(dirty, psf)
     a, b = both(problem, lam=0.05, alpha=1.0, epsilon=1e-3, max_iterations=2000, block=(8, 16))
     assert a.success and b.success, (a.message, b.message)
-    assert a.iterations == b.iterations and a.iterations % mw.deconv.CoordinateDescent.unroll != 0
+    assert a.iterations == b.iterations and a.iterations % mw.deconv.CoordinateDescent(lam=0.05).trip_length() != 0
     np.testing.assert_allclose(b.model, a.model, rtol=1e-5, atol=1e-6)  # float32 rounding, as above
 
 

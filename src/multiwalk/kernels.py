@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # scalarise is imported where an objective is scalarised: an 
 __all__ = [
     "KERNELS", "GPU_BACKENDS", "KernelPlan", "check_kernel_option", "check_launch_options", "backend",
     "xla_plan", "pallas_plan", "fallback_plan", "objective_plan", "scalarise_objective", "triton_lacks", "lowering_reason",
-    "next_power_of_two", "is_power_of_two", "row_blocks", "pad_rows", "compiler_params", "unrolled_while", "LaneValues",
+    "next_power_of_two", "is_power_of_two", "row_blocks", "pad_rows", "compiler_params", "blocked_while", "LaneValues",
 ]
 
 log = logging.getLogger("multiwalk")
@@ -213,27 +213,34 @@ def compiler_params(num_warps: int, interpret: bool) -> dict[str, Any]:
     return {"compiler_params": plgpu.CompilerParams(num_warps=num_warps, num_stages=1)}
 
 
-def unrolled_while(
-    step: Callable[[Any, jax.Array], Any], done: Callable[[Any], jax.Array], state: Any, n: jax.Array, unroll: int
+def blocked_while(
+    first: Callable[[Any, jax.Array], Any], rest: Callable[[Any, jax.Array], Any], done: Callable[[Any], jax.Array],
+    state: Any, n: jax.Array, block: int, pause: Callable[[Any], jax.Array] | None = None,
 ) -> tuple[Any, jax.Array]:
-    """Up to ``n`` calls of ``step(state, live)``, fewer once ``done(state)``, ``unroll`` of them per
-    trip of a ``while_loop``, so the loop's predicate goes to the host once per ``unroll`` steps
-    (a kernel form's run_chunk).  A call with ``live`` False (past ``n`` or ``done`` inside a trip)
-    must change nothing.  Returns ``(state, steps run)``, those of the one-step-per-trip loop."""
+    """Up to ``n`` steps, fewer once ``done(state)``, ``block`` of them per trip of a ``while_loop``
+    (a kernel form's run_chunk): a trip makes one call of ``first(state, live)``, then ``block - 1``
+    calls of ``rest(state, live)`` in an inner loop of that fixed trip count.  On a GPU, XLA reads
+    the outer loop's predicate back on the host once a trip (the device waits for the host); the
+    inner loop's count is known, so it reads none.
 
-    def cond(carry: tuple) -> jax.Array:
-        i, s = carry
+    A call with ``live`` False (past ``n``, ``done``, or ``pause(state)`` for ``rest``: work that
+    only ``first`` does, deferred to the next trip) must change nothing.  Returns ``(state, steps
+    run)``, those of a loop of one step a trip."""
+
+    def runs(i: jax.Array, s: Any) -> jax.Array:
         return (i < n) & ~done(s)
+
+    def inner(_: jax.Array, carry: tuple) -> tuple:
+        i, s = carry
+        live = runs(i, s) if pause is None else runs(i, s) & ~pause(s)
+        return i + live.astype(jnp.int32), rest(s, live)
 
     def body(carry: tuple) -> tuple:
         i, s = carry
-        for _ in range(unroll):
-            live = (i < n) & ~done(s)
-            s = step(s, live)
-            i = i + live.astype(jnp.int32)
-        return i, s
+        s = first(s, jnp.asarray(True))  # the loop's predicate, runs(i, s), holds here
+        return jax.lax.fori_loop(0, block - 1, inner, (i + 1, s))
 
-    n_run, state = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), state))
+    n_run, state = jax.lax.while_loop(lambda carry: runs(*carry), body, (jnp.asarray(0, jnp.int32), state))
     return state, n_run
 
 

@@ -90,7 +90,6 @@ class Clean(greedy.FusedKernelForm, Solver):
 
     problem_type = Deconvolution
     resumable_options = ("kernel", "block", "kernel_warps")  # how, not what: a resume may change them
-    unroll = 8  # iterations per loop trip in the kernel form: fewer loop round-trips (as CoordinateDescent's)
 
     def __post_init__(self) -> None:
         for name in ("gain", "threshold"):

@@ -53,8 +53,8 @@ def update_and_rescan(
 
     ``residual``, ``x`` (Np, Mp); ``kernel`` the PSF (or its central window) with ``pad`` zeros
     per side (``coordinate_descent_kernel.kernel_pad``); ``blocks`` = (best |r|, flat padded
-    pixel, r there) per block, (nb, mb) each; ``live`` (bool): False makes the call change
-    nothing (the unrolled loop's steps past the end).  Every array is aliased to its output, so
+    pixel, r there) per block, (nb, mb) each; ``live`` (bool): False makes the call read and write
+    nothing (a loop trip's no-op steps past the end cost a launch only).  Every array is aliased to its output, so
     blocks outside the touched region are neither read nor written.  Returns (residual, x, *blocks).
     """
     from jax.experimental import pallas as pl
@@ -83,15 +83,15 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int]) -> Callable[..., 
     b1, b2 = geo.block
     mp = geo.padded[1]
 
-    def body(ints_ref, a_ref, r_ref, x_ref, k_ref, best_in, pixel_in, value_in,  # noqa: ANN001, ARG001
-             r_out, x_out, best_out, pixel_out, value_out):  # noqa: ANN001
+    def update_block(frame, ints_ref, a_ref, r_ref, x_ref, k_ref, best_in, pixel_in, value_in,  # noqa: ANN001, ANN202, ARG001
+                     r_out, x_out, best_out, pixel_out, value_out):  # noqa: ANN001
         # best_in, pixel_in, value_in: aliased to the outputs, never read (untouched blocks keep theirs)
-        bi, bj, r0, c0, rows, cols, rr, cc, inside = greedy.block_frame(ints_ref[2], ints_ref[3], geo)
-        pi, pj, live = ints_ref[0], ints_ref[1], ints_ref[4] != 0
+        bi, bj, r0, c0, rows, cols, rr, cc, inside = frame
+        pi, pj = ints_ref[0], ints_ref[1]
         r = r_ref[rows, cols]
         psf = k_ref[pl.ds(r0 - pi + off[0], b1), pl.ds(c0 - pj + off[1], b2)]
         # As the XLA form: only the image's pixels change (never the padding up to whole blocks).
-        r = jnp.where(inside & live, r - a_ref[0] * psf, r)
+        r = jnp.where(inside, r - a_ref[0] * psf, r)
         r_out[rows, cols] = r
         score = jnp.where(inside, jnp.abs(r), -1.0)
         best = jnp.max(score)
@@ -101,8 +101,15 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int]) -> Callable[..., 
         pixel_out[bi, bj] = (r0 + local // b2) * mp + c0 + local % b2
         value_out[bi, bj] = jnp.sum(jnp.where(flat == local, r, 0.0))
 
-        @pl.when(live & (pi >= r0) & (pi < r0 + b1) & (pj >= c0) & (pj < c0 + b2))
+        @pl.when((pi >= r0) & (pi < r0 + b1) & (pj >= c0) & (pj < c0 + b2))
         def _():  # the program that holds (i, j) adds the component there; no other reads it
             x_out[pi, pj] = x_ref[pi, pj] + a_ref[0]
+
+    def body(ints_ref, *refs):  # noqa: ANN001, ANN202
+        frame = greedy.block_frame(ints_ref[2], ints_ref[3], geo)  # outside the branch (interpret mode's program_id)
+
+        @pl.when(ints_ref[4] != 0)  # live: else every output keeps its input (aliased)
+        def _():
+            update_block(frame, ints_ref, *refs)
 
     return body

@@ -170,7 +170,6 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
     # how, not what: a resume may change them (another form is refused by convert_checkpoint; other
     # blocks by the option check: its block arrays would have to be rebuilt from the model)
     resumable_options = ("kernel", "kernel_warps")
-    unroll = 8  # iterations per loop trip in the kernel form: fewer loop round-trips (docs/benchmarks.md)
     # The kernel form with one L for every pixel reads no Lipschitz map, only block marks (a quarter
     # fewer bytes per update, same results); False keeps the map (for the benchmark's before/after).
     constant_lipschitz_kernel = True
@@ -366,19 +365,45 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
     def step(self, problem: Deconvolution, state: CDState, phase: int) -> CDState:
         return self._step_where(problem, state, jnp.asarray(True))
 
-    def _step_where(self, problem: Deconvolution, state: CDState, live: jax.Array) -> CDState:
-        """One iteration; where ``live`` is False, none (every change is zero: the kernel form's
-        unrolled loop runs a fixed number of these per trip, see run_chunk)."""
-        geo = self._geometry(problem)
-        s = state
-        # Refresh every k iterations, and when the updated map says "converged": the run stops
-        # only where the exact map confirms it (``verified``: that step changes nothing; done()).
+    def trip_length(self) -> int:
+        """The kernel form's iterations per loop trip: ``trip``, or a divisor of ``refresh_every`` near
+        it, so that trips start where refreshes fall (only a trip's first iteration refreshes)."""
+        every = self.refresh_every
+        if every is None:
+            return self.trip
+        if every <= self.trip:
+            return every
+        return next((b for b in range(self.trip, max(1, self.trip // 5) - 1, -1) if every % b == 0), self.trip)
+
+    def _refresh_due(self, s: CDState) -> jax.Array:
+        """Whether this iteration recomputes the exact gradient map first: every ``refresh_every``
+        iterations, and when the updated map says "converged" (the run stops only where the exact
+        map confirms it, ``verified`` in _step_where)."""
         due = jnp.max(s.block_best) <= s.tolerance
         if self.refresh_every is not None:
             due = due | (s.iteration % self.refresh_every == 0)
-        refreshed = live & (s.iteration > 0) & due
-        s = self._refreshed_if(problem, s, refreshed)
-        verified = refreshed & (jnp.max(s.block_best) <= s.tolerance)
+        return (s.iteration > 0) & due
+
+    def _inner_step_where(self, problem: Deconvolution, state: CDState, live: jax.Array) -> CDState:
+        """A kernel-form trip's later iterations: never a refresh (``_deferred`` stops them where one
+        is due, for the next trip's first iteration), so the trip holds no loop of its own."""
+        return self._step_where(problem, state, live, may_refresh=False)
+
+    def _deferred(self, problem: Deconvolution) -> Callable[[CDState], jax.Array]:
+        return self._refresh_due
+
+    def _step_where(self, problem: Deconvolution, state: CDState, live: jax.Array, may_refresh: bool = True) -> CDState:
+        """One iteration; where ``live`` is False, none (the state is unchanged: the kernel form's
+        loop runs a fixed number of these per trip, see run_chunk).  ``may_refresh`` False: the
+        caller guarantees no refresh is due where ``live``."""
+        geo = self._geometry(problem)
+        s = state
+        if may_refresh:
+            refreshed = live & self._refresh_due(s)
+            s = self._refreshed_if(problem, s, refreshed)
+            verified = refreshed & (jnp.max(s.block_best) <= s.tolerance)  # that step changes nothing; done()
+        else:
+            verified = jnp.asarray(False)
         plan = self.kernel_plan()
         mesh = None if plan.use_pallas else patches.row_mesh()  # the XLA form split in row patches
         if mesh is not None:  # each patch's best, then one all-gather (patches.py)
@@ -406,7 +431,7 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
             k = self._kernel_size(problem)
             gradient, x, marked, best, pixel, *values = cdk.update_and_rescan(
                 s.gradient, s.x, None if marks is not None else s.lipschitz, s.kernel,
-                (s.block_best, s.block_pixel, *s.block_values), d, new, lip, i, j, geo=geo,
+                (s.block_best, s.block_pixel, *s.block_values), d, new, lip, i, j, live, geo=geo,
                 half=(k[0] // 2, k[1] // 2), pad=cdk.kernel_pad(geo, k), lam=float(self.lam), alpha=float(self.alpha),
                 marks=marks, num_warps=self.kernel_warps or cdk.DEFAULT_WARPS, interpret=plan.interpret,
             )

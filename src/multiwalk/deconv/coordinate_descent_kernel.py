@@ -100,6 +100,7 @@ def update_and_rescan(
     lip: jax.Array,
     i: jax.Array,
     j: jax.Array,
+    live: jax.Array,
     *,
     geo: greedy.Geometry,
     half: tuple[int, int],
@@ -112,7 +113,8 @@ def update_and_rescan(
 ) -> tuple[jax.Array, ...]:
     """One whole update in one launch: ``x[i, j] = new`` (and ``L[i, j]`` negated, marking it),
     ``gradient[u] -= d * kernel[u - (i, j) + half + pad]`` over the touched blocks, and their
-    block maxima, pixels and (g, x, |L|) at those pixels.
+    block maxima, pixels and (g, x, |L|) at those pixels.  ``live`` (bool) False: nothing is read or
+    written (a loop trip's no-op steps past the end cost a launch only).
 
     ``gradient``, ``x``, ``signed_lipschitz`` (Np, Mp) (the last negated where ``x`` may be
     non-zero); ``kernel`` the autocorrelation with ``pad`` zeros per side (:func:`kernel_pad`);
@@ -130,7 +132,7 @@ def update_and_rescan(
     dt = gradient.dtype
     start = greedy.window_start(i, j, geo)
     first = greedy.first_touched(start, geo)
-    ints = jnp.stack([i, j, first[0], first[1]]).astype(jnp.int32)
+    ints = jnp.stack([i, j, first[0], first[1], live]).astype(jnp.int32)
     floats = jnp.stack([d, new, -lip, lip]).astype(dt)
     constant = marks is not None  # one L for all pixels: scalar L, block marks (module doc)
     off = (half[0] + pad[0], half[1] + pad[1])
@@ -168,11 +170,11 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int], lam: float, alpha
     lb = (1.0 - alpha) * lam
     masked_load = _masked_load()
 
-    def body(ints_ref, f_ref, g_ref, x_ref, l_ref, k_ref, *refs):  # noqa: ANN001
+    def update_block(frame, ints_ref, f_ref, g_ref, x_ref, l_ref, k_ref, *refs):  # noqa: ANN001, ANN202
         # l_ref/l_out: the signed Lipschitz map, or the block marks (constant L)
         best_out, pixel_out, bg_out, bx_out, bl_out = refs[-5:]
         g_out, x_out, l_out = refs[5:8]
-        bi, bj, r0, c0, rows, cols, rr, cc, inside = greedy.block_frame(ints_ref[2], ints_ref[3], geo)
+        bi, bj, r0, c0, rows, cols, rr, cc, inside = frame
         pi, pj = ints_ref[0], ints_ref[1]
         g = g_ref[rows, cols]
         if constant:
@@ -210,5 +212,12 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int], lam: float, alpha
                 l_out[bi, bj] = jnp.int32(1)
             else:
                 l_out[pi, pj] = f_ref[2]
+
+    def body(ints_ref, *refs):  # noqa: ANN001, ANN202
+        frame = greedy.block_frame(ints_ref[2], ints_ref[3], geo)  # outside the branch (interpret mode's program_id)
+
+        @pl.when(ints_ref[4] != 0)  # live: else every output keeps its input (aliased)
+        def _():
+            update_block(frame, ints_ref, *refs)
 
     return body

@@ -19,6 +19,7 @@ PSF^2.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.fft
 
-from ..kernels import unrolled_while
+from ..kernels import blocked_while
 from ..solvers._common import check_int_option
 
 __all__ = [
@@ -298,17 +299,40 @@ def block_frame(first_row_block: Any, first_col_block: Any, geo: Geometry) -> Bl
 
 class FusedKernelForm:
     """What CoordinateDescent and Clean share about their fused Pallas form, a mixin before
-    ``Solver``: the solver gives ``kernel`` (its option), ``kernel_plan()``, ``unroll``, ``done`` and
+    ``Solver``: the solver gives ``kernel`` (its option), ``kernel_plan()``, ``done`` and
     ``_step_where(problem, state, live)`` (one iteration, none where ``live`` is False)."""
 
+    #: iterations per trip of the kernel form's loop: one wait of the device for the host a trip
+    #: (docs/benchmarks.md); a trip that ends early (convergence, the chunk's end) runs the rest as
+    #: no-ops, each a few small launches.
+    trip = 50
+
     def run_chunk(self, problem: Any, state: Any, phase: int, n: jax.Array, plan: Any = None) -> tuple[Any, jax.Array]:
-        """The XLA form: the driver's while loop over ``step``.  The kernel form: ``unroll``
-        iterations per loop trip (each a no-op once ``n`` are done or the run has stopped), so
-        the loop's predicate goes to the host once per ``unroll`` iterations, not every one."""
+        """The XLA form: the driver's while loop over ``step``.  The kernel form: trips of
+        :meth:`trip_length` iterations (:func:`~multiwalk.kernels.blocked_while`; each a no-op once
+        ``n`` are done or the run has stopped), so the loop's predicate goes to the host once a
+        trip, not every iteration."""
         if not self.kernel_plan().use_pallas:  # type: ignore[attr-defined]
             return super().run_chunk(problem, state, phase, n, plan)  # type: ignore[misc]
-        return unrolled_while(lambda s, live: self._step_where(problem, s, live),  # type: ignore[attr-defined]
-                              lambda s: self.done(problem, s, phase), state, n, self.unroll)  # type: ignore[attr-defined]
+        return blocked_while(
+            lambda s, live: self._step_where(problem, s, live),  # type: ignore[attr-defined]
+            lambda s, live: self._inner_step_where(problem, s, live), lambda s: self.done(problem, s, phase),  # type: ignore[attr-defined]
+            state, n, self.trip_length(), self._deferred(problem),
+        )
+
+    def trip_length(self) -> int:
+        """Iterations per trip of the kernel form's loop."""
+        return self.trip
+
+    def _inner_step_where(self, problem: Any, state: Any, live: jax.Array) -> Any:
+        """A trip's later iterations (:func:`~multiwalk.kernels.blocked_while`'s ``rest``): by default
+        the same as its first."""
+        return self._step_where(problem, state, live)  # type: ignore[attr-defined]
+
+    def _deferred(self, problem: Any) -> Callable[[Any], jax.Array] | None:
+        """``pause(state)`` for :func:`~multiwalk.kernels.blocked_while`: where it holds, only a trip's
+        first iteration may run (it does work the others leave out); None: any may."""
+        return None
 
     def unsplit_reason(self, problem: Any) -> str | None:
         """The Pallas form's: one launch an iteration, which XLA cannot split; the XLA form splits."""
