@@ -46,18 +46,23 @@ def both(problem: mw.deconv.Deconvolution, solver: type = mw.deconv.CoordinateDe
 
 
 @pytest.mark.parametrize(
-    "p, options, warm",
+    "n, p, options, warm",
     [
-        (2 * N, {}, True),  # PSF twice the image (the major cycle's): every update touches the whole map
+        # N x N in blocks of 8 x 16: 5 x 3 blocks (the pick in XLA: not powers of two)
+        (N, 2 * N, {}, True),  # PSF twice the image (the major cycle's): every update touches the whole map
         # small PSF: only the touched blocks run, refreshes in between; the kernel reads the signed
         # Lipschitz map (the other cases: one L as a scalar, block marks)
-        (15, {"refresh_every": 9, "solver": SignedMapCD}, False),
-        (15, {"refresh_every": 9, "solver": UnalignedTripCD}, False),  # refreshes inside the kernel form's trips
-        (2 * N, {"update_window": 9, "refresh_every": 7}, False),  # truncated window
+        (N, 15, {"refresh_every": 9, "solver": SignedMapCD}, False),
+        (N, 15, {"refresh_every": 9, "solver": UnalignedTripCD}, False),  # refreshes inside the kernel form's trips
+        (N, 2 * N, {"update_window": 9, "refresh_every": 7}, False),  # truncated window
+        # 32 x 32: 4 x 2 blocks, the pick in its own kernel (pick_step) in the Pallas form
+        (32, 64, {}, True),
+        (32, 15, {"refresh_every": 9, "solver": SignedMapCD}, False),
+        (32, 15, {"refresh_every": 9, "solver": UnalignedTripCD}, False),
     ],
 )
-def test_kernel_equals_xla_form(p, options, warm):
-    dirty, psf = field(N, p, seed=p)
+def test_kernel_equals_xla_form(n, p, options, warm):
+    dirty, psf = field(n, p, seed=p)
     # A warm start makes the model non-zero before the first step: the kernel must read it there
     # (its masked load of x follows the negated Lipschitz constants).
     start = np.where(dirty > 0.8 * dirty.max(), 0.3, 0.0) if warm else None
@@ -185,3 +190,66 @@ def test_options():
     assert mw.deconv.CoordinateDescent(lam=1.0).kernel_plan().name == "xla"
     plan = mw.deconv.CoordinateDescent(lam=1.0, kernel="pallas", block=24).kernel_plan()
     assert not plan.use_pallas and "power of two" in plan.reason
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["ties", "nan", "done", "refresh_due", "verified", "not_allowed", "runs_with_check"],
+)
+def test_pick_step_equals_the_xla_step(case):
+    # The Pallas form's pick in one launch (interpret mode), against the XLA arithmetic it replaces:
+    # the block jnp.argmax takes (the first maximum; the first NaN), its pixel and window, whether
+    # the step runs, the proximal step, the objective and the two records.
+    import jax.numpy as jnp
+
+    from multiwalk.deconv import coordinate_descent_kernel as cdk
+    from multiwalk.deconv import greedy
+    from multiwalk.deconv.coordinate_descent import proximal_step
+
+    rng = np.random.default_rng(3)
+    geo = greedy.geometry((30, 30), (41, 41), (20, 20), (8, 16))  # 4 x 2 blocks of a 32 x 32 padded map
+    best = rng.uniform(0.1, 0.4, geo.blocks).astype(np.float32)
+    best[1, 1] = best[2, 0] = 0.9  # a tie: the first row-major wins
+    if case == "nan":
+        best[3, 0] = best[2, 1] = np.nan  # the first NaN wins
+    pixel = rng.integers(0, 32 * 32, geo.blocks).astype(np.int32)
+    g, x, lip = (rng.uniform(0.2, 1.5, geo.blocks).astype(np.float32) for _ in range(3))
+    k, tol, fun, lam, alpha, every = 7, 0.05, 3.0, 0.3, 0.8, 10
+    may_run, exact, verified, check = 1, 0, 0, case in ("done", "refresh_due", "runs_with_check")
+    if case == "done":
+        best[:] = 0.01  # below the tolerance on an exact map
+        exact = 1
+    if case == "refresh_due":
+        k = 20
+    if case == "verified":
+        verified = 1
+    if case == "not_allowed":
+        may_run = 0
+    trace = np.arange(40, dtype=np.float32)
+    steps = -np.arange(40, dtype=np.float32)
+    ints, floats, new_trace, new_steps = cdk.pick_step(
+        tuple(jnp.asarray(a) for a in (best, pixel, g, x, lip)), jnp.asarray(trace), jnp.asarray(steps),
+        jnp.asarray([may_run, k, exact, verified], jnp.int32), jnp.asarray([tol, fun], jnp.float32), geo=geo,
+        lam=lam, alpha=alpha, refresh_every=every, check=check, interpret=True)
+    at = int(jnp.argmax(jnp.asarray(best)))
+    live = bool(may_run) and not (check and ((best.reshape(-1)[at] <= tol and exact) or (k > 0 and (
+        best.reshape(-1)[at] <= tol or k % every == 0))))
+    assert live == (case in ("ties", "nan", "verified", "runs_with_check"))
+    gv, old, lv = (jnp.asarray(a).reshape(-1)[at] for a in (g, x, lip))
+    new = jnp.where(live and not verified, proximal_step(gv, old, lv, lam, alpha), old)
+    d = new - old
+    change = -d * gv + 0.5 * d * d * lv + lam * (alpha * (jnp.abs(new) - jnp.abs(old)) + 0.5 * (1.0 - alpha) * (
+        new * new - old * old))
+    i, j = divmod(int(pixel.reshape(-1)[at]), geo.padded[1])
+    first = greedy.first_touched(greedy.window_start(jnp.int32(i), jnp.int32(j), geo), geo)
+    # the decisions exactly
+    assert ints.tolist() == [i, j, int(first[0]), int(first[1]), int(live), 0, 0, 0]
+    # the floats to 2 ulp at their scale (~1): interpret mode and XLA may contract a product and a
+    # sum into a fused multiply-add differently
+    want = np.array([d, new, -lv, lv, fun + change], np.float32)
+    assert_close_ulp(np.asarray(floats[:5]), want, 2, "d, new, -L, L, objective", scale=4.0)
+    expect_trace, expect_steps = trace.copy(), steps.copy()
+    if live:
+        expect_trace[k], expect_steps[k] = want[4], abs(want[0])
+    assert_close_ulp(np.asarray(new_trace), expect_trace, 2, "fun_trace", scale=40.0)
+    assert_close_ulp(np.asarray(new_steps), expect_steps, 2, "steps", scale=40.0)

@@ -214,33 +214,32 @@ def compiler_params(num_warps: int, interpret: bool) -> dict[str, Any]:
 
 
 def blocked_while(
-    first: Callable[[Any, jax.Array], Any], rest: Callable[[Any, jax.Array], Any], done: Callable[[Any], jax.Array],
-    state: Any, n: jax.Array, block: int, pause: Callable[[Any], jax.Array] | None = None,
+    first: Callable[[Any, jax.Array], Any], rest: Callable[[Any, jax.Array], tuple[Any, jax.Array]],
+    done: Callable[[Any], jax.Array], state: Any, n: jax.Array, block: int,
 ) -> tuple[Any, jax.Array]:
     """Up to ``n`` steps, fewer once ``done(state)``, ``block`` of them per trip of a ``while_loop``
     (a kernel form's run_chunk): a trip makes one call of ``first(state, live)``, then ``block - 1``
-    calls of ``rest(state, live)`` in an inner loop of that fixed trip count.  On a GPU, XLA reads
-    the outer loop's predicate back on the host once a trip (the device waits for the host); the
-    inner loop's count is known, so it reads none.
+    calls of ``rest(state, may_run)`` in an inner loop of that fixed trip count.  On a GPU, XLA
+    reads the outer loop's predicate back on the host once a trip (the device waits for the host);
+    the inner loop's count is known, so it reads none.
 
-    A call with ``live`` False (past ``n``, ``done``, or ``pause(state)`` for ``rest``: work that
-    only ``first`` does, deferred to the next trip) must change nothing.  Returns ``(state, steps
-    run)``, those of a loop of one step a trip."""
-
-    def runs(i: jax.Array, s: Any) -> jax.Array:
-        return (i < n) & ~done(s)
+    ``rest`` is given ``may_run`` (fewer than ``n`` steps so far) and returns ``(state, ran)``: it
+    runs unless ``done`` (or it waits for work only ``first`` does, until the next trip), and
+    where it does not it changes nothing.  Returns ``(state, steps run)``, those of a loop of one
+    step a trip."""
 
     def inner(_: jax.Array, carry: tuple) -> tuple:
         i, s = carry
-        live = runs(i, s) if pause is None else runs(i, s) & ~pause(s)
-        return i + live.astype(jnp.int32), rest(s, live)
+        s, ran = rest(s, i < n)
+        return i + ran.astype(jnp.int32), s
 
     def body(carry: tuple) -> tuple:
         i, s = carry
-        s = first(s, jnp.asarray(True))  # the loop's predicate, runs(i, s), holds here
+        s = first(s, jnp.asarray(True))  # the loop's predicate, i < n and not done, holds here
         return jax.lax.fori_loop(0, block - 1, inner, (i + 1, s))
 
-    n_run, state = jax.lax.while_loop(lambda carry: runs(*carry), body, (jnp.asarray(0, jnp.int32), state))
+    n_run, state = jax.lax.while_loop(lambda carry: (carry[0] < n) & ~done(carry[1]), body,
+                                      (jnp.asarray(0, jnp.int32), state))
     return state, n_run
 
 

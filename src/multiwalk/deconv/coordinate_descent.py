@@ -384,13 +384,38 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
             due = due | (s.iteration % self.refresh_every == 0)
         return (s.iteration > 0) & due
 
-    def _inner_step_where(self, problem: Deconvolution, state: CDState, live: jax.Array) -> CDState:
-        """A kernel-form trip's later iterations: never a refresh (``_deferred`` stops them where one
-        is due, for the next trip's first iteration), so the trip holds no loop of its own."""
-        return self._step_where(problem, state, live, may_refresh=False)
+    def _inner_step(self, problem: Deconvolution, state: CDState, may_run: jax.Array, phase: int) -> tuple[CDState, jax.Array]:
+        """A kernel-form trip's later iterations: never a refresh (they stop where one is due, for the
+        next trip's first iteration), so the trip holds no loop of its own."""
+        if cdk.pick_in_kernel(self._geometry(problem)):
+            return self._kernel_step(problem, state, may_run, jnp.asarray(False), check=True)
+        live = may_run & ~self.done(problem, state, phase) & ~self._refresh_due(state)
+        return self._step_where(problem, state, live, may_refresh=False), live
 
-    def _deferred(self, problem: Deconvolution) -> Callable[[CDState], jax.Array]:
-        return self._refresh_due
+    def _kernel_step(self, problem: Deconvolution, s: CDState, may_run: jax.Array, verified: jax.Array,
+                     check: bool) -> tuple[CDState, jax.Array]:
+        """The Pallas form's iteration in two launches, :func:`~.coordinate_descent_kernel.pick_step`
+        (the pixel, the step, the objective and its records) and the update: the scalars stay on
+        the device between them, with no small XLA operation each.  ``check``: the step also stops
+        where the run is done or a refresh is due.  Returns (state, whether it ran)."""
+        geo, plan, k = self._geometry(problem), self.kernel_plan(), self._kernel_size(problem)
+        ints = jnp.stack([may_run, s.iteration, s.exact, verified]).astype(jnp.int32)
+        blocks = (s.block_best, s.block_pixel, *s.block_values)
+        ints, floats, fun_trace, steps = cdk.pick_step(
+            blocks, s.fun_trace, s.steps, ints, jnp.stack([s.tolerance, s.fun]), geo=geo, lam=float(self.lam),
+            alpha=float(self.alpha), refresh_every=self.refresh_every, check=check, interpret=plan.interpret)
+        marks = s.block_marks
+        gradient, x, marked, best, pixel, *values = cdk.launch_update(
+            ints, floats, s.gradient, s.x, marks if marks is not None else s.lipschitz, s.kernel, blocks, geo=geo,
+            half=(k[0] // 2, k[1] // 2), pad=cdk.kernel_pad(geo, k), lam=float(self.lam), alpha=float(self.alpha),
+            constant=marks is not None, num_warps=self.kernel_warps or cdk.DEFAULT_WARPS, interpret=plan.interpret)
+        live = ints[4] != 0
+        s = s._replace(
+            x=x, gradient=gradient, block_best=best, block_pixel=pixel, block_values=tuple(values), fun=floats[4],
+            fun_trace=fun_trace, steps=steps, iteration=s.iteration + live.astype(jnp.int32),
+            exact=jnp.where(live, verified, s.exact),
+        )
+        return (s._replace(block_marks=marked) if marks is not None else s._replace(lipschitz=marked)), live
 
     def _step_where(self, problem: Deconvolution, state: CDState, live: jax.Array, may_refresh: bool = True) -> CDState:
         """One iteration; where ``live`` is False, none (the state is unchanged: the kernel form's
@@ -404,6 +429,8 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
             verified = refreshed & (jnp.max(s.block_best) <= s.tolerance)  # that step changes nothing; done()
         else:
             verified = jnp.asarray(False)
+        if self.kernel_plan().use_pallas and cdk.pick_in_kernel(geo):
+            return self._kernel_step(problem, s, live, verified, check=False)[0]
         plan = self.kernel_plan()
         mesh = None if plan.use_pallas else patches.row_mesh()  # the XLA form split in row patches
         if mesh is not None:  # each patch's best, then one all-gather (patches.py)

@@ -40,7 +40,8 @@ from ..kernels import KERNELS, KernelPlan, backend, compiler_params, is_power_of
 from . import greedy
 
 __all__ = [
-    "KERNELS", "KernelPlan", "plan", "kernel_pad", "block_values", "block_marks", "update_and_rescan", "DEFAULT_BLOCK",
+    "KERNELS", "KernelPlan", "plan", "kernel_pad", "block_values", "block_marks", "update_and_rescan", "launch_update",
+    "pick_in_kernel", "pick_step", "DEFAULT_BLOCK",
     "DEFAULT_WARPS",
 ]
 
@@ -126,26 +127,119 @@ def update_and_rescan(
     ``marks`` (nb, mb) int32, for one Lipschitz constant ``lip`` at every pixel: non-zero where a
     block's model may be non-zero.  Then ``signed_lipschitz`` is neither read nor written (pass
     None), the holding block's mark is set instead, and the call returns (gradient, x, marks, *blocks)."""
-    from jax.experimental import pallas as pl
 
-    t1, t2 = geo.touched
-    dt = gradient.dtype
     start = greedy.window_start(i, j, geo)
     first = greedy.first_touched(start, geo)
     ints = jnp.stack([i, j, first[0], first[1], live]).astype(jnp.int32)
-    floats = jnp.stack([d, new, -lip, lip]).astype(dt)
-    constant = marks is not None  # one L for all pixels: scalar L, block marks (module doc)
+    floats = jnp.stack([d, new, -lip, lip]).astype(gradient.dtype)
+    third = marks if marks is not None else signed_lipschitz
+    return launch_update(ints, floats, gradient, x, third, kernel, blocks, geo=geo, half=half, pad=pad, lam=lam,
+                         alpha=alpha, constant=marks is not None, num_warps=num_warps, interpret=interpret)
+
+
+def launch_update(
+    ints: jax.Array, floats: jax.Array, gradient: jax.Array, x: jax.Array, third: jax.Array, kernel: jax.Array,
+    blocks: tuple[jax.Array, ...], *, geo: greedy.Geometry, half: tuple[int, int], pad: tuple[int, int], lam: float,
+    alpha: float, constant: bool, num_warps: int = DEFAULT_WARPS, interpret: bool = False,
+) -> tuple[jax.Array, ...]:
+    """:func:`update_and_rescan` from its scalars as the kernel reads them: ``ints`` int32 (i, j,
+    first touched block row, column, live, ...) and ``floats`` (d, new, -L, L, ...), as
+    :func:`pick_step` leaves them; ``third`` the block marks (``constant``) or the signed map."""
+    from jax.experimental import pallas as pl
+
+    t1, t2 = geo.touched
     off = (half[0] + pad[0], half[1] + pad[1])
     body = _update_kernel(geo, off, lam, alpha, constant)
-
-    arrays = (gradient, x, marks if constant else signed_lipschitz, *blocks)
+    arrays = (gradient, x, third, *blocks)
     out_shape = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays)
     aliases = {2: 0, 3: 1, 4: 2}
     aliases.update({6 + k: 3 + k for k in range(len(blocks))})
     return pl.pallas_call(
         body, out_shape=out_shape, grid=(t1, t2), interpret=interpret, name="cd_update_and_rescan",
         input_output_aliases=aliases, **compiler_params(num_warps, interpret),
-    )(ints, floats, gradient, x, arrays[2], kernel, *blocks)
+    )(ints, floats, gradient, x, third, kernel, *blocks)
+
+
+def pick_in_kernel(geo: greedy.Geometry) -> bool:
+    """Whether :func:`pick_step` can run here: it loads the block arrays whole, which Triton needs in
+    powers of two per axis."""
+    return all(is_power_of_two(b) for b in geo.blocks)
+
+
+def pick_step(
+    blocks: tuple[jax.Array, ...], fun_trace: jax.Array, steps: jax.Array, ints: jax.Array, floats: jax.Array, *,
+    geo: greedy.Geometry, lam: float, alpha: float, refresh_every: int | None, check: bool, interpret: bool = False,
+) -> tuple[jax.Array, ...]:
+    """One iteration's choice and scalars in one launch (one program), from the block arrays:
+    the best block (``jnp.argmax``'s: the first maximum, row-major, or the first NaN), its pixel
+    and (g, x, |L|) there, whether the step runs, the proximal step, the objective after it, and
+    the records ``fun_trace[k]``, ``steps[k]``.
+
+    ``blocks`` = (best, pixel, g, x, |L|) per block, (nb, mb) each, powers of two (:func:`pick_in_kernel`);
+    ``ints`` int32 (may run, iteration k, exact, verified); ``floats`` (tolerance, objective).
+    ``check``: the step also stops where the run is done (the best step <= tolerance on an exact
+    map) or a refresh is due (CoordinateDescent's ``_refresh_due``); else it runs where "may run"
+    and changes nothing where "verified".  Returns ``ints`` (i, j, first touched block row, column,
+    live, 0, 0, 0), ``floats`` (d, new, -L, L, objective, 0, 0, 0) and the two records (aliased)."""
+    from jax.experimental import pallas as pl
+
+    out_shape = (jax.ShapeDtypeStruct((8,), jnp.int32), jax.ShapeDtypeStruct((8,), floats.dtype),
+                 jax.ShapeDtypeStruct(fun_trace.shape, fun_trace.dtype), jax.ShapeDtypeStruct(steps.shape, steps.dtype))
+    body = _pick_kernel(geo, lam, alpha, refresh_every, check)
+    return pl.pallas_call(
+        body, out_shape=out_shape, grid=(1,), interpret=interpret, name="cd_pick_step",
+        input_output_aliases={7: 2, 8: 3}, **compiler_params(DEFAULT_WARPS, interpret),
+    )(ints, floats, *blocks, fun_trace, steps)
+
+
+def _pick_kernel(geo: greedy.Geometry, lam: float, alpha: float, refresh_every: int | None,
+                 check: bool) -> Callable[..., None]:
+    """The kernel body of :func:`pick_step`; the arithmetic is ``CoordinateDescent._step_where``'s."""
+    from jax.experimental import pallas as pl
+
+    (nb, mb), mp = geo.blocks, geo.padded[1]
+    (b1, b2), (t1, t2), (s1, s2) = geo.block, geo.touched, geo.window
+    la, lb = lam * alpha, (1.0 - alpha) * lam  # Python floats, as proximal_step computes them
+
+    def body(ints_ref, f_ref, best_ref, pixel_ref, g_ref, x_ref, l_ref, trace_in, steps_in,  # noqa: ANN001, ANN202, ARG001
+             ints_out, f_out, trace_out, steps_out):  # noqa: ANN001
+        k, tol, fun = ints_ref[1], f_ref[0], f_ref[1]
+        best = best_ref[...]
+        flat = (jax.lax.broadcasted_iota(jnp.int32, (nb, mb), 0) * mb
+                + jax.lax.broadcasted_iota(jnp.int32, (nb, mb), 1))
+        first_nan = jnp.min(jnp.where(best != best, flat, nb * mb))
+        first_max = jnp.min(jnp.where(best == jnp.max(best), flat, nb * mb))
+        at = flat == jnp.where(first_nan < nb * mb, first_nan, first_max)
+        top, pixel, g, old, lip = (jnp.sum(jnp.where(at, r[...], 0)) for r in (best_ref, pixel_ref, g_ref, x_ref, l_ref))
+        live = ints_ref[0] != 0
+        if check:
+            done = (top <= tol) & (ints_ref[2] != 0)
+            due = top <= tol
+            if refresh_every is not None:
+                due = due | (k % refresh_every == 0)
+            live = live & ~done & ~((k > 0) & due)
+        new = jnp.where(live & (ints_ref[3] == 0), jnp.maximum(g + old * lip - la, 0.0) / (lip + lb), old)
+        d = new - old
+        change = -d * g + 0.5 * d * d * lip + lam * (
+            alpha * (jnp.abs(new) - jnp.abs(old)) + 0.5 * (1.0 - alpha) * (new * new - old * old)
+        )
+        i, j = pixel // mp, pixel % mp
+        r0 = jnp.clip(i - geo.centre[0], 0, geo.shape[0] - s1)
+        c0 = jnp.clip(j - geo.centre[1], 0, geo.shape[1] - s2)
+        for n, v in enumerate((i, j, jnp.clip(r0 // b1, 0, nb - t1), jnp.clip(c0 // b2, 0, mb - t2), live.astype(jnp.int32))):
+            ints_out[n] = v
+        for n, v in enumerate((d, new, -lip, lip, fun + change)):
+            f_out[n] = v.astype(f_out.dtype)
+        for n in range(5, 8):
+            ints_out[n] = jnp.int32(0)
+            f_out[n] = jnp.zeros((), f_out.dtype)
+
+        @pl.when(live)
+        def _():
+            trace_out[k] = (fun + change).astype(trace_out.dtype)
+            steps_out[k] = jnp.abs(d).astype(steps_out.dtype)
+
+    return body
 
 
 def _masked_load() -> Callable[..., jax.Array] | None:

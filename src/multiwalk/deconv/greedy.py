@@ -19,7 +19,6 @@ PSF^2.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -316,23 +315,19 @@ class FusedKernelForm:
             return super().run_chunk(problem, state, phase, n, plan)  # type: ignore[misc]
         return blocked_while(
             lambda s, live: self._step_where(problem, s, live),  # type: ignore[attr-defined]
-            lambda s, live: self._inner_step_where(problem, s, live), lambda s: self.done(problem, s, phase),  # type: ignore[attr-defined]
-            state, n, self.trip_length(), self._deferred(problem),
+            lambda s, may_run: self._inner_step(problem, s, may_run, phase), lambda s: self.done(problem, s, phase),  # type: ignore[attr-defined]
+            state, n, self.trip_length(),
         )
 
     def trip_length(self) -> int:
         """Iterations per trip of the kernel form's loop."""
         return self.trip
 
-    def _inner_step_where(self, problem: Any, state: Any, live: jax.Array) -> Any:
-        """A trip's later iterations (:func:`~multiwalk.kernels.blocked_while`'s ``rest``): by default
-        the same as its first."""
-        return self._step_where(problem, state, live)  # type: ignore[attr-defined]
-
-    def _deferred(self, problem: Any) -> Callable[[Any], jax.Array] | None:
-        """``pause(state)`` for :func:`~multiwalk.kernels.blocked_while`: where it holds, only a trip's
-        first iteration may run (it does work the others leave out); None: any may."""
-        return None
+    def _inner_step(self, problem: Any, state: Any, may_run: jax.Array, phase: int) -> tuple[Any, jax.Array]:
+        """A trip's later iterations (:func:`~multiwalk.kernels.blocked_while`'s ``rest``): the same as
+        its first where ``may_run`` and the run is not done.  Returns (state, whether it ran)."""
+        live = may_run & ~self.done(problem, state, phase)  # type: ignore[attr-defined]
+        return self._step_where(problem, state, live), live  # type: ignore[attr-defined]
 
     def unsplit_reason(self, problem: Any) -> str | None:
         """The Pallas form's: one launch an iteration, which XLA cannot split; the XLA form splits."""
