@@ -44,9 +44,10 @@ It therefore requires ``refresh_every``; ``result.stats["refresh_increases"]`` c
 ``kernel`` chooses how an update runs, not what it computes.  ``"xla"``: subtract the shifted
 autocorrelation (``dynamic_update_slice``), then rescan the touched blocks - two passes over
 the window.  ``"pallas"``: one fused Pallas (Triton) pass that updates the map and recomputes
-the block maxima (:mod:`~multiwalk.deconv.coordinate_descent_kernel`), with several iterations
-per loop trip; off GPUs it runs in interpret mode (tests).  ``"auto"`` (default): the kernel on
-a GPU, the XLA form elsewhere.  ``result.stats["kernel"]`` says which ran and why.
+the block maxima (:mod:`~multiwalk.deconv.coordinate_descent_kernel`), after one small launch
+that picks the pixel and computes the step, 50 iterations per loop trip; off GPUs it runs in
+interpret mode (tests).  ``"auto"`` (default): the kernel on a GPU, the XLA form elsewhere.
+``result.stats["kernel"]`` says which ran and why.
 """
 
 from __future__ import annotations

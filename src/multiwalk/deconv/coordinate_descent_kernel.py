@@ -23,6 +23,12 @@ L is a scalar argument, and a (blocks) int32 array marks the blocks where the mo
 non-zero; a program loads its block of the model only if its mark is set.  The arithmetic is the
 same (the scalar is the very float32 value the map held), so the results are too.
 
+Before it, :func:`pick_step` (one program) reads the block arrays, picks the best block as
+``jnp.argmax`` does, computes the proximal step, the objective after it and its two records, and
+leaves the update's scalars on the device: one launch where the XLA form's pick and scalars were
+~8 small operations an iteration (docs/benchmarks.md).  It loads the block arrays whole, so it runs
+where the block grid is a power of two per axis; elsewhere the pick stays in XLA.
+
 The arithmetic is the XLA form's, in the same order (``g - d * AC``, then the proximal step),
 so the maps agree up to the compilers' rounding (fused multiply-adds); the block maxima and
 their pixels are those of ``jnp.max``/``jnp.argmax`` (the first pixel, row-major in the block,
