@@ -215,10 +215,10 @@ def compiler_params(num_warps: int, interpret: bool) -> dict[str, Any]:
 
 def blocked_while(
     first: Callable[[Any, jax.Array], Any], rest: Callable[[Any, jax.Array], tuple[Any, jax.Array]],
-    done: Callable[[Any], jax.Array], state: Any, n: jax.Array, block: int,
+    done: Callable[[Any], jax.Array], state: Any, n: jax.Array, trip: int,
 ) -> tuple[Any, jax.Array]:
-    """Up to ``n`` steps, fewer once ``done(state)``, ``block`` of them per trip of a ``while_loop``
-    (a kernel form's run_chunk): a trip makes one call of ``first(state, live)``, then ``block - 1``
+    """Up to ``n`` steps, fewer once ``done(state)``, ``trip`` of them per trip of a ``while_loop``
+    (a kernel form's run_chunk): a trip makes one call of ``first(state, live)``, then ``trip - 1``
     calls of ``rest(state, may_run)`` in an inner loop of that fixed trip count.  On a GPU, XLA
     reads the outer loop's predicate back on the host once a trip (the device waits for the host);
     the inner loop's count is known, so it reads none.
@@ -236,7 +236,7 @@ def blocked_while(
     def body(carry: tuple) -> tuple:
         i, s = carry
         s = first(s, jnp.asarray(True))  # the loop's predicate, i < n and not done, holds here
-        return jax.lax.fori_loop(0, block - 1, inner, (i + 1, s))
+        return jax.lax.fori_loop(0, trip - 1, inner, (i + 1, s))
 
     n_run, state = jax.lax.while_loop(lambda carry: (carry[0] < n) & ~done(carry[1]), body,
                                       (jnp.asarray(0, jnp.int32), state))

@@ -207,7 +207,7 @@ class Clean(greedy.FusedKernelForm, Solver):
     def _step_where(self, problem: Deconvolution, s: CleanState, live: jax.Array) -> CleanState:
         """One iteration of the kernel form: the peak and its residual from the block arrays (no
         gather from the residual), then one fused launch; where ``live`` is False, none (every
-        change is zero: the unrolled loop runs a fixed number of these per trip, see run_chunk)."""
+        change is zero: the kernel form's loop runs a fixed number of these per trip, see run_chunk)."""
         geo, _ = self._geometry(problem)
         plan = self.kernel_plan()
         i, j, peak = greedy.pick(s.block_best, s.block_pixel, geo)
@@ -246,7 +246,7 @@ class Clean(greedy.FusedKernelForm, Solver):
     def done(self, problem: Deconvolution, state: CleanState, phase: int) -> jax.Array:
         # threshold = 0 never stops early unless the residual is exactly zero.  The max through argmax:
         # the next step's pick makes the same reduction, which XLA then shares inside the kernel
-        # form's unrolled trip (split in patches: the max, one scalar all-reduce).
+        # form's trip (split in patches: the max, one scalar all-reduce).
         if patches.row_mesh() is not None:
             best = jnp.max(state.block_best)
         else:

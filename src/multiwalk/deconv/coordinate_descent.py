@@ -94,6 +94,16 @@ def proximal_step(gradient: Any, x: Any, lipschitz: Any, lam: float, alpha: floa
     return jnp.maximum(gradient + x * lipschitz - lam * alpha, 0.0) / (lipschitz + (1.0 - alpha) * lam)
 
 
+def objective_change(gradient: Any, old: Any, new: Any, lipschitz: Any, lam: float, alpha: float) -> Any:
+    """The exact change of the objective when one pixel goes from ``old`` to ``new`` (given its
+    ``gradient``): the data term moves by -d g + d^2 L / 2 (d = new - old), the elastic net by
+    lam (alpha (|new| - |old|) + (1 - alpha)/2 (new^2 - old^2))."""
+    d = new - old
+    return -d * gradient + 0.5 * d * d * lipschitz + lam * (
+        alpha * (jnp.abs(new) - jnp.abs(old)) + 0.5 * (1.0 - alpha) * (new * new - old * old)
+    )
+
+
 class CDState(NamedTuple):
     x: jax.Array  # (Np, Mp) the model, padded to whole blocks
     gradient: jax.Array  # (Np, Mp) the gradient map A^T (dirty - A x)
@@ -368,7 +378,11 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
 
     def trip_length(self) -> int:
         """The kernel form's iterations per loop trip: ``trip``, or a divisor of ``refresh_every`` near
-        it, so that trips start where refreshes fall (only a trip's first iteration refreshes)."""
+        it, so that trips start where refreshes fall (only a trip's first iteration refreshes; a
+        refresh due later in a trip leaves its last iterations idle).  ``refresh_every`` <= ``trip``
+        is the trip itself (a small one waits for the host every few iterations, as its refreshes
+        do anyway); above it, the largest divisor down to ``trip // 5``, where the idle iterations
+        of an unaligned trip would cost less than the extra waits; else ``trip``."""
         every = self.refresh_every
         if every is None:
             return self.trip
@@ -386,20 +400,29 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         return (s.iteration > 0) & due
 
     def _inner_step(self, problem: Deconvolution, state: CDState, may_run: jax.Array, phase: int) -> tuple[CDState, jax.Array]:
-        """A kernel-form trip's later iterations: never a refresh (they stop where one is due, for the
-        next trip's first iteration), so the trip holds no loop of its own."""
+        """A kernel-form trip's later iterations (the Pallas form only): never a refresh (they stop
+        where one is due, for the next trip's first iteration), so the trip holds no loop of its own.
+        Such an iteration is at least the second of its run, so a refresh is due wherever the run is
+        done (the best step <= tolerance): that test covers ``done``."""
         if cdk.pick_in_kernel(self._geometry(problem)):
             return self._kernel_step(problem, state, may_run, jnp.asarray(False), check=True)
-        live = may_run & ~self.done(problem, state, phase) & ~self._refresh_due(state)
+        live = may_run & ~self._refresh_due(state)
         return self._step_where(problem, state, live, may_refresh=False), live
+
+    def _update_options(self, problem: Deconvolution) -> dict[str, Any]:
+        """The update kernel's static options (:func:`~.coordinate_descent_kernel.launch_update`)."""
+        geo, k = self._geometry(problem), self._kernel_size(problem)
+        return dict(geo=geo, half=(k[0] // 2, k[1] // 2), pad=cdk.kernel_pad(geo, k), lam=float(self.lam),
+                    alpha=float(self.alpha), num_warps=self.kernel_warps or cdk.DEFAULT_WARPS,
+                    interpret=self.kernel_plan().interpret)
 
     def _kernel_step(self, problem: Deconvolution, s: CDState, may_run: jax.Array, verified: jax.Array,
                      check: bool) -> tuple[CDState, jax.Array]:
         """The Pallas form's iteration in two launches, :func:`~.coordinate_descent_kernel.pick_step`
         (the pixel, the step, the objective and its records) and the update: the scalars stay on
         the device between them, with no small XLA operation each.  ``check``: the step also stops
-        where the run is done or a refresh is due.  Returns (state, whether it ran)."""
-        geo, plan, k = self._geometry(problem), self.kernel_plan(), self._kernel_size(problem)
+        where a refresh is due.  The Pallas form with its block values only.  Returns (state, whether it ran)."""
+        geo, plan = self._geometry(problem), self.kernel_plan()
         ints = jnp.stack([may_run, s.iteration, s.exact, verified]).astype(jnp.int32)
         blocks = (s.block_best, s.block_pixel, *s.block_values)
         ints, floats, fun_trace, steps = cdk.pick_step(
@@ -407,12 +430,12 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
             alpha=float(self.alpha), refresh_every=self.refresh_every, check=check, interpret=plan.interpret)
         marks = s.block_marks
         gradient, x, marked, best, pixel, *values = cdk.launch_update(
-            ints, floats, s.gradient, s.x, marks if marks is not None else s.lipschitz, s.kernel, blocks, geo=geo,
-            half=(k[0] // 2, k[1] // 2), pad=cdk.kernel_pad(geo, k), lam=float(self.lam), alpha=float(self.alpha),
-            constant=marks is not None, num_warps=self.kernel_warps or cdk.DEFAULT_WARPS, interpret=plan.interpret)
+            ints, floats, s.gradient, s.x, marks if marks is not None else s.lipschitz, s.kernel, blocks,
+            constant=marks is not None, **self._update_options(problem))
         live = ints[4] != 0
         s = s._replace(
-            x=x, gradient=gradient, block_best=best, block_pixel=pixel, block_values=tuple(values), fun=floats[4],
+            x=x, gradient=gradient, block_best=best, block_pixel=pixel, block_values=tuple(values),
+            fun=jnp.where(live, floats[4], s.fun),  # 0 * inf: a step that does not run on a map gone non-finite
             fun_trace=fun_trace, steps=steps, iteration=s.iteration + live.astype(jnp.int32),
             exact=jnp.where(live, verified, s.exact),
         )
@@ -447,21 +470,15 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
             lip = jnp.abs(signed)
         new = jnp.where(live & ~verified, proximal_step(g, old, lip, self.lam, self.alpha), old)
         d = new - old
-        # Exact change of the objective along one pixel (given g): the data term moves by
-        # -d g + d^2 L / 2, the elastic net by lam (alpha (|new| - |old|) + (1 - alpha)/2 (new^2 - old^2)).
-        change = -d * g + 0.5 * d * d * lip + self.lam * (
-            self.alpha * (jnp.abs(new) - jnp.abs(old)) + 0.5 * (1.0 - self.alpha) * (new * new - old * old)
-        )
+        change = objective_change(g, old, new, lip, self.lam, self.alpha)
         values = None
         marks = s.block_marks
         lipschitz = s.lipschitz
         if plan.use_pallas:  # x[i, j], its mark (in L or the block marks), the map and the block maxima: one launch
-            k = self._kernel_size(problem)
             gradient, x, marked, best, pixel, *values = cdk.update_and_rescan(
                 s.gradient, s.x, None if marks is not None else s.lipschitz, s.kernel,
-                (s.block_best, s.block_pixel, *s.block_values), d, new, lip, i, j, live, geo=geo,
-                half=(k[0] // 2, k[1] // 2), pad=cdk.kernel_pad(geo, k), lam=float(self.lam), alpha=float(self.alpha),
-                marks=marks, num_warps=self.kernel_warps or cdk.DEFAULT_WARPS, interpret=plan.interpret,
+                (s.block_best, s.block_pixel, *s.block_values), d, new, lip, i, j, live, marks=marks,
+                **self._update_options(problem),
             )
             if marks is not None:
                 marks = marked
@@ -478,7 +495,7 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
             lipschitz = s.lipschitz.at[i, j].set(-lip)  # x[i, j] may now be non-zero
             gradient, start = greedy.subtract_kernel(s.gradient, s.kernel, d, i, j, geo)
             best, pixel = greedy.rescan(self._score_fn(), (gradient, x, lipschitz), s.block_best, s.block_pixel, start, geo)
-        objective = s.fun + change
+        objective = jnp.where(live, s.fun + change, s.fun)  # 0 * inf, a step that does not run on a map gone non-finite
         k = s.iteration
         return s._replace(
             x=x, gradient=gradient, lipschitz=lipschitz, block_best=best, block_pixel=pixel, block_values=values,

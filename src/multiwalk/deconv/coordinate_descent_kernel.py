@@ -177,16 +177,19 @@ def pick_step(
     geo: greedy.Geometry, lam: float, alpha: float, refresh_every: int | None, check: bool, interpret: bool = False,
 ) -> tuple[jax.Array, ...]:
     """One iteration's choice and scalars in one launch (one program), from the block arrays:
-    the best block (``jnp.argmax``'s: the first maximum, row-major, or the first NaN), its pixel
+    the best block (the first maximum, row-major, or the first NaN, as ``np.argmax`` and
+    ``jnp.argmax`` on a CPU; ``jnp.argmax`` on a GPU may take another NaN, a run gone
+    non-finite, which ends FAILED either way), its pixel
     and (g, x, |L|) there, whether the step runs, the proximal step, the objective after it, and
     the records ``fun_trace[k]``, ``steps[k]``.
 
     ``blocks`` = (best, pixel, g, x, |L|) per block, (nb, mb) each, powers of two (:func:`pick_in_kernel`);
     ``ints`` int32 (may run, iteration k, exact, verified); ``floats`` (tolerance, objective).
-    ``check``: the step also stops where the run is done (the best step <= tolerance on an exact
-    map) or a refresh is due (CoordinateDescent's ``_refresh_due``); else it runs where "may run"
-    and changes nothing where "verified".  Returns ``ints`` (i, j, first touched block row, column,
-    live, 0, 0, 0), ``floats`` (d, new, -L, L, objective, 0, 0, 0) and the two records (aliased)."""
+    ``check`` (a trip's later iterations, k >= 1): the step also stops where a refresh is due
+    (CoordinateDescent's ``_refresh_due``, which holds wherever the run is done); else it runs
+    where "may run" and changes nothing where "verified".  Returns ``ints`` (i, j, first touched block row, column,
+    live, 0, 0, 0), ``floats`` (d, new, -L, L, objective, 0, 0, 0) (8 long: Triton's arrays are
+    powers of two) and the two records (aliased)."""
     from jax.experimental import pallas as pl
 
     out_shape = (jax.ShapeDtypeStruct((8,), jnp.int32), jax.ShapeDtypeStruct((8,), floats.dtype),
@@ -200,12 +203,14 @@ def pick_step(
 
 def _pick_kernel(geo: greedy.Geometry, lam: float, alpha: float, refresh_every: int | None,
                  check: bool) -> Callable[..., None]:
-    """The kernel body of :func:`pick_step`; the arithmetic is ``CoordinateDescent._step_where``'s."""
+    """The kernel body of :func:`pick_step`; the arithmetic is ``CoordinateDescent._step_where``'s
+    (its own functions, which are plain jax.numpy)."""
     from jax.experimental import pallas as pl
 
-    (nb, mb), mp = geo.blocks, geo.padded[1]
-    (b1, b2), (t1, t2), (s1, s2) = geo.block, geo.touched, geo.window
-    la, lb = lam * alpha, (1.0 - alpha) * lam  # Python floats, as proximal_step computes them
+    from .coordinate_descent import objective_change, proximal_step  # a module that imports this one
+
+    nb, mb = geo.blocks
+    mp = geo.padded[1]
 
     def body(ints_ref, f_ref, best_ref, pixel_ref, g_ref, x_ref, l_ref, trace_in, steps_in,  # noqa: ANN001, ANN202, ARG001
              ints_out, f_out, trace_out, steps_out):  # noqa: ANN001
@@ -218,21 +223,18 @@ def _pick_kernel(geo: greedy.Geometry, lam: float, alpha: float, refresh_every: 
         at = flat == jnp.where(first_nan < nb * mb, first_nan, first_max)
         top, pixel, g, old, lip = (jnp.sum(jnp.where(at, r[...], 0)) for r in (best_ref, pixel_ref, g_ref, x_ref, l_ref))
         live = ints_ref[0] != 0
-        if check:
-            done = (top <= tol) & (ints_ref[2] != 0)
+        if check:  # a trip's later iteration (k >= 1): it waits where a refresh is due (_refresh_due), which
+            # covers "done" too (the best step <= tolerance on an exact map)
             due = top <= tol
             if refresh_every is not None:
                 due = due | (k % refresh_every == 0)
-            live = live & ~done & ~((k > 0) & due)
-        new = jnp.where(live & (ints_ref[3] == 0), jnp.maximum(g + old * lip - la, 0.0) / (lip + lb), old)
+            live = live & ~due
+        new = jnp.where(live & (ints_ref[3] == 0), proximal_step(g, old, lip, lam, alpha), old)
         d = new - old
-        change = -d * g + 0.5 * d * d * lip + lam * (
-            alpha * (jnp.abs(new) - jnp.abs(old)) + 0.5 * (1.0 - alpha) * (new * new - old * old)
-        )
+        change = objective_change(g, old, new, lip, lam, alpha)
         i, j = pixel // mp, pixel % mp
-        r0 = jnp.clip(i - geo.centre[0], 0, geo.shape[0] - s1)
-        c0 = jnp.clip(j - geo.centre[1], 0, geo.shape[1] - s2)
-        for n, v in enumerate((i, j, jnp.clip(r0 // b1, 0, nb - t1), jnp.clip(c0 // b2, 0, mb - t2), live.astype(jnp.int32))):
+        first = greedy.first_touched(greedy.window_start(i, j, geo), geo)
+        for n, v in enumerate((i, j, first[0], first[1], live.astype(jnp.int32))):
             ints_out[n] = v
         for n, v in enumerate((d, new, -lip, lip, fun + change)):
             f_out[n] = v.astype(f_out.dtype)
