@@ -67,6 +67,7 @@ from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import coordinate_descent_kernel as cdk
 from . import greedy, patches
+from .greedy import objective_change, proximal_step  # proximal_step: public here (mw.deconv)
 from .problem import Deconvolution
 from .result import DeconvolutionResult, final_model, psf_spectrum
 
@@ -85,23 +86,6 @@ def check_elastic_net_options(lam: float, alpha: float, epsilon: float, max_iter
     if epsilon <= 0:
         raise ValueError(f"epsilon must be > 0 (the relative pixel change that goes on), got {epsilon!r}")
     check_int_option("max_iterations", max_iterations, 1)
-
-
-def proximal_step(gradient: Any, x: Any, lipschitz: Any, lam: float, alpha: float) -> Any:
-    """The optimal new value of a pixel, ``max(g + x L - lam alpha, 0) / (L + (1 - alpha) lam)`` (seed eq. 3.6).
-
-    ``gradient`` is ``<residual, A e_k>``; the elastic net's proximal operator with x >= 0."""
-    return jnp.maximum(gradient + x * lipschitz - lam * alpha, 0.0) / (lipschitz + (1.0 - alpha) * lam)
-
-
-def objective_change(gradient: Any, old: Any, new: Any, lipschitz: Any, lam: float, alpha: float) -> Any:
-    """The exact change of the objective when one pixel goes from ``old`` to ``new`` (given its
-    ``gradient``): the data term moves by -d g + d^2 L / 2 (d = new - old), the elastic net by
-    lam (alpha (|new| - |old|) + (1 - alpha)/2 (new^2 - old^2))."""
-    d = new - old
-    return -d * gradient + 0.5 * d * d * lipschitz + lam * (
-        alpha * (jnp.abs(new) - jnp.abs(old)) + 0.5 * (1.0 - alpha) * (new * new - old * old)
-    )
 
 
 class CDState(NamedTuple):

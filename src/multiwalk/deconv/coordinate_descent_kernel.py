@@ -207,8 +207,6 @@ def _pick_kernel(geo: greedy.Geometry, lam: float, alpha: float, refresh_every: 
     (its own functions, which are plain jax.numpy)."""
     from jax.experimental import pallas as pl
 
-    from .coordinate_descent import objective_change, proximal_step  # a module that imports this one
-
     nb, mb = geo.blocks
     mp = geo.padded[1]
 
@@ -229,9 +227,9 @@ def _pick_kernel(geo: greedy.Geometry, lam: float, alpha: float, refresh_every: 
             if refresh_every is not None:
                 due = due | (k % refresh_every == 0)
             live = live & ~due
-        new = jnp.where(live & (ints_ref[3] == 0), proximal_step(g, old, lip, lam, alpha), old)
+        new = jnp.where(live & (ints_ref[3] == 0), greedy.proximal_step(g, old, lip, lam, alpha), old)
         d = new - old
-        change = objective_change(g, old, new, lip, lam, alpha)
+        change = greedy.objective_change(g, old, new, lip, lam, alpha)
         i, j = pixel // mp, pixel % mp
         first = greedy.first_touched(greedy.window_start(i, j, geo), geo)
         for n, v in enumerate((i, j, first[0], first[1], live.astype(jnp.int32))):
