@@ -378,10 +378,7 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         """Whether this iteration recomputes the exact gradient map first: every ``refresh_every``
         iterations, and when the updated map says "converged" (the run stops only where the exact
         map confirms it, ``verified`` in _step_where)."""
-        due = jnp.max(s.block_best) <= s.tolerance
-        if self.refresh_every is not None:
-            due = due | (s.iteration % self.refresh_every == 0)
-        return (s.iteration > 0) & due
+        return cdk.refresh_due(jnp.max(s.block_best), s.iteration, s.tolerance, self.refresh_every)
 
     def _inner_step(self, problem: Deconvolution, state: CDState, may_run: jax.Array, phase: int) -> tuple[CDState, jax.Array]:
         """A kernel-form trip's later iterations (the Pallas form only): never a refresh (they stop
@@ -406,16 +403,16 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         (the pixel, the step, the objective and its records) and the update: the scalars stay on
         the device between them, with no small XLA operation each.  ``check``: the step also stops
         where a refresh is due.  The Pallas form with its block values only.  Returns (state, whether it ran)."""
-        geo, plan = self._geometry(problem), self.kernel_plan()
+        options = self._update_options(problem)
         ints = jnp.stack([may_run, s.iteration, s.exact, verified]).astype(jnp.int32)
         blocks = (s.block_best, s.block_pixel, *s.block_values)
         ints, floats, fun_trace, steps = cdk.pick_step(
-            blocks, s.fun_trace, s.steps, ints, jnp.stack([s.tolerance, s.fun]), geo=geo, lam=float(self.lam),
-            alpha=float(self.alpha), refresh_every=self.refresh_every, check=check, interpret=plan.interpret)
+            blocks, s.fun_trace, s.steps, ints, jnp.stack([s.tolerance, s.fun]), refresh_every=self.refresh_every,
+            check=check, **{name: options[name] for name in ("geo", "lam", "alpha", "interpret")})
         marks = s.block_marks
         gradient, x, marked, best, pixel, *values = cdk.launch_update(
             ints, floats, s.gradient, s.x, marks if marks is not None else s.lipschitz, s.kernel, blocks,
-            constant=marks is not None, **self._update_options(problem))
+            constant=marks is not None, **options)
         live = ints[4] != 0
         s = s._replace(
             x=x, gradient=gradient, block_best=best, block_pixel=pixel, block_values=tuple(values),
@@ -437,9 +434,9 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
             verified = refreshed & (jnp.max(s.block_best) <= s.tolerance)  # that step changes nothing; done()
         else:
             verified = jnp.asarray(False)
-        if self.kernel_plan().use_pallas and cdk.pick_in_kernel(geo):
-            return self._kernel_step(problem, s, live, verified, check=False)[0]
         plan = self.kernel_plan()
+        if plan.use_pallas and cdk.pick_in_kernel(geo):
+            return self._kernel_step(problem, s, live, verified, check=False)[0]
         mesh = None if plan.use_pallas else patches.row_mesh()  # the XLA form split in row patches
         if mesh is not None:  # each patch's best, then one all-gather (patches.py)
             i, j, _, (g, old, signed) = patches.pick(mesh, geo, s.block_best, s.block_pixel, (s.gradient, s.x, s.lipschitz))

@@ -38,6 +38,7 @@ on ties).  Off GPUs the kernel runs in Pallas' interpret mode (for tests: correc
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -166,6 +167,15 @@ def launch_update(
     )(ints, floats, gradient, x, third, kernel, *blocks)
 
 
+def refresh_due(best: Any, iteration: Any, tolerance: Any, refresh_every: int | None) -> Any:
+    """CoordinateDescent's refresh rule, on the best block score ``best``: after the first
+    iteration, every ``refresh_every`` iterations and where the updated map says "converged"."""
+    due = best <= tolerance
+    if refresh_every is not None:
+        due = due | (iteration % refresh_every == 0)
+    return (iteration > 0) & due
+
+
 def pick_in_kernel(geo: greedy.Geometry) -> bool:
     """Whether :func:`pick_step` can run here: it loads the block arrays whole, which Triton needs in
     powers of two per axis."""
@@ -221,12 +231,9 @@ def _pick_kernel(geo: greedy.Geometry, lam: float, alpha: float, refresh_every: 
         at = flat == jnp.where(first_nan < nb * mb, first_nan, first_max)
         top, pixel, g, old, lip = (jnp.sum(jnp.where(at, r[...], 0)) for r in (best_ref, pixel_ref, g_ref, x_ref, l_ref))
         live = ints_ref[0] != 0
-        if check:  # a trip's later iteration (k >= 1): it waits where a refresh is due (_refresh_due), which
-            # covers "done" too (the best step <= tolerance on an exact map)
-            due = top <= tol
-            if refresh_every is not None:
-                due = due | (k % refresh_every == 0)
-            live = live & ~due
+        if check:  # a trip's later iteration (k >= 1): it waits where a refresh is due, which covers
+            # "done" too (the best step <= tolerance on an exact map)
+            live = live & ~refresh_due(top, k, tol, refresh_every)
         new = jnp.where(live & (ints_ref[3] == 0), greedy.proximal_step(g, old, lip, lam, alpha), old)
         d = new - old
         change = greedy.objective_change(g, old, new, lip, lam, alpha)
@@ -266,8 +273,6 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int], lam: float, alpha
 
     b1, b2 = geo.block
     mp = geo.padded[1]
-    la = lam * alpha  # Python floats, as proximal_step computes them
-    lb = (1.0 - alpha) * lam
     masked_load = _masked_load()
 
     def update_block(frame, ints_ref, f_ref, g_ref, x_ref, l_ref, k_ref, *refs):  # noqa: ANN001, ANN202
@@ -293,7 +298,7 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int], lam: float, alpha
         # The XLA form changes only the image's pixels (never the padding up to whole blocks).
         g = jnp.where(inside, g - f_ref[0] * ac, g)
         g_out[rows, cols] = g
-        new = jnp.maximum(g + xv * lip_t - la, 0.0) / (lip_t + lb)
+        new = greedy.proximal_step(g, xv, lip_t, lam, alpha)
         score = jnp.where(inside, jnp.abs(new - xv), -1.0)
         best = jnp.max(score)
         flat = (rr - r0) * b2 + (cc - c0)
