@@ -185,7 +185,7 @@ def _compiled_chunk_runner(
         compile_cache.keep_loop(loop.key, compiled, owner=problem if loop.arrays is None else None)
     elif compiled is None:
         compiled = _lowered_loop(loop, state)()
-        if compiled is None:  # a stored program that would not load (removed now: this look compiles it)
+        if compiled is None:  # a stored program that would not load (now removed: this second lowering compiles it)
             compiled = _lowered_loop(loop, state)()
     if loop.shared:
         compiled = _with_phase(compiled, phase, placement)
