@@ -259,3 +259,41 @@ def test_pick_step_equals_the_xla_step(case):
         expect_trace[k], expect_steps[k] = want[4], abs(want[0])
     assert_close_ulp(np.asarray(new_trace), expect_trace, 2, "fun_trace", scale=40.0)
     assert_close_ulp(np.asarray(new_steps), expect_steps, 2, "steps", scale=40.0)
+
+
+def test_kernel_rows_are_aligned_and_an_older_layout_resumes(tmp_path):
+    # The kernel forms lay the update's kernel out in rows of a multiple of ROW_ALIGN elements, so
+    # that every row of a window read starts at the same alignment: the autocorrelation of a 40 x 40
+    # image is 79 wide (plus its pad), so zero columns are added, which no window reaches (the
+    # results equal the XLA form's, test_kernel_equals_xla_form).  Clean's PSF the same.
+    from multiwalk.checkpoint import read_checkpoint, write_leaves
+    from multiwalk.deconv import coordinate_descent_kernel as cdk
+
+    dirty, psf = field(N, 2 * N, seed=3)
+    problem = mw.deconv.Deconvolution(dirty, psf)
+    cd = mw.deconv.CoordinateDescent(lam=0.05, max_iterations=30, kernel="pallas", block=(8, 16))
+    key = jax.random.key(0)
+    kernel = cd.init(problem, key).kernel
+    pad, k = cd._update_options(problem)["pad"], cd._kernel_size(problem)
+    older = k[1] + 2 * pad[1]  # the row length before the alignment
+    assert older % cdk.ROW_ALIGN != 0 and kernel.shape[1] % cdk.ROW_ALIGN == 0 and kernel.shape[1] > older
+    np.testing.assert_array_equal(np.asarray(kernel)[:, older:], 0)
+    clean = mw.deconv.Clean(gain=0.3, max_iterations=12, kernel="pallas", block=(8, 16))
+    assert clean.init(problem, key).kernel.shape[1] % cdk.ROW_ALIGN == 0
+
+    # A checkpoint written with the rows unaligned (as before) resumes with this start's kernel (the
+    # same values) and ends as one uninterrupted run, bit for bit: the same programs on this machine.
+    # (block is a tuple here, a list in the file: the resume compares the options as the file holds them.)
+    def stop(info: dict) -> None:
+        raise KeyboardInterrupt
+
+    ck = tmp_path / "cd.npz"
+    part = mw.solve(problem, cd, progress=False, checkpoint=ck, callback=stop, chunk_seconds=1e-9)
+    assert part.status == mw.Status.INTERRUPTED and 0 < part.iterations < 30
+    meta, leaves = read_checkpoint(ck)
+    write_leaves(ck, meta, [*leaves[:3], leaves[3][:, :older], *leaves[4:]])
+    resumed = mw.solve(problem, cd, progress=False, resume=ck)
+    whole = mw.solve(problem, cd, progress=False)
+    assert resumed.iterations == whole.iterations == 30
+    np.testing.assert_array_equal(resumed.model, whole.model)
+    np.testing.assert_array_equal(resumed.fun_trace, whole.fun_trace)

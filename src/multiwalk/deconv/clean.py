@@ -166,8 +166,7 @@ class Clean(greedy.FusedKernelForm, Solver):
         best, pixel = greedy.all_blocks(self._score, (residual, x), geo)
         values = None
         if self.kernel_plan().use_pallas:
-            a, b = self._kernel_pad(problem, geo)
-            kernel = jnp.pad(kernel, ((a, a), (b, b)))
+            kernel = cdk.padded_kernel(kernel, self._kernel_pad(problem, geo))
             values = KernelBlocks(greedy.at_block_pixels(pixel, residual))
         else:
             kernel = greedy.pad_kernel(kernel, geo)

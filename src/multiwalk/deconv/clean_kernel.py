@@ -13,7 +13,7 @@ The arithmetic is the XLA form's (``r - component * PSF``, only at the image's p
 the padding up to whole blocks), so the residuals agree up to the compilers' rounding (fused
 multiply-adds); a block's maximum and its pixel are those of ``jnp.argmax`` (the first pixel,
 row-major in the block, on ties).  The PSF carries the zeros of
-:func:`~multiwalk.deconv.coordinate_descent_kernel.kernel_pad` on every side (not the XLA
+:func:`~multiwalk.deconv.coordinate_descent_kernel.kernel_pad` on every side (laid out by its ``padded_kernel``; not the XLA
 form's ``greedy.pad_kernel``): every block of the touched region reads inside it, and lags the
 PSF does not reach read zero, so pixels outside the XLA form's window are left as they were.
 Off GPUs the kernel runs in Pallas' interpret mode (for tests: correct, not fast).
@@ -52,7 +52,7 @@ def update_and_rescan(
     those blocks, and their block maxima of |residual|, pixels and residual values.
 
     ``residual``, ``x`` (Np, Mp); ``kernel`` the PSF (or its central window) with ``pad`` zeros
-    per side (``coordinate_descent_kernel.kernel_pad``); ``blocks`` = (best |r|, flat padded
+    per side (``coordinate_descent_kernel.padded_kernel``); ``blocks`` = (best |r|, flat padded
     pixel, r there) per block, (nb, mb) each; ``live`` (bool): False makes the call read and write
     nothing (a loop trip's no-op steps past the end cost a launch only).  Every array is aliased to its output, so
     blocks outside the touched region are neither read nor written.  Returns (residual, x, *blocks).

@@ -291,8 +291,7 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         scale = jnp.maximum(jnp.max(best), jnp.max(jnp.abs(start)))
         zero = jnp.zeros((), dirty.dtype)
         if self.kernel_plan().use_pallas:
-            a, b = cdk.kernel_pad(geo, (k1, k2))
-            kernel = jnp.pad(auto, ((a, a), (b, b)))
+            kernel = cdk.padded_kernel(auto, cdk.kernel_pad(geo, (k1, k2)))
         else:
             kernel = greedy.pad_kernel(auto, geo)
         values = cdk.block_values(pixel, gradient, x, lipschitz) if self.kernel_plan().use_pallas else None
@@ -487,11 +486,18 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         )
 
     def convert_checkpoint(self, fresh_state: CDState, saved_layout: list[str], leaves: list[np.ndarray]) -> list | None:
-        """Not converted: a checkpoint of other blocks or of the other form (its gradient map and
+        """A checkpoint whose update kernel only was laid out by another version: this start's kernel
+        (the same, from the same PSF).  Not converted: a checkpoint of other blocks or of the other form (its gradient map and
         block arrays would have to be rebuilt from the model) is refused here, before its arrays
         could be padded into this state's and resume a wrong run.  A PSF spectrum of another
         shape (``fp``, the last leaf; the problem is the same, checked before) was written by
         another version of multiwalk, whose refreshes used another FFT grid."""
+        fresh = jax.tree_util.tree_leaves(fresh_state)
+        differ = [k for k, (a, b) in enumerate(zip(fresh, leaves)) if np.shape(a) != np.shape(b)]
+        if saved_layout == ["CDState"] and len(fresh) == len(leaves) and differ == [3]:
+            # Only the update's kernel (leaf 3, a function of the PSF) differs: its rows were laid
+            # out by another version (coordinate_descent_kernel.padded_kernel); this start's is the same kernel.
+            return [*leaves[:3], np.asarray(fresh[3]), *leaves[4:]]
         saved_fp, fp = np.shape(leaves[-1]), np.shape(fresh_state.fp)
         if saved_layout == ["CDState"] and saved_fp != fp:
             raise ValueError(
