@@ -688,3 +688,12 @@ def test_bad_asktell_input():
         mw.lbfgs.AskTell(3, x0=np.zeros(2))
     with pytest.raises(ValueError, match=r"m must be a positive integer"):
         mw.lbfgs.AskTell(3, m=0, x0=np.zeros(3))
+
+
+def test_resume_compares_options_as_the_file_holds_them(rosen100, interrupted):
+    # The file holds the options as JSON: a NumPy integer given now (the same value as saved) must
+    # not make the resume fail or be refused.
+    problem, full = rosen100
+    _, ck, _ = interrupted
+    r = solve(problem, mw.LBFGS(max_iterations=np.int64(2000)), resume=ck)
+    assert r.status == LBFGSStatus.SUCCESS and r.iterations == full.iterations

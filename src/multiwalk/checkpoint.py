@@ -126,7 +126,8 @@ def restore(solver: Solver, fresh_state: Any, meta: dict[str, Any], leaves: list
         raise ValueError(f"{path}: checkpoint version {meta.get('version')} is not {CHECKPOINT_VERSION}")
     if meta["solver"] != type(solver).__name__:
         raise ValueError(f"{path} holds a {meta['solver']} run, not a {type(solver).__name__} run")
-    now = json.loads(json.dumps(solver.options()))  # as the file holds them: a tuple option (block=(8, 16)) is a list there
+    # as the file holds them: a tuple option (block=(8, 16)) is a list there; a NumPy scalar a number
+    now = json.loads(json.dumps(solver.options(), default=lambda v: v.item() if hasattr(v, "item") else str(v)))
     for name, saved in meta["options"].items():
         if name in solver.resumable_options:
             continue

@@ -47,7 +47,7 @@ class CleanState(NamedTuple):
     x: jax.Array  # (Np, Mp) the model (CLEAN components), padded to whole blocks
     residual: jax.Array  # (Np, Mp)
     kernel: jax.Array  # the PSF (or its central window), zero-padded (XLA form: greedy.pad_kernel; kernel form:
-    # coordinate_descent_kernel.kernel_pad)
+    # coordinate_descent_kernel.padded_kernel)
     peak_value: jax.Array  # PSF[c, c]
     block_best: jax.Array  # (nb, mb) max |residual| per block
     block_pixel: jax.Array  # (nb, mb) int32 flat padded index of that pixel

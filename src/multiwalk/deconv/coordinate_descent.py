@@ -93,7 +93,7 @@ class CDState(NamedTuple):
     gradient: jax.Array  # (Np, Mp) the gradient map A^T (dirty - A x)
     lipschitz: jax.Array  # (Np, Mp) the step's Lipschitz constant at each pixel (1 in the padding), NEGATED where x may be
     # non-zero (pixels the solver changed, or non-zero in the start): the kernel reads x only there
-    kernel: jax.Array  # the PSF autocorrelation window, zero-padded (greedy.pad_kernel)
+    kernel: jax.Array  # the PSF autocorrelation window, zero-padded (XLA form: greedy.pad_kernel; kernel form: cdk.padded_kernel)
     block_best: jax.Array  # (nb, mb) best |step| per block
     block_pixel: jax.Array  # (nb, mb) int32 flat padded index of that pixel
     block_values: Any  # kernel form: (g, x, |L|) at each block's best pixel, (nb, mb) each; XLA form: None

@@ -243,7 +243,7 @@ def _pick_kernel(geo: greedy.Geometry, lam: float, alpha: float, refresh_every: 
         first_nan = jnp.min(jnp.where(best != best, flat, nb * mb))
         first_max = jnp.min(jnp.where(best == jnp.max(best), flat, nb * mb))
         at = jnp.where(first_nan < nb * mb, first_nan, first_max)
-        # the chosen block's values by their index: four loads, not four passes over the block arrays
+        # the chosen block's five values by their index: five loads, not five passes over the block arrays
         top, pixel, g, old, lip = (r[at // mb, at % mb] for r in (best_ref, pixel_ref, g_ref, x_ref, l_ref))
         live = ints_ref[0] != 0
         if check:  # a trip's later iteration (k >= 1): it waits where a refresh is due, which covers
