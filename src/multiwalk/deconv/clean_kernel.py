@@ -13,7 +13,7 @@ The arithmetic is the XLA form's (``r - component * PSF``, only at the image's p
 the padding up to whole blocks), so the residuals agree up to the compilers' rounding (fused
 multiply-adds); a block's maximum and its pixel are those of ``jnp.argmax`` (the first pixel,
 row-major in the block, on ties).  The PSF carries the zeros of
-:func:`~multiwalk.deconv.coordinate_descent_kernel.kernel_pad` on every side (laid out by its ``padded_kernel``; not the XLA
+:func:`~multiwalk.deconv.coordinate_descent_kernel.kernel_pad` on every side (``padded_kernel``; not the XLA
 form's ``greedy.pad_kernel``): every block of the touched region reads inside it, and lags the
 PSF does not reach read zero, so pixels outside the XLA form's window are left as they were.
 Off GPUs the kernel runs in Pallas' interpret mode (for tests: correct, not fast).
@@ -105,11 +105,4 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int]) -> Callable[..., 
         def _():  # the program that holds (i, j) adds the component there; no other reads it
             x_out[pi, pj] = x_ref[pi, pj] + a_ref[0]
 
-    def body(ints_ref, *refs):  # noqa: ANN001, ANN202
-        frame = greedy.block_frame(ints_ref[2], ints_ref[3], geo)  # outside the branch (interpret mode's program_id)
-
-        @pl.when(ints_ref[4] != 0)  # live: else every output keeps its input (aliased)
-        def _():
-            update_block(frame, ints_ref, *refs)
-
-    return body
+    return greedy.live_programs(update_block, geo)

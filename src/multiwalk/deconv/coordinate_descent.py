@@ -494,10 +494,11 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         another version of multiwalk, whose refreshes used another FFT grid."""
         fresh = jax.tree_util.tree_leaves(fresh_state)
         differ = [k for k, (a, b) in enumerate(zip(fresh, leaves)) if np.shape(a) != np.shape(b)]
-        if saved_layout == ["CDState"] and len(fresh) == len(leaves) and differ == [3]:
-            # Only the update's kernel (leaf 3, a function of the PSF) differs: its rows were laid
-            # out by another version (coordinate_descent_kernel.padded_kernel); this start's is the same kernel.
-            return [*leaves[:3], np.asarray(fresh[3]), *leaves[4:]]
+        at = CDState._fields.index("kernel")  # its leaf too: the fields before it are never None
+        if saved_layout == ["CDState"] and len(fresh) == len(leaves) and differ == [at]:
+            # Only the update's kernel (a function of the PSF) differs: its rows were laid out by
+            # another version (coordinate_descent_kernel.padded_kernel); this start's is the same kernel.
+            return [*leaves[:at], np.asarray(fresh[at]), *leaves[at + 1:]]
         saved_fp, fp = np.shape(leaves[-1]), np.shape(fresh_state.fp)
         if saved_layout == ["CDState"] and saved_fp != fp:
             raise ValueError(

@@ -85,8 +85,8 @@ def kernel_pad(geo: greedy.Geometry, kernel_shape: tuple[int, int]) -> tuple[int
 
 
 #: the kernel forms' kernel rows start at a multiple of this many elements (128 bytes in float32):
-#: with an odd row length each row of a window read starts at another alignment, and the update
-#: took 82 us an iteration instead of 78 (4096^2 on an H100, docs/benchmarks.md)
+#: with an odd row length each row of a window read starts at another alignment; the update alone
+#: took 82 us an iteration instead of 78, no gain through mw.solve (4096^2 on an H100, docs/benchmarks.md)
 ROW_ALIGN = 32
 
 
@@ -333,11 +333,4 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int], lam: float, alpha
             else:
                 l_out[pi, pj] = f_ref[2]
 
-    def body(ints_ref, *refs):  # noqa: ANN001, ANN202
-        frame = greedy.block_frame(ints_ref[2], ints_ref[3], geo)  # outside the branch (interpret mode's program_id)
-
-        @pl.when(ints_ref[4] != 0)  # live: else every output keeps its input (aliased)
-        def _():
-            update_block(frame, ints_ref, *refs)
-
-    return body
+    return greedy.live_programs(update_block, geo)

@@ -314,6 +314,22 @@ def block_frame(first_row_block: Any, first_col_block: Any, geo: Geometry) -> Bl
     return BlockFrame(bi, bj, r0, c0, pl.ds(r0, b1), pl.ds(c0, b2), rr, cc, (rr < n) & (cc < m))
 
 
+def live_programs(update_block: Any, geo: Geometry) -> Any:
+    """A kernel form's update body from ``update_block(frame, ints_ref, *refs)`` (one program's
+    block, :func:`block_frame` of the first touched block in ``ints_ref[2]``, ``ints_ref[3]``): it
+    runs only where ``ints_ref[4]`` (live) is non-zero, else every output keeps its input (aliased)."""
+    from jax.experimental import pallas as pl
+
+    def body(ints_ref: Any, *refs: Any) -> None:
+        frame = block_frame(ints_ref[2], ints_ref[3], geo)  # outside the branch (interpret mode's program_id)
+
+        @pl.when(ints_ref[4] != 0)
+        def _() -> None:
+            update_block(frame, ints_ref, *refs)
+
+    return body
+
+
 class FusedKernelForm:
     """What CoordinateDescent and Clean share about their fused Pallas form, a mixin before
     ``Solver``: the solver gives ``kernel`` (its option), ``kernel_plan()``, ``done`` and
