@@ -13,6 +13,16 @@ from two Chebyshev expansions whose coefficients are fitted once per process to 
 
 Branches are joined with ``jnp.where`` on clamped arguments, so neither branch ever sees a
 value outside its range (finite values and finite gradients everywhere).
+
+The series are fitted in the Chebyshev basis (well conditioned) and evaluated as ordinary
+polynomials in the same variable by Horner's rule.  Their monomial coefficients are as small as
+the Chebyshev ones (the sum of their magnitudes is at most 1.002), so Horner's rule is as accurate
+as Clenshaw's recurrence here; in float32 the series are cut where their dropped terms fall below
+float32's precision (:func:`_coefficients`).  The largest absolute error of J1(z)/z for z in
+[0, 200]: float64 1.6e-15 (Clenshaw's 1.2e-15); float32 1.7e-7 (Clenshaw's, all terms, 1.5e-7).
+The reason is the compiler: each Horner step's value has one use, where a Clenshaw step's has
+two, and XLA's GPU fusion pass took ~0.5 s to fuse one evaluation's six interleaved recurrences;
+the xringaus fit's first call on an H100 went from 5.8-6.1 s to 4.4-4.8 s with both changes.
 """
 
 from __future__ import annotations
@@ -36,8 +46,27 @@ def _nodes(n: int) -> np.ndarray:
 
 
 @functools.cache
-def _coefficients() -> dict[str, np.ndarray]:
-    """Fit the four Chebyshev series (float64) to SciPy's Bessel functions."""
+def _coefficients(dtype: np.dtype) -> dict[str, tuple[float, ...]]:
+    """The six series for arithmetic in ``dtype``: each Chebyshev fit cut to the lowest degree whose
+    dropped terms sum, times the largest factor the result scales them by (``t <= SPLIT^2`` for the
+    small-z series, 1 for the large-z ones), to at most an eighth of ``dtype``'s epsilon (float64 keeps
+    every term; float32 keeps 8-9 of 15 and 4-5 of 9), then written as monomial coefficients in ``s``
+    (lowest power first) for Horner's rule."""
+    from numpy.polynomial import chebyshev
+
+    budget = np.finfo(dtype).eps / 8
+    out = {}
+    for name, coef in _chebyshev_fits().items():
+        scale = SPLIT**2 if name.startswith("small") else 1.0
+        tails = np.cumsum(np.abs(coef)[::-1])[::-1] * scale  # tails[k]: the sum of |coef[k:]|, scaled
+        degree = next((k - 1 for k in range(1, len(coef)) if tails[k] <= budget), len(coef) - 1)
+        out[name] = tuple(float(v) for v in chebyshev.cheb2poly(coef[: degree + 1]))
+    return out
+
+
+@functools.cache
+def _chebyshev_fits() -> dict[str, np.ndarray]:
+    """The six Chebyshev series fitted (float64) to SciPy's Bessel functions."""
     from numpy.polynomial import chebyshev
     from scipy import special
 
@@ -81,36 +110,34 @@ def _coefficients() -> dict[str, np.ndarray]:
     return out
 
 
-def _clenshaw(coef: np.ndarray, s: jnp.ndarray) -> jnp.ndarray:
-    """sum_k coef[k] T_k(s) by Clenshaw's recurrence (stable in float32 too)."""
+def _horner(coef: tuple[float, ...], s: jnp.ndarray) -> jnp.ndarray:
+    """sum_k coef[k] s^k by Horner's rule (lowest power first)."""
     c = [jnp.asarray(v, s.dtype) for v in coef]
-    b1 = jnp.zeros_like(s)
-    b2 = jnp.zeros_like(s)
-    two_s = 2 * s
-    for ck in c[:0:-1]:
-        b1, b2 = two_s * b1 - b2 + ck, b1
-    return s * b1 - b2 + c[0]
+    total = jnp.full_like(s, c[-1])
+    for ck in c[-2::-1]:
+        total = total * s + ck
+    return total
 
 
 def _small(z2: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """J1(z)/z and J2(z)/z^2 for z^2 in [0, SPLIT^2] (clamped)."""
-    co = _coefficients()
     t = jnp.minimum(z2, SPLIT**2)
+    co = _coefficients(np.dtype(t.dtype))
     s = 2 * t / SPLIT**2 - 1
-    return 0.5 + t * _clenshaw(co["small1"], s), 0.125 + t * _clenshaw(co["small2"], s)
+    return 0.5 + t * _horner(co["small1"], s), 0.125 + t * _horner(co["small2"], s)
 
 
 def _large(z2: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """(J0(z), J1(z), z) for z^2 >= SPLIT^2 (clamped)."""
-    co = _coefficients()
     z2c = jnp.maximum(z2, SPLIT**2)
+    co = _coefficients(np.dtype(z2c.dtype))
     z = jnp.sqrt(z2c)
     s = 2 * SPLIT**2 / z2c - 1
     amp = jnp.sqrt(2 / (jnp.pi * z))
     c, sn = jnp.cos(z - jnp.pi / 4), jnp.sin(z - jnp.pi / 4)
     # chi_1 = chi_0 - pi/2: cos(chi_1) = sin(chi_0), sin(chi_1) = -cos(chi_0) (one sincos for both)
-    p0, q0 = _clenshaw(co["p0"], s), _clenshaw(co["q0"], s) * SPLIT / z
-    p1, q1 = _clenshaw(co["p1"], s), _clenshaw(co["q1"], s) * SPLIT / z
+    p0, q0 = _horner(co["p0"], s), _horner(co["q0"], s) * SPLIT / z
+    p1, q1 = _horner(co["p1"], s), _horner(co["q1"], s) * SPLIT / z
     return amp * (p0 * c - q0 * sn), amp * (p1 * sn + q1 * c), z
 
 
