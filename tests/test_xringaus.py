@@ -38,6 +38,12 @@ def uv() -> tuple[np.ndarray, np.ndarray]:
     return np.r_[0.0, r * np.cos(a)], np.r_[0.0, r * np.sin(a)]
 
 
+def scipy_ratios(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """SciPy's J1(z)/z and J2(z)/z^2 (float64), with their limits 1/2 and 1/8 at z = 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(z > 0, special.j1(z) / z, 0.5), np.where(z > 0, special.jv(2, z) / z**2, 0.125)
+
+
 def test_bessel_matches_scipy_in_float64() -> None:
     with jax.enable_x64(True):
         z = np.concatenate([np.linspace(0, 60, 30001), np.geomspace(60, 1e4, 500)])
@@ -45,9 +51,7 @@ def test_bessel_matches_scipy_in_float64() -> None:
         # The Chebyshev fits are accurate to 2e-14 in absolute terms (fitted in float64); 1e-13 leaves room.
         assert np.max(np.abs(np.asarray(bessel.j0(zj)) - special.j0(z))) < 1e-13
         assert np.max(np.abs(np.asarray(bessel.j1(zj)) - special.j1(z))) < 1e-13
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r1 = np.where(z > 0, special.j1(z) / z, 0.5)
-            r2 = np.where(z > 0, special.jv(2, z) / z**2, 0.125)
+        r1, r2 = scipy_ratios(z)
         assert np.max(np.abs(np.asarray(bessel.jinc1(zj)) - r1)) < 1e-13
         assert np.max(np.abs(np.asarray(bessel.jinc2(zj)) - r2)) < 1e-13
         # exact limits and finite slopes at z = 0 (the functions are even: slope 0)
@@ -68,9 +72,7 @@ def test_bessel_float32_series_are_cut_to_float32s_precision() -> None:
     short, full = bessel._coefficients(np.dtype(np.float32)), bessel._coefficients(np.dtype(np.float64))
     assert all(len(short[name]) < len(full[name]) for name in full)
     z = np.linspace(0, 200, 200001)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r1 = np.where(z > 0, special.j1(z) / z, 0.5)
-        r2 = np.where(z > 0, special.jv(2, z) / z**2, 0.125)
+    r1, r2 = scipy_ratios(z)
     a, b = bessel.jinc12_sq(jnp.asarray(z * z, jnp.float32))
     # all z: measured 1.7e-7 and 3.7e-8 (float32's rounding of z^2 and of the steps: 3 ulps of 0.5 at
     # most; with the small-z series one term shorter 1.7e-7 and 4.1e-8); 3e-7 and 1e-7 leave room,
