@@ -197,8 +197,8 @@ def test_options():
     # not powers of two: the XLA form, said why
     auto = mw.deconv.Clean()
     assert auto.kernel_plan().name == ("pallas" if ON_GPU else "xla")
-    assert auto._block() == (cdk.DEFAULT_BLOCK if ON_GPU else (32, 32))
-    assert mw.deconv.Clean(kernel="pallas")._block() == cdk.DEFAULT_BLOCK
+    assert auto._block() == (clean_kernel.DEFAULT_BLOCK if ON_GPU else (32, 32))
+    assert mw.deconv.Clean(kernel="pallas")._block() == clean_kernel.DEFAULT_BLOCK
     assert mw.deconv.Clean(block=24)._block() == (24, 24)
     plan = mw.deconv.Clean(kernel="pallas", block=24).kernel_plan()
     assert not plan.use_pallas and "power of two" in plan.reason

@@ -6,6 +6,7 @@ import copy
 import pickle
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -280,6 +281,28 @@ def test_coordinate_descent_checkpoint_of_other_blocks_or_fft_grid_is_refused(fi
     with pytest.raises(ValueError, match=r"cd\.npz: this CoordinateDescent checkpoint was written by another version "
                        r"of multiwalk: its PSF spectrum is 48 x 25 \(another FFT grid\), this version's 40 x 21"):
         mw.solve(problem, cd, progress=False, resume=ck)
+
+
+def test_a_checkpoint_of_other_blocks_names_them(field, tmp_path):
+    # A checkpoint of another version's default blocks has block=None as this run has, so the
+    # refusal names the blocks it holds: what to pass.  (Called on the solver directly: through
+    # mw.solve the differing block= options are refused first, by name.)
+    from multiwalk.checkpoint import read_checkpoint
+
+    problem = mw.deconv.Deconvolution(field["dirty"], field["psf"])
+    ck = tmp_path / "cd.npz"
+
+    def stop(info):
+        raise KeyboardInterrupt
+
+    written = mw.deconv.CoordinateDescent(lam=0.01, max_iterations=20, kernel="pallas", block=(8, 16))
+    part = mw.solve(problem, written, progress=False, checkpoint=ck, callback=stop, chunk_seconds=1e-9)
+    assert part.status == mw.Status.INTERRUPTED
+    _, leaves = read_checkpoint(ck)
+    now = mw.deconv.CoordinateDescent(lam=0.01, max_iterations=20, kernel="pallas", block=(16, 8))
+    with pytest.raises(ValueError, match=r"written with other blocks .*it holds blocks of 8 x 16, block=\(8, 16\): "
+                       r"resume with"):
+        now.convert_checkpoint(now.init(problem, jax.random.key(0)), ["CDState"], leaves)
 
 
 def test_a_diverging_update_window_fails_and_says_so():

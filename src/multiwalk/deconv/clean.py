@@ -29,7 +29,7 @@ from ..kernels import KernelPlan, check_kernel_option
 from ..result import Status
 from ..solvers.base import Phase, Solver, check_int_option, check_number_option
 from . import clean_kernel, greedy, patches
-from . import coordinate_descent_kernel as cdk  # the kernel plan, block default and padding both kernel forms share
+from . import coordinate_descent_kernel as cdk  # the kernel plan and padding both kernel forms share
 from .problem import Deconvolution
 from .result import DeconvolutionResult, final_model
 
@@ -108,12 +108,12 @@ class Clean(greedy.FusedKernelForm, Solver):
 
     def kernel_plan(self) -> KernelPlan:
         """Which form (fused Pallas kernel or XLA) runs an iteration here, and why."""
-        return cdk.plan(self.kernel, greedy.block_shape(self.block if self.block is not None else cdk.DEFAULT_BLOCK))
+        return cdk.plan(self.kernel, greedy.block_shape(self.block if self.block is not None else clean_kernel.DEFAULT_BLOCK))
 
     def _block(self) -> tuple[int, int]:
         if self.block is not None:
             return greedy.block_shape(self.block)
-        return cdk.DEFAULT_BLOCK if self.kernel_plan().use_pallas else (32, 32)
+        return clean_kernel.DEFAULT_BLOCK if self.kernel_plan().use_pallas else (32, 32)
 
     def _geometry(self, problem: Deconvolution) -> tuple[greedy.Geometry, int]:
         """The block layout and how much of the PSF is cut from each side (the window)."""

@@ -29,7 +29,11 @@ import jax.numpy as jnp
 from ..kernels import compiler_params
 from . import greedy
 
-__all__ = ["update_and_rescan"]
+__all__ = ["update_and_rescan", "DEFAULT_BLOCK"]
+
+#: Clean's block rows x columns in the kernel form (powers of two): 16 x 128, CoordinateDescent's,
+#: was no faster for Clean at 4096^2 on an H100 (docs/benchmarks.md)
+DEFAULT_BLOCK = (32, 128)
 
 
 def update_and_rescan(

@@ -111,6 +111,19 @@ class CDState(NamedTuple):
     fp: jax.Array  # the PSF's spectrum on the compact FFT grid (greedy.compact_psf_fft), for refreshes
 
 
+
+def _saved_blocks(leaves: list[np.ndarray]) -> str:
+    """The blocks a CoordinateDescent checkpoint's leaves hold, for its refusal: its padded model
+    (rows, columns) over its block grid.  A checkpoint of another version's default blocks has
+    the same ``block=None`` as this run, so the option alone cannot say which to pass."""
+    if len(leaves) <= CDState._fields.index("block_best"):
+        return ""
+    x, best = (np.shape(leaves[CDState._fields.index(name)]) for name in ("x", "block_best"))
+    if len(x) != 2 or len(best) != 2 or 0 in best or x[0] % best[0] or x[1] % best[1]:
+        return ""
+    return f"; it holds blocks of {x[0] // best[0]} x {x[1] // best[1]}, block=({x[0] // best[0]}, {x[1] // best[1]})"
+
+
 @jax.jit
 def _max_step(residual: jax.Array, model: jax.Array, psf: jax.Array, fp: jax.Array, lam: jax.Array,
               alpha: jax.Array) -> jax.Array:
@@ -141,7 +154,7 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         it).  An approximation that breaks the monotone objective (module doc); needs ``refresh_every``.
     kernel : ``"auto"`` (default), ``"xla"`` or ``"pallas"``: how an update runs (module doc).
     block : blocks whose best pixel is kept, an int (square) or (rows, columns); a tuning knob,
-        results do not depend on it (but for ties).  None: 32 x 32 (XLA form), 32 x 128 (kernel).
+        results do not depend on it (but for ties).  None: 32 x 32 (XLA form), 16 x 128 (kernel).
     kernel_warps : warps per Pallas program (tuning).
 
     On several devices (``mw.solve(..., devices=k)``) the XLA form splits the image in row
@@ -510,8 +523,8 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
         raise ValueError(
             "this CoordinateDescent checkpoint was written with other blocks or by the other form of the update "
             f"(kernel='xla' or the Pallas kernel; now kernel={self.kernel!r}, block={self.block!r}, "
-            f"{self.kernel_plan().name}): resume with the kernel= and block= it was written with, on the kind of "
-            "machine that wrote it (kernel='auto' picks the Pallas kernel on a GPU only)"
+            f"{self.kernel_plan().name}){_saved_blocks(leaves)}: resume with the kernel= and block= it was written "
+            "with, on the kind of machine that wrote it (kernel='auto' picks the Pallas kernel on a GPU only)"
         )
 
     def done(self, problem: Deconvolution, state: CDState, phase: int) -> jax.Array:

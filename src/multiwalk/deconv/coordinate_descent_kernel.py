@@ -51,7 +51,10 @@ __all__ = [
     "update_and_rescan", "launch_update", "pick_in_kernel", "pick_step", "DEFAULT_BLOCK", "DEFAULT_WARPS",
 ]
 
-DEFAULT_BLOCK = (32, 128)  # block rows x columns of the kernel forms, Clean's too (powers of two; see docs/benchmarks.md)
+#: CoordinateDescent's block rows x columns in the kernel form (powers of two).  At 4096^2, 16 x 128
+#: ran 10 000 iterations 0.035-0.04 s faster than 32 x 128 on an H100 and an H200, the best of
+#: the blocks tried (docs/benchmarks.md); Clean keeps 32 x 128 (:data:`.clean_kernel.DEFAULT_BLOCK`)
+DEFAULT_BLOCK = (16, 128)
 DEFAULT_WARPS = 4
 
 
