@@ -111,7 +111,6 @@ class CDState(NamedTuple):
     fp: jax.Array  # the PSF's spectrum on the compact FFT grid (greedy.compact_psf_fft), for refreshes
 
 
-
 def _saved_blocks(leaves: list[np.ndarray]) -> str:
     """The blocks a CoordinateDescent checkpoint's leaves hold, for its refusal: its padded model
     (rows, columns) over its block grid.  A checkpoint of another version's default blocks has
@@ -121,7 +120,9 @@ def _saved_blocks(leaves: list[np.ndarray]) -> str:
     x, best = (np.shape(leaves[CDState._fields.index(name)]) for name in ("x", "block_best"))
     if len(x) != 2 or len(best) != 2 or 0 in best or x[0] % best[0] or x[1] % best[1]:
         return ""
-    return f"; it holds blocks of {x[0] // best[0]} x {x[1] // best[1]}, block=({x[0] // best[0]}, {x[1] // best[1]})"
+    # the XLA form's state has no block values nor marks: two leaves fewer than its fields
+    form = ", kernel='xla'" if len(leaves) == len(CDState._fields) - 2 else ""
+    return f"; it holds blocks of {x[0] // best[0]} x {x[1] // best[1]}, block=({x[0] // best[0]}, {x[1] // best[1]}){form}"
 
 
 @jax.jit
@@ -175,9 +176,11 @@ class CoordinateDescent(greedy.FusedKernelForm, Solver):
     kernel_warps: int | None = None
 
     problem_type = Deconvolution
-    # how, not what: a resume may change them (another form is refused by convert_checkpoint; other
-    # blocks by the option check: its block arrays would have to be rebuilt from the model)
-    resumable_options = ("kernel", "kernel_warps")
+    # how, not what: a resume may change them.  A checkpoint of the other form or of other blocks is
+    # refused by convert_checkpoint (its arrays' shapes say so), naming the blocks it holds; ``block``
+    # is here so that a checkpoint written under another version's default blocks (block=None)
+    # resumes with the block= that message names.
+    resumable_options = ("kernel", "block", "kernel_warps")
     # The kernel form with one L for every pixel reads no Lipschitz map, only block marks (a quarter
     # fewer bytes per update, same results); False keeps the map (for the benchmark's before/after).
     constant_lipschitz_kernel = True

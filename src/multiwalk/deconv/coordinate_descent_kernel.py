@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 #: CoordinateDescent's block rows x columns in the kernel form (powers of two).  At 4096^2, 16 x 128
-#: ran 10 000 iterations 0.035-0.04 s faster than 32 x 128 on an H100 and an H200, the best of
+#: ran 10 000 iterations ~0.04 s faster than 32 x 128 on an H100 and an H200, the best of
 #: the blocks tried (docs/benchmarks.md); Clean keeps 32 x 128 (:data:`.clean_kernel.DEFAULT_BLOCK`)
 DEFAULT_BLOCK = (16, 128)
 DEFAULT_WARPS = 4
@@ -173,7 +173,7 @@ def launch_update(
 
     t1, t2 = geo.touched
     off = (half[0] + pad[0], half[1] + pad[1])
-    body = _update_kernel(geo, off, lam, alpha, constant)
+    body = _update_kernel(geo, off, lam, alpha, constant, interpret)
     arrays = (gradient, x, third, *blocks)
     out_shape = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays)
     aliases = {2: 0, 3: 1, 4: 2}
@@ -283,27 +283,35 @@ def _masked_load() -> Callable[..., jax.Array] | None:
         return None
 
 
-def _streaming() -> tuple[Callable[..., jax.Array], Callable[..., None]]:
+def _streaming(interpret: bool) -> tuple[Callable[..., jax.Array], Callable[..., None]]:
     """``(load(ref), store(ref, value))`` for the update's three image-sized streams (the map read,
     the autocorrelation window read, the map written), each read or written once an iteration:
     Triton's ``evict_first`` hint on all three.  At 4096^2 on an H200 it ran 10 000 iterations
     ~0.01 s faster (on the loads alone 0.02 s slower, on the store alone no faster); on an H100
-    no faster, no slower (docs/benchmarks.md).  Plain indexing in a JAX without Triton's load and store."""
+    no faster, no slower (docs/benchmarks.md).  Plain indexing in interpret mode (the hint is
+    Triton's; there the kernel keeps the XLA form's values bit for bit on a CPU) and in a JAX
+    without Triton's load and store."""
+
+    def plain_load(ref: Any) -> jax.Array:
+        return ref[...]
+
+    def plain_store(ref: Any, value: jax.Array) -> None:
+        ref[...] = value
+
+    if interpret:
+        return plain_load, plain_store
     try:
         from jax.experimental.pallas import triton as plgpu
 
         load, store = plgpu.load, plgpu.store
     except (ImportError, AttributeError):
-        def plain_store(ref: Any, value: jax.Array) -> None:
-            ref[...] = value
-
-        return (lambda ref: ref[...]), plain_store
+        return plain_load, plain_store
     return (lambda ref: load(ref, eviction_policy="evict_first"),
             lambda ref, value: store(ref, value, eviction_policy="evict_first"))
 
 
 def _update_kernel(geo: greedy.Geometry, off: tuple[int, int], lam: float, alpha: float,
-                   constant: bool) -> Callable[..., None]:
+                   constant: bool, interpret: bool = False) -> Callable[..., None]:
     """The kernel body of :func:`update_and_rescan`: one program per touched block, ``off`` the
     autocorrelation's index of lag 0 (``half + pad``); ``constant``: one L, block marks."""
     from jax.experimental import pallas as pl
@@ -311,7 +319,7 @@ def _update_kernel(geo: greedy.Geometry, off: tuple[int, int], lam: float, alpha
     b1, b2 = geo.block
     mp = geo.padded[1]
     masked_load = _masked_load()
-    stream_load, stream_store = _streaming()
+    stream_load, stream_store = _streaming(interpret)
 
     def update_block(frame, ints_ref, f_ref, g_ref, x_ref, l_ref, k_ref, *refs):  # noqa: ANN001, ANN202
         # l_ref/l_out: the signed Lipschitz map, or the block marks (constant L)
