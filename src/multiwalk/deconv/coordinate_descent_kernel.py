@@ -273,14 +273,21 @@ def _pick_kernel(geo: greedy.Geometry, lam: float, alpha: float, refresh_every: 
     return body
 
 
-def _masked_load() -> Callable[..., jax.Array] | None:
-    """Triton's masked load (no memory request where the mask is off), or None in a JAX without it."""
+def _triton_load_store() -> tuple[Callable[..., jax.Array], Callable[..., None]] | None:
+    """Triton's load and store (masks, cache hints), or None in a JAX without them."""
     try:
         from jax.experimental.pallas import triton as plgpu
 
-        return plgpu.load
-    except (ImportError, AttributeError):  # a JAX without it: read the model in full (same values)
+        return plgpu.load, plgpu.store
+    except (ImportError, AttributeError):
         return None
+
+
+def _masked_load() -> Callable[..., jax.Array] | None:
+    """Triton's masked load (no memory request where the mask is off), or None in a JAX without it
+    (then the model is read in full: the same values)."""
+    triton = _triton_load_store()
+    return triton[0] if triton is not None else None
 
 
 def _streaming(interpret: bool) -> tuple[Callable[..., jax.Array], Callable[..., None]]:
@@ -291,21 +298,13 @@ def _streaming(interpret: bool) -> tuple[Callable[..., jax.Array], Callable[...,
     no faster, no slower (docs/benchmarks.md).  Plain indexing in interpret mode (the hint is
     Triton's; there the kernel keeps the XLA form's values bit for bit on a CPU) and in a JAX
     without Triton's load and store."""
+    triton = None if interpret else _triton_load_store()
+    if triton is None:
+        def plain_store(ref: Any, value: jax.Array) -> None:
+            ref[...] = value
 
-    def plain_load(ref: Any) -> jax.Array:
-        return ref[...]
-
-    def plain_store(ref: Any, value: jax.Array) -> None:
-        ref[...] = value
-
-    if interpret:
-        return plain_load, plain_store
-    try:
-        from jax.experimental.pallas import triton as plgpu
-
-        load, store = plgpu.load, plgpu.store
-    except (ImportError, AttributeError):
-        return plain_load, plain_store
+        return (lambda ref: ref[...]), plain_store
+    load, store = triton
     return (lambda ref: load(ref, eviction_policy="evict_first"),
             lambda ref, value: store(ref, value, eviction_policy="evict_first"))
 
