@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...result import NOT_SAVED, Result, Status, tree_to_host
+from ...result import NOT_SAVED, Result, Status, to_host, tree_to_host
 from .. import lbfgs_onepass
 from .state import HISTORY_STARTS, LBFGSRun, LBFGSState
 
@@ -28,20 +28,22 @@ def table_row(i: int, nfev: Any, f: Any, gnorm: Any, stp: Any) -> str:
     return f"{i:>5}  {int(nfev):>6}  {float(f):>14e}  {float(gnorm):>14e}  {float(stp):>14e}"
 
 
-def host_starts(state: LBFGSRun) -> LBFGSState:
+def host_starts(state: LBFGSRun, extra: Any = None) -> tuple[LBFGSState, Any]:
     """What the result needs of every start, as numpy arrays on the host: ``x`` (K, n) and the
-    scalars; not the 2m n stored pairs or the one-pass rings (their fields None).  In the one-pass
-    layout, ``x_k`` is row ``k % 2`` of the ring ``X``."""
+    scalars; not the 2m n stored pairs or the one-pass rings (their fields None); with ``extra``
+    (a tree of device arrays, the history), read in the same transfer.  In the one-pass layout,
+    ``x_k`` is row ``k % 2`` of the ring ``X``, taken once ``k`` is on the host (each read of a
+    device scalar is a round trip of its own)."""
     if isinstance(state.starts, lbfgs_onepass.OnePassState):
         one = state.starts
-        x = one.X[0, int(one.iteration[0]) % 2].reshape(1, -1)  # (n / width, width) -> (1, n)
         st = one._replace(X=None, G=None, S=None, w=None, ls=None, SY=None, YY=None, a=None, b=None)
-        x, st = tree_to_host((x, st))
+        st, extra = tree_to_host((st, extra))
+        x = to_host(one.X[0, int(st.iteration[0]) % 2]).reshape(1, -1)  # (n / width, width) -> (1, n)
         return LBFGSState(x=x, g=None, d=None, P=None, ls=None, SY=None, YY=None, a=None, b=None,
                           **{k: getattr(st, k) for k in ("f", "gamma", "gg", "head", "count", "iteration", "nfev",
-                                                          "gnorm", "xnorm", "stp", "status", "nonfinite")})
+                                                          "gnorm", "xnorm", "stp", "status", "nonfinite")}), extra
     st = state.starts._replace(P=None, d=None, g=None, ls=None, SY=None, YY=None, a=None, b=None)
-    return tree_to_host(st)
+    return tree_to_host((st, extra))
 
 
 @dataclass(repr=False)

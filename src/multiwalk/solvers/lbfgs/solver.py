@@ -24,7 +24,7 @@ from jax import lax
 from ...compile_cache import cached_jit
 from ...kernels import KERNELS, KernelPlan, check_launch_options
 from ...problem import Problem
-from ...result import Deferred, Status, tree_to_host
+from ...result import Deferred, Status
 from .. import lbfgs_kernel, lbfgs_onepass
 from .._common import (
     check_choice_option,
@@ -58,6 +58,11 @@ TESTS_REASON = ("pgtol or frel_tol on a problem without a box runs the XLA form 
 def _digest(arr: np.ndarray) -> str:
     """A short digest of an array's bytes (a diag option in cache keys and checkpoints)."""
     return hashlib.blake2b(arr.tobytes(), digest_size=16).hexdigest()
+
+
+def _ring_row(ring: jax.Array, row: int) -> jax.Array:
+    """Row ``row`` of the one-pass loop's ring of one start (1, rows, n / width, width), flat (n,)."""
+    return ring[0, row].reshape(-1)
 
 
 class IterationTable:
@@ -590,7 +595,7 @@ class LBFGS(Solver):
 
     def iterate(self, problem: Problem, state: LBFGSRun) -> tuple[np.ndarray, np.ndarray | float]:
         """The current iterate: ``(x (n,), f)`` for one start, ``(x (K, n), f (K,))`` for K."""
-        st = host_starts(state)
+        st, _ = host_starts(state)
         x = np.asarray(problem.expand(st.x))
         return (x[0], float(st.f[0])) if x.shape[0] == 1 else (x, np.asarray(st.f))
 
@@ -674,7 +679,9 @@ class LBFGS(Solver):
     def result(
         self, problem: Problem, state: LBFGSRun, done: list[int], status: Status, stats: dict[str, Any]
     ) -> LBFGSResult:
-        st = host_starts(state)  # only what the result needs comes to the host (not the 2m n stored pairs)
+        # only what the result needs comes to the host (not the 2m n stored pairs), the history
+        # in the same transfer
+        st, hist = host_starts(state, state.history._asdict())
         # A start still running ends as the run did: MAX_STEPS (the driver's, when the iterations
         # ran out before every start stopped), TIME_LIMIT or INTERRUPTED.
         codes = np.where(st.status == _RUNNING, int(status), st.status)
@@ -688,7 +695,6 @@ class LBFGS(Solver):
             n_ok = sum(s.success for s in statuses)
             message = f"{n_ok} of {K} starts converged; the best (start {best}): {message}"
         kh = state.history.f.shape[1]
-        hist = tree_to_host(state.history._asdict())  # its copies together, one wait
         hist_len = np.minimum(st.iteration[:kh], self.max_iterations) + 1
         # with nothing fixed x is already whole: expand would send it to the device and back (at
         # n = 1e7 on an H100, ~130 ms of a 300 ms call)
@@ -703,18 +709,20 @@ class LBFGS(Solver):
             xs=xs, funs=st.f, gnorms=st.gnorm, iterations_per_start=st.iteration, nfev_per_start=st.nfev,
             statuses=statuses, messages=messages, best=best, history=hist, history_length=hist_len,
         )
-        result.grad, result.pairs = self._best_start_extras(state, best)
+        result.grad, result.pairs = self._best_start_extras(state, best, int(st.iteration[best]))
         if self.print_every is not None:
             self._print_end(result)
         return result
 
-    def _best_start_extras(self, state: LBFGSRun, best: int) -> tuple[Any, dict[str, Any] | None]:
+    def _best_start_extras(self, state: LBFGSRun, best: int, iteration: int | None = None
+                           ) -> tuple[Any, dict[str, Any] | None]:
         """The best start's gradient at x (n free values; left on the device, the result reads it
-        when asked: ``LBFGSResult.lazy_fields``), and its stored pairs with ``keep_pairs``."""
+        when asked: ``LBFGSResult.lazy_fields``), and its stored pairs with ``keep_pairs``.
+        ``iteration``: the best start's, when already on the host (else read here)."""
         starts = state.starts
         if isinstance(starts, lbfgs_onepass.OnePassState):  # g_k is row k % (m + 2) of the ring G
-            k = int(starts.iteration[0])
-            return starts.G[0, k % (self.m + 2)].reshape(-1), None
+            k = int(starts.iteration[0]) if iteration is None else iteration
+            return Deferred(_ring_row, starts.G, k % (self.m + 2)), None
         pairs = None
         if self.keep_pairs:  # imported only then: scipy.sparse.linalg takes ~0.12 s to import
             from .inverse_hessian import best_start_pairs
