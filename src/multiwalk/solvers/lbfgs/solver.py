@@ -60,11 +60,6 @@ def _digest(arr: np.ndarray) -> str:
     return hashlib.blake2b(arr.tobytes(), digest_size=16).hexdigest()
 
 
-def _ring_row(ring: jax.Array, row: int) -> jax.Array:
-    """Row ``row`` of the one-pass loop's ring of one start (1, rows, n / width, width), flat (n,)."""
-    return ring[0, row].reshape(-1)
-
-
 class IterationTable:
     """The seed's iteration table (I, NFN, FUNC, GNORM, STEPLENGTH) of the first start, printed
     as the run goes: the :class:`~multiwalk.solvers.base.Writer` an ``LBFGS(print_every=...)``
@@ -722,7 +717,9 @@ class LBFGS(Solver):
         starts = state.starts
         if isinstance(starts, lbfgs_onepass.OnePassState):  # g_k is row k % (m + 2) of the ring G
             k = int(starts.iteration[0]) if iteration is None else iteration
-            return Deferred(_ring_row, starts.G, k % (self.m + 2)), None
+            # taken now, not deferred: a deferred row would keep the whole ring (m + 2 rows of n)
+            # on the device for as long as the result lives
+            return starts.G[0, k % (self.m + 2)].reshape(-1), None
         pairs = None
         if self.keep_pairs:  # imported only then: scipy.sparse.linalg takes ~0.12 s to import
             from .inverse_hessian import best_start_pairs
