@@ -293,8 +293,9 @@ def _large_ones_uploaded(args: tuple, leaves: list) -> tuple:
     """``args`` (``leaves`` its leaves) with each large NumPy leaf bound for a GPU already there, sent
     in parts (:func:`multiwalk.upload.to_device`: an 80 MB ``x0`` in ~4 ms instead of ~15 ms); the
     others as they are.  Uncommitted like a host argument, it runs the same executable.  Only for a
-    function run on the default device: one placed by ``out_shardings`` (a split or pinned run's
-    start) gets its arguments as JAX places them, not through the default device."""
+    function run on the default device (a pinned run's start runs under ``jax.default_device``, so
+    its parts go to its device): one placed by ``out_shardings`` (a split run's start) gets its
+    arguments as JAX places them, not through the default device."""
     device = default_device()
     if not any(upload.uploads_in_parts(x, device) for x in leaves):
         return args
