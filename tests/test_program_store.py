@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from xla_test_flags import flags_text
 
 import multiwalk as mw
 from multiwalk import compile_cache, persistent_cache, program_store
@@ -224,7 +225,13 @@ SCRIPT = textwrap.dedent("""
     def users_own(x):
         return (x[0] ** 2 + x[1] - 11) ** 2 + (x[0] + x[1] ** 2 - 7) ** 2
 
-    if sys.argv[1] == "pattern_search":  # a short run: one program (multiwalk.one_program)
+    if sys.argv[1] == "two_devices":  # on 1 and 2 of the 2 devices, in the order given
+        problem = mw.Problem(objective=himmelblau, lower=[-6, -6], upper=[6, 6])
+        solver = mw.PatternSearch(n_walkers=16, iterations=4)
+        runs = {k: mw.solve(problem, solver, seed=1, progress=False, devices=k) for k in map(int, sys.argv[2])}
+        result = runs[1]
+        assert runs[2].stats["devices"] == 2 and np.array_equal(np.asarray(runs[2].x), np.asarray(result.x))
+    elif sys.argv[1] == "pattern_search":  # a short run: one program (multiwalk.one_program)
         problem = mw.Problem(objective=himmelblau, lower=[-6, -6], upper=[6, 6])
         result = mw.solve(problem, mw.PatternSearch(n_walkers=16, iterations=4), seed=1, progress=False)
         assert result.stats["one_program"]
@@ -242,12 +249,15 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _process(tmp_path: Path, which: str, cache: str) -> tuple[dict, str]:
+def _process(tmp_path: Path, which: str, cache: str, *args: str, devices: int = 1) -> tuple[dict, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "MULTIWALK_TEST"))}
     env.update(MULTIWALK_CACHE_DIR=cache, JAX_PLATFORMS="cpu")
+    if devices > 1:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices} {flags_text()}"
     script = tmp_path / "solve_once.py"
     script.write_text(SCRIPT)
-    proc = subprocess.run([sys.executable, str(script), which], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, str(script), which, *args], capture_output=True, text=True, env=env,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
@@ -273,6 +283,18 @@ def test_a_later_process_loads_the_programs_and_gets_the_same_bits(tmp_path):
     assert "could not load its stored program" in err
     again, _ = _process(tmp_path, "library", cache)
     assert again["counts"]["stored"] == 3 and damaged["digest"] == again["digest"] == first["digest"]
+
+
+@needs_store
+def test_a_program_loads_onto_the_device_it_was_compiled_for(tmp_path):
+    """On a machine of two devices, a program of one (a run on ``devices=1``, the one-point value
+    after a run on both) is loaded onto that one: loaded onto both, its first call asked for two
+    shards of each argument and failed.  In either order, the later process gets the same bits."""
+    cache = str(tmp_path / "cache")
+    first, _ = _process(tmp_path, "two_devices", cache, "12", devices=2)
+    for order in ("12", "21"):
+        later, _ = _process(tmp_path, "two_devices", cache, order, devices=2)
+        assert later["counts"]["loaded"] >= 1 and later["digest"] == first["digest"], (order, first, later)
 
 
 @needs_store

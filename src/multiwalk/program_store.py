@@ -59,7 +59,7 @@ __all__ = ["key", "named", "compilation", "load", "load_later", "compile_and_sav
 FOLDER_NAME = "multiwalk-programs"
 MAX_ENTRIES = 512
 MAX_BYTES = 1 << 30
-_FORMAT = 1  # of the files' contents; part of every key
+_FORMAT = 2  # of the files' contents; part of every key (2: the devices a program runs on, with it)
 # environment variables that change how programs are traced or compiled
 _VARIABLE_PREFIXES = ("XLA_", "JAX_", "TF_", "CUDA_", "NVIDIA_", "LIBTPU", "MULTIWALK_")
 _VERSIONED = ("jax", "jaxlib", "numpy", "scipy", "ml_dtypes", "jax-cuda12-plugin", "jax-cuda12-pjrt",
@@ -313,8 +313,12 @@ def load_later(digest: str | None) -> Any | None:
         from jax.experimental import serialize_executable
 
         try:
-            payload, in_tree, out_tree = pickle.loads(blob)
-            compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+            payload, in_tree, out_tree, device_ids = pickle.loads(blob)
+            # on the devices it was compiled for: JAX's default is all of them, so on a machine of
+            # two, a program of one asked for two shards of each argument at its first call
+            by_id = {device.id: device for device in jax.devices()}
+            compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree,
+                                                                 execution_devices=[by_id[i] for i in device_ids])
         except Exception as err:  # noqa: BLE001 - a damaged or foreign entry is compiled again
             _unreadable(digest, ".program", err)
             return None
@@ -382,7 +386,8 @@ def _save(digest: str, compiled: Any) -> None:
 
     try:
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
-        blob = pickle.dumps((payload, in_tree, out_tree), protocol=pickle.HIGHEST_PROTOCOL)
+        device_ids = [device.id for device in compiled._executable._unloaded_executable.device_list]
+        blob = pickle.dumps((payload, in_tree, out_tree, device_ids), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - not serializable here (JAX says which programs): traced in each process
         return
     if _write(digest, ".program", blob):
