@@ -472,6 +472,91 @@ def test_checkpoint_written_on_interrupt_resumes_to_the_full_run(problem, interr
     assert np.array_equal(res.x, full.x) and res.fun == full.fun
 
 
+# ------------------------------------------------------------------------------------------- the next phase queued
+class ChunkOrder:
+    """Wraps the driver's launch and read of chunks, recording ``("launch" | "land", phase)`` in
+    the order they happen; ``press_at_burn_in_end``: Ctrl-C is pressed as the burn-in's last chunk
+    (with the sampling's first queued behind it) is read."""
+
+    def __init__(self, monkeypatch, press_at_burn_in_end: bool = False) -> None:
+        self.events: list[tuple[str, int]] = []
+        launch, land = solve_module._launch_chunk, solve_module._land_chunk
+
+        def launch_chunk(run, phase_index, *args, **kwargs):
+            self.events.append(("launch", phase_index))
+            return launch(run, phase_index, *args, **kwargs)
+
+        def land_chunk(run, launched, bar, ctrl_c, queued_behind):
+            self.events.append(("land", launched.phase_index))
+            if press_at_burn_in_end and queued_behind and launched.phase_index == 0:
+                ctrl_c.pressed = True
+            return land(run, launched, bar, ctrl_c, queued_behind)
+
+        monkeypatch.setattr(solve_module, "_launch_chunk", launch_chunk)
+        monkeypatch.setattr(solve_module, "_land_chunk", land_chunk)
+
+    def queued(self) -> bool:
+        """Whether the sampling's first chunk was launched before the burn-in's last was read."""
+        return self.events.index(("launch", 1)) < len(self.events) - 1 - self.events[::-1].index(("land", 0))
+
+
+def test_the_next_phase_is_queued_behind_the_last_chunk_and_changes_nothing(problem, full, monkeypatch):
+    # Without writers, checkpoint, callbacks or time limit the sampling's first chunk goes to the
+    # device behind the burn-in's last, before that one is read back; the samples are the same
+    # bit for bit as with the phases run one after the other (the same programs on the same state).
+    order = ChunkOrder(monkeypatch)
+    res = mw.solve(problem, solver(), seed=0, progress=False)
+    assert order.queued(), order.events
+    assert res.status == mw.Status.SUCCESS and res.stats["iterations"] == {"burn-in": NBURN, "sampling": NITER}
+    monkeypatch.setattr(solve_module, "_queues_next_phase", lambda run: False)
+    order = ChunkOrder(monkeypatch)
+    apart = mw.solve(problem, solver(), seed=0, progress=False)
+    assert not order.queued(), order.events
+    for a, b in ((res, apart), (res, full)):
+        assert np.array_equal(a.samples, b.samples) and np.array_equal(a.fun_trace, b.fun_trace)
+        assert np.array_equal(a.x, b.x) and a.fun == b.fun
+    assert 0 < res.stats["run_seconds"] <= res.stats["loop_seconds"]
+
+
+@pytest.mark.parametrize("kwargs", [{"time_limit": 1e4}, {"callback": lambda info: None}, {"checkpoint": "queued.npz"},
+                                    {"writer": "writer"}], ids=["time-limit", "callback", "checkpoint", "writer"])
+def test_nothing_is_queued_where_the_host_acts_between_chunks(problem, workdir, full, monkeypatch, kwargs):
+    # A time limit or a callback may stop the run after the burn-in; a checkpoint or a writer reads
+    # its state: the sampling then starts only after the burn-in is read back
+    class Recorder:  # a writer (multiwalk.solvers.base.Writer) that keeps what it was asked to write
+        def __init__(self):
+            self.spans: list[tuple[int, int]] = []
+
+        def write(self, problem, state, first, last):
+            self.spans.append((first, last))
+
+        def flush(self):
+            pass
+
+    kwargs = dict(kwargs)
+    if "checkpoint" in kwargs:
+        kwargs["checkpoint"] = workdir / kwargs["checkpoint"]
+    if "writer" in kwargs:
+        kwargs["writer"] = Recorder()
+    order = ChunkOrder(monkeypatch)
+    res = mw.solve(problem, solver(), seed=0, progress=False, **kwargs)
+    assert not order.queued(), order.events
+    assert np.array_equal(res.samples, full.samples)
+
+
+def test_ctrl_c_in_the_burn_ins_last_chunk_ends_after_the_queued_one(problem, full, monkeypatch):
+    # Ctrl-C pressed while the burn-in's last chunk runs, the sampling's first queued behind it:
+    # that one runs too, and the result holds it, consistent with the iterations it reports
+    order = ChunkOrder(monkeypatch, press_at_burn_in_end=True)
+    res = mw.solve(problem, solver(), seed=0, progress=False)
+    assert order.queued(), order.events
+    assert order.events[-1] == ("land", 1) and order.events.count(("launch", 1)) == 1  # nothing launched after
+    assert res.status == mw.Status.INTERRUPTED
+    k = res.samples.shape[0]
+    assert 0 < k and res.stats["iterations"] == {"burn-in": NBURN, "sampling": k}
+    assert np.array_equal(res.samples, full.samples[:k]) and np.array_equal(res.fun_trace, full.fun_trace[:k])
+
+
 # ------------------------------------------------------------------------------------------- bad run options
 @pytest.mark.parametrize(
     "kwargs, exc, pattern",

@@ -670,23 +670,29 @@ def _compile(run: _Run, ctrl_c: prog.CtrlC, summary_shown: bool) -> dict[int, tu
     return executables
 
 
-def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.ProgressBar,
-               ctrl_c: prog.CtrlC) -> tuple[int, float]:
-    """One chunk of up to ``n`` iterations of the current phase, then what follows it (:func:`_after_chunk`).
-    ``(iterations run, seconds)``."""
+@dataclass
+class _Launched:
+    """A chunk sent to the devices, the copies of its small outputs to the host started, not yet read."""
+
+    phase_index: int
+    n: int  # the iterations asked of it
+    outputs: Any  # (iterations run, progress summary, report) on their way to the host (prog.start_copies)
+    t0: float  # time.perf_counter() its run is timed from: its launch, or the end of the chunk queued before it
+
+
+def _launch_chunk(run: _Run, phase_index: int, compiled: Any, arrays: Any, n: int, wants_summary: bool) -> _Launched:
+    """Up to ``n`` iterations of phase ``phase_index`` sent to the devices (``run.state`` becomes
+    the chunk's output); ``wants_summary``: the progress summary is read with it."""
     # made before the clock: a new trip count is a transfer (the first in a process, a compilation)
     trip_count = _kept_int32(n, run.placement) if run.summary is None else np.int32(n)  # a host loop reads n on the host
     # the last phase's remaining iterations: no chunk follows this one, its state is the final one
-    last = run.phase_index == len(run.phases) - 1
-    ends_run = last and n >= run.phases[run.phase_index].length - run.done[run.phase_index]
+    last = phase_index == len(run.phases) - 1
+    ends_run = last and n >= run.phases[phase_index].length - run.done[phase_index]
     t0 = time.perf_counter()
     # The state is donated (updated in place), so it is replaced in one statement;
     # Ctrl-C only sets a flag (see CtrlC), so nothing interrupts this.
     run.unaccounted = True  # the state is ahead of ``done`` until the chunk is counted
     report = None
-    # the progress summary is read only where it is shown: the bar's postfix, the callback's dict
-    # (each array read back costs a copy and a call into JAX: ~0.1 ms on some GPU hosts)
-    wants_summary = bar.shown or run.callback is not None
     info: Any = {}
     if run.summary is None:  # the compiled loop returns the progress summary (and the report) with the state
         run.state, n_run, summary, report = compiled(run.state, trip_count, arrays)
@@ -704,11 +710,21 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     copies, compiling = prog.start_copies((n_run, info, report))
     t0 += compiling  # a copy program's first compilation (once per process and shapes) is not the run's
     run.stats["compile_seconds"] += compiling
-    jax.block_until_ready(run.state)
-    dt = time.perf_counter() - t0
+    return _Launched(phase_index, n, copies, t0)
+
+
+def _land_chunk(run: _Run, launched: _Launched, bar: prog.ProgressBar, ctrl_c: prog.CtrlC,
+                queued_behind: bool) -> tuple[int, float, float]:
+    """``launched`` waited for and read back, then what follows it (:func:`_after_chunk`);
+    ``queued_behind``: the next phase's first chunk is on the devices behind it already, so
+    ``run.state`` is that one's.  ``(iterations run, seconds, time.perf_counter() at its end)``."""
+    # the chunk's own outputs end with it; the state, with the chunk queued behind it where there is one
+    jax.block_until_ready(launched.outputs if queued_behind else run.state)
+    t_end = time.perf_counter()
+    dt = t_end - launched.t0
     # One read from the device per chunk: the steps run and, where shown, the progress summary's
     # scalars (and, after the chunk that ends the run, what the result reads).
-    n_run, info, run.report = prog.fetch(copies)
+    n_run, info, run.report = prog.fetch(launched.outputs)
     info = {k: float(v) for k, v in info.items()}
     # Every decision below derives from dt and the flags: under jax.distributed all
     # processes take process 0's, so they run the same chunks and stop together.
@@ -717,7 +733,32 @@ def _run_chunk(run: _Run, compiled: Any, arrays: Any, n: int, bar: prog.Progress
     ctrl_c.pressed = bool(pressed)
     run.t_run += dt
     _after_chunk(run, int(n_run), info, checkpoint_due, bar)
-    return int(n_run), dt
+    run.unaccounted = queued_behind  # the chunk behind it is not counted yet
+    return int(n_run), dt, t_end
+
+
+def _queues_next_phase(run: _Run) -> bool:
+    """Whether a phase's last chunk gets the next phase's first queued behind it before it is read
+    back, so the devices do not wait between phases for a round trip to the host (two devices
+    idled ~2.6 ms there in a call of ~80 ms).  Only where nothing between the two chunks needs the
+    state on the host or may stop the run: no writers, checkpoint, callbacks or time limit, one
+    process, a compiled loop.  A Ctrl-C during the phase's last chunk then ends the run after the
+    next one (about half ``chunk_seconds`` at most, one iteration in a loop's first call)."""
+    return (run.summary is None and not run.writers and not run.gather_for_writers and run.checkpoint_path is None
+            and run.callback is None and run.iteration_callback is None and run.time_limit is None
+            and not dist.multi_process())
+
+
+def _next_phase_queued(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], wants_summary: bool) -> _Launched | None:
+    """The first chunk of the next phase with work left, launched now (behind the current phase's
+    last chunk, not yet read), or None when no phase follows."""
+    later = [j for j in range(run.phase_index + 1, len(run.phases)) if run.done[j] < run.phases[j].length]
+    if not later:
+        return None
+    j = later[0]
+    compiled, arrays, loop_key = executables[j]
+    n = _chunk_length(run, j, _first_chunk_length(run, loop_key))
+    return _launch_chunk(run, j, compiled, arrays, n, wants_summary)
 
 
 # (n, where: _kept_where) -> n as an int32 device scalar there: the trip counts of recent chunks
@@ -816,55 +857,81 @@ def _first_chunk_length(run: _Run, loop_key: tuple) -> int:
     return int(dist.broadcast(np.int32(n)))
 
 
-def _run_phase(run: _Run, compiled: Any, arrays: Any, loop_key: tuple, bar: prog.ProgressBar,
-               ctrl_c: prog.CtrlC) -> None:
+def _chunk_length(run: _Run, phase_index: int, n_next: int) -> int:
+    """The next chunk of phase ``phase_index``: ``n_next`` iterations rounded down to whole blocks of
+    the loop (the blocked loop runs whole blocks only), at least one block, at most what is left.
+    What is left is a multiple of the block (:func:`_loop_block` divides the phase's length and what
+    a resumed run has done of it, and each chunk runs all its n iterations, a solver in blocks having
+    no ``done``, or ends the phase).  Checked, as a run past the phase's end would go on unseen."""
+    remaining = run.phases[phase_index].length - run.done[phase_index]
+    block = run.plan.loop_block
+    if remaining % block:
+        raise RuntimeError(f"{remaining} iterations left of phase {run.phases[phase_index].name!r}, not a "
+                           f"multiple of the loop's block of {block}: the block must divide the phase's length "
+                           "and the iterations done")
+    return max(block, int(min(n_next, remaining)) // block * block)
+
+
+def _run_phase(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], bar: prog.ProgressBar,
+               ctrl_c: prog.CtrlC, queued: _Launched | None) -> _Launched | None:
     """Chunks of the current phase until it is done or converged (``solver.done``), or until the
     time limit or Ctrl-C (``run.status`` says which).  The first chunk is sized by the loop's
-    timing in an earlier call (:func:`_first_chunk_length`), else one iteration: it times a step."""
+    timing in an earlier call (:func:`_first_chunk_length`), else one iteration: it times a step;
+    or it is ``queued``, launched behind the phase before.  Returned: the next phase's first chunk
+    when it was launched behind this phase's last (:func:`_queues_next_phase`), else None."""
+    compiled, arrays, loop_key = executables[run.phase_index]
     remaining = run.phases[run.phase_index].length - run.done[run.phase_index]
     # A loop's first chunk ever (one iteration) times a step, but on a GPU it also pays the
     # program's first launch (loading its kernels), many times a step: kept as the loop's timing,
     # the next call's first chunk came out a fraction of what fits in its time, so a short run took
     # two chunks.  That chunk counts only when no other follows it.
     untimed = compile_cache.step_seconds(loop_key) is None
-    n_next = _first_chunk_length(run, loop_key)
+    n_next = _first_chunk_length(run, loop_key) if queued is None else queued.n
+    # the progress summary is read only where it is shown: the bar's postfix, the callback's dict
+    # (each array read back costs a copy and a call into JAX: ~0.1 ms on some GPU hosts)
+    wants_summary = bar.shown or run.callback is not None
     slowest = 0.0  # the longest time per iteration of this call's chunks, kept for the next call
     chunks = 0
     converged = False
     while remaining > 0 and not converged:
-        if run.time_limit is not None and run.t_run >= run.time_limit:
-            run.status = Status.TIME_LIMIT
-            return
-        # Every chunk a whole number of blocks (the blocked loop runs whole blocks only), at least
-        # one, at most what is left: remaining is a multiple of the block (_loop_block divides the
-        # phase's length and what a resumed run has done of it, and each chunk runs all its n
-        # iterations, a solver in blocks having no done, or ends the phase).  Checked, as a run past
-        # the phase's end would go on unseen.
-        block = run.plan.loop_block
-        if remaining % block:
-            raise RuntimeError(f"{remaining} iterations left of phase {run.phases[run.phase_index].name!r}, not a "
-                               f"multiple of the loop's block of {block}: the block must divide the phase's length "
-                               "and the iterations done")
-        n = max(block, int(min(n_next, remaining)) // block * block)
-        n_run, dt = _run_chunk(run, compiled, arrays, n, bar, ctrl_c)
+        if queued is not None:  # launched behind the phase before: counted from that one's end
+            launched, queued = queued, None
+        else:
+            if run.time_limit is not None and run.t_run >= run.time_limit:
+                run.status = Status.TIME_LIMIT
+                return None
+            n = _chunk_length(run, run.phase_index, n_next)
+            launched = _launch_chunk(run, run.phase_index, compiled, arrays, n, wants_summary)
+        n = launched.n
+        behind = None
+        if n >= remaining and _queues_next_phase(run):
+            compiled_before = run.stats["compile_seconds"]
+            behind = _next_phase_queued(run, executables, wants_summary)
+            # what its launch compiled (a copy program, a process's first time) is not this chunk's run
+            launched.t0 += run.stats["compile_seconds"] - compiled_before
+        n_run, dt, t_end = _land_chunk(run, launched, bar, ctrl_c, behind is not None)
         remaining -= n_run
         if run.status != Status.SUCCESS:  # the iteration callback asked to stop
-            return
+            return None
         converged = n_run < n
         per_step = max(dt / max(n_run, 1), 1e-9)
         slowest = per_step if untimed and chunks == 1 else max(slowest, per_step)
         chunks += 1
         compile_cache.note_step_seconds(loop_key, slowest)
+        if behind is not None:  # its run starts when this one's ends; Ctrl-C is seen after it
+            behind.t0 = max(behind.t0, t_end)
+            return behind
         n_next = _next_chunk_length(run, n, n_run, per_step)
         if ctrl_c.pressed:
             run.status = Status.INTERRUPTED
-            return
+            return None
         later = range(run.phase_index + 1, len(run.phases))
         work_left = remaining > 0 or any(run.done[j] < run.phases[j].length for j in later)
         # the next chunk is at least one block of the loop
-        if work_left and run.time_limit is not None and run.t_run + per_step * block > run.time_limit:
+        if work_left and run.time_limit is not None and run.t_run + per_step * run.plan.loop_block > run.time_limit:
             run.status = Status.TIME_LIMIT
-            return
+            return None
+    return None
 
 
 def _run_phases(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], bar: prog.ProgressBar,
@@ -872,9 +939,13 @@ def _run_phases(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], bar: 
     """The phases from the current one to the last, or until the time limit or Ctrl-C.  A failure
     (out of memory, a bug) keeps the last finished chunk's state on disk, and is raised."""
     try:
+        queued = None  # a phase's first chunk, launched behind the phase before
         while run.status == Status.SUCCESS and run.phase_index < len(run.phases):
             if run.done[run.phase_index] < run.phases[run.phase_index].length:
-                _run_phase(run, *executables[run.phase_index], bar, ctrl_c)
+                if queued is not None and queued.phase_index != run.phase_index:
+                    raise RuntimeError(f"a chunk of phase {queued.phase_index} was queued, phase "
+                                       f"{run.phase_index} runs next")
+                queued = _run_phase(run, executables, bar, ctrl_c, queued)
                 if run.status != Status.SUCCESS:
                     break
             run.phase_index += 1
