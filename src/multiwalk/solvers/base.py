@@ -38,7 +38,7 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import numpy as np
 
-from ..compile_cache import shared_jit
+from ..compile_cache import default_device, shared_jit
 from ..problem import Problem
 from ..result import Result, Status
 from ._common import check_int_option, check_number_option  # noqa: F401  (the validators' old home)
@@ -82,6 +82,19 @@ def point_value_program(problem: Problem) -> Callable[[Any], jax.Array] | None:
     if getattr(problem, "host_objective", None) is not None:
         return None
     return shared_jit(problem, None, "value_at_point", lambda p: p.chi2_full, reads_x0=False)
+
+
+def point_on_default_device(x: jax.Array) -> jax.Array | None:
+    """``x`` (replicated when split over devices) as an array on the default device, where the
+    one-point program (:func:`point_value_program`) runs, so the value does not depend on how the
+    run was split; None when no copy of it is there.  A run on one device (the default, or the
+    one ``solve(devices=[d])`` chose) gives ``x`` as it is: its value is evaluated there."""
+    if len(x.sharding.device_set) == 1:
+        return x
+    if not x.is_fully_replicated:
+        return None
+    default = default_device()
+    return next((shard.data for shard in x.addressable_shards if shard.device == default), None)
 
 
 def point_value_ahead(problem: Problem) -> Callable[[], Any] | None:

@@ -71,7 +71,16 @@ from ._common import (
     read_best_and_counts,
     uniform_in_box,
 )
-from .base import Phase, RunPlan, Solver, end_status, point_value_program, reported_value, value_at_point
+from .base import (
+    Phase,
+    RunPlan,
+    Solver,
+    end_status,
+    point_on_default_device,
+    point_value_program,
+    reported_value,
+    value_at_point,
+)
 
 __all__ = ["PatternSearch", "PatternSearchResult"]
 
@@ -473,11 +482,15 @@ class PatternSearch(Solver):
 
     def report_ready(self, problem: Problem, report: dict[str, jax.Array]) -> dict[str, jax.Array]:
         """The report with the value at its point by :func:`value_at_point`'s one-point program,
-        queued behind the chunk that ends the run, on one device only (see :meth:`_reported`)."""
+        queued behind the chunk that ends the run, on one device only (see :meth:`_reported`): a
+        run split over devices gives the point on each (replicated), and the copy on the default
+        device is used (evaluated after the run, it was a round trip more: ~3.5 ms of a 78 ms call
+        on two H200s)."""
         one_point = point_value_program(problem)
-        if one_point is None or len(report["x"].sharding.device_set) > 1:
+        x = point_on_default_device(report["x"])
+        if one_point is None or x is None:
             return report
-        return {**report, "value": one_point(report["x"])}
+        return {**report, "value": one_point(x)}
 
     def report_in_program(self, problem: Problem, report: dict[str, jax.Array]) -> dict[str, jax.Array]:
         """:meth:`report_ready`'s value at the point, computed in the program that runs the whole run."""

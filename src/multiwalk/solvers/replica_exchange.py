@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import compile_cache, diagnostics
+from .. import diagnostics
 from .. import distributed as dist
 from ..evidence import Evidence
 from ..evidence import evidence as _evidence
@@ -59,7 +59,16 @@ from ._common import (
     read_best_and_counts,
     uniform_in_box,
 )
-from .base import Phase, RunPlan, Solver, end_status, point_value_program, reported_value, value_at_point
+from .base import (
+    Phase,
+    RunPlan,
+    Solver,
+    end_status,
+    point_on_default_device,
+    point_value_program,
+    reported_value,
+    value_at_point,
+)
 from .ladder_adaptation import adapt_ladder, track_round_trips
 
 __all__ = ["ReplicaExchange", "ReplicaExchangeResult", "Roots"]
@@ -760,7 +769,7 @@ class ReplicaExchange(Solver):
         A run split over devices gives the point on each (replicated): the copy on the default
         device is used, so the value does not depend on how the run was split."""
         one_point = point_value_program(problem)
-        x = _on_default_device(report["best_x"])
+        x = point_on_default_device(report["best_x"])
         if one_point is None or x is None:
             return report
         return {**report, "value": one_point(x)}
@@ -835,18 +844,6 @@ def _summary_of(state: ReplicaExchangeState) -> dict[str, jax.Array]:
     i = jnp.argmin(state.best_fun)  # the first of equal minima, as np.argmin
     return {"best_x": state.best_x[i], "numbers": best_and_counts_bytes(state.best_fun[i], state.n_nonfinite),
             "betas": state.betas}
-
-
-def _on_default_device(x: jax.Array) -> jax.Array | None:
-    """``x`` (replicated when split over devices) as an array on the default device, where the
-    one-point program runs; None when no copy of it is there.  A run on one device (the default,
-    or the one ``solve(devices=[d])`` chose) gives ``x`` as it is: its value is evaluated there."""
-    if len(x.sharding.device_set) == 1:
-        return x
-    if not x.is_fully_replicated:
-        return None
-    default = compile_cache.default_device()
-    return next((shard.data for shard in x.addressable_shards if shard.device == default), None)
 
 
 @dataclass(repr=False, kw_only=True)
