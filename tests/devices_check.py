@@ -85,6 +85,20 @@ def main() -> dict:
                             "fun": (b.fun, a.fun)})
     out["ps_devices"] = b.stats["devices"]
 
+    # a split run's few results read back: what is replicated, from its copy on one device; what
+    # is split, as it is (progress.start_copies)
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from multiwalk import progress
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("d",))
+    replicated = jax.device_put(np.arange(3.0), NamedSharding(mesh, PartitionSpec()))
+    split = jax.device_put(np.arange(8.0), NamedSharding(mesh, PartitionSpec("d")))
+    (one, whole), _ = progress.start_copies((replicated, split))
+    read = progress.fetch((one, whole))
+    out["copies_devices"] = [len(one.sharding.device_set), len(whole.sharding.device_set)]
+    out["copies_same"] = bool(np.array_equal(read[0], np.arange(3.0)) and np.array_equal(read[1], np.arange(8.0)))
+
     # PatternSearch on Rastrigin-4 in float32, 1024 walkers: XLA's CPU backend evaluates a batch of
     # 1024 points with other kernels than the 4 devices' 256 each, which round differently
     rastrigin4 = mw.Problem(objective=yao.rastrigin, lower=np.full(4, -5.12), upper=np.full(4, 5.12), dtype="float32")

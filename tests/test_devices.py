@@ -87,6 +87,11 @@ def test_pattern_search_on_4_devices(report):
     assert _within(report["ps_ulps"]), report["ps_ulps"]  # every walker, its value, and the best point
 
 
+def test_a_split_runs_replicated_results_are_read_from_one_device(report):
+    # (on GPUs through the copy into pinned host memory); a split array is read whole, as it is
+    assert report["copies_devices"] == [1, 4] and report["copies_same"]
+
+
 def test_pattern_search_reports_the_same_value_at_the_same_point(report):
     # float32 Rastrigin-4, 1024 walkers: the walkers' values round differently on 1 and on 4
     # devices (the batch per device picks XLA's kernels); the reported f is f at the reported x by
