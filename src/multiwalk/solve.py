@@ -1095,7 +1095,8 @@ def solve(
 
     Ctrl-C (KeyboardInterrupt) or SIGTERM (a batch system's time limit) stops the run cleanly:
     the result holds everything computed up to the last finished chunk and has
-    ``status=Status.INTERRUPTED``.
+    ``status=Status.INTERRUPTED``.  (Without a checkpoint, writer, callbacks or time limit, a
+    phase's last chunk has the next phase's first queued behind it; a Ctrl-C there stops after it.)
 
     A run its solver calls short (``solver.one_program``: PatternSearch's one round of a cheap
     objective), in a call that asks for nothing between chunks (no ``progress=True``, callbacks,
