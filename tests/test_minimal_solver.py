@@ -51,3 +51,36 @@ def test_minimal_solver_rejects_bad_options_before_compiling(example):
         example.RandomSearch(n_walkers=0)
     with pytest.raises(ValueError, match="RandomSearch needs a box"):
         mw.solve(mw.Problem(objective=lambda x: jnp.sum(x**2), x0=[1.0]), example.RandomSearch())
+
+
+def test_ctrl_c_stops_queuing_phases_with_three_of_them(example, monkeypatch):
+    # Ctrl-C pressed as phase a's last chunk is read, phase b's first (and last: b is one
+    # iteration) queued behind it: b's runs, and c's is not queued behind b's; the run stops there
+    import dataclasses
+    import importlib
+
+    solve_module = importlib.import_module("multiwalk.solve")
+
+    @dataclasses.dataclass(frozen=True)
+    class ThreePhases(example.RandomSearch):
+        def phases(self, problem):
+            return [mw.Phase("a", 3), mw.Phase("b", 1), mw.Phase("c", 4)]
+
+    launched, land = [], solve_module._land_chunk
+    launch = solve_module._launch_chunk
+
+    def launch_chunk(run, phase_index, *args, **kwargs):
+        launched.append(phase_index)
+        return launch(run, phase_index, *args, **kwargs)
+
+    def land_chunk(run, chunk, bar, ctrl_c, ended_at=None):
+        if ended_at is not None and chunk.phase_index == 0:
+            ctrl_c.pressed = True
+        return land(run, chunk, bar, ctrl_c, ended_at)
+
+    monkeypatch.setattr(solve_module, "_launch_chunk", launch_chunk)
+    monkeypatch.setattr(solve_module, "_land_chunk", land_chunk)
+    problem = mw.Problem(objective=lambda x: jnp.sum(x**2), lower=[-1.0, -1.0], upper=[1.0, 1.0])
+    result = mw.solve(problem, ThreePhases(n_walkers=8), seed=0, progress=False)
+    assert result.status == mw.Status.INTERRUPTED
+    assert result.stats["iterations"] == {"a": 3, "b": 1, "c": 0} and 2 not in launched, launched

@@ -475,29 +475,36 @@ def test_checkpoint_written_on_interrupt_resumes_to_the_full_run(problem, interr
 # ------------------------------------------------------------------------------------------- the next phase queued
 class ChunkOrder:
     """Wraps the driver's launch and read of chunks, recording ``("launch" | "land", phase)`` in
-    the order they happen; ``press_at_burn_in_end``: Ctrl-C is pressed as the burn-in's last chunk
-    (with the sampling's first queued behind it) is read."""
+    the order they happen, and for each launch of a later phase's chunk whether the chunk before
+    it had ended (``ended_before``); ``press_at_phase_end``: Ctrl-C is pressed as a phase's last
+    chunk, with the next phase's first queued behind it, is read."""
 
-    def __init__(self, monkeypatch, press_at_burn_in_end: bool = False) -> None:
+    def __init__(self, monkeypatch, press_at_phase_end: bool = False) -> None:
         self.events: list[tuple[str, int]] = []
+        self.ended_before: list[bool] = []
         launch, land = solve_module._launch_chunk, solve_module._land_chunk
+        last: list = []
 
         def launch_chunk(run, phase_index, *args, **kwargs):
+            if last and last[-1].phase_index < phase_index:
+                self.ended_before.append(all(x.is_ready() for x in jax.tree_util.tree_leaves(last[-1].outputs)))
             self.events.append(("launch", phase_index))
-            return launch(run, phase_index, *args, **kwargs)
+            last.append(launch(run, phase_index, *args, **kwargs))
+            return last[-1]
 
-        def land_chunk(run, launched, bar, ctrl_c, queued_behind):
+        def land_chunk(run, launched, bar, ctrl_c, ended_at=None):
             self.events.append(("land", launched.phase_index))
-            if press_at_burn_in_end and queued_behind and launched.phase_index == 0:
+            if press_at_phase_end and ended_at is not None:
                 ctrl_c.pressed = True
-            return land(run, launched, bar, ctrl_c, queued_behind)
+            return land(run, launched, bar, ctrl_c, ended_at)
 
         monkeypatch.setattr(solve_module, "_launch_chunk", launch_chunk)
         monkeypatch.setattr(solve_module, "_land_chunk", land_chunk)
 
-    def queued(self) -> bool:
-        """Whether the sampling's first chunk was launched before the burn-in's last was read."""
-        return self.events.index(("launch", 1)) < len(self.events) - 1 - self.events[::-1].index(("land", 0))
+    def queued(self, phase: int = 1) -> bool:
+        """Whether phase ``phase``'s first chunk was launched before the last of the phase before was read."""
+        last_read = len(self.events) - 1 - self.events[::-1].index(("land", phase - 1))
+        return self.events.index(("launch", phase)) < last_read
 
 
 def test_the_next_phase_is_queued_behind_the_last_chunk_and_changes_nothing(problem, full, monkeypatch):
@@ -507,6 +514,8 @@ def test_the_next_phase_is_queued_behind_the_last_chunk_and_changes_nothing(prob
     order = ChunkOrder(monkeypatch)
     res = mw.solve(problem, solver(), seed=0, progress=False)
     assert order.queued(), order.events
+    # the burn-in's last chunk had ended when the sampling's was launched: each is timed alone
+    assert order.ended_before == [True]
     assert res.status == mw.Status.SUCCESS and res.stats["iterations"] == {"burn-in": NBURN, "sampling": NITER}
     monkeypatch.setattr(solve_module, "_queues_next_phase", lambda run: False)
     order = ChunkOrder(monkeypatch)
@@ -546,16 +555,16 @@ def test_nothing_is_queued_where_the_host_acts_between_chunks(problem, workdir, 
 
 def test_ctrl_c_in_the_burn_ins_last_chunk_ends_after_the_queued_one(problem, full, monkeypatch):
     # Ctrl-C pressed while the burn-in's last chunk runs, the sampling's first queued behind it:
-    # that one runs too, and the result holds it, consistent with the iterations it reports
-    order = ChunkOrder(monkeypatch, press_at_burn_in_end=True)
-    res = mw.solve(problem, solver(), seed=0, progress=False)
+    # that one runs too (one iteration: chunks of about 1e-9 s), and the result holds it,
+    # consistent with the iterations it reports
+    order = ChunkOrder(monkeypatch, press_at_phase_end=True)
+    res = mw.solve(problem, solver(), seed=0, progress=False, chunk_seconds=1e-9)
     assert order.queued(), order.events
-    assert order.events[-1] == ("land", 1) and order.events.count(("launch", 1)) == 1  # nothing launched after
+    assert order.events[-3:] == [("launch", 1), ("land", 0), ("land", 1)] and order.events.count(("launch", 1)) == 1
     assert res.status == mw.Status.INTERRUPTED
     k = res.samples.shape[0]
-    assert 0 < k and res.stats["iterations"] == {"burn-in": NBURN, "sampling": k}
+    assert k == 1 and res.stats["iterations"] == {"burn-in": NBURN, "sampling": k}
     assert np.array_equal(res.samples, full.samples[:k]) and np.array_equal(res.fun_trace, full.fun_trace[:k])
-
 
 # ------------------------------------------------------------------------------------------- bad run options
 @pytest.mark.parametrize(

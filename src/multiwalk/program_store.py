@@ -313,12 +313,12 @@ def load_later(digest: str | None) -> Any | None:
         from jax.experimental import serialize_executable
 
         try:
-            payload, in_tree, out_tree, device_ids = pickle.loads(blob)
-            # on the devices it was compiled for: JAX's default is all of them, so on a machine of
-            # two, a program of one asked for two shards of each argument at its first call
-            by_id = {device.id: device for device in jax.devices()}
-            compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree,
-                                                                 execution_devices=[by_id[i] for i in device_ids])
+            payload, in_tree, out_tree, where = pickle.loads(blob)
+            # on the devices it was compiled for: JAX's default is all of its default platform's,
+            # so on a machine of two, a program of one asked for two shards of each argument
+            devices = [{d.id: d for d in jax.devices(platform)}[i] for platform, i in where]
+            compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=devices[0].client,
+                                                                 execution_devices=devices)
         except Exception as err:  # noqa: BLE001 - a damaged or foreign entry is compiled again
             _unreadable(digest, ".program", err)
             return None
@@ -386,8 +386,8 @@ def _save(digest: str, compiled: Any) -> None:
 
     try:
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
-        device_ids = [device.id for device in compiled._executable._unloaded_executable.device_list]
-        blob = pickle.dumps((payload, in_tree, out_tree, device_ids), protocol=pickle.HIGHEST_PROTOCOL)
+        where = [(device.platform, device.id) for device in compiled._executable._unloaded_executable.device_list]
+        blob = pickle.dumps((payload, in_tree, out_tree, where), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - not serializable here (JAX says which programs): traced in each process
         return
     if _write(digest, ".program", blob):

@@ -714,14 +714,15 @@ def _launch_chunk(run: _Run, phase_index: int, compiled: Any, arrays: Any, n: in
 
 
 def _land_chunk(run: _Run, launched: _Launched, bar: prog.ProgressBar, ctrl_c: prog.CtrlC,
-                queued_behind: bool) -> tuple[int, float, float]:
+                ended_at: float | None = None) -> tuple[int, float]:
     """``launched`` waited for and read back, then what follows it (:func:`_after_chunk`);
-    ``queued_behind``: the next phase's first chunk is on the devices behind it already, so
-    ``run.state`` is that one's.  ``(iterations run, seconds, time.perf_counter() at its end)``."""
-    # the chunk's own outputs end with it; the state, with the chunk queued behind it where there is one
-    jax.block_until_ready(launched.outputs if queued_behind else run.state)
-    t_end = time.perf_counter()
-    dt = t_end - launched.t0
+    ``ended_at``: the time.perf_counter() it was waited for at already, the next phase's first
+    chunk then launched behind it (``run.state`` is that one's).  ``(iterations run, seconds)``."""
+    queued = ended_at is not None
+    if ended_at is None:
+        jax.block_until_ready(run.state)
+        ended_at = time.perf_counter()
+    dt = ended_at - launched.t0
     # One read from the device per chunk: the steps run and, where shown, the progress summary's
     # scalars (and, after the chunk that ends the run, what the result reads).
     n_run, info, run.report = prog.fetch(launched.outputs)
@@ -733,8 +734,8 @@ def _land_chunk(run: _Run, launched: _Launched, bar: prog.ProgressBar, ctrl_c: p
     ctrl_c.pressed = bool(pressed)
     run.t_run += dt
     _after_chunk(run, int(n_run), info, checkpoint_due, bar)
-    run.unaccounted = queued_behind  # the chunk behind it is not counted yet
-    return int(n_run), dt, t_end
+    run.unaccounted = queued  # the chunk behind it is not counted yet
+    return int(n_run), dt
 
 
 def _queues_next_phase(run: _Run) -> bool:
@@ -743,19 +744,20 @@ def _queues_next_phase(run: _Run) -> bool:
     idled ~2.6 ms there in a call of ~80 ms).  Only where nothing between the two chunks needs the
     state on the host or may stop the run: no writers, checkpoint, callbacks or time limit, one
     process, a compiled loop.  A Ctrl-C during the phase's last chunk then ends the run after the
-    next one (about half ``chunk_seconds`` at most, one iteration in a loop's first call)."""
+    next one (about half ``chunk_seconds`` at most, one block of the loop in its first call)."""
     return (run.summary is None and not run.writers and not run.gather_for_writers and run.checkpoint_path is None
             and run.callback is None and run.iteration_callback is None and run.time_limit is None
             and not dist.multi_process())
 
 
-def _next_phase_queued(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], wants_summary: bool) -> _Launched | None:
-    """The first chunk of the next phase with work left, launched now (behind the current phase's
-    last chunk, not yet read), or None when no phase follows."""
-    later = [j for j in range(run.phase_index + 1, len(run.phases)) if run.done[j] < run.phases[j].length]
-    if not later:
-        return None
-    j = later[0]
+def _next_phase_with_work(run: _Run) -> int | None:
+    """The index of the first phase after the current one with iterations left, or None."""
+    return next((j for j in range(run.phase_index + 1, len(run.phases)) if run.done[j] < run.phases[j].length), None)
+
+
+def _next_phase_queued(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], j: int,
+                       wants_summary: bool) -> _Launched:
+    """Phase ``j``'s first chunk, launched now (behind the current phase's last chunk, not yet read)."""
     compiled, arrays, loop_key = executables[j]
     n = _chunk_length(run, j, _first_chunk_length(run, loop_key))
     return _launch_chunk(run, j, compiled, arrays, n, wants_summary)
@@ -903,13 +905,17 @@ def _run_phase(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], bar: p
             n = _chunk_length(run, run.phase_index, n_next)
             launched = _launch_chunk(run, run.phase_index, compiled, arrays, n, wants_summary)
         n = launched.n
-        behind = None
-        if n >= remaining and _queues_next_phase(run):
-            compiled_before = run.stats["compile_seconds"]
-            behind = _next_phase_queued(run, executables, wants_summary)
-            # what its launch compiled (a copy program, a process's first time) is not this chunk's run
-            launched.t0 += run.stats["compile_seconds"] - compiled_before
-        n_run, dt, t_end = _land_chunk(run, launched, bar, ctrl_c, behind is not None)
+        behind, ended_at = None, None
+        j = _next_phase_with_work(run) if n >= remaining and not ctrl_c.pressed else None
+        if j is not None and _queues_next_phase(run):
+            # Waited for before the next is launched, so each chunk is timed alone: on a GPU a
+            # launch returns only as its while loop's last trip ends (the host reads the loop's
+            # condition each trip), so the next one's launch ends after that one's run.  What is
+            # saved is the read and the host's work between the phases.
+            jax.block_until_ready(launched.outputs)
+            ended_at = time.perf_counter()
+            behind = _next_phase_queued(run, executables, j, wants_summary)
+        n_run, dt = _land_chunk(run, launched, bar, ctrl_c, ended_at)
         remaining -= n_run
         if run.status != Status.SUCCESS:  # the iteration callback asked to stop
             return None
@@ -918,8 +924,7 @@ def _run_phase(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], bar: p
         slowest = per_step if untimed and chunks == 1 else max(slowest, per_step)
         chunks += 1
         compile_cache.note_step_seconds(loop_key, slowest)
-        if behind is not None:  # its run starts when this one's ends; Ctrl-C is seen after it
-            behind.t0 = max(behind.t0, t_end)
+        if behind is not None:  # Ctrl-C is seen after it
             return behind
         n_next = _next_chunk_length(run, n, n_run, per_step)
         if ctrl_c.pressed:
