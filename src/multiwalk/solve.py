@@ -677,7 +677,7 @@ class _Launched:
     phase_index: int
     n: int  # the iterations asked of it
     outputs: Any  # (iterations run, progress summary, report) on their way to the host (prog.start_copies)
-    t0: float  # time.perf_counter() its run is timed from: its launch, or the end of the chunk queued before it
+    t0: float  # time.perf_counter() its run is timed from: its launch (a copy program's compiling excluded)
 
 
 def _launch_chunk(run: _Run, phase_index: int, compiled: Any, arrays: Any, n: int, wants_summary: bool) -> _Launched:
@@ -896,7 +896,7 @@ def _run_phase(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], bar: p
     chunks = 0
     converged = False
     while remaining > 0 and not converged:
-        if queued is not None:  # launched behind the phase before: counted from that one's end
+        if queued is not None:  # launched behind the phase before's last chunk, once that one had ended
             launched, queued = queued, None
         else:
             if run.time_limit is not None and run.t_run >= run.time_limit:
@@ -930,8 +930,7 @@ def _run_phase(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], bar: p
         if ctrl_c.pressed:
             run.status = Status.INTERRUPTED
             return None
-        later = range(run.phase_index + 1, len(run.phases))
-        work_left = remaining > 0 or any(run.done[j] < run.phases[j].length for j in later)
+        work_left = remaining > 0 or _next_phase_with_work(run) is not None
         # the next chunk is at least one block of the loop
         if work_left and run.time_limit is not None and run.t_run + per_step * run.plan.loop_block > run.time_limit:
             run.status = Status.TIME_LIMIT
