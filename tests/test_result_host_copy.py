@@ -89,6 +89,63 @@ def test_tree_to_host_keeps_the_tree_and_the_values():
     assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(tree)
 
 
+class _PinnedCopies:
+    """A stand-in for a GPU's copies into pinned memory, on any backend: ``_goes_through_pinned_memory``
+    true for arrays of 1 MiB or more, each started copy (``_pinned_copy``) a device copy, counted."""
+
+    def __init__(self, monkeypatch) -> None:
+        from multiwalk import result as result_module
+
+        self.started: list[int] = []
+        monkeypatch.setattr(result_module, "_STARTED", {})
+        monkeypatch.setattr(result_module, "_SPARE_PINNED", {})
+        monkeypatch.setattr(result_module, "SPARE_PINNED_MAX_BYTES", 0)  # no spares: only the reads' copies
+        monkeypatch.setattr(result_module, "_goes_through_pinned_memory",
+                            lambda v: not isinstance(v, np.ndarray) and v.nbytes >= result_module.PINNED_COPY_BYTES)
+        monkeypatch.setattr(result_module, "_pinned_copy", self.copy)
+
+    def copy(self, value):
+        self.started.append(id(value))
+        return jnp.copy(value)
+
+
+def test_a_copy_started_ahead_is_the_one_its_read_takes(monkeypatch):
+    # start_reads starts a large array's copy once (a second start_reads of it adds none); the read
+    # (to_host) then takes that copy instead of starting one: one copy in all, the values bit for bit.
+    # A copy started for an array that is gone is dropped at the next call's start.
+    from multiwalk import result as result_module
+
+    copies = _PinnedCopies(monkeypatch)
+    x = jnp.arange(1 << 19, dtype=jnp.float32) / 7  # 2 MiB
+    small = jnp.arange(5, dtype=jnp.int32)
+    result_module.start_reads({"x": x, "small": small, "host": np.ones(3), "none": None})
+    result_module.start_reads([x])
+    assert copies.started == [id(x)]
+    np.testing.assert_array_equal(result_module.to_host(x), np.asarray(x))
+    assert copies.started == [id(x)] and result_module._STARTED == {}
+    np.testing.assert_array_equal(np.asarray(small), np.arange(5))
+    np.testing.assert_array_equal(result_module.to_host(x), np.asarray(x))  # read again: a copy of its own
+    assert copies.started == [id(x), id(x)]
+    y = jnp.ones(1 << 19, jnp.float32)
+    result_module.start_reads([y])
+    del y
+    result_module.call_started()
+    assert result_module._STARTED == {}
+
+
+def test_tree_to_host_starts_the_large_copies_before_reading_the_small_ones(monkeypatch):
+    # the large leaves' copies run while the small ones are read (one device_get), not after
+    copies = _PinnedCopies(monkeypatch)
+    events = []
+    get = jax.device_get
+    monkeypatch.setattr(jax, "device_get", lambda tree: (events.append(("get", len(copies.started))), get(tree))[1])
+    tree = {"a": jnp.arange(1 << 19, dtype=jnp.float32), "b": jnp.float32(2.5), "c": jnp.ones(1 << 19, jnp.float32)}
+    out = tree_to_host(tree)
+    assert events == [("get", 2)]
+    for k in tree:
+        np.testing.assert_array_equal(out[k], np.asarray(tree[k]))
+
+
 def test_deferred_field_is_computed_once_when_read():
     calls = []
 

@@ -297,3 +297,69 @@ def test_the_progress_summary_is_read_only_where_it_is_shown(monkeypatch):
     mw.solve(problem, solver, seed=0, progress=False, callback=seen.append)
     assert fetched and all(set(info) == {"best", "round"} for info in fetched)
     assert seen and all("best" in info for info in seen)
+
+
+def test_one_start_x0_goes_into_the_start_as_it_was_given():
+    # Unsplit, one start's x0 is the start's argument as given, (n,): on a device array x0[None]
+    # was a program and a copy of its own; h0, the zero here, is made in the start's program.
+    # A device x0 and the same values in NumPy then run the same programs: bit for bit.
+    x0 = np.linspace(-1.0, 1.0, N).astype(np.float32)
+    on_host = mw.Problem(objective=shifted_sphere, x0=x0)
+    on_device = mw.Problem(objective=shifted_sphere, x0=jnp.asarray(x0))
+    solver = mw.LBFGS(m=3, eps=1e-4)
+    assert solver._x0(on_device, None, rows=False) is on_device.x0
+    assert solver._x0(on_device, None).shape == (1, N)  # the (K, n) rows where the layout wants them
+    a, b = (mw.solve(p, solver, progress=False) for p in (on_host, on_device))
+    assert a.success and np.array_equal(a.x, b.x) and a.fun == b.fun and a.iterations == b.iterations
+
+
+def test_the_result_reads_of_lbfgs_start_before_its_convergence_test_reads(monkeypatch):
+    # The driver's test of the final state (done) reads the starts' status, the result their small
+    # fields and x: all their copies start first (start_result_reads), so the reads wait for one
+    # transfer, not one each.  The status read by done is among the copies started.
+    from multiwalk.solvers.lbfgs import result as lbfgs_result
+    from multiwalk.solvers.lbfgs.solver import LBFGS
+
+    events, started = [], set()
+    start_reads = lbfgs_result.start_reads
+
+    def starting(tree):
+        events.append("start")
+        started.update(id(leaf) for leaf in jax.tree_util.tree_leaves(tree))
+        start_reads(tree)
+
+    done, result = LBFGS.done, LBFGS.result
+
+    def testing(self, problem, state, phase):
+        if not isinstance(state.starts.status, jax.core.Tracer):
+            events.append(("done", id(state.starts.status) in started, id(state.starts.x) in started))
+        return done(self, problem, state, phase)
+
+    monkeypatch.setattr(lbfgs_result, "start_reads", starting)
+    monkeypatch.setattr(LBFGS, "done", testing)
+    monkeypatch.setattr(LBFGS, "result", lambda self, *a, **k: events.append("result") or result(self, *a, **k))
+    r = mw.solve(mw.Problem(objective=shifted_sphere, x0=np.zeros(N)), mw.LBFGS(m=3, eps=1e-4), progress=False)
+    assert r.success and events == ["start", ("done", True, True), "result"]
+
+
+def test_a_first_chunk_sized_from_a_timing_a_few_percent_off_has_the_same_length(monkeypatch):
+    # The first chunk is sized from the last call's time per iteration, which varies by a few
+    # percent between calls; rounded down to three leading bits (at most 20 % less), its length
+    # repeats, and so its trip count is found kept on the device rather than copied there anew.
+    import importlib
+
+    solve_module = importlib.import_module("multiwalk.solve")
+    rounded = [solve_module._three_leading_bits(n) for n in (1, 3, 7, 8, 9, 15, 17, 450, 470, 511, 512)]
+    assert rounded == [1, 3, 7, 8, 8, 14, 16, 448, 448, 448, 512]
+    assert all(0.8 * n < solve_module._three_leading_bits(n) <= n for n in range(1, 1 << 14))
+    problem = mw.Problem(objective=shifted_sphere, x0=np.zeros(N))
+    solver = mw.LBFGS(m=3, eps=1e-4)
+    mw.solve(problem, solver, progress=False)
+    kept = []
+    for per_step in (0.5 / 450, 0.5 / 470):  # half the default chunk_seconds: 450 and 470 iterations
+        monkeypatch.setattr(compile_cache, "step_seconds", lambda key, s=per_step: s)
+        r = mw.solve(problem, solver, progress=False)
+        assert r.stats["chunks"] == 1
+        kept.append(dict(solve_module._TRIP_COUNTS))
+    assert kept[1].keys() == kept[0].keys()
+    assert [n for n, _ in kept[1]].count(448) >= 1

@@ -13,6 +13,7 @@ import enum
 import json
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -137,24 +138,54 @@ def to_host(value: Any) -> np.ndarray:
     (``memory_kind="pinned_host"``): measured on an H100, 80 MB came back in 2.0 ms that way
     against 58 ms for ``np.asarray`` (a copy into pageable memory, 1.4 GB/s).  Anything else, or
     a backend without pinned host memory, is ``np.asarray(value)``."""
-    if isinstance(value, np.ndarray) or getattr(value, "nbytes", 0) < PINNED_COPY_BYTES:
+    if not _goes_through_pinned_memory(value):
         return np.asarray(value)
-    sharding = getattr(value, "sharding", None)
-    if (sharding is None or getattr(sharding, "memory_kind", None) != "device"
-            or next(iter(sharding.device_set)).platform == "cpu"):
-        return np.asarray(value)  # on a CPU (already host memory), or not in device memory
     return through_pinned_memory(value)
+
+
+def _goes_through_pinned_memory(value: Any) -> bool:
+    """Whether :func:`to_host` reads ``value`` through pinned memory: a large array in a GPU's memory."""
+    if isinstance(value, np.ndarray) or getattr(value, "nbytes", 0) < PINNED_COPY_BYTES:
+        return False
+    sharding = getattr(value, "sharding", None)
+    return not (sharding is None or getattr(sharding, "memory_kind", None) != "device"
+                or next(iter(sharding.device_set)).platform == "cpu")
+
+
+def start_reads(tree: Any) -> None:
+    """Start the copies to the host of ``tree``'s device arrays without waiting for any: a later
+    :func:`to_host` or :func:`tree_to_host` of them waits only for what is still in flight.  A large
+    array on a GPU starts its copy into pinned memory (kept for :func:`through_pinned_memory`, for
+    as long as the array lives), a small one ``copy_to_host_async``.  For reads that follow one
+    another (a solver's convergence test, then its result): each read of its own is a round trip."""
+    import jax
+
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if isinstance(leaf, np.ndarray) or not hasattr(leaf, "copy_to_host_async"):
+            continue
+        if _goes_through_pinned_memory(leaf):
+            with _SPARE_LOCK:
+                ref, _ = _STARTED.get(id(leaf), (None, None))
+            if ref is not None and ref() is leaf:  # its copy is on its way already
+                continue
+            pinned = _pinned_copy(leaf)
+            if pinned is not None:
+                with _SPARE_LOCK:
+                    _STARTED[id(leaf)] = (weakref.ref(leaf), pinned)
+        else:
+            leaf.copy_to_host_async()
 
 
 def tree_to_host(tree: Any) -> Any:
     """``tree`` with every array leaf as NumPy: the large ones through pinned memory (:func:`to_host`),
     the others by one ``jax.device_get``, which starts all their copies before waiting on any (read
     one by one, each small array is a copy and a wait: ~20 of them took 4-5 ms of an L-BFGS call's
-    result on an H100)."""
+    result on an H100).  The large ones' copies start first, so they run while the small ones are read."""
     import jax
 
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     large = [getattr(v, "nbytes", 0) >= PINNED_COPY_BYTES and not isinstance(v, np.ndarray) for v in leaves]
+    start_reads([v for v, big in zip(leaves, large) if big])
     small = jax.device_get([v for v, big in zip(leaves, large) if not big])
     out, k = [], 0
     for v, big in zip(leaves, large):
@@ -175,12 +206,19 @@ _SPARE_LOCK = threading.Lock()  # results read on several threads count their sp
 # (devices, bytes) -> the call (``call_started``'s count) whose reads reserve that size's spares
 _SPARE_PINNED: dict[tuple[Any, int], int] = {}
 _CALLS = [0]
+# id(array) -> (a weak reference to it, its copy into pinned memory): copies start_reads started,
+# taken by the array's read (through_pinned_memory); dropped when the array is gone
+_STARTED: dict[int, tuple[weakref.ref, Any]] = {}
 
 
 def call_started() -> None:
     """``multiwalk.solve`` says a call begins: the spare pinned buffers of a size
-    (:func:`through_pinned_memory`) are made by the reads of the first call that reads it."""
+    (:func:`through_pinned_memory`) are made by the reads of the first call that reads it.
+    Copies :func:`start_reads` started for arrays gone since, never read, are dropped."""
     _CALLS[0] += 1
+    with _SPARE_LOCK:
+        for k in [k for k, (ref, _) in _STARTED.items() if ref() is None]:
+            del _STARTED[k]
 
 
 def through_pinned_memory(value: Any) -> np.ndarray:
@@ -196,14 +234,25 @@ def through_pinned_memory(value: Any) -> np.ndarray:
     those while the caller holds the first result, and from then on the two sets alternate.  A
     NumPy copy of its own instead, freeing the buffer at once, took 22-48 ms every call (the fresh
     pages' faults), so the view stays."""
-    import jax
-
-    try:
-        pinned = jax.device_put(value, value.sharding.with_memory_kind("pinned_host"))
-    except (ValueError, TypeError, NotImplementedError, RuntimeError):  # no pinned memory on this backend
+    with _SPARE_LOCK:
+        ref, pinned = _STARTED.pop(id(value), (None, None))
+    if ref is None or ref() is not value:  # no copy started for this array (start_reads)
+        pinned = _pinned_copy(value)
+    if pinned is None:  # no pinned memory on this backend
         return np.asarray(value)
     _reserve_spare(value, pinned.sharding)
     return np.asarray(pinned)
+
+
+def _pinned_copy(value: Any) -> Any:
+    """``value`` copied into pinned host memory, the copy started (not waited for); None where the
+    backend has no pinned host memory."""
+    import jax
+
+    try:
+        return jax.device_put(value, value.sharding.with_memory_kind("pinned_host"))
+    except (ValueError, TypeError, NotImplementedError, RuntimeError):  # no pinned memory on this backend
+        return None
 
 
 def _reserve_spare(value: Any, pinned_sharding: Any) -> None:

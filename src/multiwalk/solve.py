@@ -855,8 +855,18 @@ def _first_chunk_length(run: _Run, loop_key: tuple) -> int:
         if run.time_limit is not None:
             target = min(target, run.time_limit - run.t_run)
         n = max(1, min(int(max(target, 0.0) / max(per_step, 1e-9)), 1 << 30, run.plan.max_chunk or 1 << 30))
+        n = _three_leading_bits(n)
     # under jax.distributed every process runs process 0's chunks (the timings kept may differ)
     return int(dist.broadcast(np.int32(n)))
+
+
+def _three_leading_bits(n: int) -> int:
+    """``n`` rounded down to its three leading bits (4, 5, 6 or 7 times a power of two; at most 20 %
+    less): a chunk sized from the last call's timing, which varies by a few percent from call to
+    call, then has the same length in most calls, and its trip count is found kept
+    (:func:`_kept_int32`) rather than copied to the device anew (~0.2 ms on a GPU)."""
+    drop = max(n.bit_length() - 3, 0)
+    return n >> drop << drop
 
 
 def _chunk_length(run: _Run, phase_index: int, n_next: int) -> int:
@@ -986,6 +996,7 @@ def _finish(run: _Run, t_loop: float) -> Result:
     # One gather at the end: the result builders read the state with np.asarray (which gathers
     # a split state); under jax.distributed every process gathers it whole first.
     state = dist.to_host(run.state) if dist.multi_process() else run.state
+    run.solver.start_result_reads(run.problem, state)
     if (run.status == Status.SUCCESS and not run.stats.get("ended_by_time_limit")
             and not _converged(run.solver, run.problem, state, len(run.phases) - 1)):
         run.status = Status.MAX_STEPS  # never a silent exit at the iteration limit

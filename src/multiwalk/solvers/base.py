@@ -269,6 +269,11 @@ class Solver(abc.ABC):
     ) -> Result:
         """Build the result from the final state; ``done[i]`` iterations of phase i were run."""
 
+    def start_result_reads(self, problem: Problem, state: Any) -> None:
+        """Start the copies to the host of what :meth:`done` (the driver's test of the final state)
+        and :meth:`result` read of the final state (:func:`multiwalk.result.start_reads`), before
+        either reads: they then wait for one transfer, not one each.  Default: none started."""
+
     def options(self) -> dict[str, Any]:
         """The fields that define the algorithm, as plain Python values (for saving)."""
         out = {}

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...result import NOT_SAVED, Result, Status, to_host, tree_to_host
+from ...result import NOT_SAVED, Result, Status, start_reads, to_host, tree_to_host
 from .. import lbfgs_onepass
 from .state import HISTORY_STARTS, LBFGSRun, LBFGSState
 
 if TYPE_CHECKING:  # scipy.sparse.linalg: imported when asked for (inverse_hessian)
     from .inverse_hessian import InverseHessian
 
-__all__ = ["LBFGSResult", "host_starts", "table_header", "table_row"]
+__all__ = ["LBFGSResult", "host_starts", "start_host_starts", "table_header", "table_row"]
 
 
 def table_header() -> str:
@@ -34,16 +34,29 @@ def host_starts(state: LBFGSRun, extra: Any = None) -> tuple[LBFGSState, Any]:
     (a tree of device arrays, the history), read in the same transfer.  In the one-pass layout,
     ``x_k`` is row ``k % 2`` of the ring ``X``, taken once ``k`` is on the host (each read of a
     device scalar is a round trip of its own)."""
+    st, extra = tree_to_host(_read_by_result(state, extra))
     if isinstance(state.starts, lbfgs_onepass.OnePassState):
-        one = state.starts
-        st = one._replace(X=None, G=None, S=None, w=None, ls=None, SY=None, YY=None, a=None, b=None)
-        st, extra = tree_to_host((st, extra))
-        x = to_host(one.X[0, int(st.iteration[0]) % 2]).reshape(1, -1)  # (n / width, width) -> (1, n)
+        x = to_host(state.starts.X[0, int(st.iteration[0]) % 2]).reshape(1, -1)  # (n / width, width) -> (1, n)
         return LBFGSState(x=x, g=None, d=None, P=None, ls=None, SY=None, YY=None, a=None, b=None,
                           **{k: getattr(st, k) for k in ("f", "gamma", "gg", "head", "count", "iteration", "nfev",
                                                           "gnorm", "xnorm", "stp", "status", "nonfinite")}), extra
-    st = state.starts._replace(P=None, d=None, g=None, ls=None, SY=None, YY=None, a=None, b=None)
-    return tree_to_host((st, extra))
+    return st, extra
+
+
+def start_host_starts(state: LBFGSRun, extra: Any = None) -> None:
+    """Start the copies :func:`host_starts` reads (:func:`~multiwalk.result.start_reads`), so that
+    reads before it (the driver's convergence test of the final state) and its own wait for one
+    transfer, not one each."""
+    start_reads(_read_by_result(state, extra))
+
+
+def _read_by_result(state: LBFGSRun, extra: Any) -> tuple[Any, Any]:
+    """The starts' fields :func:`host_starts` reads (the others None) and ``extra``: in the one-pass
+    layout not ``x``, a row of the ring chosen by the iteration count."""
+    if isinstance(state.starts, lbfgs_onepass.OnePassState):
+        return state.starts._replace(X=None, G=None, S=None, w=None, ls=None, SY=None, YY=None, a=None,
+                                     b=None), extra
+    return state.starts._replace(P=None, d=None, g=None, ls=None, SY=None, YY=None, a=None, b=None), extra
 
 
 @dataclass(repr=False)
