@@ -110,27 +110,48 @@ class _PinnedCopies:
 
 
 def test_a_copy_started_ahead_is_the_one_its_read_takes(monkeypatch):
-    # start_reads starts a large array's copy once (a second start_reads of it adds none); the read
-    # (to_host) then takes that copy instead of starting one: one copy in all, the values bit for bit.
-    # A copy started for an array that is gone is dropped at the next call's start.
+    # start_reads starts a large array's copy once (a second start_reads of it adds none) and a
+    # small one's by copy_to_host_async; the read (to_host) then takes the large one's copy instead
+    # of starting one: one copy in all, the values bit for bit.  A copy started for an array that is
+    # gone unread is dropped with it.
+    from jax._src.array import ArrayImpl
+
     from multiwalk import result as result_module
 
     copies = _PinnedCopies(monkeypatch)
+    asked = []
+    copy_to_host_async = ArrayImpl.copy_to_host_async
+    monkeypatch.setattr(ArrayImpl, "copy_to_host_async", lambda self: asked.append(id(self)) or copy_to_host_async(self))
     x = jnp.arange(1 << 19, dtype=jnp.float32) / 7  # 2 MiB
     small = jnp.arange(5, dtype=jnp.int32)
     result_module.start_reads({"x": x, "small": small, "host": np.ones(3), "none": None})
     result_module.start_reads([x])
-    assert copies.started == [id(x)]
+    assert copies.started == [id(x)] and asked == [id(small)]
     np.testing.assert_array_equal(result_module.to_host(x), np.asarray(x))
     assert copies.started == [id(x)] and result_module._STARTED == {}
-    np.testing.assert_array_equal(np.asarray(small), np.arange(5))
     np.testing.assert_array_equal(result_module.to_host(x), np.asarray(x))  # read again: a copy of its own
     assert copies.started == [id(x), id(x)]
     y = jnp.ones(1 << 19, jnp.float32)
     result_module.start_reads([y])
+    assert list(result_module._STARTED) == [id(y)]
     del y
-    result_module.call_started()
     assert result_module._STARTED == {}
+
+
+def test_without_pinned_memory_a_large_array_starts_its_copy_to_the_host(monkeypatch):
+    from jax._src.array import ArrayImpl
+
+    from multiwalk import result as result_module
+
+    copies = _PinnedCopies(monkeypatch)
+    monkeypatch.setattr(result_module, "_pinned_copy", lambda value: copies.started.append(id(value)))  # None
+    asked = []
+    copy_to_host_async = ArrayImpl.copy_to_host_async
+    monkeypatch.setattr(ArrayImpl, "copy_to_host_async", lambda self: asked.append(id(self)) or copy_to_host_async(self))
+    x = jnp.arange(1 << 19, dtype=jnp.float32)
+    result_module.start_reads([x])
+    assert copies.started == asked == [id(x)] and result_module._STARTED == {}
+    np.testing.assert_array_equal(result_module.to_host(x), np.arange(1 << 19, dtype=np.float32))
 
 
 def test_tree_to_host_starts_the_large_copies_before_reading_the_small_ones(monkeypatch):

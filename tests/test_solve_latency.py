@@ -351,6 +351,7 @@ def test_a_first_chunk_sized_from_a_timing_a_few_percent_off_has_the_same_length
     solve_module = importlib.import_module("multiwalk.solve")
     rounded = [solve_module._three_leading_bits(n) for n in (1, 3, 7, 8, 9, 15, 17, 450, 470, 511, 512)]
     assert rounded == [1, 3, 7, 8, 8, 14, 16, 448, 448, 448, 512]
+    assert solve_module._three_leading_bits(np.int64(450)) == 448  # a solver's max_chunk may be NumPy's
     assert all(0.8 * n < solve_module._three_leading_bits(n) <= n for n in range(1, 1 << 14))
     problem = mw.Problem(objective=shifted_sphere, x0=np.zeros(N))
     solver = mw.LBFGS(m=3, eps=1e-4)
@@ -363,3 +364,14 @@ def test_a_first_chunk_sized_from_a_timing_a_few_percent_off_has_the_same_length
         kept.append(dict(solve_module._TRIP_COUNTS))
     assert kept[1].keys() == kept[0].keys()
     assert [n for n, _ in kept[1]].count(448) >= 1
+
+
+def test_a_first_chunk_that_covers_what_is_left_is_not_rounded(monkeypatch):
+    # A timing that fits the whole phase (1010 iterations of 1000 left) gives one chunk: rounded
+    # down first (to 896), it was two.  The time limit (never reached) keeps the run in chunks.
+    problem = mw.Problem(objective=shifted_sphere, lower=[-2.0] * 3, upper=[2.0] * 3)
+    solver = mw.PatternSearch(n_walkers=16, iterations=1000, rounds=1)
+    mw.solve(problem, solver, seed=1, progress=False, time_limit=600.0)
+    monkeypatch.setattr(compile_cache, "step_seconds", lambda key: 0.5 / 1010)
+    r = mw.solve(problem, solver, seed=1, progress=False, time_limit=600.0)
+    assert r.stats["chunks"] == 1 and r.stats["iterations"] == {"search": 1000}

@@ -156,7 +156,7 @@ def start_reads(tree: Any) -> None:
     """Start the copies to the host of ``tree``'s device arrays without waiting for any: a later
     :func:`to_host` or :func:`tree_to_host` of them waits only for what is still in flight.  A large
     array on a GPU starts its copy into pinned memory (kept for :func:`through_pinned_memory`, for
-    as long as the array lives), a small one ``copy_to_host_async``.  For reads that follow one
+    as long as the array lives), a small one (or any, without pinned memory) ``copy_to_host_async``.  For reads that follow one
     another (a solver's convergence test, then its result): each read of its own is a round trip."""
     import jax
 
@@ -171,9 +171,21 @@ def start_reads(tree: Any) -> None:
             pinned = _pinned_copy(leaf)
             if pinned is not None:
                 with _SPARE_LOCK:
-                    _STARTED[id(leaf)] = (weakref.ref(leaf), pinned)
-        else:
-            leaf.copy_to_host_async()
+                    _STARTED[id(leaf)] = (weakref.ref(leaf, _forget_started(id(leaf))), pinned)
+                continue
+        leaf.copy_to_host_async()  # a small array, or no pinned memory on this backend
+
+
+def _forget_started(key: int) -> Callable[[weakref.ref], None]:
+    """The callback that drops ``_STARTED[key]`` when its array is gone (its copy never read).
+    Without the lock: a collection may run it in a thread that holds it; one dict operation is atomic."""
+
+    def forget(ref: weakref.ref) -> None:
+        entry = _STARTED.get(key)
+        if entry is not None and entry[0] is ref:  # not a later array that got the same id
+            _STARTED.pop(key, None)
+
+    return forget
 
 
 def tree_to_host(tree: Any) -> Any:
@@ -207,18 +219,14 @@ _SPARE_LOCK = threading.Lock()  # results read on several threads count their sp
 _SPARE_PINNED: dict[tuple[Any, int], int] = {}
 _CALLS = [0]
 # id(array) -> (a weak reference to it, its copy into pinned memory): copies start_reads started,
-# taken by the array's read (through_pinned_memory); dropped when the array is gone
+# taken by the array's read (through_pinned_memory); dropped when the array is gone (_forget_started)
 _STARTED: dict[int, tuple[weakref.ref, Any]] = {}
 
 
 def call_started() -> None:
     """``multiwalk.solve`` says a call begins: the spare pinned buffers of a size
-    (:func:`through_pinned_memory`) are made by the reads of the first call that reads it.
-    Copies :func:`start_reads` started for arrays gone since, never read, are dropped."""
+    (:func:`through_pinned_memory`) are made by the reads of the first call that reads it."""
     _CALLS[0] += 1
-    with _SPARE_LOCK:
-        for k in [k for k, (ref, _) in _STARTED.items() if ref() is None]:
-            del _STARTED[k]
 
 
 def through_pinned_memory(value: Any) -> np.ndarray:

@@ -759,7 +759,7 @@ def _next_phase_queued(run: _Run, executables: dict[int, tuple[Any, Any, tuple]]
                        wants_summary: bool) -> _Launched:
     """Phase ``j``'s first chunk, launched now (behind the current phase's last chunk, not yet read)."""
     compiled, arrays, loop_key = executables[j]
-    n = _chunk_length(run, j, _first_chunk_length(run, loop_key))
+    n = _chunk_length(run, j, _first_chunk_length(run, loop_key, j))
     return _launch_chunk(run, j, compiled, arrays, n, wants_summary)
 
 
@@ -840,22 +840,24 @@ def _next_chunk_length(run: _Run, n: int, n_run: int, per_step: float) -> int:
     return max(1, min(int(target / per_step), 2 * n if n_run == n else n, 1 << 30, run.plan.max_chunk or 1 << 30))
 
 
-def _first_chunk_length(run: _Run, loop_key: tuple) -> int:
+def _first_chunk_length(run: _Run, loop_key: tuple, phase_index: int) -> int:
     """Iterations of a phase's first chunk: about half ``chunk_seconds`` of work at the longest
     time per iteration this compiled loop took in an earlier call, or in an earlier phase of this
     one (a ``traced_phase`` solver's loop serves every phase), so a short run is one
     dispatch (half and the longest: the machine's load may have changed since); or one
     iteration, which times a step, when it has not run before.  With a ``callback`` (which may
     stop the run after any chunk) chunks start at one iteration.  :func:`_run_phase` rounds it
-    to the plan's ``loop_block``."""
+    to the plan's ``loop_block``.  Short of what is left of phase ``phase_index``, it is rounded
+    down to three leading bits (:func:`_three_leading_bits`)."""
     per_step = compile_cache.step_seconds(loop_key)
     n = 1
     if per_step is not None and run.callback is None:
         target = 0.5 * run.chunk_seconds
         if run.time_limit is not None:
             target = min(target, run.time_limit - run.t_run)
-        n = max(1, min(int(max(target, 0.0) / max(per_step, 1e-9)), 1 << 30, run.plan.max_chunk or 1 << 30))
-        n = _three_leading_bits(n)
+        n = int(max(1, min(int(max(target, 0.0) / max(per_step, 1e-9)), 1 << 30, run.plan.max_chunk or 1 << 30)))
+        if n < run.phases[phase_index].length - run.done[phase_index]:  # else it ends the phase: its length repeats
+            n = _three_leading_bits(n)
     # under jax.distributed every process runs process 0's chunks (the timings kept may differ)
     return int(dist.broadcast(np.int32(n)))
 
@@ -865,6 +867,7 @@ def _three_leading_bits(n: int) -> int:
     less): a chunk sized from the last call's timing, which varies by a few percent from call to
     call, then has the same length in most calls, and its trip count is found kept
     (:func:`_kept_int32`) rather than copied to the device anew (~0.2 ms on a GPU)."""
+    n = int(n)
     drop = max(n.bit_length() - 3, 0)
     return n >> drop << drop
 
@@ -898,7 +901,7 @@ def _run_phase(run: _Run, executables: dict[int, tuple[Any, Any, tuple]], bar: p
     # the next call's first chunk came out a fraction of what fits in its time, so a short run took
     # two chunks.  That chunk counts only when no other follows it.
     untimed = compile_cache.step_seconds(loop_key) is None
-    n_next = _first_chunk_length(run, loop_key) if queued is None else queued.n
+    n_next = _first_chunk_length(run, loop_key, run.phase_index) if queued is None else queued.n
     # the progress summary is read only where it is shown: the bar's postfix, the callback's dict
     # (each array read back costs a copy and a call into JAX: ~0.1 ms on some GPU hosts)
     wants_summary = bar.shown or run.callback is not None
