@@ -89,7 +89,8 @@ def test_solver_runs_chunked_pass_a():
 
     base = mw.solve(problem, mw.LBFGS(kernel="pallas"), progress=False)
     chunked = mw.solve(problem, Chunked(kernel="pallas"), progress=False)
-    assert base.stats["kernel"] == chunked.stats["kernel"] == "pallas (interpret mode)"
+    on_cpu = jax.default_backend() == "cpu"  # the kernels run in Pallas' interpret mode there
+    assert base.stats["kernel"] == chunked.stats["kernel"] == ("pallas (interpret mode)" if on_cpu else "pallas")
     assert (chunked.iterations, chunked.nfev, chunked.status) == (base.iterations, base.nfev, base.status)
     # f ~3.6e-12 at the end (f(x0) ~2.4e4), reached through differences of f values interpolated
     # by the line search: sums folded in another order move its last bits (4e-6 relative, 1.5e-17

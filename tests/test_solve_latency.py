@@ -156,7 +156,8 @@ def test_a_slow_first_launch_does_not_split_the_next_call():
 
 class DeviceWork:
     """Counts, while entered, what a call asks of the device: compiled programs run
-    (``jax.stages.Compiled.__call__``, through which every kept executable runs) and primitives
+    (``jax.stages.Compiled.__call__``, through which every kept executable runs; a GPU's copies of
+    a read into pinned host memory apart, in ``pinned_copies``) and primitives
     bound outside any program (``EvalTrace.process_primitive``: ``lax`` operations, ``jnp.asarray``,
     ``PRNGKey``, each dispatched on its own, on a GPU a launch and often a wait; jitted ``jnp``
     functions found in JAX's C++ cache are not seen), with every host->device transfer refused
@@ -169,7 +170,7 @@ class DeviceWork:
 
         from multiwalk import progress
 
-        self.programs = self.ops = 0
+        self.programs = self.ops = self.pinned_copies = 0
         self.reads: list[str] = []
         run, bind = jax.stages.Compiled.__call__, core.EvalTrace.process_primitive
         fetch, device_get, value = progress.fetch, jax.device_get, ArrayImpl._value
@@ -191,7 +192,12 @@ class DeviceWork:
         monkeypatch.setattr(ArrayImpl, "_value", property(counting_read("np.asarray", value.fget)))
 
         def counting_run(compiled, *args, **kwargs):
-            self.programs += 1
+            # on one GPU a read's copy into pinned host memory is a program of its own
+            # (progress.start_copies): counted as a copy, not as the call's work
+            if any(compiled is copy for copy in progress._PINNED_COPIES.values()):
+                self.pinned_copies += 1
+            else:
+                self.programs += 1
             return run(compiled, *args, **kwargs)
 
         def counting_bind(trace, *args, **kwargs):
