@@ -244,3 +244,15 @@ def test_fit_eht_command_prepares_the_file_as_asked(tmp_path: Path) -> None:
     separate = prepared("--scan-gap", "600", "--data", "amp,cphase", "--systematic", "0.1")
     assert len(np.unique(separate.data.mjd)) == times and separate.products == ("cphase", "amp")
     assert np.all(separate.data.sigma >= 0.1 * separate.data.amplitude)
+
+
+def test_the_likelihoods_products_run_at_full_precision() -> None:
+    """Every matrix product of the amplitude (gains) and whitened closure chi2 asks for HIGHEST:
+    on a GPU, JAX's default for float32 products is TensorFloat-32 (~1e-3 relative), which made the
+    gain-marginalised chi2 (a difference of two large terms) wrong by more than the fit's chi2."""
+    data = _observe(gains_sigma=0.1)
+    terms = eht_terms(data, "cphase,logcamp,amp", covariance=True, gain_sigma=0.1)
+    args = terms.args(np.float32)
+    text = str(jax.make_jaxpr(lambda p, a: product_chi2(xringaus, terms.products, p, a))(jnp.asarray(OTHER, jnp.float32), args))
+    dots = text.count("dot_general[")
+    assert dots >= 2 and text.count("precision=(Precision.HIGHEST, Precision.HIGHEST)") == dots, text

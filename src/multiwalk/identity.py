@@ -141,6 +141,8 @@ def problem_identity(problem: Any) -> dict[str, Any]:
     for name, value in sorted(vars(problem).items()):
         if name in _NOT_DIGESTED or (name == "_log_prior" and value is None):  # no prior: as before priors
             continue
+        if name == "matmul_precision" and value == "highest":  # the default: as before the option
+            continue
         label = {"_user_fn": "model" if is_model else "objective", "_user_vg": "value_and_grad",
                  "_log_prior": "log_prior"}.get(name, name)
         if label in _STARTS and hasattr(value, "shape"):

@@ -11,12 +11,18 @@ A sampler's prior is uniform in the box unless ``log_prior=p`` is given: ``p(x) 
 the log prior density of ONE full point, applied untempered (target ``exp(-beta * chi2 / 2) *
 exp(p(x))``) and never folded into chi2.
 
+The user's functions run their matrix products at ``matmul_precision`` (default ``"highest"``:
+full float32 or float64 arithmetic).  JAX's own default on NVIDIA GPUs since Ampere multiplies
+float32 matrices in TensorFloat-32, ten bits of mantissa: a chi2 written as ``d @ P @ d`` is then
+off by ~1e-3 of itself, and a chi2 that cancels large terms (gains marginalised) by far more.
+
 Everything is validated here, at construction, before anything is compiled.  Solvers see the
 problem through a few pure functions on the *free* parameters (the ones not in ``fixed``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -169,6 +175,27 @@ def _takes_args(fn: Callable, args_given: bool) -> bool:
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
     return len(required) >= 2
+
+
+# what jax.default_matmul_precision takes (None: JAX's own default, TensorFloat-32 on recent GPUs)
+_MATMUL_PRECISIONS = ("highest", "float32", "high", "tensorfloat32", "bfloat16_3x", "default", "bfloat16")
+
+
+def _checked_matmul_precision(value: Any) -> str | None:
+    """``matmul_precision`` as ``jax.default_matmul_precision`` takes it, or None; else a ValueError."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"matmul_precision must be a string such as 'highest', or None, got {value!r}")
+    try:
+        with jax.default_matmul_precision(value):
+            pass
+    except ValueError:
+        raise ValueError(
+            f"matmul_precision={value!r} is not a precision JAX knows: use one of {', '.join(_MATMUL_PRECISIONS)} "
+            "('highest', the default, is full float32 / float64 arithmetic), or None for JAX's own default"
+        ) from None
+    return value
 
 
 def _user_function(
@@ -376,6 +403,12 @@ class Problem:
     ignore_error : with ``backend="python"``: a point whose evaluation raises is a rejected move
         (its value NaN), counted in ``stats["host_objective"]["errors"]``, instead of stopping
         the run with :class:`~multiwalk.host_objective.ObjectiveError` (ODAT-SE's ``ignore_error``).
+    matmul_precision : the precision of the matrix products (``@``, ``jnp.dot``, ``jnp.einsum``)
+        in ``objective``, ``model``, ``value_and_grad`` and ``log_prior``, as
+        ``jax.default_matmul_precision`` takes it.  Default ``"highest"``: the problem's dtype in
+        full, on every device.  ``None`` keeps JAX's own default, which on NVIDIA GPUs since
+        Ampere multiplies float32 matrices in TensorFloat-32 (~1e-3 relative error, faster);
+        ``"tensorfloat32"`` asks for that explicitly.  No effect on float64 products or on a CPU.
     """
 
     def __init__(
@@ -401,6 +434,7 @@ class Problem:
         executor: Any = None,
         workers: int | None = None,
         ignore_error: bool = False,
+        matmul_precision: str | None = "highest",
     ) -> None:
         # every argument is checked here, in this order, before the one trace of the function
         fn = _user_function(objective, model, value_and_grad, data, sigma, angular_data)
@@ -420,6 +454,7 @@ class Problem:
         self.data, self.sigma, self.angular_data = (
             _checked_data(data, sigma, angular_data, self.dtype) if self.is_model else (None, None, None)
         )
+        self.matmul_precision = _checked_matmul_precision(matmul_precision)
         self.host_objective = None if host_options is None else self._host_objective(host_options)
         # traced once for every compiled program that calls it (a host objective's is a callback)
         self._traced = None if self.host_objective is not None else TracedOnce(self._user_fn, self._takes_args)
@@ -577,14 +612,21 @@ class Problem:
             return int(key) % self.n
         raise TypeError(f"{what} keys must be parameter indices or names, got {key!r}")
 
+    def _user_precision(self) -> contextlib.AbstractContextManager:
+        """The context the user's functions are traced in: their matrix products at ``matmul_precision``."""
+        precision = getattr(self, "matmul_precision", "highest")
+        return contextlib.nullcontext() if precision is None else jax.default_matmul_precision(precision)
+
     def _call(self, x: jax.Array) -> jax.Array:
-        traced = getattr(self, "_traced", None)
-        if traced is not None:
-            return traced(x, self.args)
-        return self._user_fn(x, self.args) if self._takes_args else self._user_fn(x)
+        with self._user_precision():
+            traced = getattr(self, "_traced", None)
+            if traced is not None:
+                return traced(x, self.args)
+            return self._user_fn(x, self.args) if self._takes_args else self._user_fn(x)
 
     def _call_vg(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        return self._user_vg(x, self.args) if self._takes_args else self._user_vg(x)
+        with self._user_precision():
+            return self._user_vg(x, self.args) if self._takes_args else self._user_vg(x)
 
     def _probe_point(self) -> np.ndarray:
         if isinstance(self.x0, np.ndarray):  # (a device-array x0 is not read: only the fixed entries count)
@@ -604,7 +646,8 @@ class Problem:
         probe = jax.ShapeDtypeStruct((self.n,), self.dtype)
         try:
             if self._traced is not None:  # the trace every compiled program then replays
-                out = self._traced.eval_shape(probe, self.args)
+                with self._user_precision():  # as _call traces it
+                    out = self._traced.eval_shape(probe, self.args)
             else:
                 out = jax.eval_shape(self._call, probe)
         except Exception as err:  # the user's function failed to trace: say which and why
@@ -647,7 +690,8 @@ class Problem:
         if self.lower is None:
             raise ValueError("log_prior needs lower= and upper=: the samplers restrict the prior to the box")
         try:
-            out = jax.eval_shape(log_prior, jax.ShapeDtypeStruct((self.n,), self.dtype))
+            with self._user_precision():
+                out = jax.eval_shape(log_prior, jax.ShapeDtypeStruct((self.n,), self.dtype))
         except Exception as err:  # the user's function failed to trace: say which and why
             raise TypeError(
                 f"calling log_prior(x) with x of shape ({self.n},) failed: {type(err).__name__}: {err}. "
@@ -723,7 +767,8 @@ class Problem:
         the default uniform prior (its constant, -log of the box's volume, cancels in every ratio)."""
         if self._log_prior is None:
             return jnp.zeros((), self.dtype)
-        return jnp.asarray(self._log_prior(self.expand(theta))).astype(self.dtype)
+        with self._user_precision():
+            return jnp.asarray(self._log_prior(self.expand(theta))).astype(self.dtype)
 
     def log_likelihood_constant(self) -> float:
         """``log L - (-chi2 / 2)``: 0 for ``objective=f`` (the likelihood is ``exp(-f / 2)``);

@@ -214,12 +214,16 @@ def eht_terms(data: UVData, products: str | Iterable[str] = ("cphase", "logcamp"
 
 
 # ---------------------------------------------------------------------------- the model side (jax.numpy)
+_EXACT = jax.lax.Precision.HIGHEST  # the products' precision: the data's dtype in full on every device
+
+
 def _sum_squares(residual: jax.Array, arrays: dict[str, Any]) -> jax.Array:
     """``sum (r / sigma)^2``, or with whitening blocks ``sum |L^-1 r_block|^2``."""
     if "white" not in arrays:
         return jnp.sum((residual / arrays["sigma"]) ** 2)
     padded = jnp.concatenate([residual, jnp.zeros(1, residual.dtype)])
-    whitened = jnp.einsum("bij,bj->bi", arrays["white"], padded[arrays["white_index"]])
+    # HIGHEST: full float32 on a GPU too, whose default for float32 products is TensorFloat-32
+    whitened = jnp.einsum("bij,bj->bi", arrays["white"], padded[arrays["white_index"]], precision=_EXACT)
     return jnp.sum(whitened**2)
 
 
@@ -231,7 +235,9 @@ def _amp_chi2(vis: jax.Array, arrays: dict[str, Any]) -> jax.Array:
     h_inv = arrays["h_inv"]
     n_slots = h_inv.shape[0] * h_inv.shape[1]
     b = jnp.zeros(n_slots, r.dtype).at[arrays["slot1"]].add(wr).at[arrays["slot2"]].add(wr).reshape(h_inv.shape[:2])
-    return jnp.sum(r * wr) - jnp.einsum("si,sij,sj->", b, h_inv, b)
+    # the difference of two large terms: in TensorFloat-32 (a GPU's default for float32 products,
+    # ~1e-3 relative) the gains' term alone was off by more than the fit's whole chi2
+    return jnp.sum(r * wr) - jnp.einsum("si,sij,sj->", b, h_inv, b, precision=_EXACT)
 
 
 def product_chi2(fn: Callable, products: tuple[str, ...], p: jax.Array, args: dict[str, Any]) -> jax.Array:
