@@ -126,7 +126,12 @@ def main() -> dict:
         _auto_plans(big, odd, out)
     finally:
         lbfgs_onepass.backend = backend
-    out["lowers_for_cuda"] = lowers_for_cuda(4)
+    try:
+        out["lowers_for_cuda"] = lowers_for_cuda(4)
+    except RuntimeError as err:  # a JAX with its CUDA plugin, whose GPUs this process hides (JAX_PLATFORMS=cpu):
+        if "No supported GPU devices found" not in str(err):  # Pallas' Triton lowering then asks for one
+            raise
+        out["lowers_for_cuda"] = None
     out["seconds"] = time.perf_counter() - t0
     return out
 

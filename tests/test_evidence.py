@@ -66,15 +66,18 @@ def with_prior():
 
 
 def check_log_z(result, exact):
-    """Both estimators within 2 standard errors (their own, from the 16 sequences) and within 0.1 nats.
-    Those runs (4 seeds each) missed by -0.03 .. +0.01 nats with errors of 0.01 - 0.02."""
+    """Both estimators within 3 standard errors (their own, from the 16 sequences) and within 0.1 nats.
+    Those runs (4 seeds each) missed by -0.03 .. +0.01 nats with errors of 0.01 - 0.02.  Three, not
+    two: another machine rounds the chains otherwise, and a seeded run's miss is one draw of the
+    estimator's spread (an H200 missed the prior's log Z by 2.08 of its standard errors, 0.018 nats);
+    a run outside 3 has a chance of ~0.3 % per estimator."""
     for method in ("thermodynamic", "stepping-stones"):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a well-resolved ladder: no warning
             est = result.evidence(method)
         assert est.method == method and est.per_sequence.shape == (16,)
         assert abs(est.log_z - exact) < 0.1, (method, est.log_z, exact)
-        assert abs(est.log_z - exact) < 2 * est.error, (method, est.log_z, exact, est.error)
+        assert abs(est.log_z - exact) < 3 * est.error, (method, est.log_z, exact, est.error)
 
 
 def test_gaussian_likelihood_in_a_box_has_the_analytic_evidence(gaussian):

@@ -148,9 +148,11 @@ def test_a_second_process_compiles_nothing_and_gets_the_same_numbers(tmp_path):
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     first, second = one_process(), one_process()
-    assert first["writes"] == first["requests"] > 0  # every program of the run was kept, however fast it compiled
-    assert second["hits"] == second["requests"] == first["requests"]  # ... and loaded, none compiled
-    assert second["writes"] == 0
+    # every program the first process compiled was kept, however fast it compiled, and the second
+    # loaded each of them and compiled none.  (JAX 0.10 counts 7 requests, 7 writes, then 7 hits;
+    # JAX 0.11 7 requests, 5 writes, then 5 hits: two of its requests are neither a hit nor a write.)
+    assert second["requests"] == first["requests"] >= first["writes"] > 0
+    assert second["hits"] == first["writes"] and second["writes"] == 0
     assert second["replica_fx"] == first["replica_fx"] and second["x"] == first["x"]
 
 

@@ -10,6 +10,7 @@ so f agrees to float64 rounding (eps 2.2e-16) and x to far below the convergence
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 from subprocess_check import section
@@ -56,10 +57,13 @@ def test_n_must_divide_over_the_devices(report):
 
 
 def test_plans_of_a_split_problem():
-    """Off a GPU ``kernel="auto"`` runs the XLA form, split or not (on GPUs it runs the split kernels:
-    not testable here); ``"pallas"`` runs the split kernels, in interpret mode here."""
+    """Off a GPU ``kernel="auto"`` runs the XLA form, split or not, on GPUs the split kernels;
+    ``"pallas"`` runs the split kernels (in interpret mode off a GPU)."""
     auto = lbfgs_kernel.plan("auto", 7, 1, False, devices=2)
-    assert not auto.use_pallas and "GPUs only" in auto.reason
+    if jax.default_backend() == "gpu":
+        assert auto.use_pallas and auto.split and "split along n" in auto.reason
+    else:
+        assert not auto.use_pallas and "GPUs only" in auto.reason
     split = lbfgs_kernel.plan("pallas", 7, 1, False, devices=4)
     assert split.use_pallas and split.split and "split along n over 4 devices" in split.reason
     assert not lbfgs_kernel.plan("pallas", 7, 8, False, devices=4).use_pallas  # starts split: XLA form

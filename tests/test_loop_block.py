@@ -43,6 +43,7 @@ def test_blocks_give_the_run_of_one_iteration_a_trip(problem, monkeypatch):
     # The same iterations in the same order, one loop body: the same chains.  The two programs
     # differ (a loop in a loop), so the decisions are compared exactly (acceptances, swaps) and the
     # floats to 4 ulp (float32: XLA may fuse the body otherwise inside the inner loop).
+    monkeypatch.setattr(ReplicaExchange, "loop_block", lambda self, problem, platform: 1)  # a CPU's, on a GPU too
     one, one_chunks = _run(problem)
     monkeypatch.setattr(ReplicaExchange, "loop_block", lambda self, problem, platform: 8)
     # chunks after the first as the clock might size them, 7 iterations (no multiple of the block)
@@ -106,6 +107,7 @@ def test_a_resumed_run_in_blocks_equals_one_run(problem, monkeypatch, tmp_path):
     # the end is the single run's (the same program: bit for bit).  Resumed where the block is 1
     # (a CPU), the checkpoint written in blocks gives the same run: decisions exactly, floats to 4 ulp
     # (float32; two programs, as in the first test).
+    monkeypatch.setattr(ReplicaExchange, "loop_block", lambda self, problem, platform: 1)  # a CPU's, on a GPU too
     one, _ = _run(problem)
     monkeypatch.setattr(ReplicaExchange, "loop_block", lambda self, problem, platform: 8)
     whole, _ = _run(problem)
@@ -123,7 +125,7 @@ def test_a_resumed_run_in_blocks_equals_one_run(problem, monkeypatch, tmp_path):
     rest, chunks = _run(problem, resume=path)
     assert all(done % 4 == 0 for chunk in chunks for done in chunk), chunks
     assert np.array_equal(np.asarray(rest.samples), np.asarray(whole.samples))
-    monkeypatch.undo()  # the CPU's block: 1
+    monkeypatch.setattr(ReplicaExchange, "loop_block", lambda self, problem, platform: 1)  # a CPU's block
     on_cpu, chunks = _run(problem, resume=path)
     assert chunks[0][0] == 12 + 1, chunks  # burn-in went on one iteration a trip from the checkpoint's 12
     assert np.array_equal(np.asarray(on_cpu.n_accepted), np.asarray(one.n_accepted))

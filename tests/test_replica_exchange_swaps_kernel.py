@@ -68,7 +68,8 @@ _FIELDS = ["x", "fun", "samples", "fun_trace", "fun_trace_all", "acceptance", "e
 
 def test_a_solve_with_the_kernel_equals_the_xla_form_in_every_field(solves):
     xla, pallas = solves
-    assert xla.stats["kernel"] == "xla" and pallas.stats["kernel"] == "pallas (interpret mode)"
+    assert xla.stats["kernel"] == "xla"
+    assert pallas.stats["kernel"] == ("pallas" if jax.default_backend() == "gpu" else "pallas (interpret mode)")
     assert "swap kernel" in pallas.stats["kernel_reason"]
     # two compiled programs (the Metropolis moves fused around another swap step): every decision
     # exactly, the floats to a few ulp (NaN where never tried counts as equal).  Measured 0 ulp on

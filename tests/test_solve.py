@@ -9,6 +9,7 @@ a single value.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -48,10 +49,21 @@ def sphere(x):
     return (x**2).sum()
 
 
+@dataclasses.dataclass(frozen=True)
+class OneIterationATrip(mw.ReplicaExchange):
+    """ReplicaExchange whose loop runs one iteration a trip on every machine, as on a CPU: on a GPU
+    its chunks are whole blocks of 20 iterations (``loop_block``), two chunks for the sampling
+    phase's 40, and the tests of Ctrl-C and callbacks here stop a run after its 3rd sampling chunk
+    or its first one-iteration chunk (tests/test_loop_block.py tests the blocks)."""
+
+    def loop_block(self, problem: mw.Problem, platform: str) -> int:
+        return 1
+
+
 def solver(**overrides) -> mw.ReplicaExchange:
     opts = {"nseq": NSEQ, "nbeta": NBETA, "nburn": NBURN, "niter": NITER}
     opts.update(overrides)
-    return mw.ReplicaExchange(**opts)
+    return OneIterationATrip(**opts)
 
 
 @pytest.fixture(scope="module")

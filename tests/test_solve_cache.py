@@ -194,7 +194,8 @@ def line_problem() -> mw.Problem:
                       lower=[-5.0, -5.0], upper=[5.0, 5.0])
 
 
-FIRST_CALL_SOLVER = mw.ReplicaExchange(nseq=2, nbeta=4, nburn=5, niter=10)
+# one loop for both phases on any machine ("auto" takes a loop per phase on a GPU)
+FIRST_CALL_SOLVER = mw.ReplicaExchange(nseq=2, nbeta=4, nburn=5, niter=10, loops="one")
 
 
 def line_from_x0() -> mw.Problem:
