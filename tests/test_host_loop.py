@@ -151,6 +151,8 @@ def test_a_second_process_compiles_nothing_and_gets_the_same_numbers(tmp_path):
     # every program the first process compiled was kept, however fast it compiled, and the second
     # loaded each of them and compiled none.  (JAX 0.10 counts 7 requests, 7 writes, then 7 hits;
     # JAX 0.11 7 requests, 5 writes, then 5 hits: two of its requests are neither a hit nor a write.)
+    if tuple(int(part) for part in jax.__version__.split(".")[:2]) < (0, 11):
+        assert first["writes"] == first["requests"] > 0
     assert second["requests"] == first["requests"] >= first["writes"] > 0
     assert second["hits"] == first["writes"] and second["writes"] == 0
     assert second["replica_fx"] == first["replica_fx"] and second["x"] == first["x"]

@@ -531,7 +531,8 @@ def test_the_users_matrix_products_run_at_full_precision_by_default():
 
 
 def test_a_solve_traces_the_objective_at_the_problems_precision():
-    # the loops are traced on a thread of their own in a first call: the setting must reach it too
+    # every program a first call makes (the start, the loops, the one-point value) calls the
+    # objective at the problem's precision
     import jax
 
     seen = []
@@ -548,7 +549,9 @@ def test_a_solve_traces_the_objective_at_the_problems_precision():
 @pytest.mark.parametrize(
     "value, error, match",
     [
-        ("fastest", ValueError, r"matmul_precision='fastest' is not a precision JAX knows: use one of highest, "),
+        ("fastest", ValueError, r"matmul_precision='fastest' is not one of highest, float32, high, tensorfloat32, "),
+        # JAX's algorithm names: TF32 fails to compile on a CPU, F32 on a float64 problem rounds to float32
+        ("TF32_TF32_F32", ValueError, r"matmul_precision='TF32_TF32_F32' is not one of highest, "),
         (32, TypeError, r"matmul_precision must be a string such as 'highest', or None, got 32"),
     ],
 )
@@ -564,3 +567,20 @@ def test_the_default_precision_leaves_the_problems_identity_as_before():
     default = problem_identity(mw.Problem(objective=quadratic_form, lower=LO, upper=HI))
     other = problem_identity(mw.Problem(objective=quadratic_form, lower=LO, upper=HI, matmul_precision=None))
     assert "matmul_precision" not in default and other["matmul_precision"][0] == "None"
+
+
+def test_the_librarys_own_matrix_products_ask_for_full_precision():
+    # the batched products a GPU would run in TensorFloat-32 by default: the linear constraints'
+    # check (Exchange, PopulationAnnealing) and the root polish's Gauss-Newton matrix
+    import jax
+
+    from multiwalk import polish
+    from multiwalk.solvers import _common
+
+    constrained = type("C", (), {"constraint_a": ((1.0, -1.0, 0.0), (0.0, 1.0, 1.0)), "constraint_b": (0.5, 0.5)})()
+    text = str(jax.make_jaxpr(lambda x: _common.satisfies_constraints(constrained, x))(jnp.ones((4, N), jnp.float32)))
+    assert text.count("dot_general[") == 1 and "precision=(Precision.HIGHEST" in text
+    t = np.linspace(0.0, 1.0, 5)
+    model = mw.Problem(model=lambda p: p[0] + p[1] * jnp.asarray(t, p.dtype) + p[2] * 0, data=1.0 + t, lower=LO, upper=HI)
+    text = str(jax.make_jaxpr(polish._local_model(model))(jnp.ones(N, model.dtype)))
+    assert text.count("precision=(Precision.HIGHEST") == 2  # jac' r and jac' jac

@@ -70,7 +70,10 @@ def _local_model(problem: Problem) -> Callable[[jax.Array], tuple[jax.Array, jax
         def local(theta: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
             r = residual_vector(theta)
             jac = jax.jacfwd(residual_vector)(theta)
-            return 0.5 * jnp.dot(r, r), jac.T @ r, jac.T @ jac
+            # HIGHEST: the Gauss-Newton matrix in full float32 on a GPU too (its default, TensorFloat-32,
+            # would stop the polish short of machine precision)
+            exact = jax.lax.Precision.HIGHEST
+            return 0.5 * jnp.dot(r, r), jnp.matmul(jac.T, r, precision=exact), jnp.matmul(jac.T, jac, precision=exact)
 
         return local
 

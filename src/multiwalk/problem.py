@@ -177,8 +177,9 @@ def _takes_args(fn: Callable, args_given: bool) -> bool:
     return len(required) >= 2
 
 
-# what jax.default_matmul_precision takes (None: JAX's own default, TensorFloat-32 on recent GPUs)
-_MATMUL_PRECISIONS = ("highest", "float32", "high", "tensorfloat32", "bfloat16_3x", "default", "bfloat16")
+# the names of jax.default_matmul_precision's precisions (None: JAX's own default, TensorFloat-32 on
+# recent GPUs); not its algorithm names, which may fail to compile on a device, or change the dtype
+_MATMUL_PRECISIONS = ("highest", "float32", "high", "tensorfloat32", "default", "bfloat16")
 
 
 def _checked_matmul_precision(value: Any) -> str | None:
@@ -187,14 +188,11 @@ def _checked_matmul_precision(value: Any) -> str | None:
         return None
     if not isinstance(value, str):
         raise TypeError(f"matmul_precision must be a string such as 'highest', or None, got {value!r}")
-    try:
-        with jax.default_matmul_precision(value):
-            pass
-    except ValueError:
+    if value not in _MATMUL_PRECISIONS:
         raise ValueError(
-            f"matmul_precision={value!r} is not a precision JAX knows: use one of {', '.join(_MATMUL_PRECISIONS)} "
-            "('highest', the default, is full float32 / float64 arithmetic), or None for JAX's own default"
-        ) from None
+            f"matmul_precision={value!r} is not one of {', '.join(_MATMUL_PRECISIONS)} ('highest', the "
+            "default, is full float32 / float64 arithmetic), or None for JAX's own default"
+        )
     return value
 
 
@@ -409,6 +407,8 @@ class Problem:
         full, on every device.  ``None`` keeps JAX's own default, which on NVIDIA GPUs since
         Ampere multiplies float32 matrices in TensorFloat-32 (~1e-3 relative error, faster);
         ``"tensorfloat32"`` asks for that explicitly.  No effect on float64 products or on a CPU.
+        A precision set for JAX as a whole (``JAX_DEFAULT_MATMUL_PRECISION``) reaches these
+        functions only with ``None``.
     """
 
     def __init__(
@@ -796,8 +796,9 @@ class Problem:
                 "this solver needs gradients, which an objective with backend='python' does not have: use "
                 "PatternSearch, ReplicaExchange or Exchange, or write the objective in jax.numpy"
             )
-        if self._user_vg is None:
-            f, g = jax.value_and_grad(self.chi2_free)(theta)
+        if self._user_vg is None:  # in the context: a custom_vjp's backward rule is traced here, after _call
+            with self._user_precision():
+                f, g = jax.value_and_grad(self.chi2_free)(theta)
             return f, g
         f, g = self._call_vg(self.expand(theta))
         g = jnp.asarray(g).astype(self.dtype)

@@ -434,7 +434,10 @@ def satisfies_constraints(solver: Any, x: Any) -> Any:
     xp = np if isinstance(x, np.ndarray) else jnp
     a = xp.asarray(np.asarray(solver.constraint_a), dtype=x.dtype)
     b = xp.asarray(np.asarray(solver.constraint_b), dtype=x.dtype)
-    return xp.all(x @ a.T + b > 0, axis=-1)
+    # HIGHEST: a GPU's default for float32 matrix products is TensorFloat-32, whose decisions near a
+    # constraint's edge would differ from NumPy's check of the starts (check_starts)
+    product = x @ a.T if xp is np else jnp.matmul(x, a.T, precision=jax.lax.Precision.HIGHEST)
+    return xp.all(product + b > 0, axis=-1)
 
 
 def check_starts(solver: Any, problem: Any, n_walkers: int | None = None) -> None:

@@ -96,7 +96,7 @@ def compact_model(st: LBFGSState, m: int) -> BoxModel:
     used = jnp.zeros(m, bool).at[order].set(valid)
     rank = jnp.zeros(m, jnp.int32).at[order].set(jnp.arange(m, dtype=jnp.int32))
     theta = jnp.where(st.count > 0, 1.0 / st.gamma, 1.0).astype(st.x.dtype)
-    gram = st.P @ st.P.T
+    gram = jnp.matmul(st.P, st.P.T, precision=lax.Precision.HIGHEST)  # not a GPU's TensorFloat-32 in float32
     SS, SY = gram[:m, :m], gram[:m, m:]  # SY[i, j] = s_i'y_j
     both = used[:, None] & used[None, :]
     L = jnp.where(both & (rank[:, None] > rank[None, :]), SY, 0.0)  # s_i'y_j, pair i newer than j
@@ -246,7 +246,7 @@ def subspace_point(x: jax.Array, g: jax.Array, lo: jax.Array, hi: jax.Array, xc:
     theta = model.theta
     c = _Wt_times(model, P, xc - x)
     r = jnp.where(free, -(g + theta * (xc - x) - _W_times(model, P, model.M @ c)), 0.0)
-    WFW = model.scale[:, None] * ((P * free) @ P.T) * model.scale[None, :]
+    WFW = model.scale[:, None] * jnp.matmul(P * free, P.T, precision=lax.Precision.HIGHEST) * model.scale[None, :]
     N = jnp.eye(WFW.shape[0], dtype=WFW.dtype) - model.M @ WFW / theta
     v = jnp.linalg.solve(N, model.M @ _Wt_times(model, P, r))
     du = jnp.where(free, r / theta + _W_times(model, P, v) / theta**2, 0.0)

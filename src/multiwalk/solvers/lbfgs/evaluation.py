@@ -100,7 +100,8 @@ def line_evaluation(problem: Problem) -> Callable | None:
     dt = problem.dtype
 
     def evaluate(x: jax.Array, d: jax.Array, stp: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        f, g, gd = along(x, d, stp)
+        with problem._user_precision():  # the user's hook: its products at the problem's precision
+            f, g, gd = along(x, d, stp)
         return jnp.asarray(f).astype(dt), jnp.asarray(g).astype(dt), jnp.asarray(gd).astype(dt)
 
     return evaluate
@@ -119,7 +120,8 @@ def line_evaluation_into(problem: Problem) -> Callable | None:
     dt = problem.dtype
 
     def evaluate(x: jax.Array, d: jax.Array, stp: jax.Array, out: jax.Array, row: jax.Array):  # noqa: ANN202
-        f, out, gd = into(x, d, stp, out, row)
+        with problem._user_precision():
+            f, out, gd = into(x, d, stp, out, row)
         return jnp.asarray(f).astype(dt), out, jnp.asarray(gd).astype(dt)
 
     return evaluate
