@@ -129,4 +129,5 @@ def solve_others(box: mw.Problem, report: dict) -> None:
     ps_run = {}
     report["ps"] = loop_collectives(lambda: ps_run.setdefault("r", mw.solve(box, ps_solver, progress=False, devices=2)))
     report["ps_devices"] = ps_run["r"].stats["devices"]
+    report["ps_loops"] = loop_structure(compile_cache.compiled_loops()[-1].as_text(), "f64[48,3]")
 

@@ -3,7 +3,8 @@
 tests/collectives_check.py runs ReplicaExchange (192 chains), PatternSearch (96 walkers, XLA
 form) and Exchange (16 replicas) split over 2 virtual CPU devices, and Exchange alone over 4, in
 the session's multi-device subprocess (tests/multidevice_check.py), and reports the collectives
-in the HLO of the compiled loops.  Before
+in the HLO of the compiled loops.  PatternSearch's iterations need none: each device keeps its
+walkers' best point until the chunk ends.  Before
 the fix, PatternSearch's best point (``x[argmin(fx)]``) all-gathered every walker's point and value
 each iteration (288 and 96 elements), and ReplicaExchange's burn-in ring buffer
 (``jnp.put_along_axis``) all-gathered whole-batch scatter indices for each trial (576 and 192
@@ -63,9 +64,17 @@ def test_replica_exchange_s_swap_kernel_runs_on_each_device_s_sequences(report):
 def test_pattern_search_reduces_its_best_point_not_the_walkers(report):
     ops = report["ps"]["0"]
     assert ops  # the best value over walkers must cross devices somehow
-    # the argmin over walkers (a value and an index per device: 2 + 2) and the best point with its
-    # value (3 coordinates + 1); every collective far below the 96 walkers: 3 + 1 = 4 is the limit
-    assert all(n <= 4 for _, n in ops), ops
+    # each device's best point, value and iteration (2 x (3 + 1 + 1)) at most; every collective far
+    # below the 96 walkers
+    assert all(n <= 2 * (3 + 1 + 1) for _, n in ops), ops
+
+
+def test_pattern_search_s_iterations_need_no_collective(report):
+    # each device keeps its walkers' best point as the chunk runs; the devices' bests meet once, after
+    # the loop over iterations (a collective per iteration made each device wait for the other)
+    loops = report["ps_loops"]  # [known trip count, loop over the walkers' points, holds a collective]
+    assert [loop for loop in loops if loop[1]], loops
+    assert not [loop for loop in loops if loop[1] and loop[2]], loops
 
 
 def _without_summary(ops: list) -> list:

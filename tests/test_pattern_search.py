@@ -257,6 +257,56 @@ def test_equal_values_move_but_do_not_count_as_improvement():
     np.testing.assert_array_equal(halvings[:, 0], [1, 2, 3, 4])
 
 
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_group_bests_fold_to_the_iteration_by_iteration_best(groups):
+    # Walker values drawn from {0, 1, 2, 3} so that ties abound (between walkers, between groups,
+    # between iterations): the best kept per group and folded once must be the point that the
+    # update after every iteration keeps (the lowest value; its first iteration; its first walker).
+    # Pure selection, no arithmetic: exact.
+    from multiwalk.solvers import pattern_search as ps
+
+    rng = np.random.default_rng(groups)
+    w, d = 16, 3
+    for trial in range(20):
+        best_fun, best_x = jnp.asarray(rng.choice([1.0, np.inf])), jnp.asarray(rng.normal(size=d))
+        want_fun, want_x = best_fun, best_x
+        bests = ps.empty_group_bests(groups, d, jnp.result_type(float))
+        for it in range(1, 7):
+            x = jnp.asarray(rng.normal(size=(w, d)))
+            fun = jnp.asarray(rng.integers(0, 4, size=w).astype(float) + (it < 3))  # lower later
+            walker_x, walker_fun = ps._best_walker(x, fun)
+            want_fun, want_x, _ = ps.keep_better(want_fun, want_x, walker_fun, walker_x)
+            bests = ps.update_group_bests(bests, x, fun, jnp.asarray(it, jnp.int32))
+        got_fun, got_x = ps.fold_group_bests(best_fun, best_x, bests)
+        assert float(got_fun) == float(want_fun), trial
+        np.testing.assert_array_equal(np.asarray(got_x), np.asarray(want_x), err_msg=str(trial))
+
+
+@pytest.mark.parametrize("restart", ["random", "best"])
+def test_a_chunk_keeps_the_best_point_as_its_steps_do(restart):
+    # A staircase objective (whole-number values: walkers tie and move along equal values) over three
+    # rounds in one chunk, as a run split over two devices runs it (here on one): the chunk, which
+    # keeps the best per group of walkers and folds it at its end and, for restart="best", before
+    # each round, ends in the state of 12 calls of step.  Decisions and values
+    # exactly (whole numbers); points to 4 ulp (two compiled programs may contract x + step
+    # differently), in practice equal.
+    problem = mw.Problem(objective=lambda x: jnp.sum(jnp.floor(40 * (x - 0.3) ** 2)), lower=-np.ones(3),
+                         upper=np.ones(3))
+    solver = mw.PatternSearch(n_walkers=32, iterations=3, rounds=4, restart=restart, kernel="xla")
+    state = solver.init(problem, jax.random.key_data(jax.random.key(5)))
+    n = jnp.asarray(12, jnp.int32)
+    chunk, n_run = jax.jit(lambda s: solver._run_chunk_grouped(problem, s, 0, n, None, False, groups=2))(state)
+    step = jax.jit(lambda s: solver.step(problem, s, 0))
+    for _ in range(12):
+        state = step(state)
+    assert int(n_run) == 12
+    assert float(chunk.best_fun) == float(state.best_fun)
+    np.testing.assert_array_max_ulp(np.asarray(chunk.best_x), np.asarray(state.best_x), maxulp=4)
+    np.testing.assert_array_max_ulp(np.asarray(chunk.x), np.asarray(state.x), maxulp=4)
+    np.testing.assert_array_equal(np.asarray(chunk.fun), np.asarray(state.fun))
+    np.testing.assert_array_equal(np.asarray(chunk.n_halvings), np.asarray(state.n_halvings))
+
+
 def test_coordinates_are_searched_in_turn_from_the_updated_point():
     # f = |x - y - 0.25| on [-1, 1]^2, delta0 = 0.25, from (0, 0), f = 0.25.
     # j = 0: (0.25, 0) -> 0, (-0.25, 0) -> 0.5: move to (0.25, 0).
