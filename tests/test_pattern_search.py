@@ -274,7 +274,7 @@ def test_group_bests_fold_to_the_iteration_by_iteration_best(groups):
         for it in range(1, 7):
             x = jnp.asarray(rng.normal(size=(w, d)))
             fun = jnp.asarray(rng.integers(0, 4, size=w).astype(float) + (it < 3))  # lower later
-            walker_x, walker_fun = ps._best_walker(x, fun)
+            walker_x, walker_fun = ps.lowest_row(x, fun)
             want_fun, want_x, _ = ps.keep_better(want_fun, want_x, walker_fun, walker_x)
             bests = ps.update_group_bests(bests, x, fun, jnp.asarray(it, jnp.int32))
         got_fun, got_x = ps.fold_group_bests(best_fun, best_x, bests)

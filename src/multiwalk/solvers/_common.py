@@ -98,6 +98,15 @@ def evaluate_walkers(f: Callable[[jax.Array], jax.Array], x: jax.Array) -> tuple
     return worst_if_nonfinite(jax.vmap(f)(flat).reshape(x.shape[:-1]))
 
 
+def lowest_row(x: jax.Array, fun: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(x[argmin(fun)], fun[argmin(fun)])`` for ``x`` (W, d) and ``fun`` (W,): the first row with
+    the lowest value, written as reductions over rows so that on several devices each reduces its
+    own rows and only ``d + 2`` numbers per device cross devices: indexing ``x[i]`` with a traced
+    ``i`` made XLA all-gather every row.  Exact: the other rows are +inf, and min(v, inf) = v."""
+    row = jnp.arange(fun.shape[0]) == jnp.argmin(fun)
+    return jnp.min(jnp.where(row[:, None], x, jnp.inf), axis=0), jnp.min(jnp.where(row, fun, jnp.inf))
+
+
 def keep_better(
     best_f: jax.Array, best_x: jax.Array, f: jax.Array, x: jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array]:

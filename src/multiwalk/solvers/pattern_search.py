@@ -67,6 +67,7 @@ from ._common import (
     expand_as_now,
     hashable_vector,
     keep_better,
+    lowest_row,
     nonfinite_total,
     read_best_and_counts,
     uniform_in_box,
@@ -109,19 +110,6 @@ class PatternSearchState(NamedTuple):
     n_halvings: jax.Array  # (n_walkers,) int32 halvings in the current round
     n_resets: jax.Array  # (n_walkers,) int32 resets to delta0 in the current round
     n_nonfinite: jax.Array  # (n_walkers,) int32 evaluations that gave NaN or +-inf, all rounds
-
-
-def _best_walker(x: jax.Array, fun: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The point ``(n_free,)`` and value of the first walker with the lowest ``fun`` (``fun`` has no
-    NaN: :func:`evaluate_walkers` makes them +inf), i.e. ``x[argmin(fun)]``, ``fun[argmin(fun)]``.
-
-    Written as reductions over walkers so that on several devices each reduces its own walkers and
-    only ``n_free + 2`` numbers cross devices: indexing ``x[i]`` with a traced ``i`` made XLA
-    all-gather every walker's point and value at each iteration.  Exact: the other rows are +inf,
-    and min(v, inf) = v."""
-    i = jnp.argmin(fun)
-    row = (jnp.arange(fun.shape[0]) == i)[:, None]
-    return jnp.min(jnp.where(row, x, jnp.inf), axis=0), jnp.min(fun)
 
 
 class GroupBests(NamedTuple):
@@ -334,7 +322,7 @@ class PatternSearch(Solver):
             starts = jnp.atleast_2d(problem.x0)[:, problem.free_index]  # traced: x0 is an argument of the start
             x = x.at[: len(starts)].set(jnp.asarray(starts, problem.dtype))
         fun, bad = evaluate_walkers(problem.chi2_free, x)
-        best_x, best_fun = _best_walker(x, fun)
+        best_x, best_fun = lowest_row(x, fun)
         w, dt = self.n_walkers, problem.dtype
         return PatternSearchState(
             key=key,
@@ -561,7 +549,7 @@ class PatternSearch(Solver):
             scale = jnp.where(was_reset, jnp.ones_like(scale), scale)
         best_fun, best_x = state.best_fun, state.best_x
         if keep_best:
-            walker_x, walker_fun = _best_walker(x, fun)
+            walker_x, walker_fun = lowest_row(x, fun)
             best_fun, best_x, _ = keep_better(best_fun, best_x, walker_fun, walker_x)
         return state._replace(
             iteration=state.iteration + 1,

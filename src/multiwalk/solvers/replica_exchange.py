@@ -54,6 +54,7 @@ from ._common import (
     hashable_vector,
     keep_better,
     ladder_values,
+    lowest_row,
     nonfinite_total,
     objective_equations,
     read_best_and_counts,
@@ -841,9 +842,10 @@ def _summary_of(state: ReplicaExchangeState) -> dict[str, jax.Array]:
     counts' sum and largest (int32; :meth:`ReplicaExchange.result` says when the sum is exact), one
     array (every array read back is a copy of its own); the ladder.  The records and per-sequence
     counters stay on the device (``_records``, ``_chain_counters``, ``round_trips``)."""
-    i = jnp.argmin(state.best_fun)  # the first of equal minima, as np.argmin
-    return {"best_x": state.best_x[i], "numbers": best_and_counts_bytes(state.best_fun[i], state.n_nonfinite),
-            "betas": state.betas}
+    # the first of equal minima, as np.argmin; by reductions: indexing with the traced argmin made a
+    # split run all-gather every sequence's best point at each chunk's end
+    best_x, best_fun = lowest_row(state.best_x, state.best_fun)
+    return {"best_x": best_x, "numbers": best_and_counts_bytes(best_fun, state.n_nonfinite), "betas": state.betas}
 
 
 @dataclass(repr=False, kw_only=True)
