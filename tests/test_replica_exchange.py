@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -605,3 +609,20 @@ def test_the_report_s_numbers_are_read_in_the_dtype_of_the_best_chi2(dtype):
     other = "float64" if dtype == "float32" else "float32"
     with pytest.raises(ValueError, match="bytes"):
         read_best_and_counts(numbers, other)
+
+
+def test_a_chunk_of_4096_sequences_runs_in_a_process_of_its_own():
+    # The report's best point by reductions (_common.lowest_row): a form that also reduced
+    # where(row, fun, inf) for the value crashed XLA's CPU backend (JAX 0.10.2, a segmentation fault)
+    # in the chunk's program at 4096 sequences, not at 512.  Run apart, so a crash fails this test
+    # and not the session.
+    code = ("import multiwalk as mw, numpy as np\n"
+            "p = mw.Problem(objective=lambda x: (x**2).sum(), lower=[-5.0, -5.0], upper=[5.0, 5.0])\n"
+            "r = mw.solve(p, mw.ReplicaExchange(nbeta=32, nseq=4096, nburn=2, niter=4), progress=False)\n"
+            "print(float(r.fun), np.asarray(r.x).tolist())\n")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src, "MULTIWALK_CACHE_DIR": "off", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    fun, x = done.stdout.split(" ", 1)
+    assert 0 <= float(fun) < 1e-2  # sphere's minimum 0 at the origin, 131072 chains x 6 iterations

@@ -99,12 +99,14 @@ def evaluate_walkers(f: Callable[[jax.Array], jax.Array], x: jax.Array) -> tuple
 
 
 def lowest_row(x: jax.Array, fun: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``(x[argmin(fun)], fun[argmin(fun)])`` for ``x`` (W, d) and ``fun`` (W,): the first row with
-    the lowest value, written as reductions over rows so that on several devices each reduces its
-    own rows and only ``d + 2`` numbers per device cross devices: indexing ``x[i]`` with a traced
-    ``i`` made XLA all-gather every row.  Exact: the other rows are +inf, and min(v, inf) = v."""
+    """``(x[argmin(fun)], min(fun))`` for ``x`` (W, d) and ``fun`` (W,): the first row with the
+    lowest value, written as reductions over rows so that on several devices each reduces its own
+    rows and only ``d + 2`` numbers per device cross devices: indexing ``x[i]`` with a traced ``i``
+    made XLA all-gather every row.  Exact: the other rows are +inf, and min(v, inf) = v.  (The value
+    as ``min(fun)``: reducing ``where(row, fun, inf)`` too crashed XLA's CPU backend, JAX 0.10.2, in
+    ReplicaExchange's chunk at 4096 sequences.)"""
     row = jnp.arange(fun.shape[0]) == jnp.argmin(fun)
-    return jnp.min(jnp.where(row[:, None], x, jnp.inf), axis=0), jnp.min(jnp.where(row, fun, jnp.inf))
+    return jnp.min(jnp.where(row[:, None], x, jnp.inf), axis=0), jnp.min(fun)
 
 
 def keep_better(
