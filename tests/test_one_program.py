@@ -277,3 +277,69 @@ def test_no_warning_of_ours_on_a_quiet_call():
         warnings.simplefilter("error", UserWarning)  # (JAX's own deprecations are not ours)
         r = mw.solve(box(), mw.PatternSearch(n_walkers=8, iterations=2), seed=0, progress=False)
     assert r.stats["one_program"]
+
+
+class Counted:
+    """Counts the calls of ``owner.name`` while entered (the function still runs)."""
+
+    def __init__(self, monkeypatch: Any, owner: Any, name: str) -> None:
+        self.count = 0
+        original = getattr(owner, name)
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counting)
+
+
+def test_a_repeated_short_call_runs_its_kept_program_without_planning_again(monkeypatch):
+    # the second call of the same problem and equal options finds the program in one lookup: no
+    # run plan, no lookup of the program by its own key; the same bits as the first call, and the
+    # seed still counts (a new key, the same program)
+    problem = box()
+    first = mw.solve(problem, mw.PatternSearch(n_walkers=16, iterations=3), seed=2, progress=False)
+    planned = Counted(monkeypatch, mw.PatternSearch, "plan")
+    looked_up = Counted(monkeypatch, one_program, "_compiled")
+    with Compilations() as compiled:
+        again = mw.solve(problem, mw.PatternSearch(n_walkers=16, iterations=3), seed=2, progress=False)
+        other_seed = mw.solve(problem, mw.PatternSearch(n_walkers=16, iterations=3), seed=5, progress=False)
+    assert (planned.count, looked_up.count, compiled.count) == (0, 0, 0)
+    assert again.stats["one_program"] and again.stats["compile_seconds"] == 0.0
+    assert np.array_equal(first.x, again.x) and first.fun == again.fun and first.status == again.status
+    fresh = mw.solve(box(), mw.PatternSearch(n_walkers=16, iterations=3), seed=5, progress=False)
+    assert np.array_equal(other_seed.x, fresh.x) and other_seed.fun == fresh.fun
+    # other options: planned anew
+    mw.solve(problem, mw.PatternSearch(n_walkers=16, iterations=4), seed=2, progress=False)
+    assert planned.count >= 1
+
+
+def test_a_repeated_short_call_sees_what_changed_since():
+    # bounds changed in place (compiled in: planned and compiled anew), x0 given anew (an argument
+    # of the same shape) and data changed in place (arguments of the XLA form): each call gives what
+    # a fresh problem holding the change gives, bit for bit
+    solver = mw.PatternSearch(n_walkers=16, iterations=3, kernel="xla")
+    problem = box(x0=[0.5, 0.5, 0.5])
+    mw.solve(problem, solver, seed=0, progress=False)
+    problem.lower[:] = [0.5, -2.0, -2.0]
+    narrowed = mw.solve(problem, solver, seed=0, progress=False)
+    fresh = mw.solve(mw.Problem(objective=shifted_sphere, lower=[0.5, -2.0, -2.0], upper=[2.0] * 3,
+                                x0=[0.5, 0.5, 0.5]), solver, seed=0, progress=False)
+    assert narrowed.x[0] >= 0.5 and np.array_equal(narrowed.x, fresh.x) and narrowed.fun == fresh.fun
+    problem.x0 = np.array([1.5, 1.5, 1.5])
+    moved = mw.solve(problem, solver, seed=0, progress=False)
+    fresh = mw.solve(mw.Problem(objective=shifted_sphere, lower=[0.5, -2.0, -2.0], upper=[2.0] * 3,
+                                x0=[1.5, 1.5, 1.5]), solver, seed=0, progress=False)
+    assert np.array_equal(moved.x, fresh.x) and moved.fun == fresh.fun and not np.array_equal(moved.x, narrowed.x)
+
+    def model(x):
+        return x
+
+    fit = mw.Problem(model=model, data=np.full(2, 0.5), lower=[-2.0] * 2, upper=[2.0] * 2)
+    near_half = mw.solve(fit, solver, seed=1, progress=False)
+    fit.data[:] = -0.5
+    near_minus_half = mw.solve(fit, solver, seed=1, progress=False)
+    fresh = mw.solve(mw.Problem(model=model, data=np.full(2, -0.5), lower=[-2.0] * 2, upper=[2.0] * 2), solver,
+                     seed=1, progress=False)
+    assert np.all(np.abs(near_half.x - 0.5) < 0.1) and np.all(np.abs(near_minus_half.x + 0.5) < 0.1)
+    assert np.array_equal(near_minus_half.x, fresh.x) and near_minus_half.fun == fresh.fun

@@ -478,7 +478,7 @@ def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any],
         return cached_jit(problem, solver, name, of_problem(problem), out_shardings)
     arrays, static = problem_arrays(problem, arrays_as_arguments)
     options = _jit_options(problem, out_shardings)
-    x0 = problem.x0 if reads_x0 else None
+    x0 = problem.x0 if reads_x0 else None  # as shared_arguments reads them
 
     def with_problem_arrays(arrays: Any, x0: Any, *args: Any) -> Any:
         copy = with_arrays(problem, arrays, static) if arrays is not None else _shallow_copy(problem)
@@ -499,9 +499,25 @@ def shared_jit(problem: Any, solver: Any, name: str, of_problem: Callable[[Any],
     # compile_for(*args): ``args -> outputs`` by the executable, compiled now where not kept
     call.is_kept = lambda *args: _executable_key(options, (arrays, x0, *args), key_of) in _SMALL  # type: ignore[attr-defined]
     call.lower_for = lambda *args: _ahead(with_problem_arrays, options, (arrays, x0, *args), key_of)  # type: ignore[attr-defined]
-    call.compile_for = lambda *args: functools.partial(  # type: ignore[attr-defined]
-        _kept_executable(with_problem_arrays, options, (arrays, x0, *args), key_of), arrays, x0)
+    # executable_for(*args): the executable itself, taking shared_arguments(problem) first
+    call.executable_for = lambda *args: _kept_executable(  # type: ignore[attr-defined]
+        with_problem_arrays, options, (arrays, x0, *args), key_of)
+    call.compile_for = lambda *args: functools.partial(call.executable_for(*args), arrays, x0)  # type: ignore[attr-defined]
     return call
+
+
+def shared_arguments(problem: Any, arrays_as_arguments: bool = True, reads_x0: bool = True) -> tuple[Any, Any]:
+    """``(arrays, x0)``: the arguments a :func:`shared_jit` executable of ``problem`` (a :class:`Problem`)
+    takes before its own, read from the problem as it is now (:func:`problem_arrays`; ``x0`` or
+    None)."""
+    return problem_arrays(problem, arrays_as_arguments)[0], problem.x0 if reads_x0 else None
+
+
+def arguments_key(args: Any) -> tuple:
+    """What of ``args`` (a tree of arrays) an executable is compiled for: the tree, and each leaf's
+    shape, dtype and placement."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    return tree, tuple(_arg_key(x) for x in leaves)
 
 
 def _shallow_copy(problem: Any) -> Any:

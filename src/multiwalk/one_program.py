@@ -23,6 +23,7 @@ import contextlib
 import functools
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -30,10 +31,11 @@ import jax.numpy as jnp
 
 from . import compile_cache
 from . import progress as prog
+from .problem import Problem
 from .result import Result, Status
 from .solvers.base import Phase, RunPlan, Solver
 
-__all__ = ["applies", "run"]
+__all__ = ["Prepared", "applies", "kept", "prepare", "run"]
 
 
 def applies(problem: Any, solver: Solver, plan: RunPlan, *, between_chunks: bool, devices: Any) -> bool:
@@ -45,19 +47,64 @@ def applies(problem: Any, solver: Solver, plan: RunPlan, *, between_chunks: bool
             and solver.writer(problem) is None and plan.max_chunk is None and solver.one_program(problem, plan))
 
 
-def run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array, show: bool) -> Result:
-    """The whole run from ``key`` (the run's key on the default device), as one program; the
-    solver's result, with ``stats["one_program"]`` True.  ``show``: a status line while a first
-    call compiles for over a second.  Ctrl-C or SIGTERM during the run ends it as it ends a chunk:
-    the program finishes (it is short), and the result says ``Status.INTERRUPTED``."""
+@dataclass(frozen=True)
+class Prepared:
+    """A short run's program for a problem and solver, kept (:func:`kept`) so that a repeated call
+    finds it in one lookup: its run plan, checks of the options and the program's own lookup
+    (~0.2 ms of a ~1 ms call on an H200 host) are those of the first such call."""
+
+    phases: tuple[Phase, ...]
+    executable: Any  # (shared_arguments(problem)..., key) -> (state, small outputs)
+    in_pinned_memory: bool  # the small outputs are written into the GPU's pinned host memory
+    arrays_as_arguments: bool  # the plan's: the problem's arrays are the executable's arguments
+
+    def launch(self, problem: Any, key: jax.Array) -> tuple[Any, Any]:
+        """The run from ``key`` on the problem's arrays and ``x0`` as they are now."""
+        return self.executable(*compile_cache.shared_arguments(problem, self.arrays_as_arguments), key)
+
+
+def kept(problem: Any, solver: Solver) -> Prepared | None:
+    """The :class:`Prepared` program of an earlier short call of ``problem`` and ``solver`` (equal
+    options), where nothing it was made from has changed since: the problem's fingerprint
+    (bounds, fixed values, data compiled in, shapes), its functions, its arrays' shapes and
+    dtypes, and JAX's default device and precision; else None.  Only for calls :func:`applies`
+    would take whatever their plan: nothing between chunks and no ``devices`` (the caller's part)."""
+    if not isinstance(problem, Problem) or type(solver).one_program is Solver.one_program:
+        return None  # (a solver that never runs one program: no fingerprint digested for nothing)
+    return compile_cache.kept(_kept_key(problem, solver))
+
+
+def _kept_key(problem: Any, solver: Solver) -> tuple:
+    arguments = compile_cache.arguments_key(compile_cache.shared_arguments(problem, True))
+    return compile_cache.small_key(problem, solver, "one program call", *compile_cache.user_functions(problem),
+                                   bool(jax.config.jax_enable_x64), arguments)
+
+
+def prepare(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array,
+            show: bool) -> tuple[Prepared, float]:
+    """``(the program of the whole run from keys like ``key``, seconds spent compiling or finding
+    it)``, kept for :func:`kept` (a :class:`Problem`'s).  ``show``: a status line while a first
+    call compiles for over a second."""
     t0 = time.perf_counter()
     with prog.CompileStatus(True) if show else contextlib.nullcontext():
-        launch, in_pinned_memory = _compiled(problem, solver, plan, phases, key)
+        program, in_pinned_memory = _compiled(problem, solver, plan, phases, key)
+    prepared = Prepared(tuple(phases), program.executable_for(key), in_pinned_memory, plan.arrays_as_arguments)
+    if isinstance(problem, Problem):
+        compile_cache.keep(problem, _kept_key(problem, solver), prepared)
+    return prepared, time.perf_counter() - t0
+
+
+def run(problem: Any, solver: Solver, prepared: Prepared, key: jax.Array, compile_seconds: float = 0.0) -> Result:
+    """The whole run from ``key`` (the run's key on the default device) by ``prepared``'s program;
+    the solver's result, with ``stats["one_program"]`` True.  Ctrl-C or SIGTERM during the run
+    ends it as it ends a chunk: the program finishes (it is short), and the result says
+    ``Status.INTERRUPTED``."""
+    phases = prepared.phases
     t1 = time.perf_counter()
     ctrl_c = prog.CtrlC()
     try:
-        state, small = launch(key)
-        if not in_pinned_memory:  # in pinned host memory the program's end is the only wait
+        state, small = prepared.launch(problem, key)
+        if not prepared.in_pinned_memory:  # in pinned host memory the program's end is the only wait
             for leaf in jax.tree_util.tree_leaves(small):
                 leaf.copy_to_host_async()
         n_runs, report, converged = prog.fetch(small)
@@ -66,7 +113,7 @@ def run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: j
     t_run = time.perf_counter() - t1
     done = [int(n) for n in n_runs]
     stats: dict[str, Any] = {
-        "compile_seconds": t1 - t0, "chunks": 1, "devices": 1, "one_program": True, "run_seconds": t_run,
+        "compile_seconds": compile_seconds, "chunks": 1, "devices": 1, "one_program": True, "run_seconds": t_run,
         "iterations": {p.name: d for p, d in zip(phases, done)}, "loop_seconds": t_run,
     }
     # never a silent exit at the iteration limit: a solver with a convergence test that did not meet it
@@ -94,25 +141,28 @@ def _whole_run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase],
 
 
 def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array) -> tuple[Any, bool]:
-    """``(key -> (state, small outputs), whether those are in pinned host memory)`` by the compiled
-    program (kept, or compiled now): the small outputs in pinned host memory on a GPU that has it,
-    else where JAX puts them.  Where XLA will not write this program's outputs there, it is
-    compiled without, with one warning (an error of the run itself is then raised by that
-    compilation)."""
+    """``(the program (:func:`~multiwalk.compile_cache.shared_jit`), whether its small outputs are in
+    pinned host memory)``, its executable for ``key`` kept or compiled now: the small outputs in
+    pinned host memory on a GPU that has it, else where JAX puts them.  Where XLA will not write
+    this program's outputs there, it is compiled without, with one warning (an error of the run
+    itself is then raised by that compilation)."""
     device = compile_cache.default_device()
     pinned = _pinned_outputs(device)
     try:
-        return _program(problem, solver, plan, phases, pinned).compile_for(key), pinned is not None
+        program = _program(problem, solver, plan, phases, pinned)
+        program.executable_for(key)
+        return program, pinned is not None
     except Exception as err:  # noqa: BLE001 - see below
         if pinned is None:
             raise
         refused = err
-    launch = _program(problem, solver, plan, phases, None).compile_for(key)
+    program = _program(problem, solver, plan, phases, None)
+    program.executable_for(key)
     _NO_PINNED_OUTPUTS.add(device)
     warnings.warn(f"a short run's results are read from {device} without pinned host memory "
                   f"({type(refused).__name__}: {str(refused)[:200]}); each read then costs a transfer of its own",
-                  stacklevel=6)  # _compiled, run, _in_one_program, solve, its wrapper: the caller's line
-    return launch, False
+                  stacklevel=6)  # _compiled, prepare, _in_one_program, solve, its wrapper: the caller's line
+    return program, False
 
 
 def _program(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], out_shardings: Any) -> Any:

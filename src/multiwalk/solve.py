@@ -1023,8 +1023,10 @@ def _in_one_program(problem: Any, solver: Solver, plan: RunPlan, seed: int, show
     placement = dist.Placement((None,), None, None)
     phases = solver.phases(problem)
     block = _loop_block(problem, solver, plan, phases, [0] * len(phases), placement, False)
-    result = one_program.run(problem, solver, dataclasses.replace(plan, loop_block=block), phases,
-                             _kept_run_key(seed), show)
+    key = _kept_run_key(seed)
+    prepared, seconds = one_program.prepare(problem, solver, dataclasses.replace(plan, loop_block=block), phases,
+                                            key, show)
+    result = one_program.run(problem, solver, prepared, key, seconds)
     _multiwalk_launch.mark("solve: result made")
     return result
 
@@ -1140,16 +1142,20 @@ def solve(
     solver.check(problem)
     call_started()  # the result's pinned buffers: spares made by a size's first call (result.through_pinned_memory)
     host = getattr(problem, "host_objective", None)  # a non-JAX objective: its counts are this run's
-    plan = _run_plan(problem, solver, devices, time_limit, iteration_callback)
-    if host is not None:
-        host.reset()
-        host.start()  # the worker processes come up while the solver compiles
     show = sys.stderr.isatty() if progress is None else bool(progress)
     # a run short enough to be one program shows a bar only when asked for (progress=True): on a
     # terminal by default it would flash for under a second, and the bits would follow the terminal
     between_chunks = (bool(progress) or time_limit is not None or checkpoint is not None or resume is not None
                       or callback is not None or iteration_callback is not None or writer is not None
                       or host is not None or dist.multi_process())
+    if not between_chunks and devices is None:  # a repeated short call: its program in one lookup
+        prepared = one_program.kept(problem, solver)
+        if prepared is not None:
+            return one_program.run(problem, solver, prepared, _kept_run_key(int(seed)))
+    plan = _run_plan(problem, solver, devices, time_limit, iteration_callback)
+    if host is not None:
+        host.reset()
+        host.start()  # the worker processes come up while the solver compiles
     if one_program.applies(problem, solver, plan, between_chunks=between_chunks, devices=devices):
         return _in_one_program(problem, solver, plan, int(seed), show)
     try:
