@@ -314,32 +314,65 @@ def test_a_repeated_short_call_runs_its_kept_program_without_planning_again(monk
     assert planned.count >= 1
 
 
-def test_a_repeated_short_call_sees_what_changed_since():
-    # bounds changed in place (compiled in: planned and compiled anew), x0 given anew (an argument
-    # of the same shape) and data changed in place (arguments of the XLA form): each call gives what
-    # a fresh problem holding the change gives, bit for bit
+def test_a_repeated_short_call_sees_what_changed_since(monkeypatch):
+    # bounds changed in place (compiled in: planned anew), x0 given anew (an argument of the same
+    # shape: the kept program, on the new x0) and data changed in place (the problem's fingerprint
+    # holds them: planned anew, the XLA form's program found, with the data as its arguments): each
+    # call gives what a fresh problem holding the change gives, bit for bit
     solver = mw.PatternSearch(n_walkers=16, iterations=3, kernel="xla")
+    planned = Counted(monkeypatch, mw.PatternSearch, "plan")
+
+    def search(problem: mw.Problem, seed: int = 0) -> Result:
+        return mw.solve(problem, solver, seed=seed, progress=False)
+
     problem = box(x0=[0.5, 0.5, 0.5])
-    mw.solve(problem, solver, seed=0, progress=False)
+    search(problem)
     problem.lower[:] = [0.5, -2.0, -2.0]
-    narrowed = mw.solve(problem, solver, seed=0, progress=False)
-    fresh = mw.solve(mw.Problem(objective=shifted_sphere, lower=[0.5, -2.0, -2.0], upper=[2.0] * 3,
-                                x0=[0.5, 0.5, 0.5]), solver, seed=0, progress=False)
+    before = planned.count
+    narrowed = search(problem)
+    assert planned.count == before + 1
+    fresh = search(mw.Problem(objective=shifted_sphere, lower=[0.5, -2.0, -2.0], upper=[2.0] * 3, x0=[0.5] * 3))
     assert narrowed.x[0] >= 0.5 and np.array_equal(narrowed.x, fresh.x) and narrowed.fun == fresh.fun
     problem.x0 = np.array([1.5, 1.5, 1.5])
-    moved = mw.solve(problem, solver, seed=0, progress=False)
-    fresh = mw.solve(mw.Problem(objective=shifted_sphere, lower=[0.5, -2.0, -2.0], upper=[2.0] * 3,
-                                x0=[1.5, 1.5, 1.5]), solver, seed=0, progress=False)
+    before = planned.count
+    moved = search(problem)
+    assert planned.count == before
+    fresh = search(mw.Problem(objective=shifted_sphere, lower=[0.5, -2.0, -2.0], upper=[2.0] * 3, x0=[1.5] * 3))
     assert np.array_equal(moved.x, fresh.x) and moved.fun == fresh.fun and not np.array_equal(moved.x, narrowed.x)
 
     def model(x):
         return x
 
     fit = mw.Problem(model=model, data=np.full(2, 0.5), lower=[-2.0] * 2, upper=[2.0] * 2)
-    near_half = mw.solve(fit, solver, seed=1, progress=False)
+    near_half = search(fit, seed=1)
     fit.data[:] = -0.5
-    near_minus_half = mw.solve(fit, solver, seed=1, progress=False)
-    fresh = mw.solve(mw.Problem(model=model, data=np.full(2, -0.5), lower=[-2.0] * 2, upper=[2.0] * 2), solver,
-                     seed=1, progress=False)
+    before = planned.count
+    with Compilations() as compiled:
+        near_minus_half = search(fit, seed=1)
+    assert (planned.count, compiled.count) == (before + 1, 0)  # planned anew; the same program, found
+    fresh = search(mw.Problem(model=model, data=np.full(2, -0.5), lower=[-2.0] * 2, upper=[2.0] * 2), seed=1)
     assert np.all(np.abs(near_half.x - 0.5) < 0.1) and np.all(np.abs(near_minus_half.x + 0.5) < 0.1)
     assert np.array_equal(near_minus_half.x, fresh.x) and near_minus_half.fun == fresh.fun
+
+
+def test_a_repeated_short_call_follows_the_random_number_implementation_and_a_cleared_cache(monkeypatch):
+    # another implementation makes another key (uint32[4] for "rbg"): planned and compiled for it,
+    # the run a fresh problem gets; after compile_cache.clear() the plan is made again
+    solver = mw.PatternSearch(n_walkers=16, iterations=3)
+    problem = box()
+    mw.solve(problem, solver, seed=1, progress=False)
+    planned = Counted(monkeypatch, mw.PatternSearch, "plan")
+    old = jax.config.jax_default_prng_impl
+    jax.config.update("jax_default_prng_impl", "rbg")
+    try:
+        again = mw.solve(problem, solver, seed=1, progress=False)
+        fresh = mw.solve(box(), solver, seed=1, progress=False)
+    finally:
+        jax.config.update("jax_default_prng_impl", old)
+    assert planned.count == 2 and np.array_equal(again.x, fresh.x) and again.fun == fresh.fun
+    mw.solve(problem, solver, seed=1, progress=False)  # the default implementation's: planned anew
+    kept = planned.count
+    mw.solve(problem, solver, seed=1, progress=False)
+    compile_cache.clear()
+    mw.solve(problem, solver, seed=1, progress=False)
+    assert (kept, planned.count) == (3, 4)

@@ -16,6 +16,7 @@ import time
 import weakref
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -109,6 +110,33 @@ def test_a_solved_problem_is_collected_and_its_entries_forgotten():
     # ReplicaExchange's programs are all shared by the problem's functions (none by its id); L-BFGS
     # keeps some by the object's id, so the forgetting above is exercised
     assert held == {"ReplicaExchange": False, "LBFGS": True}, held
+
+
+def test_entries_kept_call_after_call_for_one_problem_have_one_finalizer_and_are_forgotten():
+    # a short PatternSearch keeps its program and kernel plan under the problem's id; changed in
+    # place between calls it keeps new entries, each with the finalizer that forgets them, once
+    problem = mw.Problem(objective=lambda x: jnp.sum((x - 0.25) ** 2), lower=[-2.0] * 2, upper=[2.0] * 2)
+    solver = mw.PatternSearch(n_walkers=8, iterations=2)
+    pid = id(problem)
+    finalizers = []
+    real = weakref.finalize
+
+    def counted(obj, *args):
+        finalizers.append(id(obj) == pid)
+        return real(obj, *args)
+
+    compile_cache.weakref.finalize = counted
+    try:
+        for upper in (2.0, 1.5, 1.0):
+            problem.upper[:] = upper
+            mw.solve(problem, solver, seed=0, progress=False)
+    finally:
+        compile_cache.weakref.finalize = real
+    assert finalizers.count(True) == 1 and compile_cache.holds(pid)
+    ref = weakref.ref(problem)
+    del problem
+    gc.collect()
+    assert ref() is None and not compile_cache.holds(pid) and pid not in compile_cache._WATCHED
 
 
 def test_a_new_problem_of_the_same_functions_shares_the_start_even_with_another_x0():

@@ -542,12 +542,22 @@ def clear() -> None:
         _SMALL.clear()
 
 
+# ids of the objects whose entries are forgotten when they are collected: one finalizer each, not
+# one per entry kept (a problem changed in place between many calls keeps entry after entry)
+_WATCHED: set[int] = set()
+
+
 def _forget_when_collected(problem: Any) -> None:
+    with _LOCK:
+        if id(problem) in _WATCHED:
+            return
+        _WATCHED.add(id(problem))
     weakref.finalize(problem, _forget, id(problem)).atexit = False  # nothing to free at exit
 
 
 def _forget(problem_id: int) -> None:
     with _LOCK:
+        _WATCHED.discard(problem_id)
         for cache in (_LOOPS, _SMALL, _STEP_SECONDS):
             for key in [k for k in cache if k[0] == problem_id]:
                 cache.pop(key, None)

@@ -63,21 +63,31 @@ class Prepared:
         return self.executable(*compile_cache.shared_arguments(problem, self.arrays_as_arguments), key)
 
 
-def kept(problem: Any, solver: Solver) -> Prepared | None:
-    """The :class:`Prepared` program of an earlier short call of ``problem`` and ``solver`` (equal
-    options), where nothing it was made from has changed since: the problem's fingerprint
-    (bounds, fixed values, data compiled in, shapes), its functions, its arrays' shapes and
-    dtypes, and JAX's default device and precision; else None.  Only for calls :func:`applies`
-    would take whatever their plan: nothing between chunks and no ``devices`` (the caller's part)."""
+def kept(problem: Any, solver: Solver, key: jax.Array) -> Prepared | None:
+    """The :class:`Prepared` program of the last short call of ``problem`` and ``solver`` (equal
+    options), where nothing it was made from has changed since: the problem's fingerprint (bounds,
+    fixed values, data compiled in, shapes), its functions, the shapes and dtypes of its arrays,
+    ``x0`` and the run's ``key``, and JAX's default device, float64 mode and random-number
+    implementation; else None.  Only for calls :func:`applies` would take whatever their plan:
+    nothing between chunks and no ``devices`` (the caller's part).  The solver's
+    :meth:`~multiwalk.solvers.base.Solver.one_program` says why its decision may be reused."""
     if not isinstance(problem, Problem) or type(solver).one_program is Solver.one_program:
         return None  # (a solver that never runs one program: no fingerprint digested for nothing)
-    return compile_cache.kept(_kept_key(problem, solver))
+    held = compile_cache.kept(_slot(problem, solver))
+    return held[1] if held is not None and held[0] == _made_from(problem, solver, key) else None
 
 
-def _kept_key(problem: Any, solver: Solver) -> tuple:
-    arguments = compile_cache.arguments_key(compile_cache.shared_arguments(problem, True))
+def _slot(problem: Any, solver: Solver) -> tuple:
+    """Where a problem's last short program for ``solver`` is kept: one slot, overwritten when
+    anything it was made from changes (a problem's data changed in place call after call would
+    otherwise fill the kept entries with programs never looked up again)."""
+    return (id(problem), "one program call", solver)
+
+
+def _made_from(problem: Any, solver: Solver, key: jax.Array) -> tuple:
+    arguments = compile_cache.arguments_key((compile_cache.shared_arguments(problem, True), key))
     return compile_cache.small_key(problem, solver, "one program call", *compile_cache.user_functions(problem),
-                                   bool(jax.config.jax_enable_x64), arguments)
+                                   bool(jax.config.jax_enable_x64), str(jax.config.jax_default_prng_impl), arguments)
 
 
 def prepare(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array,
@@ -90,7 +100,7 @@ def prepare(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], ke
         program, in_pinned_memory = _compiled(problem, solver, plan, phases, key)
     prepared = Prepared(tuple(phases), program.executable_for(key), in_pinned_memory, plan.arrays_as_arguments)
     if isinstance(problem, Problem):
-        compile_cache.keep(problem, _kept_key(problem, solver), prepared)
+        compile_cache.keep(problem, _slot(problem, solver), (_made_from(problem, solver, key), prepared))
     return prepared, time.perf_counter() - t0
 
 

@@ -1149,9 +1149,12 @@ def solve(
                       or callback is not None or iteration_callback is not None or writer is not None
                       or host is not None or dist.multi_process())
     if not between_chunks and devices is None:  # a repeated short call: its program in one lookup
-        prepared = one_program.kept(problem, solver)
+        key = _kept_run_key(int(seed))
+        prepared = one_program.kept(problem, solver, key)
         if prepared is not None:
-            return one_program.run(problem, solver, prepared, _kept_run_key(int(seed)))
+            result = one_program.run(problem, solver, prepared, key)
+            _multiwalk_launch.mark("solve: result made")
+            return result
     plan = _run_plan(problem, solver, devices, time_limit, iteration_callback)
     if host is not None:
         host.reset()

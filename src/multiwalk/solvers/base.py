@@ -430,7 +430,11 @@ class Solver(abc.ABC):
         runs it as ONE program: the start, every phase, :meth:`report` with
         :meth:`report_in_program`, and :meth:`done`, its small outputs read back once
         (:mod:`multiwalk.one_program`).  Such a run is not interrupted between chunks: Ctrl-C lets
-        it finish and its result says ``INTERRUPTED``.  Default: False."""
+        it finish and its result says ``INTERRUPTED``.  A solver that says True once for a problem
+        has its program kept, and a repeated call with equal options finds it without calling
+        :meth:`plan`, :meth:`writer` or this again (:func:`multiwalk.one_program.kept`): their answers
+        must follow from the options, the problem's fingerprint, functions and shapes alone.
+        Default: False."""
         return False
 
     def writer(self, problem: Problem) -> Writer | None:
