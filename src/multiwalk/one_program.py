@@ -14,7 +14,9 @@ the GPU's pinned host memory, so that reading them is only the wait for the prog
 compiled once for the problem's functions and shapes (:func:`~multiwalk.compile_cache.shared_jit`,
 kept across calls and in the program store); every such call runs it, the first one included, so
 two calls with the same seed give the same bits.  Ctrl-C or SIGTERM during it lets the program
-finish (it is short by construction) and the result says ``Status.INTERRUPTED``.
+finish (it is short by construction) and the result says ``Status.INTERRUPTED``.  A repeated call
+of the same problem with equal options finds the program, with what it was made from, in one
+lookup (:func:`kept`), and plans anew only where something of that changed.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def applies(problem: Any, solver: Solver, plan: RunPlan, *, between_chunks: bool
 @dataclass(frozen=True)
 class Prepared:
     """A short run's program for a problem and solver, kept (:func:`kept`) so that a repeated call
-    finds it in one lookup: its run plan, checks of the options and the program's own lookup
+    finds it in one lookup: its run plan, the one-program decision and the program's own lookup
     (~0.2 ms of a ~1 ms call on an H200 host) are those of the first such call."""
 
     phases: tuple[Phase, ...]
@@ -85,6 +87,7 @@ def _slot(problem: Any, solver: Solver) -> tuple:
 
 
 def _made_from(problem: Any, solver: Solver, key: jax.Array) -> tuple:
+    """What a kept program was made from (:func:`kept`'s list), as a key compared on each lookup."""
     arguments = compile_cache.arguments_key((compile_cache.shared_arguments(problem, True), key))
     return compile_cache.small_key(problem, solver, "one program call", *compile_cache.user_functions(problem),
                                    bool(jax.config.jax_enable_x64), str(jax.config.jax_default_prng_impl), arguments)
