@@ -305,9 +305,9 @@ def _large_ones_uploaded(args: tuple, leaves: list) -> tuple:
 def _executable_key(options: dict[str, Any], args: tuple, key_of: Callable[..., tuple]) -> tuple:
     """The key an executable for ``args`` (arrays) is kept under: ``key_of(tree, the arguments'
     keys, out_shardings' leaves and tree)``."""
-    leaves, tree = jax.tree_util.tree_flatten(args)
+    tree, arg_keys = arguments_key(args)
     placed = jax.tree_util.tree_flatten(options.get("out_shardings"))
-    return key_of(tree, tuple(_arg_key(x) for x in leaves), tuple(placed[0]), placed[1])
+    return key_of(tree, arg_keys, tuple(placed[0]), placed[1])
 
 
 def _kept_executable(fun: Callable, options: dict[str, Any], args: tuple, key_of: Callable[..., tuple],
