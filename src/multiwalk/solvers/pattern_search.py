@@ -150,12 +150,8 @@ def update_group_bests(bests: GroupBests, x: jax.Array, fun: jax.Array, iteratio
         x3 = jax.lax.with_sharding_constraint(x3, NamedSharding(mesh, PartitionSpec(AXIS)))
         fun2 = jax.lax.with_sharding_constraint(fun2, NamedSharding(mesh, PartitionSpec(AXIS)))
     group_x, group_fun = jax.vmap(lowest_row)(x3, fun2)  # each group's first walker with its lowest value
-    better = group_fun < bests.fun
-    return GroupBests(
-        fun=jnp.where(better, group_fun, bests.fun),
-        x=jnp.where(better[:, None], group_x, bests.x),
-        iteration=jnp.where(better, iteration, bests.iteration),
-    )
+    fun, x, better = keep_better(bests.fun, bests.x, group_fun, group_x)
+    return GroupBests(fun=fun, x=x, iteration=jnp.where(better, iteration, bests.iteration))
 
 
 def fold_group_bests(best_fun: jax.Array, best_x: jax.Array, bests: GroupBests) -> tuple[jax.Array, jax.Array]:
