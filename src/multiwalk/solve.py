@@ -855,7 +855,7 @@ def _first_chunk_length(run: _Run, loop_key: tuple, phase_index: int) -> int:
         target = 0.5 * run.chunk_seconds
         if run.time_limit is not None:
             target = min(target, run.time_limit - run.t_run)
-        n = int(max(1, min(int(max(target, 0.0) / max(per_step, 1e-9)), 1 << 30, run.plan.max_chunk or 1 << 30)))
+        n = max(1, min(int(max(target, 0.0) / max(per_step, 1e-9)), 1 << 30, run.plan.max_chunk or 1 << 30))
         if n < run.phases[phase_index].length - run.done[phase_index]:  # else it ends the phase: its length repeats
             n = _three_leading_bits(n)
     # under jax.distributed every process runs process 0's chunks (the timings kept may differ)
