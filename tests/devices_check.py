@@ -63,6 +63,23 @@ def main() -> dict:
         out["re_repeat_2_same"] = bool(np.array_equal(again.samples, runs[2].samples) and again.fun == runs[2].fun)
     except Exception as err:  # noqa: BLE001 - the guard's refusal, reported to the test
         out["re_repeat_2_copies"] = f"{type(err).__name__}: {str(err)[:200]}"
+    # a short run as ONE program (as on a GPU: ONE_PROGRAM_PLATFORMS), split over 2 devices, against
+    # one device and against the split run in chunks; a repeat runs the kept program, copying nothing
+    from multiwalk.solvers import replica_exchange as rex
+
+    platforms, rex.ONE_PROGRAM_PLATFORMS = rex.ONE_PROGRAM_PLATFORMS, ("cpu", "gpu")
+    try:
+        whole = {k: mw.solve(plane, re, seed=3, progress=False, devices=k) for k in (1, 2)}
+        with jax.transfer_guard_host_to_device("disallow"), jax.transfer_guard_device_to_device("disallow"):
+            whole_again = mw.solve(plane, re, seed=3, progress=False, devices=2)
+    finally:
+        rex.ONE_PROGRAM_PLATFORMS = platforms
+    out["re_one_program"] = [r.stats["one_program"] for r in (whole[1], whole[2], whole_again)]
+    out["re_one_program_devices"] = [whole[k].stats["devices"] for k in (1, 2)]
+    out["re_one_program_ulps_2"] = worst({f: (getattr(whole[2], f), getattr(whole[1], f)) for f in fields})
+    out["re_one_program_vs_chunks_ulps_2"] = worst({f: (getattr(whole[2], f), getattr(runs[2], f)) for f in fields})
+    out["re_one_program_repeat_same"] = bool(np.array_equal(whole_again.samples, whole[2].samples)
+                                             and whole_again.fun == whole[2].fun)
     # the swap kernel (Pallas, interpret mode here) on each device's sequences, against one device
     re_kernel = mw.ReplicaExchange(nseq=8, nbeta=4, nburn=10, niter=20, kernel="pallas")
     kernel_runs = {k: mw.solve(plane, re_kernel, seed=3, progress=False, devices=k) for k in (1, 2)}

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from . import compile_cache
+from . import distributed as dist
 from . import progress as prog
 from .problem import Problem
 from .result import Result, Status
@@ -41,12 +42,26 @@ __all__ = ["Prepared", "applies", "kept", "prepare", "run"]
 
 
 def applies(problem: Any, solver: Solver, plan: RunPlan, *, between_chunks: bool, devices: Any) -> bool:
-    """Whether :func:`run` runs this call: nothing asked ``between_chunks`` (a progress bar asked
-    for, a callback, a checkpoint, a resume, a writer, a time limit, a non-JAX objective), no
-    ``devices`` asked for, one device in one process, no XLA options of the plan's, and the solver
-    calls the run short."""
-    return (not between_chunks and devices is None and not plan.compiler_options and jax.device_count() == 1
-            and solver.writer(problem) is None and plan.max_chunk is None and solver.one_program(problem, plan))
+    """Whether :func:`run` may run this call, before the placement is known: nothing asked
+    ``between_chunks`` (a progress bar asked for, a callback, a checkpoint, a resume, a writer, a
+    time limit, a non-JAX objective), one process, no XLA options of the plan's, and either a
+    solver whose one program may be split over devices (:attr:`Solver.one_program_split`) or no
+    ``devices`` asked for on a machine of one device.  The solver's own word
+    (:meth:`Solver.one_program`) is asked once the placement is known (:func:`placed_plan_fits`)."""
+    return (not between_chunks and not plan.compiler_options and plan.max_chunk is None
+            and (solver.one_program_split or (devices is None and jax.device_count() == 1))
+            and solver.writer(problem) is None)
+
+
+def placed_plan_fits(problem: Any, solver: Solver, plan: RunPlan, placement: Any) -> bool:
+    """Whether the run, placed (``placement``: :class:`multiwalk.distributed.Placement`; ``plan``
+    holds its mesh), is one program: on the default device, or split over several devices by a
+    solver that allows it, without a note of a split refused, and the solver calls it short."""
+    if placement.sharded:
+        where_ok = solver.one_program_split
+    else:
+        where_ok = placement.devices[0] in (None, compile_cache.default_device()) and not placement.note
+    return bool(where_ok and solver.one_program(problem, plan))
 
 
 @dataclass(frozen=True)
@@ -59,24 +74,32 @@ class Prepared:
     executable: Any  # (shared_arguments(problem)..., key) -> (state, small outputs)
     in_pinned_memory: bool  # the small outputs are written into the GPU's pinned host memory
     arrays_as_arguments: bool  # the plan's: the problem's arrays are the executable's arguments
+    placement: Any  # multiwalk.distributed.Placement: the default device, or the devices it is split over
+
+    @property
+    def split(self) -> bool:
+        """Whether the run is split over several devices (its key replicated over them)."""
+        return bool(self.placement.sharded)
 
     def launch(self, problem: Any, key: jax.Array) -> tuple[Any, Any]:
-        """The run from ``key`` on the problem's arrays and ``x0`` as they are now."""
+        """The run from ``key`` (on the default device; replicated over the devices of a split
+        run) on the problem's arrays and ``x0`` as they are now."""
         return self.executable(*compile_cache.shared_arguments(problem, self.arrays_as_arguments), key)
 
 
-def kept(problem: Any, solver: Solver, key: jax.Array) -> Prepared | None:
+def kept(problem: Any, solver: Solver, key: jax.Array, devices: int | None = None) -> Prepared | None:
     """The :class:`Prepared` program of the last short call of ``problem`` and ``solver`` (equal
     options), where nothing it was made from has changed since: the problem's fingerprint (bounds,
     fixed values, data compiled in, shapes), its functions, the shapes and dtypes of its arrays,
-    ``x0`` and the run's ``key``, and JAX's default device, float64 mode and random-number
-    implementation; else None.  Only for calls :func:`applies` would take whatever their plan:
-    nothing between chunks and no ``devices`` (the caller's part).  The solver's
+    ``x0`` and the run's ``key`` (on the default device), ``devices`` (None or a count: the
+    caller's part) and the machine's device count, and JAX's default device, float64 mode and
+    random-number implementation; else None.  Only for calls :func:`applies` would take whatever
+    their plan: nothing between chunks (the caller's part).  The solver's
     :meth:`~multiwalk.solvers.base.Solver.one_program` says why its decision may be reused."""
     if not isinstance(problem, Problem) or type(solver).one_program is Solver.one_program:
         return None  # (a solver that never runs one program: no fingerprint digested for nothing)
     held = compile_cache.kept(_slot(problem, solver))
-    return held[1] if held is not None and held[0] == _made_from(problem, solver, key) else None
+    return held[1] if held is not None and held[0] == _made_from(problem, solver, key, devices) else None
 
 
 def _slot(problem: Any, solver: Solver) -> tuple:
@@ -86,38 +109,51 @@ def _slot(problem: Any, solver: Solver) -> tuple:
     return (id(problem), "one program call", solver)
 
 
-def _made_from(problem: Any, solver: Solver, key: jax.Array) -> tuple:
+def _made_from(problem: Any, solver: Solver, key: jax.Array, devices: int | None) -> tuple:
     """What a kept program was made from (:func:`kept`'s list), as a key compared on each lookup."""
     arguments = compile_cache.arguments_key((compile_cache.shared_arguments(problem, True), key))
     return compile_cache.small_key(problem, solver, "one program call", *compile_cache.user_functions(problem),
-                                   bool(jax.config.jax_enable_x64), str(jax.config.jax_default_prng_impl), arguments)
+                                   bool(jax.config.jax_enable_x64), str(jax.config.jax_default_prng_impl), arguments,
+                                   devices, jax.device_count())
 
 
-def prepare(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array,
-            show: bool) -> tuple[Prepared, float]:
-    """``(the program of the whole run from keys like ``key``, seconds spent compiling or finding
-    it)``, kept for :func:`kept` (a :class:`Problem`'s).  ``show``: a status line while a first
-    call compiles for over a second."""
+def prepare(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], placement: Any, keys: tuple,
+            devices: int | None, show: bool) -> tuple[Prepared, float]:
+    """``(the program of the whole run placed as ``placement`` says, seconds spent compiling or
+    finding it)``, kept for :func:`kept` (a :class:`Problem`'s) under ``devices`` (the call's: None
+    or a count).  ``keys``: the run's key on the default device (what :func:`kept` compares) and
+    where the program takes it (replicated over a split run's devices).  ``show``: a status line
+    while a first call compiles for over a second."""
     t0 = time.perf_counter()
+    key, placed_key = keys
     with prog.CompileStatus(True) if show else contextlib.nullcontext():
-        program, in_pinned_memory = _compiled(problem, solver, plan, phases, key)
-    prepared = Prepared(tuple(phases), program.executable_for(key), in_pinned_memory, plan.arrays_as_arguments)
+        program, in_pinned_memory = _compiled(problem, solver, plan, phases, placement, placed_key)
+    prepared = Prepared(tuple(phases), program.executable_for(placed_key), in_pinned_memory,
+                        plan.arrays_as_arguments, placement)
     if isinstance(problem, Problem):
-        compile_cache.keep(problem, _slot(problem, solver), (_made_from(problem, solver, key), prepared))
+        compile_cache.keep(problem, _slot(problem, solver), (_made_from(problem, solver, key, devices), prepared))
     return prepared, time.perf_counter() - t0
 
 
 def run(problem: Any, solver: Solver, prepared: Prepared, key: jax.Array, compile_seconds: float = 0.0) -> Result:
-    """The whole run from ``key`` (the run's key on the default device) by ``prepared``'s program;
-    the solver's result, with ``stats["one_program"]`` True.  Ctrl-C or SIGTERM during the run
-    ends it as it ends a chunk: the program finishes (it is short), and the result says
-    ``Status.INTERRUPTED``."""
+    """The whole run from ``key`` (the run's key where the program takes it: on the default device,
+    or replicated over a split run's devices) by ``prepared``'s program; the solver's result, with
+    ``stats["one_program"]`` True.  Ctrl-C or SIGTERM during the run ends it as it ends a chunk:
+    the program finishes (it is short), and the result says ``Status.INTERRUPTED``.  A split run's
+    report gets :meth:`Solver.report_ready`'s additions queued behind the program (the value at the
+    point by the one-point program on the default device, as a run in chunks gets it), and its
+    replicated small outputs are read from their copy on the first device."""
     phases = prepared.phases
     t1 = time.perf_counter()
     ctrl_c = prog.CtrlC()
     try:
         state, small = prepared.launch(problem, key)
-        if not prepared.in_pinned_memory:  # in pinned host memory the program's end is the only wait
+        if prepared.split:
+            n_runs, report, converged = small
+            if report is not None:
+                report = solver.report_ready(problem, report)
+            small, _ = prog.start_copies((n_runs, report, converged))
+        elif not prepared.in_pinned_memory:  # in pinned host memory the program's end is the only wait
             for leaf in jax.tree_util.tree_leaves(small):
                 leaf.copy_to_host_async()
         n_runs, report, converged = prog.fetch(small)
@@ -126,7 +162,8 @@ def run(problem: Any, solver: Solver, prepared: Prepared, key: jax.Array, compil
     t_run = time.perf_counter() - t1
     done = [int(n) for n in n_runs]
     stats: dict[str, Any] = {
-        "compile_seconds": compile_seconds, "chunks": 1, "devices": 1, "one_program": True, "run_seconds": t_run,
+        "compile_seconds": compile_seconds, "chunks": 1, "devices": len(prepared.placement.devices),
+        "one_program": True, "run_seconds": t_run,
         "iterations": {p.name: d for p, d in zip(phases, done)}, "loop_seconds": t_run,
     }
     # never a silent exit at the iteration limit: a solver with a convergence test that did not meet it
@@ -135,9 +172,14 @@ def run(problem: Any, solver: Solver, prepared: Prepared, key: jax.Array, compil
     return solver.result(problem, state, done, status, stats, **reported)
 
 
-def _whole_run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array) -> tuple:
-    """``(state, (iterations run of each phase, report, converged))``: the run from ``key``, traced."""
+def _whole_run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], shardings: Any,
+               key: jax.Array) -> tuple:
+    """``(state, (iterations run of each phase, report, converged))``: the run from ``key``, traced;
+    ``shardings`` (a split run's: a tree like the state) split the start over the devices, each
+    making its part, as the run's own start does; None on one device."""
     state = solver.init(problem, key)
+    if shardings is not None:
+        state = jax.lax.with_sharding_constraint(state, shardings)
     n_runs = []
     for i, phase in enumerate(phases):
         if phase.length == 0:
@@ -146,30 +188,38 @@ def _whole_run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase],
         state, n_run = solver.run_chunk(problem, state, i, jnp.asarray(phase.length, jnp.int32), plan=plan)
         n_runs.append(jnp.asarray(n_run, jnp.int32))
     report = solver.report(problem, state, plan)
-    if report is not None:
+    if report is not None and shardings is None:  # a split run's: report_ready, queued behind (run)
         report = solver.report_in_program(problem, report)
     last = len(phases) - 1
     converged = solver.done(problem, state, last) if solver.checks_convergence else jnp.asarray(True)
     return state, (jnp.stack(n_runs), report, converged)
 
 
-def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], key: jax.Array) -> tuple[Any, bool]:
+def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], placement: Any,
+              key: jax.Array) -> tuple[Any, bool]:
     """``(the program (:func:`~multiwalk.compile_cache.shared_jit`), whether its small outputs are in
-    pinned host memory)``, its executable for ``key`` kept or compiled now: the small outputs in
-    pinned host memory on a GPU that has it, else where JAX puts them.  Where XLA will not write
-    this program's outputs there, it is compiled without, with one warning (an error of the run
-    itself is then raised by that compilation)."""
+    pinned host memory)``, its executable for ``key`` kept or compiled now.  Split over devices
+    (``placement``): the state split as the run in chunks splits it, the small outputs replicated.
+    On one device: the small outputs in pinned host memory on a GPU that has it, else where JAX
+    puts them.  Where XLA will not write this program's outputs there, it is compiled without,
+    with one warning (an error of the run itself is then raised by that compilation)."""
+    if placement.sharded:
+        program = _program(problem, solver, plan, phases, placement.shardings,
+                           (placement.shardings, placement.replicated), "split")
+        with dist.mesh_context(placement.mesh):  # as the chunks' loops are compiled (collectives)
+            program.executable_for(key)
+        return program, False
     device = compile_cache.default_device()
     pinned = _pinned_outputs(device)
     try:
-        program = _program(problem, solver, plan, phases, pinned)
+        program = _program(problem, solver, plan, phases, None, pinned, "pinned" if pinned else "device")
         program.executable_for(key)
         return program, pinned is not None
     except Exception as err:  # noqa: BLE001 - see below
         if pinned is None:
             raise
         refused = err
-    program = _program(problem, solver, plan, phases, None)
+    program = _program(problem, solver, plan, phases, None, None, "device")
     program.executable_for(key)
     _NO_PINNED_OUTPUTS.add(device)
     warnings.warn(f"a short run's results are read from {device} without pinned host memory "
@@ -178,11 +228,13 @@ def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], 
     return program, False
 
 
-def _program(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], out_shardings: Any) -> Any:
-    """The whole run as a :func:`~multiwalk.compile_cache.shared_jit` of ``key``, kept across calls."""
-    name = f"one program {[tuple(p) for p in phases]} block {plan.loop_block} pinned {out_shardings is not None}"
+def _program(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], shardings: Any,
+             out_shardings: Any, outputs: str) -> Any:
+    """The whole run as a :func:`~multiwalk.compile_cache.shared_jit` of ``key``, kept across calls;
+    ``outputs`` names where its small outputs go (``"pinned"``, ``"device"``, ``"split"``)."""
+    name = f"one program {[tuple(p) for p in phases]} block {plan.loop_block} outputs {outputs}"
     return compile_cache.shared_jit(
-        problem, solver, name, lambda p: lambda k: _whole_run(p, solver, plan, phases, k), out_shardings,
+        problem, solver, name, lambda p: lambda k: _whole_run(p, solver, plan, phases, shardings, k), out_shardings,
         arrays_as_arguments=plan.arrays_as_arguments)
 
 

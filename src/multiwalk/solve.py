@@ -1017,18 +1017,35 @@ def _converged(solver: Solver, problem: Any, state: Any, phase: int) -> bool:
     return bool(solver.done(problem, state, phase))
 
 
-def _in_one_program(problem: Any, solver: Solver, plan: RunPlan, seed: int, show: bool) -> Result:
-    """A short run as one program (:mod:`multiwalk.one_program`), with the plan's ``loop_block``
-    as a run on the default device gets it; ``show``: a status line while it compiles."""
-    placement = dist.Placement((None,), None, None)
+def _in_one_program(problem: Any, solver: Solver, plan: RunPlan, seed: int, show: bool, devices: Any) -> Result | None:
+    """A short run as one program (:mod:`multiwalk.one_program`), placed as a run in chunks would
+    be (on the default device, or split over the devices asked for), with that run's
+    ``loop_block``; None where it is not one program once placed
+    (:func:`multiwalk.one_program.placed_plan_fits`).  ``show``: a status line while it compiles."""
+    key = _kept_run_key(seed)
+    if solver.one_program_split:  # placed as a run in chunks would be
+        placement = _placement(problem, solver, solver.initial_state_fn(problem, None, plan), key, devices)
+    else:  # one_program.applies: no devices asked for, one device
+        placement = dist.Placement((None,), None, None)
+    plan = dataclasses.replace(plan, mesh=placement.mesh)
+    if not one_program.placed_plan_fits(problem, solver, plan, placement):
+        return None
     phases = solver.phases(problem)
     block = _loop_block(problem, solver, plan, phases, [0] * len(phases), placement, False)
-    key = _kept_run_key(seed)
+    placed_key = _kept_run_key(seed, placement) if placement.sharded else key
     prepared, seconds = one_program.prepare(problem, solver, dataclasses.replace(plan, loop_block=block), phases,
-                                            key, show)
-    result = one_program.run(problem, solver, prepared, key, seconds)
+                                            placement, (key, placed_key), _kept_devices(devices), show)
+    result = one_program.run(problem, solver, prepared, placed_key, seconds)
     _multiwalk_launch.mark("solve: result made")
     return result
+
+
+def _kept_devices(devices: Any) -> int | None | bool:
+    """``solve(devices=...)`` as a kept short program is looked up under (:func:`multiwalk.one_program.kept`):
+    None or a count; False for anything else (a list of devices: never looked up)."""
+    if devices is None or (isinstance(devices, (int, np.integer)) and not isinstance(devices, bool)):
+        return None if devices is None else int(devices)
+    return False
 
 
 # ---------------------------------------------------------------------------- the driver
@@ -1148,11 +1165,13 @@ def solve(
     between_chunks = (bool(progress) or time_limit is not None or checkpoint is not None or resume is not None
                       or callback is not None or iteration_callback is not None or writer is not None
                       or host is not None or dist.multi_process())
-    if not between_chunks and devices is None:  # a repeated short call: its program in one lookup
+    asked = _kept_devices(devices)
+    if not between_chunks and asked is not False:  # a repeated short call: its program in one lookup
         key = _kept_run_key(int(seed))
-        prepared = one_program.kept(problem, solver, key)
+        prepared = one_program.kept(problem, solver, key, asked)
         if prepared is not None:
-            result = one_program.run(problem, solver, prepared, key)
+            placed_key = _kept_run_key(int(seed), prepared.placement) if prepared.split else key
+            result = one_program.run(problem, solver, prepared, placed_key)
             _multiwalk_launch.mark("solve: result made")
             return result
     plan = _run_plan(problem, solver, devices, time_limit, iteration_callback)
@@ -1160,7 +1179,9 @@ def solve(
         host.reset()
         host.start()  # the worker processes come up while the solver compiles
     if one_program.applies(problem, solver, plan, between_chunks=between_chunks, devices=devices):
-        return _in_one_program(problem, solver, plan, int(seed), show)
+        result = _in_one_program(problem, solver, plan, int(seed), show, devices)
+        if result is not None:
+            return result
     try:
         _multiwalk_launch.mark("solve: options checked")
         # a first call compiles for seconds before the bar can appear: a status line says so meanwhile

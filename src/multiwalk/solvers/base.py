@@ -230,6 +230,12 @@ class Solver(abc.ABC):
     #: loop per phase, or a step called outside the driver), on which it may branch in Python
     traced_phase: bool = False
 
+    #: whether a run that :meth:`one_program` calls short is one program also when ``devices=`` is
+    #: given or the run is split over several devices (its state split as in chunks, its report's
+    #: :meth:`report_ready` queued behind the program); else one program only on a machine of one
+    #: device without ``devices=``
+    one_program_split: bool = False
+
     def one_loop(self, problem: Problem, platform: str) -> bool:
         """Whether this run compiles ONE loop for all the phases (the phase a traced argument) on a
         device of ``platform`` ("cpu", "gpu", ...): where ``traced_phase``, unless a subclass weighs it
@@ -425,15 +431,17 @@ class Solver(abc.ABC):
     def one_program(self, problem: Problem, plan: RunPlan) -> bool:
         """Whether a run of ``problem`` under ``plan`` is short by its options alone (seconds at
         most for the objectives it expects), so that a call which asks for nothing between chunks
-        (no ``progress=True``, callback, iteration callback, checkpoint, resume, writer, time limit,
-        ``devices`` or non-JAX objective; one device, one process; no XLA options in ``plan``)
-        runs it as ONE program: the start, every phase, :meth:`report` with
-        :meth:`report_in_program`, and :meth:`done`, its small outputs read back once
+        (no ``progress=True``, callback, iteration callback, checkpoint, resume, writer, time limit
+        or non-JAX objective; one process; no XLA options in ``plan``; one device and no
+        ``devices`` unless :attr:`one_program_split`) runs it as ONE program: the start, every
+        phase, :meth:`report` with :meth:`report_in_program`, and :meth:`done`, its small outputs
+        read back once
         (:mod:`multiwalk.one_program`).  Such a run is not interrupted between chunks: Ctrl-C lets
         it finish and its result says ``INTERRUPTED``.  A solver that says True once for a problem
         has its program kept, and a repeated call with equal options finds it without calling
         :meth:`plan`, :meth:`writer` or this again (:func:`multiwalk.one_program.kept`): their answers
-        must follow from the options, the problem's fingerprint, functions and shapes alone.
+        must follow from the options, the problem's fingerprint, functions and shapes, and the
+        devices asked for, alone.  Asked once the run is placed: ``plan.mesh`` is a split run's.
         Default: False."""
         return False
 

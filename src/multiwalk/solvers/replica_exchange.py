@@ -82,6 +82,17 @@ _ADAPT_FACTOR = 1.01
 # a cheap function (tens of equations) is unrolled 8 times, a model of 512 or more not at all
 UNROLL_EQUATIONS = 512
 
+# A run is one program (one_program) on these platforms only: on a GPU a run in chunks waits for
+# the host between its programs (two H200s: ~1.5 ms at the switch from burn-in to sampling, ~1 ms
+# before the first chunk and after the last); on a CPU that costs little, and a long run there keeps
+# its progress bar and Ctrl-C between chunks
+ONE_PROGRAM_PLATFORMS = ("gpu",)
+# ... when it makes at most this many parameter updates (chains x iterations x free parameters:
+# ~0.3 s of a cheap objective on an H200) of an objective of at most ONE_PROGRAM_EQUATIONS equations
+# (those unrolled 8 times: the xringaus model's 440 are not, its compilation is long enough already)
+ONE_PROGRAM_UPDATES = 1 << 31
+ONE_PROGRAM_EQUATIONS = UNROLL_EQUATIONS // 8
+
 
 class ReplicaExchangeState(NamedTuple):
     key: jax.Array  # (2,) uint32, the run's key; each iteration folds in `iteration`
@@ -208,6 +219,8 @@ class ReplicaExchange(Solver):
     # Burn-in and sampling can be one compiled loop, the phase a traced int: the objective (the
     # xringaus model: most of the compile time) is compiled once, not once per phase (one_loop).
     traced_phase = True
+    # A short run on a GPU is one program on every placement: split over devices too (one_program)
+    one_program_split = True
 
     def __post_init__(self) -> None:
         for name in ("nbeta", "nseq", "nadj"):
@@ -378,6 +391,24 @@ class ReplicaExchange(Solver):
         if self.loops != "auto":
             return self.loops == "one"
         return platform == "cpu"
+
+    def one_program(self, problem: Problem, plan: RunPlan) -> bool:
+        """On a GPU (:data:`ONE_PROGRAM_PLATFORMS`), at most :data:`ONE_PROGRAM_UPDATES` parameter
+        updates (``nseq x nbeta x (nburn + niter) x n_free``) of an objective of at most
+        :data:`ONE_PROGRAM_EQUATIONS` equations: the run is one program (the start, burn-in,
+        sampling and the report), on one device or split over several (``one_program_split``).  A
+        slow objective whose cost its equations hide (a long ``lax.scan``) may take longer:
+        ``progress=True`` or a time limit keeps its run in chunks."""
+        platform = plan.mesh.devices.flat[0].platform if plan.mesh is not None else jax.default_backend()
+        if platform not in ONE_PROGRAM_PLATFORMS:
+            return False
+        updates = self.nseq * self.nbeta * (self.nburn + self.niter) * problem.n_free
+        return updates <= ONE_PROGRAM_UPDATES and objective_equations(problem) <= ONE_PROGRAM_EQUATIONS
+
+    def report_in_program(self, problem: Problem, report: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        """:meth:`report_ready`'s value at the best point, computed in the program that runs the whole
+        run on one device."""
+        return {**report, "value": problem.chi2_full(report["best_x"])}
 
     # ----------------------------------------------------------------- one iteration
     def kernel_plan(self, split: bool = False) -> KernelPlan:
