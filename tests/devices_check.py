@@ -76,7 +76,7 @@ def main() -> dict:
         rex.ONE_PROGRAM_PLATFORMS = platforms
     out["re_one_program"] = [r.stats["one_program"] for r in (whole[1], whole[2], whole_again)]
     out["re_one_program_devices"] = [whole[k].stats["devices"] for k in (1, 2)]
-    out["re_one_program_ulps_2"] = worst({f: (getattr(whole[2], f), getattr(whole[1], f)) for f in fields})
+    out["re_one_program_ulps_2"] = worst({f: (getattr(whole[2], f), getattr(whole[1], f)) for f in (*fields, "fun")})
     out["re_one_program_vs_chunks_ulps_2"] = worst({f: (getattr(whole[2], f), getattr(runs[2], f)) for f in fields})
     out["re_one_program_repeat_same"] = bool(np.array_equal(whole_again.samples, whole[2].samples)
                                              and whole_again.fun == whole[2].fun)

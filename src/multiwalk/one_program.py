@@ -30,6 +30,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
 
 from . import compile_cache
 from . import distributed as dist
@@ -140,19 +141,15 @@ def run(problem: Any, solver: Solver, prepared: Prepared, key: jax.Array, compil
     or replicated over a split run's devices) by ``prepared``'s program; the solver's result, with
     ``stats["one_program"]`` True.  Ctrl-C or SIGTERM during the run ends it as it ends a chunk:
     the program finishes (it is short), and the result says ``Status.INTERRUPTED``.  A split run's
-    report gets :meth:`Solver.report_ready`'s additions queued behind the program (the value at the
-    point by the one-point program on the default device, as a run in chunks gets it), and its
-    replicated small outputs are read from their copy on the first device."""
+    replicated small outputs are read from their copy on the first device (in its pinned host
+    memory on GPUs that have it)."""
     phases = prepared.phases
     t1 = time.perf_counter()
     ctrl_c = prog.CtrlC()
     try:
         state, small = prepared.launch(problem, key)
-        if prepared.split:
-            n_runs, report, converged = small
-            if report is not None:
-                report = solver.report_ready(problem, report)
-            small, _ = prog.start_copies((n_runs, report, converged))
+        if prepared.split and not prepared.in_pinned_memory:
+            small, _ = prog.start_copies(small)
         elif not prepared.in_pinned_memory:  # in pinned host memory the program's end is the only wait
             for leaf in jax.tree_util.tree_leaves(small):
                 leaf.copy_to_host_async()
@@ -188,7 +185,7 @@ def _whole_run(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase],
         state, n_run = solver.run_chunk(problem, state, i, jnp.asarray(phase.length, jnp.int32), plan=plan)
         n_runs.append(jnp.asarray(n_run, jnp.int32))
     report = solver.report(problem, state, plan)
-    if report is not None and shardings is None:  # a split run's: report_ready, queued behind (run)
+    if report is not None:
         report = solver.report_in_program(problem, report)
     last = len(phases) - 1
     converged = solver.done(problem, state, last) if solver.checks_convergence else jnp.asarray(True)
@@ -204,11 +201,7 @@ def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], 
     puts them.  Where XLA will not write this program's outputs there, it is compiled without,
     with one warning (an error of the run itself is then raised by that compilation)."""
     if placement.sharded:
-        program = _program(problem, solver, plan, phases, placement.shardings,
-                           (placement.shardings, placement.replicated), "split")
-        with dist.mesh_context(placement.mesh):  # as the chunks' loops are compiled (collectives)
-            program.executable_for(key)
-        return program, False
+        return _compiled_split(problem, solver, plan, phases, placement, key)
     device = compile_cache.default_device()
     pinned = _pinned_outputs(device)
     try:
@@ -225,6 +218,33 @@ def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], 
     warnings.warn(f"a short run's results are read from {device} without pinned host memory "
                   f"({type(refused).__name__}: {str(refused)[:200]}); each read then costs a transfer of its own",
                   stacklevel=6)  # _compiled, prepare, _in_one_program, solve, its wrapper: the caller's line
+    return program, False
+
+
+def _compiled_split(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], placement: Any,
+                    key: jax.Array) -> tuple[Any, bool]:
+    """:func:`_compiled` for a run split over ``placement``'s devices: the state split as the run in
+    chunks splits it, the small outputs replicated, in the devices' pinned host memory on GPUs that
+    have it (else in device memory, read through :func:`multiwalk.progress.start_copies`)."""
+    devices = placement.devices
+    pinned = all(d.platform == "gpu" and d not in _NO_PINNED_OUTPUTS and prog.has_pinned_host(d) for d in devices)
+    with dist.mesh_context(placement.mesh):  # as the chunks' loops are compiled (collectives)
+        if pinned:
+            outputs = NamedSharding(placement.mesh, PartitionSpec(), memory_kind="pinned_host")
+            try:
+                program = _program(problem, solver, plan, phases, placement.shardings,
+                                   (placement.shardings, outputs), "split pinned")
+                program.executable_for(key)
+                return program, True
+            except Exception as err:  # noqa: BLE001 - as _compiled: without pinned outputs, one warning
+                refused = err
+            _NO_PINNED_OUTPUTS.update(devices)
+            warnings.warn(f"a short run's results are read from {devices[0]} without pinned host memory "
+                          f"({type(refused).__name__}: {str(refused)[:200]}); each read then costs a transfer "
+                          "of its own", stacklevel=7)  # + _compiled: the caller's line
+        program = _program(problem, solver, plan, phases, placement.shardings,
+                           (placement.shardings, placement.replicated), "split")
+        program.executable_for(key)
     return program, False
 
 

@@ -231,9 +231,9 @@ class Solver(abc.ABC):
     traced_phase: bool = False
 
     #: whether a run that :meth:`one_program` calls short is one program also when ``devices=`` is
-    #: given or the run is split over several devices (its state split as in chunks, its report's
-    #: :meth:`report_ready` queued behind the program); else one program only on a machine of one
-    #: device without ``devices=``
+    #: given or the run is split over several devices (its state split as in chunks, its report
+    #: with :meth:`report_in_program`'s additions replicated); else one program only on a machine of
+    #: one device without ``devices=``
     one_program_split: bool = False
 
     def one_loop(self, problem: Problem, platform: str) -> bool:

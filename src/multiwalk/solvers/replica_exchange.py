@@ -407,7 +407,7 @@ class ReplicaExchange(Solver):
 
     def report_in_program(self, problem: Problem, report: dict[str, jax.Array]) -> dict[str, jax.Array]:
         """:meth:`report_ready`'s value at the best point, computed in the program that runs the whole
-        run on one device."""
+        run (on one device, or replicated on each of a split run's)."""
         return {**report, "value": problem.chi2_full(report["best_x"])}
 
     # ----------------------------------------------------------------- one iteration
