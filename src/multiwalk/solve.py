@@ -1136,8 +1136,9 @@ def solve(
     phase's last chunk has the next phase's first queued behind it; a Ctrl-C there stops after it.)
 
     A run its solver calls short (``solver.one_program``: PatternSearch's one round of a cheap
-    objective), in a call that asks for nothing between chunks (no ``progress=True``, callbacks,
-    checkpoint, resume, writer, time limit or ``devices``), is ONE program, read back once
+    objective; ReplicaExchange's short run on a GPU, split over devices too), in a call that asks
+    for nothing between chunks (no ``progress=True``, callbacks, checkpoint, resume, writer, time
+    limit, nor ``devices`` for a solver without ``one_program_split``), is ONE program, read back once
     (:mod:`multiwalk.one_program`; ``stats["one_program"]`` True): no bar (``progress=None`` shows
     none for it), ``chunk_seconds`` unused, and Ctrl-C lets it finish, then says ``INTERRUPTED``.
     Its ``run_seconds`` covers the start and the result's value too.
