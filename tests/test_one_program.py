@@ -89,7 +89,7 @@ class Recorder:
 
 
 @pytest.mark.parametrize("asked", [None, "progress", "callback", "iteration_callback", "checkpoint", "time_limit",
-                                   "writer", "devices"])
+                                   "writer"])
 def test_anything_asked_between_chunks_keeps_the_run_in_chunks(asked, tmp_path, capsys):
     problem = box()
     solver = mw.PatternSearch(n_walkers=16, iterations=3, rounds=1)
@@ -101,12 +101,21 @@ def test_anything_asked_between_chunks_keeps_the_run_in_chunks(asked, tmp_path, 
         "checkpoint": {"checkpoint": tmp_path / "run.ckpt"},
         "time_limit": {"time_limit": 600.0},
         "writer": {"writer": Recorder()},
-        "devices": {"devices": 1},
     }[asked]
     r = mw.solve(problem, solver, seed=0, **({"progress": False} | options))
     assert r.stats["one_program"] is (asked is None) and r.stats["iterations"] == {"search": 3}
     if asked == "writer":
         assert options["writer"].calls and options["writer"].calls[-1][1] == 3
+
+
+def test_one_device_asked_for_on_a_machine_of_one_is_the_same_program():
+    # devices=1 where the default device is the only one: the run of devices=None, bit for bit
+    problem = box()
+    solver = mw.PatternSearch(n_walkers=16, iterations=3, rounds=1)
+    plain = mw.solve(problem, solver, seed=0, progress=False)
+    asked = mw.solve(problem, solver, seed=0, progress=False, devices=1)
+    assert plain.stats["one_program"] and asked.stats["one_program"] and asked.stats["devices"] == 1
+    assert np.array_equal(plain.x, asked.x) and plain.fun == asked.fun
 
 
 def progress_module() -> Any:
