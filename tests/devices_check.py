@@ -67,14 +67,18 @@ def main() -> dict:
     # one device and against the split run in chunks; a repeat runs the kept program, copying nothing
     from multiwalk.solvers import replica_exchange as rex
 
+    # (a problem of its own: its kept program would outlive the platforms' change for ``plane``)
+    plane_whole = mw.Problem(objective=sphere, lower=-5.0 * np.ones(2), upper=5.0 * np.ones(2))
     platforms, rex.ONE_PROGRAM_PLATFORMS = rex.ONE_PROGRAM_PLATFORMS, ("cpu", "gpu")
     try:
-        whole = {k: mw.solve(plane, re, seed=3, progress=False, devices=k) for k in (1, 2)}
+        whole = {k: mw.solve(plane_whole, re, seed=3, progress=False, devices=k) for k in (1, 2)}
         with jax.transfer_guard_host_to_device("disallow"), jax.transfer_guard_device_to_device("disallow"):
-            whole_again = mw.solve(plane, re, seed=3, progress=False, devices=2)
+            whole_again = mw.solve(plane_whole, re, seed=3, progress=False, devices=2)
+        # a device other than the default one, asked for: the run stays in chunks
+        other_device = mw.solve(plane_whole, re, seed=3, progress=False, devices=[jax.devices()[1]])
     finally:
         rex.ONE_PROGRAM_PLATFORMS = platforms
-    out["re_one_program"] = [r.stats["one_program"] for r in (whole[1], whole[2], whole_again)]
+    out["re_one_program"] = [r.stats["one_program"] for r in (whole[1], whole[2], whole_again, other_device)]
     out["re_one_program_devices"] = [whole[k].stats["devices"] for k in (1, 2)]
     out["re_one_program_ulps_2"] = worst({f: (getattr(whole[2], f), getattr(whole[1], f)) for f in (*fields, "fun")})
     out["re_one_program_vs_chunks_ulps_2"] = worst({f: (getattr(whole[2], f), getattr(runs[2], f)) for f in fields})

@@ -50,6 +50,7 @@ def applies(problem: Any, solver: Solver, plan: RunPlan, *, between_chunks: bool
     ``devices`` asked for on a machine of one device.  The solver's own word
     (:meth:`Solver.one_program`) is asked once the placement is known (:func:`placed_plan_fits`)."""
     return (not between_chunks and not plan.compiler_options and plan.max_chunk is None
+            and type(solver).one_program is not Solver.one_program
             and (solver.one_program_split or (devices is None and jax.device_count() == 1))
             and solver.writer(problem) is None)
 
@@ -94,8 +95,9 @@ def kept(problem: Any, solver: Solver, key: jax.Array, devices: int | None = Non
     fixed values, data compiled in, shapes), its functions, the shapes and dtypes of its arrays,
     ``x0`` and the run's ``key`` (on the default device), ``devices`` (None or a count: the
     caller's part) and the machine's device count, and JAX's default device, float64 mode and
-    random-number implementation; else None.  Only for calls :func:`applies` would take whatever
-    their plan: nothing between chunks (the caller's part).  The solver's
+    random-number implementation; else None.  The caller looks up only calls with nothing between
+    chunks; a solver without :attr:`Solver.one_program_split` never has one kept under a count of
+    devices (:func:`applies`), so such a lookup finds nothing.  The solver's
     :meth:`~multiwalk.solvers.base.Solver.one_program` says why its decision may be reused."""
     if not isinstance(problem, Problem) or type(solver).one_program is Solver.one_program:
         return None  # (a solver that never runs one program: no fingerprint digested for nothing)
@@ -149,7 +151,9 @@ def run(problem: Any, solver: Solver, prepared: Prepared, key: jax.Array, compil
     try:
         state, small = prepared.launch(problem, key)
         if prepared.split and not prepared.in_pinned_memory:
-            small, _ = prog.start_copies(small)
+            small, copying = prog.start_copies(small)
+            t1 += copying  # a copy program's first compilation (once per process and shapes) is not the run's
+            compile_seconds += copying
         elif not prepared.in_pinned_memory:  # in pinned host memory the program's end is the only wait
             for leaf in jax.tree_util.tree_leaves(small):
                 leaf.copy_to_host_async()
@@ -227,8 +231,9 @@ def _compiled_split(problem: Any, solver: Solver, plan: RunPlan, phases: list[Ph
     chunks splits it, the small outputs replicated, in the devices' pinned host memory on GPUs that
     have it (else in device memory, read through :func:`multiwalk.progress.start_copies`)."""
     devices = placement.devices
-    pinned = all(d.platform == "gpu" and d not in _NO_PINNED_OUTPUTS and prog.has_pinned_host(d) for d in devices)
+    pinned = all(d.platform == "gpu" and d not in _NO_PINNED_SPLIT_OUTPUTS and prog.has_pinned_host(d) for d in devices)
     with dist.mesh_context(placement.mesh):  # as the chunks' loops are compiled (collectives)
+        refused = None
         if pinned:
             outputs = NamedSharding(placement.mesh, PartitionSpec(), memory_kind="pinned_host")
             try:
@@ -238,13 +243,14 @@ def _compiled_split(problem: Any, solver: Solver, plan: RunPlan, phases: list[Ph
                 return program, True
             except Exception as err:  # noqa: BLE001 - as _compiled: without pinned outputs, one warning
                 refused = err
-            _NO_PINNED_OUTPUTS.update(devices)
-            warnings.warn(f"a short run's results are read from {devices[0]} without pinned host memory "
-                          f"({type(refused).__name__}: {str(refused)[:200]}); each read then costs a transfer "
-                          "of its own", stacklevel=7)  # + _compiled: the caller's line
         program = _program(problem, solver, plan, phases, placement.shardings,
                            (placement.shardings, placement.replicated), "split")
-        program.executable_for(key)
+        program.executable_for(key)  # an error of the run itself is raised here, before any mark or warning
+    if refused is not None:
+        _NO_PINNED_SPLIT_OUTPUTS.update(devices)
+        warnings.warn(f"a short run's results are read from {devices[0]} without pinned host memory "
+                      f"({type(refused).__name__}: {str(refused)[:200]}); each read then costs a transfer "
+                      "of its own", stacklevel=7)  # + _compiled: the caller's line
     return program, False
 
 
@@ -258,8 +264,10 @@ def _program(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], s
         arrays_as_arguments=plan.arrays_as_arguments)
 
 
-# devices whose XLA would not write a short run's outputs into pinned host memory
+# devices whose XLA would not write a short run's outputs into pinned host memory: on one device,
+# and replicated over a split run's
 _NO_PINNED_OUTPUTS: set[Any] = set()
+_NO_PINNED_SPLIT_OUTPUTS: set[Any] = set()
 
 
 def _pinned_outputs(device: Any) -> tuple | None:

@@ -223,7 +223,7 @@ def _loop_of(problem: Problem, solver: Solver, phase: int, state: Any, placement
     shared = not on_host and solver.one_loop(problem, _platform(placement))  # one loop for every phase, the phase an argument
     common = (
         fingerprint, solver, None if shared else phase, jax.tree_util.tree_structure(state), avals,
-        placement.key() if sharded else (), tuple(sorted(plan.compiler_options)), on_host, plan.loop_block,
+        placement.key() if sharded else placement.devices, tuple(sorted(plan.compiler_options)), on_host, plan.loop_block,
         plan.until_time_limit,  # PatternSearch(rounds=None): one round without a time limit, rounds until it with one
     )
     if arrays is None:  # compiled for this very problem object
@@ -1023,6 +1023,8 @@ def _in_one_program(problem: Any, solver: Solver, plan: RunPlan, seed: int, show
     ``loop_block``; None where it is not one program once placed
     (:func:`multiwalk.one_program.placed_plan_fits`).  ``show``: a status line while it compiles."""
     key = _kept_run_key(seed)
+    if solver.one_program_split and not solver.one_program(problem, plan):  # not short on any placement
+        return None
     if solver.one_program_split:  # placed as a run in chunks would be
         placement = _placement(problem, solver, solver.initial_state_fn(problem, None, plan), key, devices)
     else:  # one_program.applies: no devices asked for, one device

@@ -63,7 +63,8 @@ def value_at_point(problem: Problem, x: np.ndarray, found: float | np.floating) 
     A walker's value comes from the run's batched program, and XLA chooses its kernels by the
     batch each device holds (on the CPU, batches of 1024 points or more take other kernels that
     round differently), so the same ``x`` may get values an ulp apart on 1 and on 4 devices.
-    Evaluated here, the reported value depends on ``x`` alone, not on how the run was split."""
+    Evaluated here, the reported value depends on ``x`` alone, not on how the run was split.  (A
+    run that is one program computes it in that program: :meth:`Solver.report_in_program`.)"""
     if not np.isfinite(found):
         return found
     point = np.asarray(x, dtype=problem.dtype)
@@ -441,7 +442,9 @@ class Solver(abc.ABC):
         has its program kept, and a repeated call with equal options finds it without calling
         :meth:`plan`, :meth:`writer` or this again (:func:`multiwalk.one_program.kept`): their answers
         must follow from the options, the problem's fingerprint, functions and shapes, and the
-        devices asked for, alone.  Asked once the run is placed: ``plan.mesh`` is a split run's.
+        devices asked for, alone.  Asked once the run is placed: ``plan.mesh`` is a split run's (a
+        solver with :attr:`one_program_split` is asked first without it, and must not say True
+        there where it would say False placed).
         Default: False."""
         return False
 

@@ -89,7 +89,7 @@ UNROLL_EQUATIONS = 512
 ONE_PROGRAM_PLATFORMS = ("gpu",)
 # ... when it makes at most this many parameter updates (chains x iterations x free parameters:
 # ~0.3 s of a cheap objective on an H200) of an objective of at most ONE_PROGRAM_EQUATIONS equations
-# (those unrolled 8 times: the xringaus model's 440 are not, its compilation is long enough already)
+# (those unrolled 8 times: the xringaus model's hundreds are not, its compilation is long enough already)
 ONE_PROGRAM_UPDATES = 1 << 31
 ONE_PROGRAM_EQUATIONS = UNROLL_EQUATIONS // 8
 
@@ -214,7 +214,7 @@ class ReplicaExchange(Solver):
 
     samples_log_prior = True  # the problem's log_prior enters the Metropolis ratio, untempered
     wraps_periodic = True  # a step that leaves the box across a periodic parameter wraps into it
-    reports_value_at_point = True  # result.fun by value_at_point: its one-point program compiles beside the loop
+    reports_value_at_point = True  # a run in chunks: result.fun by value_at_point, its program compiled beside the loop
     resumable_options = ("niter", "exchange_unroll", "metropolis_unroll", "kernel", "loops")  # how, not what
     # Burn-in and sampling can be one compiled loop, the phase a traced int: the objective (the
     # xringaus model: most of the compile time) is compiled once, not once per phase (one_loop).
@@ -799,7 +799,8 @@ class ReplicaExchange(Solver):
         """The report with the value at its point by :func:`value_at_point`'s one-point program,
         queued behind the chunk that ends the run (read back with it: no round trip of its own).
         A run split over devices gives the point on each (replicated): the copy on the default
-        device is used, so the value does not depend on how the run was split."""
+        device is used, so the value does not depend on how the run in chunks was split (a run that
+        is one program computes it in that program: :meth:`report_in_program`)."""
         one_point = point_value_program(problem)
         x = point_on_default_device(report["best_x"])
         if one_point is None or x is None:
