@@ -102,3 +102,16 @@ def test_on_a_cpu_or_when_long_an_exchange_stays_in_chunks(on_any_platform, monk
     monkeypatch.setattr(rex, "ONE_PROGRAM_PLATFORMS", ("gpu",))
     assert not SOLVER.one_program(problem, plan)
     assert not mw.solve(problem, SOLVER, seed=0, progress=False).stats["one_program"]
+
+
+def test_the_objective_s_size_is_traced_once_per_problem(monkeypatch):
+    # asked in every call on a GPU (one_program), it must not trace the model each time
+    from multiwalk.solvers import _common
+
+    traced = []
+    count = _common._count_equations
+    monkeypatch.setattr(_common, "_count_equations", lambda problem: traced.append(1) or count(problem))
+    problem = plane()
+    first = _common.objective_equations(problem)
+    assert _common.objective_equations(problem) == first and len(traced) == 1
+    assert _common.objective_equations(plane()) == first and len(traced) == 2  # another problem: traced

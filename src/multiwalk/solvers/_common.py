@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import compile_cache
 from ..result import to_host
 from ..spaces import Mesh
 
@@ -352,7 +353,25 @@ def check_space_options(solver: Any) -> None:
 def objective_equations(problem: Any) -> int:
     """The size of the problem's objective as a program: the equations of ``chi2_free``'s jaxpr at
     one point, those of nested jaxprs (calls, loops, conditionals) included.  A solver that writes
-    several copies of the objective into its loop (unrolling) weighs compile time by it."""
+    several copies of the objective into its loop (unrolling) weighs compile time by it.  Traced
+    once per problem object and fingerprint (kept: a trace of the xringaus model takes milliseconds,
+    and a solve on a GPU asks for it in every call)."""
+    arrays = jax.tree_util.tree_leaves(compile_cache.problem_arrays(problem, True)[0])
+    if any(isinstance(x, jax.core.Tracer) for x in arrays):  # a copy traced into a loop: compiling anyway
+        return _count_equations(problem)
+    # what the jaxpr's structure follows: the functions, the free parameters, the arrays' shapes
+    key = (id(problem), "objective equations", *compile_cache.user_functions(problem), problem.n_free,
+           str(problem.dtype), tuple(np.asarray(problem.free_index).tolist()),
+           tuple((np.shape(x), str(np.result_type(x))) for x in arrays))
+    known = compile_cache.kept(key)
+    if known is None:
+        known = _count_equations(problem)
+        compile_cache.keep(problem, key, known)
+    return int(known)
+
+
+def _count_equations(problem: Any) -> int:
+    """:func:`objective_equations`, traced now."""
 
     def count(jaxpr: Any) -> int:
         n = 0
