@@ -38,6 +38,52 @@ def worst(pairs: dict) -> dict:
     return {name: ulps(a, b) for name, (a, b) in pairs.items()}
 
 
+def _split_pinned_fallback(rex, re) -> dict:
+    """A split one program whose small outputs XLA will not put in pinned host memory: compiled
+    without, with one warning, the devices marked; a failure of the run's own is raised, with no
+    warning and no mark (the split form of tests/test_one_program.py's two pinned-memory tests)."""
+    import warnings
+
+    from multiwalk import one_program
+
+    out: dict = {}
+    plane = mw.Problem(objective=sphere, lower=-5.0 * np.ones(2), upper=5.0 * np.ones(2))
+    platforms, rex.ONE_PROGRAM_PLATFORMS = rex.ONE_PROGRAM_PLATFORMS, ("cpu", "gpu")
+    outputs = one_program._pinned_split_outputs
+    one_program._pinned_split_outputs = lambda placement: (
+        None if placement.devices[0] in one_program._NO_PINNED_SPLIT_OUTPUTS else ("not", "a sharding"))
+    report_in_program = rex.ReplicaExchange.report_in_program
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r = mw.solve(plane, re, seed=3, progress=False, devices=2)
+        ours = [w for w in caught if "without pinned host memory" in str(w.message)]
+        out["split_fallback"] = [r.stats["one_program"], len(ours), ours[0].filename if ours else "",
+                                 len(one_program._NO_PINNED_SPLIT_OUTPUTS)]
+        one_program._NO_PINNED_SPLIT_OUTPUTS.clear()
+
+        def fails(self, problem, report):
+            raise ValueError("a failure of the run's own")
+
+        rex.ReplicaExchange.report_in_program = fails
+        other = mw.Problem(objective=sphere, lower=-4.0 * np.ones(2), upper=4.0 * np.ones(2))  # not kept
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                mw.solve(other, re, seed=3, progress=False, devices=2)
+                raised = "nothing"
+            except ValueError as err:
+                raised = str(err)
+        out["split_own_failure"] = [raised, sum("pinned" in str(w.message) for w in caught),
+                                    len(one_program._NO_PINNED_SPLIT_OUTPUTS)]
+    finally:
+        rex.ReplicaExchange.report_in_program = report_in_program
+        one_program._pinned_split_outputs = outputs
+        one_program._NO_PINNED_SPLIT_OUTPUTS.clear()
+        rex.ONE_PROGRAM_PLATFORMS = platforms
+    return out
+
+
 def main() -> dict:
     out: dict = {"devices": jax.device_count(), "threefry_partitionable": bool(jax.config.jax_threefry_partitionable)}
     box = mw.Problem(objective=sphere, lower=-5.0 * np.ones(3), upper=5.0 * np.ones(3))
@@ -84,6 +130,7 @@ def main() -> dict:
     out["re_one_program_vs_chunks_ulps_2"] = worst({f: (getattr(whole[2], f), getattr(runs[2], f)) for f in fields})
     out["re_one_program_repeat_same"] = bool(np.array_equal(whole_again.samples, whole[2].samples)
                                              and whole_again.fun == whole[2].fun)
+    out.update(_split_pinned_fallback(rex, re))
     # the swap kernel (Pallas, interpret mode here) on each device's sequences, against one device
     re_kernel = mw.ReplicaExchange(nseq=8, nbeta=4, nburn=10, niter=20, kernel="pallas")
     kernel_runs = {k: mw.solve(plane, re_kernel, seed=3, progress=False, devices=k) for k in (1, 2)}

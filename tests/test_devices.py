@@ -80,6 +80,14 @@ def test_replica_exchange_as_one_program_split_over_2_devices(report):
     assert report["re_one_program_repeat_same"]
 
 
+def test_a_split_one_program_without_pinned_outputs_falls_back_with_one_warning(report):
+    # refused: compiled without, said once at the caller's line (tests/devices_check.py), the devices
+    # marked; a failure of the run's own: raised, no warning, nothing marked
+    one, warned, where, marked = report["split_fallback"]
+    assert one and warned == 1 and where.endswith("devices_check.py") and marked == 2, report["split_fallback"]
+    assert report["split_own_failure"] == ["a failure of the run's own", 0, 0], report["split_own_failure"]
+
+
 def test_replica_exchange_s_swap_kernel_on_each_device_s_sequences(report):
     # split over 2 devices, the Pallas swap kernel runs under shard_map on each device's sequences
     # (it ran the XLA form there before): the run of one device, to ULPS (labels exactly)

@@ -231,11 +231,10 @@ def _compiled_split(problem: Any, solver: Solver, plan: RunPlan, phases: list[Ph
     chunks splits it, the small outputs replicated, in the devices' pinned host memory on GPUs that
     have it (else in device memory, read through :func:`multiwalk.progress.start_copies`)."""
     devices = placement.devices
-    pinned = all(d.platform == "gpu" and d not in _NO_PINNED_SPLIT_OUTPUTS and prog.has_pinned_host(d) for d in devices)
+    outputs = _pinned_split_outputs(placement)
     with dist.mesh_context(placement.mesh):  # as the chunks' loops are compiled (collectives)
         refused = None
-        if pinned:
-            outputs = NamedSharding(placement.mesh, PartitionSpec(), memory_kind="pinned_host")
+        if outputs is not None:
             try:
                 program = _program(problem, solver, plan, phases, placement.shardings,
                                    (placement.shardings, outputs), "split pinned")
@@ -276,6 +275,15 @@ def _pinned_outputs(device: Any) -> tuple | None:
     if device.platform != "gpu" or device in _NO_PINNED_OUTPUTS or not prog.has_pinned_host(device):
         return None
     return _shardings(device)
+
+
+def _pinned_split_outputs(placement: Any) -> Any | None:
+    """The sharding of a split run's small outputs in its GPUs' pinned host memory, replicated;
+    None where a device is not a GPU with pinned host memory, or refused it before."""
+    if not all(d.platform == "gpu" and d not in _NO_PINNED_SPLIT_OUTPUTS and prog.has_pinned_host(d)
+               for d in placement.devices):
+        return None
+    return NamedSharding(placement.mesh, PartitionSpec(), memory_kind="pinned_host")
 
 
 @functools.lru_cache(maxsize=8)
