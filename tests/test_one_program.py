@@ -18,6 +18,12 @@ from multiwalk import compile_cache, one_program
 from multiwalk.result import Result, Status
 from multiwalk.solvers.base import Phase, Solver
 
+# The calls here leave devices=None: on a machine of several devices that splits the run over them
+# (or runs it on one, with a note), another path than the one-device program these tests are of; the
+# split one program is checked on 4 CPU devices (tests/devices_check.py) and on GPUs by
+# tests/test_one_program_exchange.py.
+pytestmark = pytest.mark.skipif(jax.device_count() > 1, reason="tests of the one-device path: a machine of one device")
+
 
 def shifted_sphere(x):
     return jnp.sum((x - 0.25) ** 2)
@@ -110,8 +116,6 @@ def test_anything_asked_between_chunks_keeps_the_run_in_chunks(asked, tmp_path, 
 
 def test_one_device_asked_for_on_a_machine_of_one_is_the_same_program():
     # devices=1 where the default device is the only one: the run of devices=None, bit for bit
-    if jax.device_count() != 1:
-        pytest.skip("needs a machine of one device (devices=None splits the run over several)")
     problem = box()
     solver = mw.PatternSearch(n_walkers=16, iterations=3, rounds=1)
     plain = mw.solve(problem, solver, seed=0, progress=False)
@@ -142,11 +146,12 @@ def test_rounds_until_a_time_limit_or_a_long_search_are_not_one_program():
     # two rounds, or more coordinate moves than the XLA form's cap: not short by its options
     solver = mw.PatternSearch(n_walkers=16, iterations=3, rounds=2)
     assert not solver.one_program(problem, solver.plan(problem, 1, None))
-    from multiwalk.solvers.pattern_search import ONE_PROGRAM_WORK
+    from multiwalk.solvers.pattern_search import ONE_PROGRAM_WORK, ONE_PROGRAM_WORK_GPU
 
-    big = mw.PatternSearch(n_walkers=ONE_PROGRAM_WORK // 3 + 1, iterations=1, kernel="xla")
+    limit = ONE_PROGRAM_WORK_GPU if jax.default_backend() == "gpu" else ONE_PROGRAM_WORK  # this platform's
+    big = mw.PatternSearch(n_walkers=limit // 3 + 1, iterations=1, kernel="xla")
     assert not big.one_program(problem, big.plan(problem, 1, None))
-    small = mw.PatternSearch(n_walkers=ONE_PROGRAM_WORK // 3, iterations=1, kernel="xla")
+    small = mw.PatternSearch(n_walkers=limit // 3, iterations=1, kernel="xla")
     assert small.one_program(problem, small.plan(problem, 1, None))
     # each evaluation of a model of 20 000 data reads them all: the same search is then long
     fit = mw.Problem(model=lambda x: jnp.full(20_000, x.sum()), data=np.zeros(20_000), lower=[-2.0] * 3,
