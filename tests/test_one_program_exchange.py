@@ -56,6 +56,8 @@ def same_run(a: Any, b: Any) -> None:
 
 
 def test_a_short_exchange_is_one_program_with_the_chunks_run(on_any_platform):
+    if SOLVER.nseq % jax.device_count():
+        pytest.skip("devices=None: nseq does not split over this machine's devices (one device, a note, chunks)")
     problem = plane()
     one = mw.solve(problem, SOLVER, seed=3, progress=False)
     chunks = mw.solve(problem, SOLVER, seed=3, progress=False, time_limit=600.0)  # never reached
@@ -116,7 +118,37 @@ def test_the_objective_s_size_is_traced_once_per_problem(monkeypatch):
     traced = []
     count = _common._count_equations
     monkeypatch.setattr(_common, "_count_equations", lambda problem: traced.append(1) or count(problem))
+    def own(x):  # a function of this test's own (the count is kept by functions and fingerprint)
+        return jnp.sum(x**2)
+
+    def box_of(function: Any) -> mw.Problem:
+        return mw.Problem(objective=function, lower=[-5.0, -5.0], upper=[5.0, 5.0])
+
+    first = _common.objective_equations(box_of(own))
+    assert first == 2 and len(traced) == 1
+    assert _common.objective_equations(box_of(own)) == first and len(traced) == 1  # the same functions and fingerprint
+
+    def repeated(x, args):  # its size follows a static argument
+        total = jnp.sum(x**2)
+        for _ in range(args[0]):
+            total = jnp.sin(total)
+        return total
+
+    looped = mw.Problem(objective=repeated, lower=[-5.0, -5.0], upper=[5.0, 5.0], args=(2,))
+    few = _common.objective_equations(looped)
+    looped.args = (50,)  # changed in place: traced again
+    assert _common.objective_equations(looped) == few + 48 and len(traced) == 3
+
+
+def test_one_device_asked_for_runs_the_loops_of_the_default_device():
+    # in chunks, devices=1 on the default device finds the loops devices=None compiled (a loop is
+    # kept per device only for another device: tests/devices_check.py's other_device)
+    if jax.device_count() != 1:
+        pytest.skip("devices=None may split the run on a machine of several devices")
+    from multiwalk import compile_cache
+
     problem = plane()
-    first = _common.objective_equations(problem)
-    assert _common.objective_equations(problem) == first and len(traced) == 1
-    assert _common.objective_equations(plane()) == first and len(traced) == 2  # another problem: traced
+    mw.solve(problem, SOLVER, seed=0, progress=False, time_limit=600.0)
+    loops = len(compile_cache.compiled_loops())
+    asked = mw.solve(problem, SOLVER, seed=0, progress=False, time_limit=600.0, devices=1)
+    assert len(compile_cache.compiled_loops()) == loops and not asked.stats["one_program"]

@@ -223,7 +223,8 @@ def _loop_of(problem: Problem, solver: Solver, phase: int, state: Any, placement
     shared = not on_host and solver.one_loop(problem, _platform(placement))  # one loop for every phase, the phase an argument
     common = (
         fingerprint, solver, None if shared else phase, jax.tree_util.tree_structure(state), avals,
-        placement.key() if sharded else placement.devices, tuple(sorted(plan.compiler_options)), on_host, plan.loop_block,
+        placement.key() if sharded else _pinned_device_key(placement), tuple(sorted(plan.compiler_options)), on_host,
+        plan.loop_block,
         plan.until_time_limit,  # PatternSearch(rounds=None): one round without a time limit, rounds until it with one
     )
     if arrays is None:  # compiled for this very problem object
@@ -231,6 +232,16 @@ def _loop_of(problem: Problem, solver: Solver, phase: int, state: Any, placement
     else:  # any problem with these functions and this fingerprint can use it
         key = ("functions", *compile_cache.user_functions(problem), *common)
     return _Loop(problem, solver, None if shared else phase, placement, plan, arrays, static, key, shared, on_host)
+
+
+def _pinned_device_key(placement: dist.Placement) -> tuple:
+    """The one device a run goes to, as a loop's key holds it: ``()`` for the default device
+    (``devices=None`` and ``devices=1`` share their loop), else its platform and id (a loop compiled
+    for one device does not take a state on another)."""
+    device = placement.devices[0]
+    if device is None or device == compile_cache.default_device():
+        return ()
+    return (device.platform, device.id)
 
 
 def _lowered_loop(loop: _Loop, state: Any) -> Callable[[], Any]:

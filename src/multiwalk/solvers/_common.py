@@ -359,10 +359,10 @@ def objective_equations(problem: Any) -> int:
     arrays = jax.tree_util.tree_leaves(compile_cache.problem_arrays(problem, True)[0])
     if any(isinstance(x, jax.core.Tracer) for x in arrays):  # a copy traced into a loop: compiling anyway
         return _count_equations(problem)
-    # what the jaxpr's structure follows: the functions, the free parameters, the arrays' shapes
-    key = (id(problem), "objective equations", *compile_cache.user_functions(problem), problem.n_free,
-           str(problem.dtype), tuple(np.asarray(problem.free_index).tolist()),
-           tuple((np.shape(x), str(np.result_type(x))) for x in arrays))
+    # what the jaxpr follows: the functions and the fingerprint with the arrays as arguments (their
+    # shapes and dtypes, args' other values, the bounds and fixed values; digested once per solve()
+    # call anyway), so a problem changed in place is traced again; not its id: a copy of it finds it
+    key = ("objective equations", *compile_cache.user_functions(problem), compile_cache.arguments_fingerprint(problem))
     known = compile_cache.kept(key)
     if known is None:
         known = _count_equations(problem)

@@ -443,8 +443,8 @@ class Solver(abc.ABC):
         :meth:`plan`, :meth:`writer` or this again (:func:`multiwalk.one_program.kept`): their answers
         must follow from the options, the problem's fingerprint, functions and shapes, and the
         devices asked for, alone.  Asked once the run is placed: ``plan.mesh`` is a split run's (a
-        solver with :attr:`one_program_split` is asked first without it, and must not say True
-        there where it would say False placed).
+        solver with :attr:`one_program_split` is asked first without it, and must not say False
+        there where it would say True placed).
         Default: False."""
         return False
 
