@@ -159,6 +159,12 @@ class RunPlan:
         """The devices the loop is split over (1 without a mesh)."""
         return 1 if self.mesh is None else int(self.mesh.size)
 
+    @property
+    def platform(self) -> str:
+        """The platform the run goes to (``"cpu"``, ``"gpu"``, ...): its mesh's devices', else the
+        default device's."""
+        return (self.mesh.devices.flat[0] if self.mesh is not None else default_device()).platform
+
 
 class Writer(Protocol):
     """What writes as the run goes (ODAT-SE's per-step files, a printed table), as emcee's backends:

@@ -605,8 +605,7 @@ class PatternSearch(Solver):
         kplan = plan.kernel if plan.kernel is not None else self.kernel_plan(problem)
         if kplan.use_pallas and self.iterations > pattern_search_kernel.MAX_ITERATIONS:
             return False
-        platform = (plan.mesh.devices.flat[0] if plan.mesh is not None else compile_cache.default_device()).platform
-        if platform == "gpu":
+        if plan.platform == "gpu":
             limit = ONE_PROGRAM_WORK_GPU
         elif plan.mesh is not None or jax.device_count() > 1:  # split CPU runs keep their chunks
             return False

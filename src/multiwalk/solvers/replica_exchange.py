@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import compile_cache, diagnostics
+from .. import diagnostics
 from .. import distributed as dist
 from ..evidence import Evidence
 from ..evidence import evidence as _evidence
@@ -399,8 +399,7 @@ class ReplicaExchange(Solver):
         sampling and the report), on one device or split over several (``one_program_split``).  A
         slow objective whose cost its equations hide (a long ``lax.scan``) may take longer:
         ``progress=True`` or a time limit keeps its run in chunks."""
-        platform = (plan.mesh.devices.flat[0] if plan.mesh is not None else compile_cache.default_device()).platform
-        if platform not in ONE_PROGRAM_PLATFORMS:
+        if plan.platform not in ONE_PROGRAM_PLATFORMS:
             return False
         updates = self.nseq * self.nbeta * (self.nburn + self.niter) * problem.n_free
         return updates <= ONE_PROGRAM_UPDATES and objective_equations(problem) <= ONE_PROGRAM_EQUATIONS
