@@ -208,56 +208,39 @@ def _compiled(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], 
               key: jax.Array) -> tuple[Any, bool]:
     """``(the program (:func:`~multiwalk.compile_cache.shared_jit`), whether its small outputs are in
     pinned host memory)``, its executable for ``key`` kept or compiled now.  Split over devices
-    (``placement``): the state split as the run in chunks splits it, the small outputs replicated.
-    On one device: the small outputs in pinned host memory on a GPU that has it, else where JAX
-    puts them.  Where XLA will not write this program's outputs there, it is compiled without,
-    with one warning (an error of the run itself is then raised by that compilation)."""
+    (``placement``): the state split as the run in chunks splits it, the small outputs replicated,
+    in the devices' pinned host memory on GPUs that have it (else in device memory, read through
+    :func:`multiwalk.progress.start_copies`).  On one device: the small outputs in pinned host
+    memory on a GPU that has it, else where JAX puts them.  Where XLA will not write this program's
+    outputs there, it is compiled without, with one warning, and the devices are marked; an error
+    of the run itself is raised by that compilation, before any mark or warning."""
     if placement.sharded:
-        return _compiled_split(problem, solver, plan, phases, placement, key)
-    device = compile_cache.default_device()
-    pinned = _pinned_outputs(device)
-    try:
-        program = _program(problem, solver, plan, phases, None, pinned, "pinned" if pinned else "device")
-        program.executable_for(key)
-        return program, pinned is not None
-    except Exception as err:  # noqa: BLE001 - see below
-        if pinned is None:
-            raise
-        refused = err
-    program = _program(problem, solver, plan, phases, None, None, "device")
-    program.executable_for(key)
-    _NO_PINNED_OUTPUTS.add(device)
-    warnings.warn(f"a short run's results are read from {device} without pinned host memory "
-                  f"({type(refused).__name__}: {str(refused)[:200]}); each read then costs a transfer of its own",
-                  stacklevel=6)  # _compiled, prepare, _in_one_program, solve, its wrapper: the caller's line
-    return program, False
-
-
-def _compiled_split(problem: Any, solver: Solver, plan: RunPlan, phases: list[Phase], placement: Any,
-                    key: jax.Array) -> tuple[Any, bool]:
-    """:func:`_compiled` for a run split over ``placement``'s devices: the state split as the run in
-    chunks splits it, the small outputs replicated, in the devices' pinned host memory on GPUs that
-    have it (else in device memory, read through :func:`multiwalk.progress.start_copies`)."""
-    devices = placement.devices
-    outputs = _pinned_split_outputs(placement)
-    with dist.mesh_context(placement.mesh):  # as the chunks' loops are compiled (collectives)
-        refused = None
-        if outputs is not None:
+        shardings, devices, refusals = placement.shardings, placement.devices, _NO_PINNED_SPLIT_OUTPUTS
+        pinned = _pinned_split_outputs(placement)
+        pinned_outputs = None if pinned is None else (shardings, pinned)
+        plain_outputs, names = (shardings, placement.replicated), ("split pinned", "split")
+        context = dist.mesh_context(placement.mesh)  # as the chunks' loops are compiled (collectives)
+    else:
+        device = compile_cache.default_device()
+        shardings, devices, refusals = None, (device,), _NO_PINNED_OUTPUTS
+        pinned_outputs, plain_outputs, names = _pinned_outputs(device), None, ("pinned", "device")
+        context = contextlib.nullcontext()
+    refused = None
+    with context:
+        if pinned_outputs is not None:
             try:
-                program = _program(problem, solver, plan, phases, placement.shardings,
-                                   (placement.shardings, outputs), "split pinned")
+                program = _program(problem, solver, plan, phases, shardings, pinned_outputs, names[0])
                 program.executable_for(key)
                 return program, True
-            except Exception as err:  # noqa: BLE001 - as _compiled: without pinned outputs, one warning
+            except Exception as err:  # noqa: BLE001 - see the docstring
                 refused = err
-        program = _program(problem, solver, plan, phases, placement.shardings,
-                           (placement.shardings, placement.replicated), "split")
-        program.executable_for(key)  # an error of the run itself is raised here, before any mark or warning
+        program = _program(problem, solver, plan, phases, shardings, plain_outputs, names[1])
+        program.executable_for(key)
     if refused is not None:
-        _NO_PINNED_SPLIT_OUTPUTS.update(devices)
+        refusals.update(devices)
         warnings.warn(f"a short run's results are read from {devices[0]} without pinned host memory "
                       f"({type(refused).__name__}: {str(refused)[:200]}); each read then costs a transfer "
-                      "of its own", stacklevel=7)  # + _compiled: the caller's line
+                      "of its own", stacklevel=6)  # _compiled, prepare, _in_one_program, solve, its wrapper: the caller's line
     return program, False
 
 
