@@ -1034,12 +1034,12 @@ def _in_one_program(problem: Any, solver: Solver, plan: RunPlan, seed: int, show
     ``loop_block``; None where it is not one program once placed
     (:func:`multiwalk.one_program.placed_plan_fits`).  ``show``: a status line while it compiles."""
     key = _kept_run_key(seed)
-    if solver.one_program_split and not solver.one_program(problem, plan):  # not short on any placement
-        return None
-    if solver.one_program_split:  # placed as a run in chunks would be
-        placement = _placement(problem, solver, solver.initial_state_fn(problem, None, plan), key, devices)
-    else:  # one_program.applies: no devices asked for, one device
+    if not solver.one_program_split:  # one_program.applies: no devices asked for, one device
         placement = dist.Placement((None,), None, None)
+    elif solver.one_program(problem, plan):  # placed as a run in chunks would be
+        placement = _placement(problem, solver, solver.initial_state_fn(problem, None, plan), key, devices)
+    else:  # not short on any placement
+        return None
     plan = dataclasses.replace(plan, mesh=placement.mesh)
     if not one_program.placed_plan_fits(problem, solver, plan, placement):
         return None
